@@ -1,0 +1,20 @@
+//! podgate's CNI protocol layer: spec 0.3.0 through 1.1.0.
+//!
+//! Why our own layer: the `cni-plugin` crate is archived, claims 1.1.0 in
+//! VERSION without implementing it, rejects STATUS and fails on prevResults
+//! without `dns`. The protocol is small; owning it lets us test every verb and
+//! error path without a runtime.
+
+pub mod config;
+pub mod env;
+pub mod error;
+pub mod log;
+pub mod result;
+pub mod skel;
+pub mod version;
+
+pub use config::{Attachment, NetConf};
+pub use env::{Command, Env};
+pub use error::{code, CniError};
+pub use result::{CniResult, PrevResult};
+pub use skel::{dispatch, prev_or_empty, run, Plugin, Request};

@@ -1,0 +1,222 @@
+//! The dispatcher every plugin's main calls: env + stdin in, JSON out, exit code.
+//! `dispatch` is pure over its inputs so the whole protocol is unit-testable.
+
+use crate::config::{Attachment, NetConf};
+use crate::env::{self, Command, Env};
+use crate::error::CniError;
+use crate::result;
+use crate::version::{self, Version, LATEST, SUPPORTED_VERSIONS};
+use serde_json::{json, Map, Value};
+use std::io::{Read, Write};
+use std::sync::OnceLock;
+
+/// Upper bound on stdin: configs with annotations and prevResults are small;
+/// anything larger is hostile or broken and must not make us allocate without bound.
+pub const MAX_STDIN: u64 = 4 << 20;
+
+/// What a verb is asked with, after the protocol layer validated it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub command: Command,
+    pub env: Env,
+    pub conf: NetConf,
+    pub version: Version,
+}
+
+pub trait Plugin {
+    /// Returns the result to print (raw JSON in any of the shapes; converted to
+    /// the config's version by the dispatcher). Chained plugins that change
+    /// nothing return `prevResult` as they got it.
+    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError>;
+    fn del(&self, req: &Request) -> Result<(), CniError>;
+    fn check(&self, req: &Request) -> Result<(), CniError>;
+    fn status(&self, _conf: &NetConf) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn gc(&self, _conf: &NetConf, _valid: &[Attachment]) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+/// What the process prints on stdout and exits with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub stdout: String,
+    pub exit: i32,
+}
+
+static ERROR_VERSION: OnceLock<String> = OnceLock::new();
+
+fn fail(version: &str, e: &CniError) -> Outcome {
+    Outcome {
+        stdout: e.to_json(version).to_string(),
+        exit: 1,
+    }
+}
+
+fn ok(stdout: String) -> Outcome {
+    Outcome { stdout, exit: 0 }
+}
+
+/// Pass-through helper for chained plugins: prevResult raw, or an empty result.
+pub fn prev_or_empty(conf: &NetConf) -> Map<String, Value> {
+    conf.prev_result
+        .as_ref()
+        .map(|p| p.raw.clone())
+        .unwrap_or_default()
+}
+
+pub fn dispatch<P: Plugin>(
+    plugin: &P,
+    vars: impl Fn(&str) -> Option<String>,
+    stdin: impl Read,
+) -> Outcome {
+    let Some(cmd_str) = vars("CNI_COMMAND").filter(|s| !s.is_empty()) else {
+        return fail(
+            LATEST,
+            &CniError::invalid_env("required env variable CNI_COMMAND is missing"),
+        );
+    };
+    let Some(command) = Command::parse(&cmd_str) else {
+        return fail(
+            LATEST,
+            &CniError::invalid_env(format!(
+                "unknown CNI_COMMAND {:?}",
+                env::truncate(&cmd_str, 40)
+            )),
+        );
+    };
+
+    let mut bytes = Vec::new();
+    if let Err(e) = stdin.take(MAX_STDIN + 1).read_to_end(&mut bytes) {
+        return fail(LATEST, &CniError::io(format!("reading stdin: {e}")));
+    }
+    if bytes.len() as u64 > MAX_STDIN {
+        return fail(
+            LATEST,
+            &CniError::decode(format!("stdin is larger than {MAX_STDIN} bytes")),
+        );
+    }
+
+    if command == Command::Version {
+        // Answer in the asked version when we speak it; stdin may be empty.
+        let asked = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| {
+                v.get("cniVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
+            .unwrap_or_else(|| LATEST.to_string());
+        return ok(
+            json!({"cniVersion": asked, "supportedVersions": SUPPORTED_VERSIONS}).to_string(),
+        );
+    }
+
+    let conf = match NetConf::parse(&bytes) {
+        Ok(c) => c,
+        Err(e) => return fail(LATEST, &e),
+    };
+    let version = match version::require_supported(&conf.cni_version) {
+        Ok(v) => v,
+        Err(e) => return fail(LATEST, &e),
+    };
+    let v = conf.cni_version.clone();
+    let _ = ERROR_VERSION.set(v.clone());
+
+    let min = match command {
+        Command::Check => Some(Version::V0_4_0),
+        Command::Status | Command::Gc => Some(Version::V1_1_0),
+        _ => None,
+    };
+    if let Some(min) = min.filter(|m| version < *m) {
+        return fail(
+            &v,
+            &CniError::incompatible_version(format!(
+                "{cmd_str} needs cniVersion >= {}.{}.{}, config is {v}",
+                min.0, min.1, min.2
+            )),
+        );
+    }
+
+    let env = match env::from_vars(command, &vars) {
+        Ok(e) => e,
+        Err(e) => return fail(&v, &e),
+    };
+    if matches!(command, Command::Add | Command::Check | Command::Del) && conf.name.is_empty() {
+        return fail(&v, &CniError::invalid_config("network config has no name"));
+    }
+
+    let req = Request {
+        command,
+        env,
+        conf,
+        version,
+    };
+    let res = match command {
+        Command::Add => plugin
+            .add(&req)
+            .map(|raw| result::convert(raw, &v).to_string()),
+        Command::Del => plugin.del(&req).map(|_| String::new()),
+        Command::Check => plugin.check(&req).map(|_| String::new()),
+        Command::Status => plugin.status(&req.conf).map(|_| String::new()),
+        Command::Gc => req
+            .conf
+            .valid_attachments()
+            .and_then(|valid| plugin.gc(&req.conf, &valid))
+            .map(|_| String::new()),
+        Command::Version => unreachable_version(),
+    };
+    match res {
+        Ok(out) => ok(out),
+        Err(e) => fail(&v, &e),
+    }
+}
+
+// VERSION returned early above; kept as a function so no panic path exists.
+fn unreachable_version() -> Result<String, CniError> {
+    Ok(json!({"cniVersion": LATEST, "supportedVersions": SUPPORTED_VERSIONS}).to_string())
+}
+
+/// A panic must still answer the runtime with a CNI error on stdout.
+pub fn install_panic_hook(plugin_name: &'static str) {
+    std::panic::set_hook(Box::new(move |info| {
+        let where_ = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let version = ERROR_VERSION.get().map(String::as_str).unwrap_or(LATEST);
+        let e = CniError::new(
+            crate::error::code::INTERNAL,
+            format!("{plugin_name}: internal error (panic)"),
+        )
+        .with_details(format!("{payload}{where_}"));
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", e.to_json(version));
+        let _ = out.flush();
+        eprintln!("{plugin_name}: panic: {payload}{where_}");
+        std::process::exit(1);
+    }));
+}
+
+/// The whole main of a plugin binary.
+pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
+    install_panic_hook(plugin_name);
+    if std::env::var_os("CNI_COMMAND").is_none() {
+        eprintln!("{about}");
+    }
+    let outcome = dispatch(&plugin, |k| std::env::var(k).ok(), std::io::stdin().lock());
+    let mut out = std::io::stdout().lock();
+    if !outcome.stdout.is_empty() {
+        let _ = writeln!(out, "{}", outcome.stdout);
+    }
+    let _ = out.flush();
+    std::process::exit(outcome.exit)
+}
