@@ -78,7 +78,9 @@ impl CniError {
     pub fn to_json(&self, cni_version: &str) -> Value {
         let mut v = json!({"cniVersion": cni_version, "code": self.code, "msg": self.msg});
         if !self.details.is_empty() {
-            v["details"] = Value::String(self.details.clone());
+            if let Some(o) = v.as_object_mut() {
+                o.insert("details".into(), Value::String(self.details.clone()));
+            }
         }
         v
     }

@@ -1,0 +1,23 @@
+//! podgate's kit: one module per kernel object podgate manages.
+//!
+//! Every netlink socket is opened inside the namespace it talks to (a socket
+//! stays bound to the netns it was created in) and then used from the calling
+//! thread, so no thread ever runs in the wrong namespace.
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+pub mod caps;
+pub mod error;
+pub mod link;
+pub mod netlink;
+pub mod netns;
+pub mod nft;
+pub mod route;
+pub mod rule;
+pub mod state;
+pub mod sysctl;
+pub mod xfrm;
+
+pub use error::{Error, Result};

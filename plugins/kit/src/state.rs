@@ -1,0 +1,276 @@
+//! Host-side record of what podgate applied, one JSON file per attachment
+//! (network, container ID, ifname), under a directory-wide lock.
+//!
+//! DEL and GC read this record instead of guessing from the kernel: an IP can
+//! be reused by the next pod, a record cannot.
+
+use crate::error::{Error, Result};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const LOCK_FILE: &str = ".lock";
+const SUFFIX: &str = ".json";
+/// Bound on waiting for the lock: a wedged peer must not hang pod creation.
+const LOCK_WAIT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone)]
+pub struct StateStore {
+    dir: PathBuf,
+}
+
+/// Held while reading-then-writing the store; released on drop.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+}
+
+/// Identity of one attachment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Key {
+    pub network: String,
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+impl Key {
+    pub fn new(network: &str, container_id: &str, ifname: &str) -> Key {
+        Key {
+            network: network.into(),
+            container_id: container_id.into(),
+            ifname: ifname.into(),
+        }
+    }
+
+    /// A file name that cannot escape the directory: each part is escaped
+    /// byte-wise (`%XX`) outside `[A-Za-z0-9_.-]`, and parts are joined by `+`.
+    pub fn file_name(&self) -> String {
+        format!(
+            "{}+{}+{}{SUFFIX}",
+            escape(&self.network),
+            escape(&self.container_id),
+            escape(&self.ifname)
+        )
+    }
+}
+
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && !out.is_empty()) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl StateStore {
+    /// Open (creating with mode 0700 if needed) the store directory.
+    pub fn open(dir: &Path) -> Result<StateStore> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| Error::State {
+                path: dir.into(),
+                op: "create directory",
+                source,
+            })?;
+        Ok(StateStore { dir: dir.into() })
+    }
+
+    /// Open without creating; None if the directory does not exist (DEL on a
+    /// node that never ran ADD).
+    pub fn existing(dir: &Path) -> Option<StateStore> {
+        dir.is_dir().then(|| StateStore { dir: dir.into() })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Exclusive lock over the whole store (flock, bounded wait).
+    pub fn lock(&self) -> Result<StateLock> {
+        let path = self.dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|source| Error::State {
+                path: path.clone(),
+                op: "open lock",
+                source,
+            })?;
+        let start = Instant::now();
+        loop {
+            // SAFETY: flock on an fd we own.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(StateLock { _file: file });
+            }
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) || start.elapsed() > LOCK_WAIT {
+                return Err(Error::State {
+                    path,
+                    op: "lock",
+                    source: err,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn path(&self, key: &Key) -> PathBuf {
+        self.dir.join(key.file_name())
+    }
+
+    /// Atomic write: temp file in the same directory, fsync, rename.
+    pub fn write<T: Serialize>(&self, key: &Key, value: &T) -> Result<()> {
+        let path = self.path(key);
+        let tmp = self
+            .dir
+            .join(format!(".tmp-{}-{}", std::process::id(), key.file_name()));
+        let body = serde_json::to_vec_pretty(value).map_err(|e| Error::StateCorrupt {
+            path: path.clone(),
+            msg: e.to_string(),
+        })?;
+        let io = |op, source| Error::State {
+            path: path.clone(),
+            op,
+            source,
+        };
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| io("create temp", e))?;
+        f.write_all(&body).map_err(|e| io("write", e))?;
+        f.sync_all().map_err(|e| io("fsync", e))?;
+        fs::rename(&tmp, &path).map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            io("rename", e)
+        })
+    }
+
+    pub fn read<T: DeserializeOwned>(&self, key: &Key) -> Result<Option<T>> {
+        read_file(&self.path(key))
+    }
+
+    /// Ok(false) when there was nothing to remove.
+    pub fn remove(&self, key: &Key) -> Result<bool> {
+        let path = self.path(key);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(Error::State {
+                path,
+                op: "remove",
+                source,
+            }),
+        }
+    }
+
+    /// Every record, with records that do not parse reported separately.
+    pub fn list<T: DeserializeOwned>(&self) -> Result<(Vec<T>, Vec<Error>)> {
+        let rd = fs::read_dir(&self.dir).map_err(|source| Error::State {
+            path: self.dir.clone(),
+            op: "list",
+            source,
+        })?;
+        let mut ok = Vec::new();
+        let mut bad = Vec::new();
+        for entry in rd.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || !name.ends_with(SUFFIX) {
+                continue;
+            }
+            match read_file::<T>(&entry.path()) {
+                Ok(Some(v)) => ok.push(v),
+                Ok(None) => {}
+                Err(e) => bad.push(e),
+            }
+        }
+        Ok((ok, bad))
+    }
+}
+
+fn read_file<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    match fs::read(path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| Error::StateCorrupt {
+                path: path.into(),
+                msg: e.to_string(),
+            }),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::State {
+            path: path.into(),
+            op: "read",
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("podgate-state-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn file_names_cannot_escape() {
+        let k = Key::new("../../etc", "abc/../x", "eth0");
+        let n = k.file_name();
+        assert!(!n.contains('/'), "{n}");
+        assert!(!n.starts_with('.'), "{n}");
+        assert_ne!(
+            Key::new("a+b", "c", "d").file_name(),
+            Key::new("a", "b+c", "d").file_name()
+        );
+    }
+
+    #[test]
+    fn write_read_remove_list() {
+        let d = tmpdir("rw");
+        let s = StateStore::open(&d).unwrap();
+        let k = Key::new("net", "cid", "eth0");
+        assert_eq!(s.read::<serde_json::Value>(&k).unwrap(), None);
+        let _l = s.lock().unwrap();
+        s.write(&k, &serde_json::json!({"a": 1})).unwrap();
+        assert_eq!(s.read::<serde_json::Value>(&k).unwrap().unwrap()["a"], 1);
+        let (all, bad) = s.list::<serde_json::Value>().unwrap();
+        assert_eq!((all.len(), bad.len()), (1, 0));
+        assert!(s.remove(&k).unwrap());
+        assert!(!s.remove(&k).unwrap());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn corrupt_records_are_reported_not_fatal() {
+        let d = tmpdir("corrupt");
+        let s = StateStore::open(&d).unwrap();
+        fs::write(d.join("x+y+z.json"), b"{not json").unwrap();
+        let (all, bad) = s.list::<serde_json::Value>().unwrap();
+        assert!(all.is_empty());
+        assert_eq!(bad.len(), 1);
+        fs::remove_dir_all(&d).unwrap();
+    }
+}
