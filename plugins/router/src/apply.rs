@@ -1,0 +1,312 @@
+//! Apply a plan through the kit, undo it, and check it still holds.
+//!
+//! Pod-side sockets are opened inside the pod netns (sysctls are written
+//! there too) and then driven from this thread; node-side changes use a
+//! socket in the plugin's own (the node's) namespace.
+
+use crate::plan::Plan;
+use crate::record::Record;
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::NetNs;
+use podgate_kit::nft::{MasqRule, NftSocket};
+use podgate_kit::route::{self, RouteSpec, RTPROT_PODGATE};
+use podgate_kit::{link, sysctl, Error};
+use std::collections::BTreeMap;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("{0}")]
+    Kit(#[from] Error),
+    #[error("nf_tables in pod netns: {0}")]
+    Nft(#[from] podgate_kit::nft::NftError),
+}
+
+/// Sockets bound to the pod's namespace.
+pub struct PodSockets {
+    pub route: RouteSocket,
+    pub nft: NftSocket,
+}
+
+/// Open both sockets inside `ns`.
+pub fn pod_sockets(ns: &NetNs) -> Result<PodSockets, ApplyError> {
+    let route = RouteSocket::in_netns(ns)?;
+    let nft = ns.run(NftSocket::new)??;
+    Ok(PodSockets { route, nft })
+}
+
+/// Rule tag carried in nf_tables userdata: which attachment owns the rule.
+pub fn nft_tag(rec: &Record) -> String {
+    format!(
+        "podgate:{}:{}:{}",
+        rec.key.network, rec.key.container_id, rec.key.ifname
+    )
+}
+
+fn masq_rules(plan: &Plan) -> Vec<MasqRule> {
+    plan.masquerade
+        .iter()
+        .map(|m| MasqRule {
+            source: m.source,
+            oifname: m.oifname.clone(),
+        })
+        .collect()
+}
+
+/// One step taken, so a failure half-way can be rolled back in reverse.
+enum Undo {
+    Sysctls(BTreeMap<String, String>, Vec<(String, String)>),
+    NftTable(String),
+    PodRoute(RouteSpec),
+    NodeRoute(RouteSpec),
+}
+
+/// Apply `plan`; on error everything already done is undone. Returns the
+/// record to store.
+pub fn apply(
+    ns: &NetNs,
+    node: &mut RouteSocket,
+    mut rec: Record,
+) -> Result<Record, (ApplyError, Vec<String>)> {
+    let mut undo: Vec<Undo> = Vec::new();
+    match apply_steps(ns, node, &mut rec, &mut undo) {
+        Ok(()) => Ok(rec),
+        Err(e) => {
+            let leftovers = rollback(ns, node, undo);
+            Err((e, leftovers))
+        }
+    }
+}
+
+fn apply_steps(
+    ns: &NetNs,
+    node: &mut RouteSocket,
+    rec: &mut Record,
+    undo: &mut Vec<Undo>,
+) -> Result<(), ApplyError> {
+    let plan = rec.plan.clone();
+    // Sysctls: read-before-write inside the pod netns; a failure rolls back
+    // those already written in the same pass.
+    let wanted: Vec<(String, String)> = plan
+        .sysctls
+        .iter()
+        .map(|s| (s.name.clone(), s.value.clone()))
+        .collect();
+    let previous = ns.run(|| write_sysctls(&wanted))??;
+    undo.push(Undo::Sysctls(previous.clone(), wanted));
+    rec.sysctl_previous = previous;
+
+    let needs_pod_sockets = plan.nft_table.is_some() || !plan.pod_routes.is_empty();
+    if needs_pod_sockets {
+        let mut pod = pod_sockets(ns)?;
+        if let Some(table) = &plan.nft_table {
+            pod.nft
+                .replace_masquerade_table(table, &masq_rules(&plan), &nft_tag(rec))?;
+            undo.push(Undo::NftTable(table.clone()));
+        }
+        if !plan.pod_routes.is_empty() {
+            let oif = link::index_of(&mut pod.route, &plan.ifname)?;
+            for r in &plan.pod_routes {
+                let mut spec = RouteSpec::new(r.dst);
+                spec.gateway = r.gw;
+                spec.oif = Some(oif);
+                spec.protocol = RTPROT_PODGATE;
+                route::add(&mut pod.route, &spec, true)?;
+                undo.push(Undo::PodRoute(spec.clone()));
+                rec.pod_routes.push(spec);
+            }
+        }
+    }
+
+    for r in &plan.node_routes {
+        route::add(node, r, false)?;
+        undo.push(Undo::NodeRoute(r.clone()));
+    }
+    Ok(())
+}
+
+fn write_sysctls(wanted: &[(String, String)]) -> Result<BTreeMap<String, String>, Error> {
+    let mut previous = BTreeMap::new();
+    for (name, value) in wanted {
+        match sysctl::ensure(name, value) {
+            Ok(Some(prev)) => {
+                previous.insert(name.clone(), prev);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                restore_sysctls(&previous, wanted);
+                return Err(e);
+            }
+        }
+    }
+    Ok(previous)
+}
+
+/// Put back what we changed, but only where the value is still ours: another
+/// writer's later change wins.
+fn restore_sysctls(
+    previous: &BTreeMap<String, String>,
+    wanted: &[(String, String)],
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    for (name, prev) in previous {
+        let ours = wanted.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+        let still_ours = sysctl::read(name)
+            .ok()
+            .zip(ours)
+            .is_some_and(|(cur, v)| sysctl::normalize(&cur) == sysctl::normalize(v));
+        if still_ours {
+            if let Err(e) = sysctl::ensure(name, prev) {
+                failed.push(e.to_string());
+            }
+        }
+    }
+    failed
+}
+
+fn rollback(ns: &NetNs, node: &mut RouteSocket, undo: Vec<Undo>) -> Vec<String> {
+    let mut left = Vec::new();
+    let mut pod: Option<PodSockets> = None;
+    for step in undo.into_iter().rev() {
+        match step {
+            Undo::NodeRoute(r) => {
+                if let Err(e) = route::del(node, &r) {
+                    left.push(e.to_string());
+                }
+            }
+            Undo::PodRoute(r) => {
+                if pod.is_none() {
+                    pod = pod_sockets(ns).ok();
+                }
+                if let Some(p) = pod.as_mut() {
+                    if let Err(e) = route::del(&mut p.route, &r) {
+                        left.push(e.to_string());
+                    }
+                }
+            }
+            Undo::NftTable(t) => {
+                if pod.is_none() {
+                    pod = pod_sockets(ns).ok();
+                }
+                if let Some(p) = pod.as_mut() {
+                    if let Err(e) = p.nft.delete_table(&t) {
+                        left.push(e.to_string());
+                    }
+                }
+            }
+            Undo::Sysctls(prev, wanted) => match ns.run(|| restore_sysctls(&prev, &wanted)) {
+                Ok(f) => left.extend(f),
+                Err(e) => left.push(e.to_string()),
+            },
+        }
+    }
+    left
+}
+
+/// Undo a record (DEL/GC). Node routes always; pod-side only when the netns
+/// can still be opened. Absent things are fine; real failures are returned.
+pub fn remove(rec: &Record, node: &mut RouteSocket, netns: Option<&NetNs>) -> Vec<String> {
+    let mut failures = Vec::new();
+    for r in &rec.plan.node_routes {
+        if let Err(e) = route::del(node, r) {
+            failures.push(e.to_string());
+        }
+    }
+    let Some(ns) = netns else {
+        return failures;
+    };
+    let wanted: Vec<(String, String)> = rec
+        .plan
+        .sysctls
+        .iter()
+        .map(|s| (s.name.clone(), s.value.clone()))
+        .collect();
+    match ns.run(|| restore_sysctls(&rec.sysctl_previous, &wanted)) {
+        Ok(f) => failures.extend(f),
+        Err(e) => failures.push(e.to_string()),
+    }
+    if rec.plan.nft_table.is_none() && rec.pod_routes.is_empty() {
+        return failures;
+    }
+    match pod_sockets(ns) {
+        Ok(mut pod) => {
+            if let Some(t) = &rec.plan.nft_table {
+                if let Err(e) = pod.nft.delete_table(t) {
+                    failures.push(e.to_string());
+                }
+            }
+            for r in &rec.pod_routes {
+                // Gone with its interface is fine: del treats that as absent.
+                if let Err(e) = route::del(&mut pod.route, r) {
+                    failures.push(e.to_string());
+                }
+            }
+        }
+        Err(e) => failures.push(e.to_string()),
+    }
+    failures
+}
+
+/// What no longer holds, each a one-line description naming the object.
+pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<String>, ApplyError> {
+    let mut drift = Vec::new();
+    let sysctls: Vec<(String, Result<String, Error>)> = ns.run(|| {
+        rec.plan
+            .sysctls
+            .iter()
+            .map(|s| (s.name.clone(), sysctl::read(&s.name)))
+            .collect()
+    })?;
+    for ((name, got), want) in sysctls.iter().zip(&rec.plan.sysctls) {
+        match got {
+            Ok(v) if sysctl::normalize(v) == sysctl::normalize(&want.value) => {}
+            Ok(v) => drift.push(format!("sysctl {name} is {v}, want {}", want.value)),
+            Err(e) => drift.push(format!("sysctl {name}: {e}")),
+        }
+    }
+    let mut pod = pod_sockets(ns)?;
+    if let Some(t) = &rec.plan.nft_table {
+        match pod.nft.list_masquerade(t)? {
+            None => drift.push(format!("nft table inet {t} is missing")),
+            Some(listed) => {
+                for m in masq_rules(&rec.plan) {
+                    if !listed.iter().any(|l| l.rule.as_ref() == Some(&m)) {
+                        drift.push(format!(
+                            "masquerade for {} out of {} is missing in inet {t}",
+                            m.source, m.oifname
+                        ));
+                    }
+                }
+                let extra = listed
+                    .iter()
+                    .filter(|l| {
+                        l.rule
+                            .as_ref()
+                            .is_none_or(|r| !masq_rules(&rec.plan).contains(r))
+                    })
+                    .count();
+                if extra > 0 {
+                    drift.push(format!(
+                        "inet {t} holds {extra} rule(s) podgate did not write"
+                    ));
+                }
+            }
+        }
+    }
+    if !rec.pod_routes.is_empty() {
+        let routes = route::list_all(&mut pod.route)?;
+        for r in &rec.pod_routes {
+            if route::find(&routes, r).is_none() {
+                drift.push(format!("pod route {} is missing", r.describe()));
+            }
+        }
+    }
+    if !rec.plan.node_routes.is_empty() {
+        let routes = route::list_all(node)?;
+        for r in &rec.plan.node_routes {
+            if route::find(&routes, r).is_none() {
+                drift.push(format!("node return route {} is missing", r.describe()));
+            }
+        }
+    }
+    Ok(drift)
+}

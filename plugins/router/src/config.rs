@@ -1,0 +1,161 @@
+//! Operator configuration from the conflist: the trust anchor. Pods only pick
+//! from what is written here.
+
+use ipnet::IpNet;
+use podgate_cni::CniError;
+use podgate_kit::sysctl;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/podgate";
+pub const ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterConfig {
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    #[serde(default)]
+    pub log_file: Option<PathBuf>,
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Profile>,
+    #[serde(default)]
+    pub assign: Vec<AssignRule>,
+    #[serde(default)]
+    pub allow: Allow,
+    /// Prefix of the nf_tables table podgate owns in each pod netns
+    /// (`inet <prefix>-<ifname>`).
+    #[serde(default = "default_nft_table")]
+    pub nft_table: String,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_STATE_DIR)
+}
+
+fn default_nft_table() -> String {
+    "podgate".into()
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Profile {
+    /// Namespaced sysctls to set inside the pod netns (`IFNAME` = CNI_IFNAME).
+    #[serde(default)]
+    pub sysctls: BTreeMap<String, String>,
+    #[serde(default)]
+    pub masquerade: Vec<Pool>,
+    #[serde(default)]
+    pub return_routes: Vec<ReturnRoute>,
+    #[serde(default)]
+    pub pod_routes: Vec<PodRoute>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    pub source: IpNet,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReturnRoute {
+    pub dst: IpNet,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PodRoute {
+    pub dst: IpNet,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gw: Option<IpAddr>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AssignRule {
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub pod_name_prefix: Option<String>,
+    #[serde(default)]
+    pub pod_name: Option<String>,
+    pub profile: String,
+}
+
+impl AssignRule {
+    pub fn matches(&self, namespace: Option<&str>, pod: Option<&str>) -> bool {
+        let ns_ok = self
+            .namespace
+            .as_deref()
+            .is_none_or(|n| namespace == Some(n));
+        let prefix_ok = self
+            .pod_name_prefix
+            .as_deref()
+            .is_none_or(|p| pod.is_some_and(|name| name.starts_with(p)));
+        let name_ok = self.pod_name.as_deref().is_none_or(|n| pod == Some(n));
+        ns_ok && prefix_ok && name_ok
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Allow {
+    /// Namespaces whose pods may choose a profile or pools by annotation or args.
+    #[serde(default)]
+    pub annotation_namespaces: Vec<String>,
+    /// Pools a pod may name in annotations (each must lie inside one of these).
+    #[serde(default)]
+    pub pools: Vec<IpNet>,
+}
+
+impl RouterConfig {
+    /// Operator mistakes are config errors (code 7), found before touching anything.
+    pub fn validate(&self) -> Result<(), CniError> {
+        for (i, a) in self.assign.iter().enumerate() {
+            if !self.profiles.contains_key(&a.profile) {
+                return Err(CniError::invalid_config(format!(
+                    "assign[{i}] names profile {:?}, which is not in profiles",
+                    a.profile
+                )));
+            }
+        }
+        for (name, p) in &self.profiles {
+            for key in p.sysctls.keys() {
+                sysctl::path_of(&sysctl::expand_ifname(key, "eth0")).map_err(|e| {
+                    CniError::invalid_config(format!("profiles.{name}.sysctls: {e}"))
+                })?;
+            }
+            for pool in p
+                .masquerade
+                .iter()
+                .map(|m| m.source)
+                .chain(p.return_routes.iter().map(|r| r.dst))
+            {
+                if pool.prefix_len() == 0 {
+                    return Err(CniError::invalid_config(format!(
+                        "profiles.{name}: pool {pool} is a default route; name the client pool"
+                    )));
+                }
+            }
+        }
+        if self.nft_table.is_empty()
+            || self.nft_table.len() > 32
+            || !self
+                .nft_table
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(CniError::invalid_config(
+                "nftTable must be 1-32 characters of [A-Za-z0-9_-]",
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn table_for(&self, ifname: &str) -> String {
+        format!("{}-{ifname}", self.nft_table)
+    }
+}

@@ -1,0 +1,205 @@
+//! What the pod asks for (untrusted: CNI_ARGS, annotations, args.cni) checked
+//! against operator policy. Refusals name the rule that refused.
+
+use crate::config::{RouterConfig, ANNOTATIONS_CAPABILITY};
+use ipnet::IpNet;
+use podgate_cni::{CniError, Env, NetConf};
+use serde_json::Value;
+
+pub const ANN_PROFILE: &str = "podgate.dev/profile";
+pub const ANN_MASQUERADE: &str = "podgate.dev/masquerade";
+pub const ANN_RETURN_ROUTES: &str = "podgate.dev/return-routes";
+/// At most this many CIDRs per annotation: a pod cannot make us do unbounded work.
+const MAX_ANNOTATION_POOLS: usize = 16;
+
+/// Where the profile came from, for logs and refusals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Assign(usize),
+    Annotation,
+    Args,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Assign(i) => write!(f, "assign[{i}]"),
+            Source::Annotation => write!(f, "annotation {ANN_PROFILE}"),
+            Source::Args => write!(f, "args.cni.profile"),
+        }
+    }
+}
+
+/// The pod's request, as delivered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodIntent {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub ann_profile: Option<String>,
+    pub ann_masquerade: Option<String>,
+    pub ann_return_routes: Option<String>,
+    pub args_profile: Option<String>,
+}
+
+impl PodIntent {
+    pub fn from_request(env: &Env, conf: &NetConf) -> Result<PodIntent, CniError> {
+        let ann = match conf.runtime_config.get(ANNOTATIONS_CAPABILITY) {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => Some(m),
+            Some(_) => {
+                return Err(CniError::decode(format!(
+                    "runtimeConfig.{ANNOTATIONS_CAPABILITY} must be an object of strings"
+                )))
+            }
+        };
+        let ann_str = |k: &str| -> Result<Option<String>, CniError> {
+            match ann.and_then(|m| m.get(k)) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(CniError::decode(format!("annotation {k} must be a string"))),
+            }
+        };
+        let args_profile = match conf.args_cni.get("profile") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(CniError::decode("args.cni.profile must be a string")),
+        };
+        Ok(PodIntent {
+            namespace: env.arg("K8S_POD_NAMESPACE").map(str::to_string),
+            name: env.arg("K8S_POD_NAME").map(str::to_string),
+            ann_profile: ann_str(ANN_PROFILE)?,
+            ann_masquerade: ann_str(ANN_MASQUERADE)?,
+            ann_return_routes: ann_str(ANN_RETURN_ROUTES)?,
+            args_profile,
+        })
+    }
+
+    fn asks_anything(&self) -> bool {
+        self.ann_profile.is_some()
+            || self.ann_masquerade.is_some()
+            || self.ann_return_routes.is_some()
+            || self.args_profile.is_some()
+    }
+}
+
+/// The outcome of policy: which profile, and the pools in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    pub profile: String,
+    pub source: Source,
+    pub masquerade: Vec<IpNet>,
+    pub return_routes: Vec<IpNet>,
+}
+
+/// Decide; Ok(None) means the pod has no profile and passes through untouched.
+pub fn select(cfg: &RouterConfig, intent: &PodIntent) -> Result<Option<Selection>, CniError> {
+    let ns = intent.namespace.as_deref();
+    let assigned = cfg
+        .assign
+        .iter()
+        .enumerate()
+        .find(|(_, a)| a.matches(ns, intent.name.as_deref()));
+
+    // Anything the pod itself asks for needs its namespace on the allow list.
+    if intent.asks_anything() {
+        let allowed = ns.is_some_and(|n| cfg.allow.annotation_namespaces.iter().any(|a| a == n));
+        if !allowed {
+            return Err(CniError::policy(format!(
+                "refused by allow.annotationNamespaces: pod namespace {} may not choose podgate profiles or pools",
+                ns.map(|n| format!("{n:?}")).unwrap_or_else(|| "(unknown, no K8S_POD_NAMESPACE)".into())
+            )));
+        }
+    }
+
+    let requested = match (&intent.ann_profile, &intent.args_profile) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(CniError::policy(format!(
+                "annotation {ANN_PROFILE}={a:?} and args.cni.profile={b:?} disagree"
+            )))
+        }
+        (Some(a), _) => Some((a.clone(), Source::Annotation)),
+        (None, Some(b)) => Some((b.clone(), Source::Args)),
+        (None, None) => None,
+    };
+
+    let (profile, source) = match (assigned, requested) {
+        (Some((i, a)), Some((r, src))) if r != a.profile => {
+            return Err(CniError::policy(format!(
+                "refused by assign[{i}]: the operator assigns profile {:?} to this pod; {src} asks for {r:?}",
+                a.profile
+            )))
+        }
+        (Some((i, a)), _) => (a.profile.clone(), Source::Assign(i)),
+        (None, Some((r, src))) => (r, src),
+        (None, None) => {
+            if intent.ann_masquerade.is_some() || intent.ann_return_routes.is_some() {
+                return Err(CniError::policy(
+                    "pool annotations given but no podgate profile is selected for this pod",
+                ));
+            }
+            return Ok(None);
+        }
+    };
+    let Some(p) = cfg.profiles.get(&profile) else {
+        return Err(CniError::policy(format!(
+            "refused by profiles: {source} names profile {profile:?}, which the operator did not define"
+        )));
+    };
+
+    let masquerade = match &intent.ann_masquerade {
+        Some(s) => allowed_pools(cfg, ANN_MASQUERADE, s)?,
+        None => p.masquerade.iter().map(|m| m.source.trunc()).collect(),
+    };
+    let return_routes = match &intent.ann_return_routes {
+        Some(s) => allowed_pools(cfg, ANN_RETURN_ROUTES, s)?,
+        None => p.return_routes.iter().map(|r| r.dst.trunc()).collect(),
+    };
+    Ok(Some(Selection {
+        profile,
+        source,
+        masquerade,
+        return_routes,
+    }))
+}
+
+/// Parse a comma-separated CIDR list and keep it inside `allow.pools`.
+pub fn allowed_pools(cfg: &RouterConfig, ann: &str, s: &str) -> Result<Vec<IpNet>, CniError> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if out.len() == MAX_ANNOTATION_POOLS {
+            return Err(CniError::policy(format!(
+                "annotation {ann}: more than {MAX_ANNOTATION_POOLS} pools"
+            )));
+        }
+        let net: IpNet = part.parse().map_err(|_| {
+            CniError::policy(format!(
+                "annotation {ann}: {:?} is not a CIDR",
+                part.chars().take(64).collect::<String>()
+            ))
+        })?;
+        if net.trunc() != net {
+            return Err(CniError::policy(format!(
+                "annotation {ann}: {net} has host bits set; write {}",
+                net.trunc()
+            )));
+        }
+        if !cfg.allow.pools.iter().any(|p| p.contains(&net)) {
+            return Err(CniError::policy(format!(
+                "refused by allow.pools: {net} from annotation {ann} is not inside [{}]",
+                cfg.allow
+                    .pools
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if !out.contains(&net) {
+            out.push(net);
+        }
+    }
+    if out.is_empty() {
+        return Err(CniError::policy(format!("annotation {ann} names no pool")));
+    }
+    Ok(out)
+}

@@ -1,0 +1,18 @@
+//! podgate-router: chained after the primary plugin, it makes a pod a router
+//! (namespaced sysctls, masquerade in the pod, return routes on the node).
+//!
+//! ADD reads as: config → intent + policy → observe node → plan → apply → record.
+
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+pub mod apply;
+pub mod config;
+pub mod intent;
+pub mod plan;
+pub mod plugin;
+pub mod record;
+
+pub use plugin::Router;

@@ -1,0 +1,7 @@
+fn main() {
+    podgate_cni::run(
+        podgate_router::Router,
+        "podgate-router",
+        "podgate-router: CNI plugin (chained) for pods that route: sysctls, masquerade, return routes",
+    )
+}

@@ -1,0 +1,221 @@
+//! The plan: what ADD will change, as plain data computed without side
+//! effects from (selection, profile, prevResult, what the node looks like).
+
+use crate::config::{PodRoute, RouterConfig};
+use crate::intent::Selection;
+use crate::record::Record;
+use ipnet::IpNet;
+use podgate_cni::{CniError, CniResult};
+use podgate_kit::route::{RouteEntry, RouteSpec, RTPROT_PODGATE, TABLE_MAIN};
+use podgate_kit::state::Key;
+use podgate_kit::sysctl;
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SysctlSetting {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Masquerade {
+    pub source: IpNet,
+    pub oifname: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub profile: String,
+    /// Which rule selected the profile (e.g. `assign[0]`).
+    pub source: String,
+    pub ifname: String,
+    pub pod_ips: Vec<IpNet>,
+    /// In the pod netns.
+    pub sysctls: Vec<SysctlSetting>,
+    /// `inet <table>` in the pod netns, if any masquerade is planned.
+    pub nft_table: Option<String>,
+    pub masquerade: Vec<Masquerade>,
+    /// In the pod netns, out of `ifname` (oif resolved when applied).
+    pub pod_routes: Vec<PodRoute>,
+    /// In the node netns, tagged with RTPROT_PODGATE.
+    pub node_routes: Vec<RouteSpec>,
+}
+
+/// What the node looks like, read before planning (no writes).
+#[derive(Debug, Clone, Default)]
+pub struct NodeView {
+    pub routes: Vec<RouteEntry>,
+    pub addresses: Vec<IpNet>,
+    pub records: Vec<Record>,
+}
+
+fn special(net: &IpNet) -> Option<&'static str> {
+    let specials: [(&str, &str); 7] = [
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.0.0/16", "link-local"),
+        ("224.0.0.0/4", "multicast"),
+        ("::1/128", "loopback"),
+        ("fe80::/10", "link-local"),
+        ("ff00::/8", "multicast"),
+        ("::/128", "unspecified"),
+    ];
+    if net.prefix_len() == 0 {
+        return Some("a default route");
+    }
+    specials.iter().find_map(|(cidr, what)| {
+        let s: IpNet = cidr.parse().ok()?;
+        overlaps(&s, net).then_some(*what)
+    })
+}
+
+pub fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
+fn same_family(a: IpAddr, b: IpAddr) -> bool {
+    a.is_ipv4() == b.is_ipv4()
+}
+
+/// The node interface a pod IP is reached through: the most specific
+/// gateway-less main-table route covering it.
+fn connected_route<'a>(view: &'a NodeView, ip: IpAddr) -> Option<&'a RouteEntry> {
+    view.routes
+        .iter()
+        .filter(|r| r.table == TABLE_MAIN && r.gateway.is_none() && r.oif.is_some())
+        .filter(|r| r.dst.contains(&ip) && same_family(r.dst.addr(), ip))
+        .max_by_key(|r| r.dst.prefix_len())
+}
+
+pub fn build(
+    cfg: &RouterConfig,
+    sel: &Selection,
+    key: &Key,
+    prev: &CniResult,
+    view: &NodeView,
+) -> Result<Plan, CniError> {
+    let profile = cfg
+        .profiles
+        .get(&sel.profile)
+        .ok_or_else(|| CniError::policy(format!("profile {:?} not defined", sel.profile)))?;
+    let ifname = key.ifname.as_str();
+    let pod_ips: Vec<IpNet> = prev.ips_of(ifname).iter().map(|i| i.address).collect();
+
+    let sysctls = profile
+        .sysctls
+        .iter()
+        .map(|(k, v)| {
+            let name = sysctl::expand_ifname(k, ifname);
+            sysctl::path_of(&name)
+                .map(|_| SysctlSetting {
+                    name,
+                    value: v.clone(),
+                })
+                .map_err(|e| CniError::invalid_config(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let masquerade: Vec<Masquerade> = sel
+        .masquerade
+        .iter()
+        .map(|p| Masquerade {
+            source: p.trunc(),
+            oifname: ifname.to_string(),
+        })
+        .collect();
+
+    let mut node_routes = Vec::new();
+    for pool in &sel.return_routes {
+        let pool = pool.trunc();
+        if let Some(what) = special(&pool) {
+            return Err(CniError::policy(format!(
+                "return route {pool} refused: it overlaps {what}"
+            )));
+        }
+        if let Some(own) = pod_ips.iter().find(|ip| overlaps(&ip.trunc(), &pool)) {
+            return Err(CniError::policy(format!(
+                "return route {pool} refused: it overlaps the pod's own subnet {}",
+                own.trunc()
+            )));
+        }
+        if let Some(a) = view.addresses.iter().find(|a| pool.contains(&a.addr())) {
+            return Err(CniError::policy(format!(
+                "return route {pool} refused: it contains the node's address {}",
+                a.addr()
+            )));
+        }
+        if let Some(r) = view
+            .records
+            .iter()
+            .find(|r| r.key != *key && r.plan.node_routes.iter().any(|n| overlaps(&n.dst, &pool)))
+        {
+            return Err(CniError::policy(format!(
+                "return route {pool} refused: already routed to pod {} ({}/{})",
+                r.key.container_id, r.key.network, r.key.ifname
+            )));
+        }
+        if let Some(r) = view
+            .routes
+            .iter()
+            .find(|r| r.table == TABLE_MAIN && r.dst == pool && r.protocol != RTPROT_PODGATE)
+        {
+            return Err(CniError::policy(format!(
+                "return route {pool} refused: the node already routes it (proto {}{})",
+                r.protocol,
+                r.gateway.map(|g| format!(" via {g}")).unwrap_or_default()
+            )));
+        }
+        let via = pod_ips
+            .iter()
+            .map(|n| n.addr())
+            .find(|a| same_family(*a, pool.addr()))
+            .ok_or_else(|| {
+                CniError::policy(format!(
+                    "return route {pool} refused: the pod has no {} address on {ifname}",
+                    if pool.addr().is_ipv4() {
+                        "IPv4"
+                    } else {
+                        "IPv6"
+                    }
+                ))
+            })?;
+        let conn = connected_route(view, via).ok_or_else(|| {
+            CniError::new(
+                podgate_cni::code::APPLY_FAILED,
+                format!("return route {pool}: the node has no route to the pod address {via}"),
+            )
+        })?;
+        let host_route = conn.dst.prefix_len() == conn.dst.max_prefix_len();
+        let mut spec = RouteSpec::new(pool);
+        spec.gateway = Some(via);
+        spec.oif = conn.oif;
+        spec.protocol = RTPROT_PODGATE;
+        // A /32 (or /128) per pod, as routed primaries install it: the pod IP is
+        // not on a connected subnet, so the gateway needs `onlink`.
+        spec.onlink = host_route;
+        node_routes.push(spec);
+    }
+
+    for r in &profile.pod_routes {
+        if let Some(gw) = r.gw {
+            if !same_family(gw, r.dst.addr()) {
+                return Err(CniError::invalid_config(format!(
+                    "podRoutes: {} via {gw} mixes address families",
+                    r.dst
+                )));
+            }
+        }
+    }
+
+    Ok(Plan {
+        profile: sel.profile.clone(),
+        source: sel.source.to_string(),
+        ifname: ifname.to_string(),
+        pod_ips,
+        sysctls,
+        nft_table: (!masquerade.is_empty()).then(|| cfg.table_for(ifname)),
+        masquerade,
+        pod_routes: profile.pod_routes.clone(),
+        node_routes,
+    })
+}

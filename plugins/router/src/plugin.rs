@@ -1,0 +1,311 @@
+//! The CNI verbs.
+
+use crate::apply::{self, ApplyError};
+use crate::config::RouterConfig;
+use crate::intent::{self, PodIntent, Selection};
+use crate::plan::{self, NodeView};
+use crate::record::Record;
+use podgate_cni::log::{rfc3339_now, Logger};
+use podgate_cni::{code, prev_or_empty, Attachment, CniError, NetConf, Plugin, Request};
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::NetNs;
+use podgate_kit::state::{Key, StateStore};
+use podgate_kit::{link, route};
+use serde_json::{json, Map, Value};
+
+pub struct Router;
+
+fn kit_err(what: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::apply(format!("{what}: {e}"))
+}
+
+fn load(conf: &NetConf) -> Result<RouterConfig, CniError> {
+    let cfg: RouterConfig = conf.plugin_config()?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn logger(cfg: &RouterConfig, req: &Request) -> Logger {
+    Logger::new("podgate-router", cfg.log_file.as_deref())
+        .with("cmd", format!("{:?}", req.command).to_uppercase())
+        .with("containerID", req.env.container_id.clone())
+        .with("ifname", req.env.ifname.clone())
+        .with("network", req.conf.name.clone())
+}
+
+fn key_of(req: &Request) -> Key {
+    Key::new(&req.conf.name, &req.env.container_id, &req.env.ifname)
+}
+
+fn store(cfg: &RouterConfig) -> Result<StateStore, CniError> {
+    StateStore::open(&cfg.state_dir).map_err(|e| CniError::io(e.to_string()))
+}
+
+fn open_netns(req: &Request) -> Result<NetNs, CniError> {
+    let path = req
+        .env
+        .netns
+        .as_deref()
+        .ok_or_else(|| CniError::invalid_env("CNI_NETNS is missing"))?;
+    NetNs::open(path).map_err(|e| {
+        if e.is_not_found() {
+            CniError::new(code::UNKNOWN_CONTAINER, e.to_string())
+        } else {
+            CniError::invalid_env(e.to_string())
+        }
+    })
+}
+
+fn observe(node: &mut RouteSocket, store: &StateStore) -> Result<NodeView, CniError> {
+    let routes = route::list_all(node).map_err(|e| kit_err("reading node routes", e))?;
+    let addresses = link::addresses(node)
+        .map_err(|e| kit_err("reading node addresses", e))?
+        .into_iter()
+        .map(|a| a.addr)
+        .collect();
+    let (records, _corrupt) = store
+        .list::<Record>()
+        .map_err(|e| CniError::io(e.to_string()))?;
+    Ok(NodeView {
+        routes,
+        addresses,
+        records,
+    })
+}
+
+/// Pod routes from the plan are reported in the result, as a primary would.
+fn add_routes_to_result(result: &mut Map<String, Value>, rec: &Record) {
+    if rec.plan.pod_routes.is_empty() {
+        return;
+    }
+    let routes = result
+        .entry("routes")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Value::Array(list) = routes {
+        for r in &rec.plan.pod_routes {
+            let mut v = json!({"dst": r.dst.to_string()});
+            if let (Some(gw), Some(o)) = (r.gw, v.as_object_mut()) {
+                o.insert("gw".into(), Value::String(gw.to_string()));
+            }
+            list.push(v);
+        }
+    }
+}
+
+impl Router {
+    fn selection(cfg: &RouterConfig, req: &Request) -> Result<Option<Selection>, CniError> {
+        let intent = PodIntent::from_request(&req.env, &req.conf)?;
+        intent::select(cfg, &intent)
+    }
+}
+
+impl Plugin for Router {
+    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
+        let cfg = load(&req.conf)?;
+        let log = logger(&cfg, req);
+        let prev = req.conf.prev_result.as_ref().ok_or_else(|| {
+            CniError::invalid_config(
+                "podgate-router is a chained plugin: no prevResult (put it after the primary plugin in the conflist)",
+            )
+        })?;
+        let mut result = prev_or_empty(&req.conf);
+        let sel = match Self::selection(&cfg, req) {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                log.info("no profile for this pod; passing through", json!({}));
+                return Ok(result);
+            }
+            Err(e) => {
+                log.warn("refused", json!({"reason": e.msg}));
+                return Err(e);
+            }
+        };
+        let ns = open_netns(req)?;
+        let key = key_of(req);
+        let store = store(&cfg)?;
+        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
+        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+
+        // A repeated ADD for the same attachment replaces the earlier one.
+        if let Ok(Some(old)) = store.read::<Record>(&key) {
+            let left = apply::remove(&old, &mut node, Some(&ns));
+            if !left.is_empty() {
+                return Err(CniError::apply(format!(
+                    "replacing earlier ADD of this attachment: {}",
+                    left.join("; ")
+                )));
+            }
+            let _ = store.remove(&key);
+        }
+
+        let view = observe(&mut node, &store)?;
+        let plan = match plan::build(&cfg, &sel, &key, &prev.typed, &view) {
+            Ok(p) => p,
+            Err(e) => {
+                log.warn("refused", json!({"profile": sel.profile, "reason": e.msg}));
+                return Err(e);
+            }
+        };
+        let rec = Record {
+            key: key.clone(),
+            netns: req.env.netns.clone(),
+            created: rfc3339_now(),
+            plan,
+            sysctl_previous: Default::default(),
+            pod_routes: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let rec = apply::apply(&ns, &mut node, rec).map_err(|(e, leftovers)| {
+            let mut msg = format!("applying profile {:?}: {e}", sel.profile);
+            if !leftovers.is_empty() {
+                msg += &format!("; rollback left: {}", leftovers.join("; "));
+            }
+            log.error("apply failed, rolled back", json!({"error": msg}));
+            CniError::apply(msg)
+        })?;
+        if let Err(e) = store.write(&key, &rec) {
+            let left = apply::remove(&rec, &mut node, Some(&ns));
+            return Err(CniError::io(format!(
+                "recording state: {e}{}",
+                if left.is_empty() {
+                    String::new()
+                } else {
+                    format!("; cleanup left: {}", left.join("; "))
+                }
+            )));
+        }
+        log.info(
+            "applied",
+            json!({
+                "pod": format!("{}/{}", req.env.arg("K8S_POD_NAMESPACE").unwrap_or("-"), req.env.arg("K8S_POD_NAME").unwrap_or("-")),
+                "profile": rec.plan.profile,
+                "source": rec.plan.source,
+                "sysctls": rec.plan.sysctls,
+                "masquerade": rec.plan.masquerade,
+                "returnRoutes": rec.plan.node_routes.iter().map(|r| r.describe()).collect::<Vec<_>>(),
+            }),
+        );
+        add_routes_to_result(&mut result, &rec);
+        Ok(result)
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        let cfg = load(&req.conf)?;
+        let log = logger(&cfg, req);
+        let Some(store) = StateStore::existing(&cfg.state_dir) else {
+            return Ok(());
+        };
+        let key = key_of(req);
+        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
+        let rec = match store.read::<Record>(&key) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                // A corrupt record cannot be undone; drop it so DEL converges.
+                log.warn(
+                    "dropping unreadable record",
+                    json!({"error": e.to_string()}),
+                );
+                let _ = store.remove(&key);
+                return Ok(());
+            }
+        };
+        // The netns may be gone already (pod deleted): node side still goes.
+        let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
+        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+        let failures = apply::remove(&rec, &mut node, ns.as_ref());
+        if !failures.is_empty() {
+            log.error("teardown incomplete", json!({"failures": failures}));
+            return Err(CniError::apply(format!(
+                "teardown: {}",
+                failures.join("; ")
+            )));
+        }
+        store
+            .remove(&key)
+            .map_err(|e| CniError::io(e.to_string()))?;
+        log.info("removed", json!({"profile": rec.plan.profile}));
+        Ok(())
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        let cfg = load(&req.conf)?;
+        if req.conf.prev_result.is_none() {
+            return Err(CniError::invalid_config("CHECK needs prevResult"));
+        }
+        let sel = Self::selection(&cfg, req)?;
+        let key = key_of(req);
+        let rec = StateStore::existing(&cfg.state_dir)
+            .map(|s| s.read::<Record>(&key))
+            .transpose()
+            .map_err(|e| CniError::io(e.to_string()))?
+            .flatten();
+        let rec = match (sel, rec) {
+            (None, None) => return Ok(()),
+            (Some(s), None) => {
+                return Err(CniError::apply(format!(
+                    "profile {:?} applies to this pod but podgate has no record of applying it",
+                    s.profile
+                )))
+            }
+            (_, Some(r)) => r,
+        };
+        let ns = open_netns(req)?;
+        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+        let drift =
+            apply::check(&rec, &mut node, &ns).map_err(|e: ApplyError| kit_err("check", e))?;
+        if drift.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::apply(format!("drift: {}", drift.join("; "))))
+        }
+    }
+
+    fn status(&self, conf: &NetConf) -> Result<(), CniError> {
+        let cfg = load(conf)?;
+        let store = StateStore::open(&cfg.state_dir)
+            .map_err(|e| CniError::not_available(format!("state dir unusable: {e}")))?;
+        store
+            .lock()
+            .map(|_| ())
+            .map_err(|e| CniError::not_available(format!("state dir unusable: {e}")))
+    }
+
+    fn gc(&self, conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
+        let cfg = load(conf)?;
+        let Some(store) = StateStore::existing(&cfg.state_dir) else {
+            return Ok(());
+        };
+        let log = Logger::new("podgate-router", cfg.log_file.as_deref()).with("cmd", "GC");
+        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
+        let (records, _) = store
+            .list::<Record>()
+            .map_err(|e| CniError::io(e.to_string()))?;
+        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+        let mut failures = Vec::new();
+        for rec in records.iter().filter(|r| r.key.network == conf.name) {
+            let keep = valid
+                .iter()
+                .any(|a| a.container_id == rec.key.container_id && a.ifname == rec.key.ifname);
+            if keep {
+                continue;
+            }
+            let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
+            let f = apply::remove(rec, &mut node, ns.as_ref());
+            if f.is_empty() {
+                let _ = store.remove(&rec.key);
+                log.info(
+                    "collected",
+                    json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname}),
+                );
+            } else {
+                failures.extend(f);
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::apply(format!("gc: {}", failures.join("; "))))
+        }
+    }
+}

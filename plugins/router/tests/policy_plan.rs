@@ -1,0 +1,326 @@
+//! Policy and planning without root: pure functions over config, intent and a
+//! described node.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use podgate_cni::{env::parse_cni_args, CniResult, Env, NetConf};
+use podgate_kit::route::{RouteEntry, RTPROT_PODGATE};
+use podgate_kit::state::Key;
+use podgate_router::config::RouterConfig;
+use podgate_router::intent::{select, PodIntent, Source};
+use podgate_router::plan::{build, NodeView};
+use podgate_router::record::Record;
+use serde_json::{json, Value};
+
+fn cfg() -> RouterConfig {
+    let c: RouterConfig = serde_json::from_value(json!({
+        "type": "podgate-router", "stateDir": "/tmp/x",
+        "profiles": {
+            "vpn-gateway": {"sysctls": {"net.ipv4.ip_forward": "1", "net.ipv4.conf.IFNAME.rp_filter": "0"},
+                            "masquerade": [{"source": "10.8.0.0/24"}]},
+            "vpn-routed": {"sysctls": {"net.ipv4.ip_forward": "1"}, "returnRoutes": [{"dst": "10.8.0.0/24"}]}
+        },
+        "assign": [{"namespace": "vpn", "podNamePrefix": "openvpn", "profile": "vpn-gateway"}],
+        "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]}
+    }))
+    .unwrap();
+    c.validate().unwrap();
+    c
+}
+
+fn intent(args: &str, conf_extra: Value) -> PodIntent {
+    let env = Env {
+        container_id: "c1".into(),
+        ifname: "eth0".into(),
+        args: parse_cni_args(args).unwrap(),
+        ..Env::default()
+    };
+    let mut conf = json!({"cniVersion": "1.0.0", "name": "n", "type": "podgate-router"});
+    if let (Some(o), Value::Object(e)) = (conf.as_object_mut(), conf_extra) {
+        o.extend(e);
+    }
+    let conf = NetConf::parse(conf.to_string().as_bytes()).unwrap();
+    PodIntent::from_request(&env, &conf).unwrap()
+}
+
+fn annotations(pairs: Value) -> Value {
+    json!({"runtimeConfig": {"io.kubernetes.cri.pod-annotations": pairs}})
+}
+
+#[test]
+fn assign_rule_selects_by_namespace_and_prefix() {
+    let s = select(
+        &cfg(),
+        &intent("K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-0", json!({})),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.profile, "vpn-gateway");
+    assert_eq!(s.source, Source::Assign(0));
+    assert_eq!(s.masquerade, vec!["10.8.0.0/24".parse().unwrap()]);
+    // Same namespace, other pod: no profile, pass-through.
+    assert!(select(
+        &cfg(),
+        &intent("K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=web", json!({}))
+    )
+    .unwrap()
+    .is_none());
+}
+
+#[test]
+fn annotation_and_args_select_in_allowed_namespaces() {
+    let s = select(
+        &cfg(),
+        &intent(
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=web",
+            annotations(json!({"podgate.dev/profile": "vpn-routed"})),
+        ),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (s.profile.as_str(), s.source),
+        ("vpn-routed", Source::Annotation)
+    );
+    let s = select(
+        &cfg(),
+        &intent(
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=web",
+            json!({"args": {"cni": {"profile": "vpn-routed"}}}),
+        ),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.source, Source::Args);
+}
+
+#[test]
+fn refusals_name_the_rule() {
+    let cases = [
+        (
+            "K8S_POD_NAMESPACE=default;K8S_POD_NAME=x",
+            annotations(json!({"podgate.dev/profile": "vpn-routed"})),
+            "allow.annotationNamespaces",
+        ),
+        (
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-1",
+            annotations(json!({"podgate.dev/profile": "vpn-routed"})),
+            "assign[0]",
+        ),
+        (
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
+            annotations(json!({"podgate.dev/profile": "nope"})),
+            "refused by profiles",
+        ),
+        (
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-1",
+            annotations(json!({"podgate.dev/masquerade": "10.9.0.0/24"})),
+            "allow.pools",
+        ),
+        (
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-1",
+            annotations(json!({"podgate.dev/masquerade": "0.0.0.0/0"})),
+            "allow.pools",
+        ),
+        (
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-1",
+            annotations(json!({"podgate.dev/masquerade": "10.8.0.1/24"})),
+            "host bits",
+        ),
+        (
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
+            annotations(json!({"podgate.dev/return-routes": "10.8.1.0/24"})),
+            "no podgate profile",
+        ),
+        (
+            "K8S_POD_NAME=x",
+            json!({"args": {"cni": {"profile": "vpn-routed"}}}),
+            "allow.annotationNamespaces",
+        ),
+    ];
+    for (args, extra, needle) in cases {
+        let e = select(&cfg(), &intent(args, extra.clone())).unwrap_err();
+        assert_eq!(e.code, 100, "{args} {extra}");
+        assert!(e.msg.contains(needle), "{needle:?} not in {:?}", e.msg);
+    }
+}
+
+#[test]
+fn annotations_narrow_pools_inside_allow() {
+    let s = select(
+        &cfg(),
+        &intent(
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-0",
+            annotations(json!({"podgate.dev/masquerade": "10.8.3.0/24, 10.8.4.0/24"})),
+        ),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.masquerade.len(), 2);
+}
+
+fn prev() -> CniResult {
+    serde_json::from_value(json!({
+        "interfaces": [{"name": "cni0"}, {"name": "veth1"}, {"name": "eth0", "sandbox": "/run/netns/p"}],
+        "ips": [{"address": "10.22.0.5/16", "gateway": "10.22.0.1", "interface": 2}]
+    }))
+    .unwrap()
+}
+
+fn route(dst: &str, gw: Option<&str>, oif: u32, proto: u8) -> RouteEntry {
+    RouteEntry {
+        dst: dst.parse().unwrap(),
+        gateway: gw.map(|g| g.parse().unwrap()),
+        oif: Some(oif),
+        table: 254,
+        protocol: proto,
+        metric: None,
+        scope: 0,
+        kind: 1,
+        prefsrc: None,
+    }
+}
+
+fn node() -> NodeView {
+    NodeView {
+        routes: vec![
+            route("10.22.0.0/16", None, 3, 2),
+            route("10.0.0.0/24", None, 2, 2),
+        ],
+        addresses: vec![
+            "10.22.0.1/16".parse().unwrap(),
+            "10.0.0.10/24".parse().unwrap(),
+        ],
+        records: vec![],
+    }
+}
+
+fn routed() -> podgate_router::intent::Selection {
+    select(
+        &cfg(),
+        &intent(
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
+            annotations(json!({"podgate.dev/profile": "vpn-routed"})),
+        ),
+    )
+    .unwrap()
+    .unwrap()
+}
+
+#[test]
+fn plan_for_gateway_profile() {
+    let sel = select(
+        &cfg(),
+        &intent("K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-0", json!({})),
+    )
+    .unwrap()
+    .unwrap();
+    let p = build(&cfg(), &sel, &Key::new("n", "c1", "eth0"), &prev(), &node()).unwrap();
+    assert_eq!(p.nft_table.as_deref(), Some("podgate-eth0"));
+    assert_eq!(p.masquerade[0].oifname, "eth0");
+    assert!(p
+        .sysctls
+        .iter()
+        .any(|s| s.name == "net.ipv4.conf.eth0.rp_filter"));
+    assert!(p.node_routes.is_empty());
+}
+
+#[test]
+fn plan_return_route_via_pod_on_connected_subnet_and_onlink_for_host_routes() {
+    let p = build(
+        &cfg(),
+        &routed(),
+        &Key::new("n", "c1", "eth0"),
+        &prev(),
+        &node(),
+    )
+    .unwrap();
+    let r = &p.node_routes[0];
+    assert_eq!(r.dst.to_string(), "10.8.0.0/24");
+    assert_eq!(r.gateway.unwrap().to_string(), "10.22.0.5");
+    assert_eq!(
+        (r.oif, r.onlink, r.protocol),
+        (Some(3), false, RTPROT_PODGATE)
+    );
+
+    let mut v = node();
+    v.routes.push(route("10.22.0.5/32", None, 7, 3));
+    let p = build(&cfg(), &routed(), &Key::new("n", "c1", "eth0"), &prev(), &v).unwrap();
+    assert_eq!(
+        (p.node_routes[0].oif, p.node_routes[0].onlink),
+        (Some(7), true)
+    );
+}
+
+#[test]
+fn plan_refuses_conflicting_return_routes() {
+    let key = Key::new("n", "c1", "eth0");
+    // Already routed to another pod.
+    let other = build(
+        &cfg(),
+        &routed(),
+        &Key::new("n", "c0", "eth0"),
+        &prev(),
+        &node(),
+    )
+    .unwrap();
+    let mut v = node();
+    v.records.push(Record {
+        key: Key::new("n", "c0", "eth0"),
+        netns: None,
+        created: String::new(),
+        plan: other,
+        sysctl_previous: Default::default(),
+        pod_routes: vec![],
+        warnings: vec![],
+    });
+    let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
+    assert!(e.msg.contains("already routed to pod c0"), "{}", e.msg);
+
+    // A foreign route for the same pool.
+    let mut v = node();
+    v.routes.push(route("10.8.0.0/24", Some("10.0.0.1"), 2, 4));
+    let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
+    assert!(e.msg.contains("already routes it"), "{}", e.msg);
+
+    // Node address inside the pool, pod subnet overlap.
+    let mut v = node();
+    v.addresses.push("10.8.0.7/32".parse().unwrap());
+    let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
+    assert!(e.msg.contains("node's address 10.8.0.7"), "{}", e.msg);
+
+    let mut c = cfg();
+    c.allow.pools.push("10.22.0.0/16".parse().unwrap());
+    c.allow.pools.push("169.254.0.0/16".parse().unwrap());
+    for (pool, needle) in [
+        ("10.22.3.0/24", "pod's own subnet"),
+        ("169.254.1.0/24", "link-local"),
+    ] {
+        let sel = select(
+            &c,
+            &intent(
+                "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
+                annotations(
+                    json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": pool}),
+                ),
+            ),
+        )
+        .unwrap()
+        .unwrap();
+        let e = build(&c, &sel, &key, &prev(), &node()).unwrap_err();
+        assert!(e.msg.contains(needle), "{pool}: {}", e.msg);
+    }
+}
+
+#[test]
+fn config_errors_are_code_7() {
+    for bad in [
+        json!({"profiles": {}, "assign": [{"profile": "missing"}]}),
+        json!({"profiles": {"p": {"sysctls": {"kernel.pid_max": "1"}}}}),
+        json!({"profiles": {"p": {"masquerade": [{"source": "0.0.0.0/0"}]}}}),
+        json!({"nftTable": "bad name"}),
+    ] {
+        let c: RouterConfig = serde_json::from_value(bad.clone()).unwrap();
+        assert_eq!(c.validate().unwrap_err().code, 7, "{bad}");
+    }
+}
