@@ -196,7 +196,12 @@ impl Plugin for Router {
             return Ok(());
         };
         let key = key_of(req);
+        let t0 = std::time::Instant::now();
         let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
+        log.info(
+            "locked",
+            json!({"waitedMs": t0.elapsed().as_millis() as u64}),
+        );
         let rec = match store.read::<Record>(&key) {
             Ok(Some(r)) => r,
             Ok(None) => return Ok(()),

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Benchmark: whole-process ADD latency of podgate-tunnel-guard (release build)
+# on a node netns holding 4,000 XFRM policies (2 per peer of a 2,000-node
+# cluster: out + in, udp/6081, ESP templates) versus 10 policies, with the
+# fixture agent and a real ovsdb-server ready. Prints medians, their ratio and
+# peak RSS. Target: median <= 5 ms. Timing: a posix_spawn/waitpid loop (no
+# shell), cross-checked with hyperfine when installed.
+#
+# Root only. Everything happens in a private netns and temp dir, removed on
+# exit. Not a timed test: run it by hand.
+#   integration/bench/guard.sh [RUNS]        (default 300)
+set -euo pipefail
+
+runs="${1:-300}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+bin="${GUARD_BIN:-$target/release/podgate-tunnel-guard}"  # GUARD_BIN: benchmark another build
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+mark=759815
+node_ip=10.0.0.1
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "guard.sh: must run as root (creates a network namespace)" >&2
+    exit 1
+fi
+for tool in ip ovsdb-tool ovsdb-server ovs-vsctl jq; do
+    command -v "$tool" >/dev/null || { echo "guard.sh: $tool missing (integration/install-deps.sh)" >&2; exit 1; }
+done
+
+[ -n "${GUARD_BIN:-}" ] || (cd "$root" && cargo build -q --release -p podgate-tunnel-guard)
+
+ns="pg-bench-guard-$$"
+tmp="$(mktemp -d /tmp/podgate-bench-guard.XXXXXX)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+
+# A ready node: ovsdb with system-id + protection mark, the fixture agent, the guard.
+ovsdb-tool create "$tmp/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+ovsdb-server "$tmp/conf.db" --remote="punix:$tmp/db.sock" --unixctl="$tmp/ovsdb.ctl" \
+    --log-file="$tmp/ovsdb.log" --no-chdir -vconsole:off </dev/null >/dev/null 2>&1 &
+pids+=($!)
+expires="$(date -u -d '+1 day' +%Y-%m-%dT%H:%M:%SZ)"
+cat >"$tmp/agent.json" <<EOF
+{"mode": "normal", "status": {"phase": "Running", "reason": "", "nodeUID": "bench-uid",
+ "chassis": "bench-chassis", "generation": 1, "certificateHash": "sha256:aa",
+ "trustHash": "sha256:bb", "configurationApplied": true, "runtimeHealthy": true,
+ "protectionArmed": true, "expires": "$expires"}}
+EOF
+"$python" "$root/integration/fixtures/ipsec_agent.py" "$tmp/agent.sock" "$tmp/agent.json" \
+    </dev/null >/dev/null 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+    [ -S "$tmp/db.sock" ] && [ -S "$tmp/agent.sock" ] && break
+    sleep 0.05
+done
+vsctl() { ovs-vsctl --db="unix:$tmp/db.sock" --no-wait --timeout=10 "$@"; }
+vsctl init
+vsctl set Open_vSwitch . external_ids:system-id=bench-chassis \
+    external_ids:ovn-ipsec-protection-mark=$mark
+ip -n "$ns" xfrm policy add dir out src 0.0.0.0/0 dst 0.0.0.0/0 action block \
+    priority 2147483647 mark $mark mask 0xffffffff
+
+# Policies for peers [from, to): out + in, udp/6081, required ESP template.
+peer_policies() {
+    local i a b
+    for ((i = $1; i < $2; i++)); do
+        a=$((i / 250 + 1)) b=$((i % 250 + 1))
+        echo "xfrm policy add dir out src $node_ip/32 dst 172.16.$a.$b/32 proto udp dport 6081 tmpl src $node_ip dst 172.16.$a.$b proto esp reqid $((i + 1)) mode transport"
+        echo "xfrm policy add dir in src 172.16.$a.$b/32 dst $node_ip/32 proto udp dport 6081 tmpl src 172.16.$a.$b dst $node_ip proto esp reqid $((i + 1)) mode transport"
+    done
+}
+
+cat >"$tmp/conf.json" <<EOF
+{"cniVersion": "1.0.0", "name": "bench", "type": "podgate-tunnel-guard",
+ "agentSocket": "$tmp/agent.sock", "ovsdbSocket": "$tmp/db.sock",
+ "minCertValidity": "10m", "timeoutMs": 500,
+ "prevResult": {"cniVersion": "1.0.0",
+   "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/$ns"}],
+   "ips": [{"address": "10.244.0.5/24", "gateway": "10.244.0.1", "interface": 0}]}}
+EOF
+export CNI_COMMAND=ADD CNI_CONTAINERID=bench CNI_NETNS="/var/run/netns/$ns" CNI_IFNAME=eth0 \
+    CNI_PATH=/usr/lib/cni
+
+# Whole-process ADD inside the node netns, spawn to exit, no shell in between
+# (posix_spawn + waitpid from a small Python loop); prints the median in ms.
+spawn_loop() {
+    ip netns exec "$ns" "$python" - "$bin" "$tmp/conf.json" "$runs" <<'PY'
+import os, sys, time
+binp, conf, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ts = []
+for i in range(runs + 20):
+    fd, null = os.open(conf, os.O_RDONLY), os.open("/dev/null", os.O_WRONLY)
+    t0 = time.perf_counter_ns()
+    pid = os.posix_spawn(binp, [binp], os.environ,
+                         file_actions=[(os.POSIX_SPAWN_DUP2, fd, 0), (os.POSIX_SPAWN_DUP2, null, 1)])
+    _, status = os.waitpid(pid, 0)
+    t1 = time.perf_counter_ns()
+    os.close(fd), os.close(null)
+    if status != 0:
+        sys.exit("plugin ADD failed")
+    if i >= 20:  # warm-up
+        ts.append((t1 - t0) / 1e6)
+ts.sort()
+print("%.3f" % ts[len(ts) // 2])
+PY
+}
+
+# The same with hyperfine (through a shell, whose startup hyperfine subtracts).
+hyperfine_median() {
+    command -v hyperfine >/dev/null || { echo "n/a"; return; }
+    ip netns exec "$ns" hyperfine --style none --warmup 20 --runs "$runs" \
+        --export-json "$tmp/hf.json" "$bin < $tmp/conf.json" >/dev/null 2>&1
+    jq '.results[0].median * 1000 * 1000 | round / 1000' "$tmp/hf.json"
+}
+
+measure() {
+    ip netns exec "$ns" "$bin" <"$tmp/conf.json" >"$tmp/out.json" || {
+        echo "guard.sh: ADD failed:" >&2
+        cat "$tmp/out.json" >&2
+        exit 1
+    }
+    echo "$(spawn_loop) $(hyperfine_median)"
+}
+
+peak_rss_kib() {
+    if [ -x /usr/bin/time ]; then
+        ip netns exec "$ns" /usr/bin/time -v "$bin" <"$tmp/conf.json" 2>&1 >/dev/null |
+            awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}'
+    else
+        echo "n/a (apt-get install time)"
+    fi
+}
+
+peer_policies 0 5 | ip -n "$ns" -batch -
+small_n="$(ip -n "$ns" xfrm policy list | grep -c '^src')"
+read -r small_ms small_hf <<<"$(measure)"
+small_rss="$(peak_rss_kib)"
+
+peer_policies 5 2000 | ip -n "$ns" -batch -
+big_n="$(ip -n "$ns" xfrm policy list | grep -c '^src')"
+read -r big_ms big_hf <<<"$(measure)"
+big_rss="$(peak_rss_kib)"
+
+echo "podgate-tunnel-guard ADD, whole process (release), median of $runs runs; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '  %5d xfrm policies: median %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
+    "$small_n" "$small_ms" "$small_hf" "$small_rss"
+printf '  %5d xfrm policies: median %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
+    "$big_n" "$big_ms" "$big_hf" "$big_rss"
+printf '  ratio %d vs %d policies: %.2fx\n' "$big_n" "$small_n" \
+    "$(awk -v a="$big_ms" -v b="$small_ms" 'BEGIN {print a / b}')"
+awk -v m="$big_ms" 'BEGIN {print "  target median <= 5 ms: " (m <= 5 ? "met" : "MISSED")}'

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Install everything podgate's integration tests need on Debian 12 (run as
+# root), then build the libcni test runner (target/cnirunner).
+# Idempotent: apt is only touched when a package is missing. Quiet unless
+# something fails (then the captured output is shown).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+packages=(
+    golang-go
+    golang-github-appc-cni-dev
+    containernetworking-plugins
+    nftables
+    iptables
+    iproute2
+    iputils-ping
+    openvpn
+    openvswitch-switch
+    jq
+    procps
+    coreutils
+    util-linux
+)
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+
+quiet() {
+    if ! "$@" >"$log" 2>&1; then
+        echo "install-deps.sh: command failed: $*" >&2
+        cat "$log" >&2
+        exit 1
+    fi
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps.sh: must run as root" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)"
+    if [ "$status" != "installed" ]; then
+        missing+=("$p")
+    fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    quiet apt-get update
+    quiet apt-get install -y --no-install-recommends "${packages[@]}"
+fi
+
+quiet bash "$here/runner/build.sh"

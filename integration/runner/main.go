@@ -1,0 +1,195 @@
+// cnirunner is a minimal cnitool-like driver for integration tests. It uses
+// the real libcni (the version Debian packages, 1.1.2) so plugins are exercised
+// exactly the way a container runtime would drive them: conflist loading,
+// prevResult chaining, the result cache, CHECK/DEL with the cached result and
+// runtimeConfig capability injection.
+//
+// Usage:
+//
+//	cnirunner <add|check|del> --conf-dir DIR --name NETNAME --netns PATH
+//	          --container-id ID [--ifname eth0] --cni-path DIR[:DIR]
+//	          [--cache-dir DIR] [--args 'K=V;K2=V2'] [--capability-args JSON]
+//
+// Exit status: 0 on success (ADD prints the result JSON on stdout), 2 when the
+// failure is a CNI error (last stderr line is "CNI_ERROR {json}"), 1 for any
+// other failure (including usage errors).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+const usage = `usage: cnirunner <add|check|del> --conf-dir DIR --name NETNAME --netns PATH --container-id ID [--ifname eth0] --cni-path DIR[:DIR] [--cache-dir DIR] [--args 'K=V;K2=V2'] [--capability-args JSON-object]`
+
+type options struct {
+	verb           string
+	confDir        string
+	name           string
+	netns          string
+	containerID    string
+	ifName         string
+	cniPath        string
+	cacheDir       string
+	args           string
+	capabilityArgs string
+}
+
+func parseOptions(argv []string) (*options, error) {
+	if len(argv) < 1 {
+		return nil, errors.New("missing verb")
+	}
+	o := &options{verb: strings.ToLower(argv[0])}
+	switch o.verb {
+	case "add", "check", "del":
+	default:
+		return nil, fmt.Errorf("unknown verb %q", argv[0])
+	}
+
+	fs := flag.NewFlagSet("cnirunner", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	fs.StringVar(&o.confDir, "conf-dir", "", "directory holding *.conflist files")
+	fs.StringVar(&o.name, "name", "", "network name (conflist \"name\")")
+	fs.StringVar(&o.netns, "netns", "", "path of the container network namespace")
+	fs.StringVar(&o.containerID, "container-id", "", "container ID")
+	fs.StringVar(&o.ifName, "ifname", "eth0", "interface name inside the container")
+	fs.StringVar(&o.cniPath, "cni-path", "", "plugin search path, ':'-separated")
+	fs.StringVar(&o.cacheDir, "cache-dir", "", "libcni cache directory (default /var/lib/cni)")
+	fs.StringVar(&o.args, "args", "", "CNI_ARGS as 'K=V;K2=V2'")
+	fs.StringVar(&o.capabilityArgs, "capability-args", "", "capability args as a JSON object")
+	if err := fs.Parse(argv[1:]); err != nil {
+		return nil, err
+	}
+	if fs.NArg() != 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+
+	missing := []string{}
+	for _, req := range []struct{ flag, value string }{
+		{"--conf-dir", o.confDir},
+		{"--name", o.name},
+		{"--netns", o.netns},
+		{"--container-id", o.containerID},
+		{"--cni-path", o.cniPath},
+	} {
+		if req.value == "" {
+			missing = append(missing, req.flag)
+		}
+	}
+	if len(missing) != 0 {
+		return nil, fmt.Errorf("missing required flags: %s", strings.Join(missing, " "))
+	}
+	return o, nil
+}
+
+// parseArgs turns "K=V;K2=V2" into libcni's [][2]string. Empty segments are
+// ignored; a segment without '=' is an error.
+func parseArgs(s string) ([][2]string, error) {
+	var out [][2]string
+	for _, kv := range strings.Split(s, ";") {
+		if kv == "" {
+			continue
+		}
+		parts := strings.SplitN(kv, "=", 2)
+		if len(parts) != 2 || parts[0] == "" {
+			return nil, fmt.Errorf("invalid --args element %q: expected K=V", kv)
+		}
+		out = append(out, [2]string{parts[0], parts[1]})
+	}
+	return out, nil
+}
+
+func splitPath(s string) []string {
+	var out []string
+	for _, p := range filepath.SplitList(s) {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func run(o *options) error {
+	list, err := libcni.LoadConfList(o.confDir, o.name)
+	if err != nil {
+		return fmt.Errorf("loading network %q from %s: %w", o.name, o.confDir, err)
+	}
+
+	args, err := parseArgs(o.args)
+	if err != nil {
+		return err
+	}
+
+	var capArgs map[string]interface{}
+	if o.capabilityArgs != "" {
+		if err := json.Unmarshal([]byte(o.capabilityArgs), &capArgs); err != nil {
+			return fmt.Errorf("invalid --capability-args (need a JSON object): %w", err)
+		}
+	}
+
+	rt := &libcni.RuntimeConf{
+		ContainerID:    o.containerID,
+		NetNS:          o.netns,
+		IfName:         o.ifName,
+		Args:           args,
+		CapabilityArgs: capArgs,
+	}
+
+	cni := libcni.NewCNIConfigWithCacheDir(splitPath(o.cniPath), o.cacheDir, nil)
+	ctx := context.Background()
+
+	switch o.verb {
+	case "add":
+		result, err := cni.AddNetworkList(ctx, list, rt)
+		if err != nil {
+			return err
+		}
+		data, err := json.Marshal(result)
+		if err != nil {
+			return fmt.Errorf("encoding result: %w", err)
+		}
+		if _, err := fmt.Fprintln(os.Stdout, string(data)); err != nil {
+			return fmt.Errorf("writing result: %w", err)
+		}
+		return nil
+	case "check":
+		return cni.CheckNetworkList(ctx, list, rt)
+	case "del":
+		return cni.DelNetworkList(ctx, list, rt)
+	}
+	return fmt.Errorf("unknown verb %q", o.verb)
+}
+
+func main() {
+	o, err := parseOptions(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cnirunner: %v\n%s\n", err, usage)
+		os.Exit(1)
+	}
+
+	err = run(o)
+	if err == nil {
+		os.Exit(0)
+	}
+
+	var cniErr *types.Error
+	if errors.As(err, &cniErr) {
+		data, merr := json.Marshal(cniErr)
+		if merr == nil {
+			// json.Marshal never emits raw newlines, so this is one line.
+			fmt.Fprintf(os.Stderr, "CNI_ERROR %s\n", data)
+			os.Exit(2)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "cnirunner: %v\n", err)
+	os.Exit(1)
+}

@@ -1,0 +1,241 @@
+//! Root-only integration-test harness for podgate.
+//!
+//! Everything happens inside network namespaces created (and always removed)
+//! by this harness; the host's own networking is never touched:
+//!
+//! * [`Netns`]: a named netns (`ip netns add pg-<prefix>-<pid>-<rand>`) with
+//!   `lo` up, deleted on drop together with every process left inside it.
+//! * [`TestNode`]: a simulated Kubernetes node: its own netns plus a temp dir
+//!   holding `net.d/`, `cache/`, `ipam/`, `state/` and `cni-bin/`. CNI calls go
+//!   through `cnirunner` (a tiny Go driver built on the real libcni) executed
+//!   inside the node netns, so bridges, routes and nftables rules land there.
+//! * [`snapshot`] / [`assert_same`]: before/after equality of routes, rules,
+//!   nftables ruleset, links and addresses.
+//! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`]: traffic between namespaces.
+//!
+//! Tests using it must run as root; call [`require_root`] first.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod netns;
+mod node;
+mod snapshot;
+mod tcp;
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+pub use netns::Netns;
+pub use node::{bridge_name, CniOutcome, TestNode, Verb, SYSTEM_CNI_DIR};
+pub use snapshot::{assert_same, snapshot, state_files, Snapshot};
+pub use tcp::{ping, tcp_connect_ok, tcp_listen, tcp_listen_peer_echo, tcp_request, TcpServer};
+
+/// Panics with a clear message unless the effective user is root.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert!(
+        euid == 0,
+        "podgate integration tests need root (they create network namespaces); \
+         run them as root, e.g. `sudo -E cargo test -p podgate-integration` (euid is {euid})"
+    );
+}
+
+/// The cargo workspace root (parent of this crate's directory).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .map_or_else(|| manifest.to_path_buf(), Path::to_path_buf)
+}
+
+/// `<target>/<profile>` derived from the running test executable
+/// (`<target>/<profile>/deps/<test>-<hash>`), if it has that shape.
+fn exe_profile_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    if deps.file_name()? != "deps" {
+        return None;
+    }
+    Some(deps.parent()?.to_path_buf())
+}
+
+/// The cargo target directory: `$CARGO_TARGET_DIR`, else the one the running
+/// test binary lives in, else `<workspace>/target`.
+pub fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        let dir = PathBuf::from(dir);
+        return if dir.is_absolute() {
+            dir
+        } else {
+            workspace_root().join(dir)
+        };
+    }
+    exe_profile_dir()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// Directory holding the `podgate-*` plugin binaries: `$PODGATE_BIN_DIR`, else
+/// the profile dir of the running test binary (normally `target/debug`).
+///
+/// `cargo test -p podgate-integration` does not build the plugins; build them
+/// first (`cargo build --bins`).
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PODGATE_BIN_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    exe_profile_dir().unwrap_or_else(|| target_dir().join("debug"))
+}
+
+/// Path of the libcni runner (`<target>/cnirunner`, or `$PODGATE_CNIRUNNER`).
+///
+/// Built once by `integration/runner/build.sh` when missing or older than its
+/// source; guarded by a `Once` and a file lock so parallel tests (and parallel
+/// test processes) never race.
+pub fn cnirunner() -> PathBuf {
+    if let Some(path) = std::env::var_os("PODGATE_CNIRUNNER").filter(|d| !d.is_empty()) {
+        return PathBuf::from(path);
+    }
+    static BUILD: Once = Once::new();
+    let out = target_dir().join("cnirunner");
+    BUILD.call_once(|| build_cnirunner(&out));
+    assert!(out.is_file(), "cnirunner missing at {}", out.display());
+    out
+}
+
+fn build_cnirunner(out: &Path) {
+    let runner_dir = workspace_root().join("integration").join("runner");
+    if let Some(parent) = out.parent() {
+        fs::create_dir_all(parent).unwrap();
+    }
+    let lock_path = out.with_extension("lock");
+    let lock = File::create(&lock_path)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", lock_path.display()));
+    // SAFETY: flock on a valid, owned descriptor; released when `lock` closes.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    assert!(
+        rc == 0,
+        "flock {}: {}",
+        lock_path.display(),
+        std::io::Error::last_os_error()
+    );
+
+    let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+    let up_to_date = match (mtime(out), mtime(&runner_dir.join("main.go"))) {
+        (Some(bin), Some(src)) => bin >= src,
+        (Some(_), None) => true,
+        _ => false,
+    };
+    if up_to_date {
+        return;
+    }
+    let output = Command::new("bash")
+        .arg(runner_dir.join("build.sh"))
+        .arg(out)
+        .output()
+        .expect("running integration/runner/build.sh");
+    assert!(
+        output.status.success(),
+        "building cnirunner failed ({}); run integration/install-deps.sh first\n{}",
+        output.status,
+        output_text(&output)
+    );
+    drop(lock);
+}
+
+/// 8 random hex characters from the kernel's CSPRNG.
+pub(crate) fn random_suffix() -> String {
+    let mut buf = [0u8; 4];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .expect("reading /dev/urandom");
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Keeps `[A-Za-z0-9_-]`, replaces anything else with `_`, caps the length.
+pub(crate) fn sanitize(s: &str, max: usize) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(max)
+        .collect();
+    if cleaned.is_empty() {
+        "x".to_string()
+    } else {
+        cleaned
+    }
+}
+
+/// Human-readable status + stdout + stderr of a finished command.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `cmd`, panicking (with its output) unless it succeeds; returns stdout.
+pub(crate) fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed\n{}",
+        output_text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A temporary directory removed (recursively) on drop.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates `$TMPDIR/podgate-it-<prefix>-<random>` (mode 0700).
+    pub fn new(prefix: &str) -> TempDir {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        loop {
+            let path = base.join(format!(
+                "podgate-it-{}-{}",
+                sanitize(prefix, 24),
+                random_suffix()
+            ));
+            match fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return TempDir { path },
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => panic!("creating temp dir {}: {e}", path.display()),
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("warning: removing {}: {e}", self.path.display());
+            }
+        }
+    }
+}

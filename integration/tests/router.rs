@@ -1,0 +1,598 @@
+//! podgate-router through the real libcni, bridge + host-local (+ portmap)
+//! primaries, in throwaway node/pod namespaces.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use podgate_integration::{assert_same, require_root, Netns, TestNode, Verb};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const NET: &str = "vpnnet";
+const SUBNET: &str = "10.22.0.0/16";
+
+fn router_entry(node: &TestNode) -> Value {
+    json!({
+        "type": "podgate-router",
+        "stateDir": node.state_dir(),
+        "logFile": std::env::var("PODGATE_TEST_LOG").map(std::path::PathBuf::from).unwrap_or_else(|_| node.root().join("router.log")),
+        "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+        "profiles": {
+            "vpn-gateway": {"sysctls": {"net.ipv4.ip_forward": "1"}, "masquerade": [{"source": "10.8.0.0/24"}]},
+            "vpn-routed":  {"sysctls": {"net.ipv4.ip_forward": "1"}, "returnRoutes": [{"dst": "10.8.0.0/24"}]}
+        },
+        "assign": [{"namespace": "vpn", "podNamePrefix": "openvpn-gw", "profile": "vpn-gateway"}],
+        "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]}
+    })
+}
+
+fn setup(prefix: &str, with_portmap: bool) -> TestNode {
+    require_root();
+    let node = TestNode::new(prefix);
+    let mut extra = Vec::new();
+    if with_portmap {
+        extra
+            .push(json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}));
+    }
+    extra.push(router_entry(&node));
+    node.write_conflist(NET, &node.bridge_conflist(NET, "1.0.0", SUBNET, extra));
+    node
+}
+
+fn pod_args(ns: &str, name: &str) -> String {
+    format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID=x"
+    )
+}
+
+fn annotations(pairs: Value) -> Value {
+    json!({"io.kubernetes.cri.pod-annotations": pairs})
+}
+
+/// A new pod netns with forwarding explicitly off, as nodes show it where the
+/// primary turns it off or devconf_inherit_init_net=2 (a new netns copies the
+/// machine's value otherwise, and a test that inherits 1 proves nothing).
+fn pod(node: &TestNode, name: &str) -> Netns {
+    let p = node.pod(name);
+    p.set_forwarding(false);
+    p
+}
+
+fn node_routes(node: &TestNode) -> String {
+    node.ns.exec_ok(&["ip", "route", "show", "table", "all"])
+}
+
+fn add(
+    node: &TestNode,
+    pod: &Netns,
+    cid: &str,
+    args: &str,
+    cap: Option<Value>,
+) -> podgate_integration::CniOutcome {
+    node.cni(Verb::Add, NET, pod, cid, "eth0", Some(args), cap)
+}
+
+fn del(node: &TestNode, pod: &Netns, cid: &str, args: &str) -> podgate_integration::CniOutcome {
+    node.cni(Verb::Del, NET, pod, cid, "eth0", Some(args), None)
+}
+
+fn pod_ip(result: &Value) -> String {
+    result["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Ask the server what source address it saw; None on timeout.
+fn seen_source(from: &Netns, ip: &str, port: u16) -> Option<String> {
+    podgate_integration::tcp_request(from, ip, port, Duration::from_secs(3))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+struct Vpn {
+    client: Netns,
+    key: std::path::PathBuf,
+}
+
+/// The VPN client lives outside the cluster: its own netns, linked to the
+/// node by a veth pair; it reaches the server through the node's hostPort.
+fn vpn_client(node: &TestNode) -> Vpn {
+    let client = Netns::new("vpnclient");
+    client.set_forwarding(false);
+    let host_if = format!("pgc{}", std::process::id() % 100000);
+    node.ns.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        &host_if,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "uplink0",
+        "netns",
+        client.name(),
+    ]);
+    node.ns
+        .exec_ok(&["ip", "addr", "add", "192.168.77.1/24", "dev", &host_if]);
+    node.ns.exec_ok(&["ip", "link", "set", &host_if, "up"]);
+    client.exec_ok(&["ip", "addr", "add", "192.168.77.2/24", "dev", "uplink0"]);
+    client.exec_ok(&["ip", "link", "set", "uplink0", "up"]);
+    let key = node.root().join("static.key");
+    let out = std::process::Command::new("openvpn")
+        .args(["--genkey", "secret"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "openvpn --genkey: {out:?}");
+    Vpn { client, key }
+}
+
+fn openvpn(
+    ns: &Netns,
+    key: &std::path::Path,
+    server: bool,
+    client_port: u16,
+) -> std::process::Child {
+    let log = key.with_file_name(if server { "server.log" } else { "client.log" });
+    let log = log.to_str().unwrap();
+    let key = key.to_str().unwrap();
+    // --ping keeps the static-key tunnel talking, so it comes up without waiting for traffic.
+    let mut args = vec![
+        "openvpn",
+        "--dev",
+        "tun0",
+        "--secret",
+        key,
+        "--cipher",
+        "AES-256-CBC",
+        "--proto",
+        "udp",
+        "--ping",
+        "1",
+        "--verb",
+        "3",
+        "--log",
+        log,
+    ];
+    if server {
+        args.extend(["--ifconfig", "10.8.0.1", "10.8.0.2", "--port", "1194"]);
+    } else {
+        // A fresh source port per round: the node's conntrack still maps the
+        // previous round's tuple to the previous (deleted) server pod.
+        let lport: &'static str = Box::leak(client_port.to_string().into_boxed_str());
+        args.extend([
+            "--ifconfig",
+            "10.8.0.2",
+            "10.8.0.1",
+            "--remote",
+            "192.168.77.1",
+            "1194",
+            "--route",
+            "10.22.0.0",
+            "255.255.0.0",
+            "--lport",
+            lport,
+        ]);
+    }
+    ns.spawn(&args)
+}
+
+fn wait_for(mut f: impl FnMut() -> bool, secs: u64) -> bool {
+    for _ in 0..secs * 5 {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+/// The article's scenario: a client on the tunnel reaches the server's tunnel
+/// address always, and the pod behind it only when podgate made the VPN pod a
+/// router (masqueraded or with a return route).
+#[test]
+fn openvpn_article_scenario() {
+    let node = setup("ovpn", true);
+    let vpn = vpn_client(&node);
+
+    let backend = pod(&node, "backend");
+    let b = add(
+        &node,
+        &backend,
+        "backend",
+        &pod_args("default", "backend"),
+        None,
+    );
+    b.assert_ok();
+    let backend_ip = pod_ip(b.result.as_ref().unwrap());
+    let _srv = podgate_integration::tcp_listen_peer_echo(&backend, 8080);
+
+    // (pod name, annotations, expected source at the backend: None = silent)
+    let rounds: [(&str, Value, Option<&str>); 3] = [
+        ("plain-vpn", json!({}), None),
+        ("openvpn-gw-0", json!({}), Some("VPN_POD_IP")),
+        (
+            "vpn-routed-0",
+            json!({"podgate.dev/profile": "vpn-routed"}),
+            Some("10.8.0.2"),
+        ),
+    ];
+    for (round, (name, ann, expect)) in rounds.into_iter().enumerate() {
+        let server_pod = pod(&node, name);
+        let cap = json!({
+            "portMappings": [{"hostPort": 1194, "containerPort": 1194, "protocol": "udp"}],
+            "io.kubernetes.cri.pod-annotations": ann,
+        });
+        let out = add(
+            &node,
+            &server_pod,
+            name,
+            &pod_args("vpn", name),
+            Some(cap.clone()),
+        );
+        out.assert_ok();
+        let vpn_ip = pod_ip(out.result.as_ref().unwrap());
+        let forwarding = server_pod.sysctl_get("net.ipv4.ip_forward");
+        assert_eq!(
+            forwarding,
+            if expect.is_some() { "1" } else { "0" },
+            "{name}: ip_forward in the pod"
+        );
+
+        let mut server = openvpn(&server_pod, &vpn.key, true, 0);
+        let mut client = openvpn(&vpn.client, &vpn.key, false, 41000 + round as u16);
+        assert!(
+            wait_for(|| podgate_integration::ping(&vpn.client, "10.8.0.1", 1), 20),
+            "{name}: client never reached the tunnel peer 10.8.0.1\nserver log:\n{}\nclient log:\n{}\nnode nat:\n{}",
+            std::fs::read_to_string(vpn.key.with_file_name("server.log")).unwrap_or_default(),
+            std::fs::read_to_string(vpn.key.with_file_name("client.log")).unwrap_or_default(),
+            node.ns.exec_ok(&["nft", "list", "ruleset"]),
+        );
+        let seen = seen_source(&vpn.client, &backend_ip, 8080);
+        match expect {
+            None => assert_eq!(seen, None, "{name}: backend must be silent without podgate"),
+            Some("VPN_POD_IP") => assert_eq!(
+                seen.as_deref(),
+                Some(vpn_ip.as_str()),
+                "{name}: masqueraded to the VPN pod's address"
+            ),
+            Some(src) => assert_eq!(
+                seen.as_deref(),
+                Some(src),
+                "{name}: client's own tunnel address visible"
+            ),
+        }
+        if name.starts_with("vpn-routed") {
+            let routes = node_routes(&node);
+            assert!(
+                routes.contains(&format!("10.8.0.0/24 via {vpn_ip}")),
+                "{routes}"
+            );
+            assert!(routes.contains("proto 94"), "{routes}");
+        }
+        let _ = client.kill();
+        let _ = server.kill();
+        let _ = client.wait();
+        let _ = server.wait();
+        // The runtime passes the same capability args on DEL (portmap needs them).
+        node.cni(
+            Verb::Del,
+            NET,
+            &server_pod,
+            name,
+            "eth0",
+            Some(&pod_args("vpn", name)),
+            Some(cap),
+        )
+        .assert_ok();
+        assert!(
+            !node_routes(&node).contains("10.8.0.0/24"),
+            "{name}: return route left behind"
+        );
+    }
+    del(&node, &backend, "backend", &pod_args("default", "backend")).assert_ok();
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+}
+
+#[test]
+fn selection_by_assign_annotation_and_args_and_check_drift() {
+    let node = setup("select", false);
+    // args.cni as Multus writes it into the plugin's config.
+    let mut with_args = router_entry(&node);
+    with_args["args"] = json!({"cni": {"profile": "vpn-routed"}});
+    node.write_conflist(
+        "argsnet",
+        &node.bridge_conflist("argsnet", "1.0.0", "10.23.0.0/16", vec![with_args]),
+    );
+
+    // assign rule
+    let p1 = pod(&node, "assign");
+    let r = add(
+        &node,
+        &p1,
+        "c-assign",
+        &pod_args("vpn", "openvpn-gw-1"),
+        None,
+    );
+    r.assert_ok();
+    assert_eq!(p1.sysctl_get("net.ipv4.ip_forward"), "1");
+    let nft = p1.exec_ok(&["nft", "list", "table", "inet", "podgate-eth0"]);
+    assert!(
+        nft.contains("ip saddr 10.8.0.0/24 oifname \"eth0\" masquerade"),
+        "{nft}"
+    );
+    node.cni(
+        Verb::Check,
+        NET,
+        &p1,
+        "c-assign",
+        "eth0",
+        Some(&pod_args("vpn", "openvpn-gw-1")),
+        None,
+    )
+    .assert_ok();
+
+    // CHECK names drift: forwarding turned off, masquerade table removed.
+    p1.sysctl_set("net.ipv4.ip_forward", "0");
+    p1.exec_ok(&["nft", "delete", "table", "inet", "podgate-eth0"]);
+    let c = node.cni(
+        Verb::Check,
+        NET,
+        &p1,
+        "c-assign",
+        "eth0",
+        Some(&pod_args("vpn", "openvpn-gw-1")),
+        None,
+    );
+    assert!(!c.success());
+    let msg = c.error_msg().unwrap_or_default().to_string();
+    assert!(msg.contains("net.ipv4.ip_forward is 0, want 1"), "{msg}");
+    assert!(msg.contains("inet podgate-eth0 is missing"), "{msg}");
+    del(&node, &p1, "c-assign", &pod_args("vpn", "openvpn-gw-1")).assert_ok();
+
+    // annotation
+    let p2 = pod(&node, "ann");
+    add(
+        &node,
+        &p2,
+        "c-ann",
+        &pod_args("vpn", "web"),
+        Some(annotations(json!({"podgate.dev/profile": "vpn-routed"}))),
+    )
+    .assert_ok();
+    assert!(node_routes(&node).contains("10.8.0.0/24 via"));
+    del(&node, &p2, "c-ann", &pod_args("vpn", "web")).assert_ok();
+
+    // args.cni
+    let p3 = pod(&node, "args");
+    let r = node.cni(
+        Verb::Add,
+        "argsnet",
+        &p3,
+        "c-args",
+        "eth0",
+        Some(&pod_args("vpn", "web")),
+        None,
+    );
+    r.assert_ok();
+    assert!(
+        node_routes(&node).contains("10.8.0.0/24 via 10.23."),
+        "{}",
+        node_routes(&node)
+    );
+    node.cni(
+        Verb::Del,
+        "argsnet",
+        &p3,
+        "c-args",
+        "eth0",
+        Some(&pod_args("vpn", "web")),
+        None,
+    )
+    .assert_ok();
+
+    // no profile: passed through untouched
+    let p4 = pod(&node, "none");
+    add(&node, &p4, "c-none", &pod_args("default", "web"), None).assert_ok();
+    assert_eq!(p4.sysctl_get("net.ipv4.ip_forward"), "0");
+    assert!(!p4
+        .exec(&["nft", "list", "table", "inet", "podgate-eth0"])
+        .status
+        .success());
+    del(&node, &p4, "c-none", &pod_args("default", "web")).assert_ok();
+    assert!(node.state_files().is_empty());
+}
+
+#[test]
+fn refusals_apply_nothing() {
+    let node = setup("refuse", false);
+    let warm = pod(&node, "warm");
+    add(&node, &warm, "warm", &pod_args("default", "warm"), None).assert_ok();
+
+    let other = pod(&node, "owner");
+    add(
+        &node,
+        &other,
+        "owner",
+        &pod_args("vpn", "web"),
+        Some(annotations(json!({"podgate.dev/profile": "vpn-routed"}))),
+    )
+    .assert_ok();
+    let before = node.settled_snapshot();
+
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "default",
+            json!({"podgate.dev/profile": "vpn-routed"}),
+            "allow.annotationNamespaces",
+        ),
+        (
+            "vpn",
+            json!({"podgate.dev/profile": "vpn-gateway", "podgate.dev/masquerade": "192.168.0.0/24"}),
+            "allow.pools",
+        ),
+        (
+            "vpn",
+            json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": "0.0.0.0/0"}),
+            "allow.pools",
+        ),
+        (
+            "vpn",
+            json!({"podgate.dev/profile": "nope"}),
+            "refused by profiles",
+        ),
+        (
+            "vpn",
+            json!({"podgate.dev/profile": "vpn-routed"}),
+            "already routed to pod owner",
+        ),
+    ];
+    for (i, (ns, ann, needle)) in cases.into_iter().enumerate() {
+        let p = pod(&node, &format!("bad{i}"));
+        let cid = format!("bad{i}");
+        let out = add(
+            &node,
+            &p,
+            &cid,
+            &pod_args(ns, "web"),
+            Some(annotations(ann.clone())),
+        );
+        out.assert_cni_error(100);
+        assert!(
+            out.error_msg().unwrap_or_default().contains(needle),
+            "{ann}: {:?}",
+            out.error_msg()
+        );
+        assert_eq!(
+            p.sysctl_get("net.ipv4.ip_forward"),
+            "0",
+            "{ann}: nothing applied in the pod"
+        );
+        // libcni does not DEL a failed ADD by itself; the runtime does.
+        del(&node, &p, &cid, &pod_args(ns, "web")).assert_ok();
+    }
+    assert_same(&before, &node.snapshot());
+    del(&node, &other, "owner", &pod_args("vpn", "web")).assert_ok();
+    del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
+    assert!(node.state_files().is_empty());
+}
+
+#[test]
+fn del_after_netns_is_gone_leaves_nothing() {
+    let node = setup("gone", false);
+    let warm = pod(&node, "warm");
+    add(&node, &warm, "warm", &pod_args("default", "warm"), None).assert_ok();
+    let before = node.settled_snapshot();
+
+    let p = pod(&node, "routed");
+    add(
+        &node,
+        &p,
+        "routed",
+        &pod_args("vpn", "web"),
+        Some(annotations(json!({"podgate.dev/profile": "vpn-routed"}))),
+    )
+    .assert_ok();
+    assert!(node_routes(&node).contains("10.8.0.0/24"));
+    assert_eq!(node.state_files().len(), 1);
+    let path = p.path().to_path_buf();
+    drop(p); // the sandbox's netns is deleted before DEL
+    assert!(!path.exists());
+    // DEL gets the stale path, exactly as a runtime passes it.
+    node.cni_with_netns_path(
+        Verb::Del,
+        NET,
+        &path,
+        "routed",
+        "eth0",
+        Some(&pod_args("vpn", "web")),
+        None,
+    )
+    .assert_ok();
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+    assert_same(&before, &node.snapshot());
+    // DEL again: idempotent.
+    node.cni_with_netns_path(
+        Verb::Del,
+        NET,
+        &path,
+        "routed",
+        "eth0",
+        Some(&pod_args("vpn", "web")),
+        None,
+    )
+    .assert_ok();
+    del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
+}
+
+#[test]
+fn thirty_two_pods_at_once_leave_the_node_as_before() {
+    let node = setup("many", false);
+    let warm = pod(&node, "warm");
+    add(&node, &warm, "warm", &pod_args("default", "warm"), None).assert_ok();
+    let before = node.settled_snapshot();
+
+    let pods: Vec<Netns> = (0..32).map(|i| pod(&node, &format!("p{i}"))).collect();
+    let ann = |i: usize| {
+        annotations(
+            json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": format!("10.8.{i}.0/24")}),
+        )
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let node = &node;
+                s.spawn(move || {
+                    add(
+                        node,
+                        p,
+                        &format!("c{i}"),
+                        &pod_args("vpn", &format!("p{i}")),
+                        Some(ann(i)),
+                    )
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().assert_ok();
+        }
+    });
+    let routes = node_routes(&node);
+    for i in 0..32 {
+        assert!(
+            routes.contains(&format!("10.8.{i}.0/24 via")),
+            "pool {i} missing:\n{routes}"
+        );
+    }
+    assert_eq!(node.state_files().len(), 32);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let node = &node;
+                s.spawn(move || {
+                    del(
+                        node,
+                        p,
+                        &format!("c{i}"),
+                        &pod_args("vpn", &format!("p{i}")),
+                    )
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().assert_ok();
+        }
+    });
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+    assert_same(&before, &node.snapshot());
+    del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
+}
