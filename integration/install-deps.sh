@@ -21,6 +21,10 @@ packages=(
     procps
     coreutils
     util-linux
+    python3
+    python3-venv
+    hyperfine
+    time
 )
 
 log="$(mktemp)"

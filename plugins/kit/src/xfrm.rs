@@ -35,6 +35,8 @@ const NLA_TYPE_MASK: u16 = 0x3fff;
 const SELECTOR_LEN: usize = 56;
 const USERPOLICY_INFO_LEN: usize = 168;
 const USER_TMPL_LEN: usize = 64;
+/// `xfrm_userpolicy_info.dir`.
+const DIR_OFFSET: usize = 160;
 
 const AF_INET: u16 = libc::AF_INET as u16;
 const AF_INET6: u16 = libc::AF_INET6 as u16;
@@ -249,6 +251,17 @@ pub fn dump_policies() -> Result<Vec<XfrmPolicy>, XfrmError> {
 
 /// As [`dump_policies`], bounded by `timeout` in total.
 pub fn dump_policies_timeout(timeout: Duration) -> Result<Vec<XfrmPolicy>, XfrmError> {
+    dump(timeout, None)
+}
+
+/// As [`dump_policies_timeout`], keeping only the policies of direction `dir`.
+/// The direction is checked before a policy is parsed, which matters on nodes
+/// with thousands of per-peer policies.
+pub fn dump_policies_dir(dir: Dir, timeout: Duration) -> Result<Vec<XfrmPolicy>, XfrmError> {
+    dump(timeout, Some(dir))
+}
+
+fn dump(timeout: Duration, dir: Option<Dir>) -> Result<Vec<XfrmPolicy>, XfrmError> {
     let deadline = Instant::now() + timeout;
     let mut sock = Socket::new(NETLINK_XFRM)?;
     let local = sock.bind_auto()?;
@@ -276,7 +289,7 @@ pub fn dump_policies_timeout(timeout: Duration) -> Result<Vec<XfrmPolicy>, XfrmE
         if n > buf.len() {
             return Err(malformed(format!("datagram of {n} bytes truncated")));
         }
-        if parse_datagram(&buf, seq, local.port_number(), &mut policies)? {
+        if parse_datagram(&buf, seq, local.port_number(), dir, &mut policies)? {
             return Ok(policies);
         }
     }
@@ -346,12 +359,14 @@ fn u8_at(b: &[u8], off: usize) -> Option<u8> {
     b.get(off).copied()
 }
 
-/// Parse one datagram of the dump into `out`. Returns true once NLMSG_DONE is seen.
-/// Messages with another sequence number or port are not ours and are skipped.
-pub fn parse_datagram(
+/// Parse one datagram of the dump into `out` (only direction `dir`, if given).
+/// Returns true once NLMSG_DONE is seen. Messages with another sequence
+/// number or port are not ours and are skipped.
+fn parse_datagram(
     data: &[u8],
     seq: u32,
     port: u32,
+    dir: Option<Dir>,
     out: &mut Vec<XfrmPolicy>,
 ) -> Result<bool, XfrmError> {
     let mut off = 0;
@@ -386,6 +401,10 @@ pub fn parse_datagram(
                 )));
             }
             XFRM_MSG_NEWPOLICY => {
+                let policy_dir = payload.get(DIR_OFFSET).copied().map(Dir::from);
+                if dir.is_some() && policy_dir != dir {
+                    continue;
+                }
                 if out.len() >= MAX_POLICIES {
                     return Err(XfrmError::TooMany);
                 }
@@ -482,7 +501,7 @@ pub fn parse_policy(p: &[u8]) -> Result<XfrmPolicy, XfrmError> {
         use_time: q(11)?,
     };
     let mut pol = XfrmPolicy {
-        dir: Dir::from(u8_at(info, 160).ok_or_else(short)?),
+        dir: Dir::from(u8_at(info, DIR_OFFSET).ok_or_else(short)?),
         action: Action::from(u8_at(info, 161).ok_or_else(short)?),
         priority: u32_at(info, 152).ok_or_else(short)?,
         index: u32_at(info, 156).ok_or_else(short)?,
@@ -727,11 +746,11 @@ mod tests {
         assert!(parse_policy(&p).is_err());
         // Datagram-level garbage.
         let mut out = Vec::new();
-        assert!(parse_datagram(&[1, 2, 3], 1, 0, &mut out).is_err());
+        assert!(parse_datagram(&[1, 2, 3], 1, 0, None, &mut out).is_err());
         let mut m = nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 1, 0, &good);
         m[0] = m[0].wrapping_add(40); // length beyond the datagram
-        assert!(parse_datagram(&m, 1, 0, &mut out).is_err());
-        assert!(parse_datagram(&nlmsg(3, 0, 1, 0, &[])[..8], 1, 0, &mut out).is_err());
+        assert!(parse_datagram(&m, 1, 0, None, &mut out).is_err());
+        assert!(parse_datagram(&nlmsg(3, 0, 1, 0, &[])[..8], 1, 0, None, &mut out).is_err());
     }
 
     #[test]
@@ -742,15 +761,32 @@ mod tests {
         d.extend(nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 42, 8, &pol)); // not our port
         d.extend(nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 42, 7, &pol));
         let mut out = Vec::new();
-        assert!(!parse_datagram(&d, 42, 7, &mut out).unwrap());
+        assert!(!parse_datagram(&d, 42, 7, None, &mut out).unwrap());
         assert_eq!(out.len(), 2);
         let done = nlmsg(NLMSG_DONE, NLM_F_MULTI, 42, 7, &0u32.to_ne_bytes());
-        assert!(parse_datagram(&done, 42, 7, &mut out).unwrap());
+        assert!(parse_datagram(&done, 42, 7, None, &mut out).unwrap());
         let err = nlmsg(NLMSG_ERROR, 0, 42, 7, &(-libc::EPERM).to_ne_bytes());
-        match parse_datagram(&err, 42, 7, &mut out) {
+        match parse_datagram(&err, 42, 7, None, &mut out) {
             Err(XfrmError::Kernel(e)) => assert_eq!(e.raw_os_error(), Some(libc::EPERM)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn direction_filter_skips_before_parsing() {
+        let out_pol = Fixture::v4(1, 1, 5).payload();
+        let in_pol = Fixture::v4(0, 0, 5).payload();
+        let mut d = nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 1, 0, &in_pol);
+        d.extend(nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 1, 0, &out_pol));
+        // A broken IN policy (bad prefix length) is not even looked at.
+        let mut bad = Fixture::v4(0, 0, 5);
+        bad.info[42] = 99;
+        d.extend(nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 1, 0, &bad.payload()));
+        let mut out = Vec::new();
+        parse_datagram(&d, 1, 0, Some(Dir::Out), &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].dir, Dir::Out);
+        assert!(parse_datagram(&d, 1, 0, None, &mut out).is_err());
     }
 
     #[test]
@@ -815,6 +851,9 @@ mod kernel_tests {
             ip("xfrm policy add dir out src 10.0.0.1/32 dst 10.0.0.2/32 proto udp dport 6081 priority 100 tmpl src 10.0.0.1 dst 10.0.0.2 proto esp reqid 1 mode transport");
             ip("xfrm policy add dir in src 10.0.0.2/32 dst 10.0.0.1/32 proto udp sport 4789 tmpl src 10.0.0.2 dst 10.0.0.1 proto esp reqid 2 mode tunnel level use");
             ip("xfrm policy add dir out src 10.1.0.0/16 dst 10.2.0.0/16 if_id 9");
+            let out = dump_policies_dir(Dir::Out, DEFAULT_TIMEOUT).unwrap();
+            assert_eq!(out.len(), 4);
+            assert!(out.iter().all(|p| p.dir == Dir::Out));
             dump_policies().unwrap()
         });
         assert_eq!(pols.len(), 5, "{pols:#?}");

@@ -79,7 +79,7 @@ fn same_family(a: IpAddr, b: IpAddr) -> bool {
 
 /// The node interface a pod IP is reached through: the most specific
 /// gateway-less main-table route covering it.
-fn connected_route<'a>(view: &'a NodeView, ip: IpAddr) -> Option<&'a RouteEntry> {
+fn connected_route(view: &NodeView, ip: IpAddr) -> Option<&RouteEntry> {
     view.routes
         .iter()
         .filter(|r| r.table == TABLE_MAIN && r.gateway.is_none() && r.oif.is_some())

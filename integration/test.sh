@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The one command that runs every podgate check: installs what it needs
+# (Debian packages, the Go libcni runner), then format, lint, unit tests and
+# the root-only network-namespace integration tests. Run as root on Debian 12.
+#   Benchmarks run in their short mode when CI=true or PODGATE_BENCH=short.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "integration/test.sh: run as root (the tests create network namespaces)" >&2
+    exit 1
+fi
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "dependencies (apt packages, libcni runner)"
+bash integration/install-deps.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "build plugin binaries"
+cargo build --workspace --bins
+
+step "tests: unit + netns integration"
+# Integration test binaries share the machine's /var/run/netns; each test makes
+# its own uniquely named namespaces, so tests may run in parallel.
+cargo test --workspace -- --test-threads=4
+
+if [ -x integration/lint-deploy.sh ]; then
+    step "deployment files (Kubernetes schemas, hadolint)"
+    bash integration/lint-deploy.sh
+fi
+
+if { [ "${CI:-}" = "true" ] || [ "${PODGATE_BENCH:-}" = "short" ]; } && [ -x integration/bench/run.sh ]; then
+    step "benchmarks (short mode)"
+    bash integration/bench/run.sh --short
+fi
+
+leftover="$(ip netns list | grep -c '^pg-' || true)"
+if [ "$leftover" != "0" ]; then
+    echo "integration/test.sh: $leftover test network namespaces were left behind:" >&2
+    ip netns list | grep '^pg-' >&2
+    exit 1
+fi
+echo
+echo "all checks passed"

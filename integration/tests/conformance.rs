@@ -1,0 +1,462 @@
+//! CNI spec conformance of every plugin binary, driven directly (env + stdin)
+//! for every supported version, the way a runtime's libcni calls them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use podgate_integration::{bin_dir, require_root, Netns, TempDir};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not one JSON document ({e}): {:?}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    /// A spec error: non-zero exit, JSON on stdout with cniVersion/code/msg.
+    fn assert_error(&self, code: u64, what: &str) -> Value {
+        assert_ne!(
+            self.code, 0,
+            "{what}: expected failure, stdout {:?}",
+            self.stdout
+        );
+        let v = self.json();
+        assert_eq!(v["code"].as_u64(), Some(code), "{what}: {v}");
+        assert!(
+            v["msg"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {v}"
+        );
+        assert!(v["cniVersion"].is_string(), "{what}: {v}");
+        v
+    }
+
+    fn assert_ok_empty(&self, what: &str) {
+        assert_eq!(
+            self.code, 0,
+            "{what}: stdout {:?} stderr {:?}",
+            self.stdout, self.stderr
+        );
+        assert!(
+            self.stdout.trim().is_empty(),
+            "{what}: stdout must be empty, got {:?}",
+            self.stdout
+        );
+    }
+}
+
+fn call(plugin: &str, env: &[(&str, &str)], stdin: &[u8]) -> Out {
+    let mut cmd = Command::new(bin_dir().join(plugin));
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {plugin}: {e} (run cargo build --bins first)"));
+    {
+        let mut sin = child.stdin.take().unwrap();
+        // A plugin may stop reading early (e.g. oversized input); that is fine.
+        let _ = sin.write_all(stdin);
+    }
+    let out = child.wait_with_output().unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A prevResult in the shape of `v` (0.3.x/0.4.0 IPs carry "version").
+fn prev_result(v: &str, netns: &Path) -> Value {
+    let mut ip = json!({"address": "10.22.0.5/16", "gateway": "10.22.0.1", "interface": 2});
+    if v.starts_with("0.") {
+        ip["version"] = json!("4");
+    }
+    json!({
+        "cniVersion": v,
+        "interfaces": [{"name": "cni0", "mac": "0a:58:0a:16:00:01"},
+                       {"name": "veth1234", "mac": "0a:58:0a:16:00:02"},
+                       {"name": "eth0", "mac": "0a:58:0a:16:00:05", "sandbox": netns}],
+        "ips": [ip],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "10.22.0.1"}],
+        "dns": {"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"]},
+        "x-vendor": {"kept": true}
+    })
+}
+
+fn configs(dir: &Path) -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "podgate-router",
+            json!({"name": "conf", "type": "podgate-router", "stateDir": dir.join("state"),
+                   "profiles": {"p": {"sysctls": {"net.ipv4.ip_forward": "1"}}},
+                   "assign": [{"namespace": "never-matches", "profile": "p"}]}),
+        ),
+        (
+            "podgate-tunnel-guard",
+            json!({"name": "conf", "type": "podgate-tunnel-guard", "required": "never",
+                   "agentSocket": dir.join("absent.sock")}),
+        ),
+    ]
+}
+
+fn with(conf: &Value, v: &str, extra: Value) -> Vec<u8> {
+    let mut c = conf.clone();
+    c["cniVersion"] = json!(v);
+    if let Value::Object(e) = extra {
+        for (k, val) in e {
+            c[k] = val;
+        }
+    }
+    serde_json::to_vec(&c).unwrap()
+}
+
+#[test]
+fn every_verb_every_version() {
+    require_root();
+    let dir = TempDir::new("conformance");
+    let pod = Netns::new("conformance");
+    let netns = pod.path().to_str().unwrap().to_string();
+    for (plugin, conf) in configs(dir.path()) {
+        for v in VERSIONS {
+            let what = |verb: &str| format!("{plugin} {v} {verb}");
+            let base = |cmd: &'static str| {
+                vec![
+                    ("CNI_COMMAND", cmd),
+                    ("CNI_CONTAINERID", "conformance-1"),
+                    ("CNI_NETNS", netns.as_str()),
+                    ("CNI_IFNAME", "eth0"),
+                    ("CNI_PATH", "/opt/cni/bin"),
+                    ("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;UNKNOWN_KEY=x"),
+                ]
+            };
+
+            // VERSION answers exactly what is implemented.
+            let out = call(
+                plugin,
+                &[("CNI_COMMAND", "VERSION")],
+                format!(r#"{{"cniVersion":"{v}"}}"#).as_bytes(),
+            );
+            assert_eq!(out.code, 0, "{}", what("VERSION"));
+            let j = out.json();
+            assert_eq!(
+                j["supportedVersions"],
+                json!(VERSIONS),
+                "{}",
+                what("VERSION")
+            );
+            assert_eq!(j["cniVersion"], json!(v));
+
+            // ADD with prevResult: a chained plugin that changes nothing hands
+            // prevResult back unchanged, in the caller's version.
+            let prev = prev_result(v, pod.path());
+            let out = call(
+                plugin,
+                &base("ADD"),
+                &with(&conf, v, json!({"prevResult": prev})),
+            );
+            assert_eq!(
+                out.code,
+                0,
+                "{}: {} {}",
+                what("ADD"),
+                out.stdout,
+                out.stderr
+            );
+            assert_eq!(out.json(), prev, "{}", what("ADD pass-through"));
+            assert_eq!(
+                out.stdout.trim().lines().count(),
+                1,
+                "{}: logs on stdout?",
+                what("ADD")
+            );
+
+            // ADD without prevResult.
+            let out = call(plugin, &base("ADD"), &with(&conf, v, json!({})));
+            if plugin == "podgate-router" {
+                let e = out.assert_error(7, &what("ADD without prevResult"));
+                assert!(e["msg"].as_str().unwrap().contains("chained"), "{e}");
+            } else {
+                assert_eq!(out.code, 0, "{}", what("ADD without prevResult"));
+                assert_eq!(out.json()["cniVersion"], json!(v));
+            }
+
+            // CHECK exists from 0.4.0 on.
+            let out = call(
+                plugin,
+                &base("CHECK"),
+                &with(&conf, v, json!({"prevResult": prev})),
+            );
+            if v.starts_with("0.3") {
+                out.assert_error(1, &what("CHECK before 0.4.0"));
+            } else {
+                out.assert_ok_empty(&what("CHECK"));
+            }
+
+            // DEL twice, DEL with an empty prevResult, DEL with the netns gone.
+            call(
+                plugin,
+                &base("DEL"),
+                &with(&conf, v, json!({"prevResult": prev})),
+            )
+            .assert_ok_empty(&what("DEL"));
+            call(
+                plugin,
+                &base("DEL"),
+                &with(&conf, v, json!({"prevResult": prev})),
+            )
+            .assert_ok_empty(&what("DEL again"));
+            call(
+                plugin,
+                &base("DEL"),
+                &with(&conf, v, json!({"prevResult": {}})),
+            )
+            .assert_ok_empty(&what("DEL empty prevResult"));
+            let mut gone = base("DEL");
+            gone.retain(|(k, _)| *k != "CNI_NETNS");
+            gone.push(("CNI_NETNS", "/var/run/netns/pg-conformance-does-not-exist"));
+            call(plugin, &gone, &with(&conf, v, json!({})))
+                .assert_ok_empty(&what("DEL netns gone"));
+            let mut no_netns = base("DEL");
+            no_netns.retain(|(k, _)| *k != "CNI_NETNS");
+            call(plugin, &no_netns, &with(&conf, v, json!({})))
+                .assert_ok_empty(&what("DEL without CNI_NETNS"));
+
+            // STATUS and GC exist from 1.1.0 on.
+            let status_env = [("CNI_COMMAND", "STATUS"), ("CNI_PATH", "/opt/cni/bin")];
+            let gc_env = [("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")];
+            let gc_conf = with(
+                &conf,
+                v,
+                json!({"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}]}),
+            );
+            if v == "1.1.0" {
+                call(plugin, &status_env, &with(&conf, v, json!({})))
+                    .assert_ok_empty(&what("STATUS"));
+                call(plugin, &gc_env, &gc_conf).assert_ok_empty(&what("GC"));
+            } else {
+                call(plugin, &status_env, &with(&conf, v, json!({})))
+                    .assert_error(1, &what("STATUS before 1.1.0"));
+                call(plugin, &gc_env, &gc_conf).assert_error(1, &what("GC before 1.1.0"));
+            }
+
+            // Garbage, missing env, unknown verb.
+            call(plugin, &base("ADD"), b"{not json").assert_error(6, &what("garbage"));
+            call(plugin, &base("ADD"), b"").assert_error(6, &what("empty stdin"));
+            let mut missing = base("ADD");
+            missing.retain(|(k, _)| *k != "CNI_CONTAINERID");
+            call(
+                plugin,
+                &missing,
+                &with(&conf, v, json!({"prevResult": prev})),
+            )
+            .assert_error(4, &what("no CNI_CONTAINERID"));
+            let mut missing = base("ADD");
+            missing.retain(|(k, _)| *k != "CNI_NETNS");
+            call(
+                plugin,
+                &missing,
+                &with(&conf, v, json!({"prevResult": prev})),
+            )
+            .assert_error(4, &what("no CNI_NETNS"));
+            let mut missing = base("ADD");
+            missing.retain(|(k, _)| *k != "CNI_COMMAND");
+            call(plugin, &missing, &with(&conf, v, json!({})))
+                .assert_error(4, &what("no CNI_COMMAND"));
+            call(plugin, &base("FROB"), &with(&conf, v, json!({})))
+                .assert_error(4, &what("unknown CNI_COMMAND"));
+        }
+        // Versions we do not implement.
+        for bad in ["0.1.0", "0.2.0", "1.2.0", "9.9.9"] {
+            let out = call(
+                plugin,
+                &[
+                    ("CNI_COMMAND", "ADD"),
+                    ("CNI_CONTAINERID", "c"),
+                    ("CNI_NETNS", &netns),
+                    ("CNI_IFNAME", "eth0"),
+                ],
+                &with(&conf, bad, json!({})),
+            );
+            out.assert_error(1, &format!("{plugin} cniVersion {bad}"));
+        }
+    }
+    // Nothing was recorded for a pod without a profile.
+    let records = std::fs::read_dir(dir.path().join("state"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(records, 0);
+}
+
+#[test]
+fn hostile_input_gets_a_code_and_changes_nothing() {
+    require_root();
+    let dir = TempDir::new("hostile");
+    let pod = Netns::new("hostile");
+    let netns = pod.path().to_str().unwrap().to_string();
+    let regular = dir.path().join("not-a-netns");
+    std::fs::write(&regular, b"x").unwrap();
+    let (plugin, conf) = configs(dir.path()).remove(0);
+    let prev = prev_result("1.0.0", pod.path());
+    let env = |netns: &str, ifname: &str| {
+        vec![
+            ("CNI_COMMAND".to_string(), "ADD".to_string()),
+            ("CNI_CONTAINERID".into(), "hostile".into()),
+            ("CNI_NETNS".into(), netns.to_string()),
+            ("CNI_IFNAME".into(), ifname.to_string()),
+            (
+                "CNI_ARGS".into(),
+                "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x".into(),
+            ),
+        ]
+    };
+    let run = |env: Vec<(String, String)>, stdin: Vec<u8>| {
+        let e: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        call(plugin, &e, &stdin)
+    };
+    let mut profile_conf = conf.clone();
+    profile_conf["assign"] = json!([{"namespace": "vpn", "profile": "p"}]);
+
+    let huge = vec![b' '; 10 << 20];
+    // (what, env, stdin, expected CNI error code)
+    type Case = (&'static str, Vec<(String, String)>, Vec<u8>, u64);
+    let cases: Vec<Case> = vec![
+        (
+            "truncated JSON",
+            env(&netns, "eth0"),
+            br#"{"cniVersion":"1.0.0","name":"#.to_vec(),
+            6,
+        ),
+        (
+            "wrong types",
+            env(&netns, "eth0"),
+            with(&conf, "1.0.0", json!({"profiles": 5})),
+            7,
+        ),
+        ("10 MB stdin", env(&netns, "eth0"), huge, 6),
+        (
+            "NUL bytes",
+            env(&netns, "eth0"),
+            b"{\"cniVersion\":\"1.0.0\0\"}".to_vec(),
+            6,
+        ),
+        (
+            "unknown cniVersion",
+            env(&netns, "eth0"),
+            with(&conf, "7.0.0", json!({})),
+            1,
+        ),
+        (
+            "16-char IFNAME",
+            env(&netns, "eth0123456789abc"),
+            with(&conf, "1.0.0", json!({"prevResult": prev})),
+            4,
+        ),
+        (
+            "IFNAME with slash",
+            env(&netns, "../eth0"),
+            with(&conf, "1.0.0", json!({"prevResult": prev})),
+            4,
+        ),
+        (
+            "netns is a regular file",
+            env(regular.to_str().unwrap(), "eth0"),
+            with(&profile_conf, "1.0.0", json!({"prevResult": prev})),
+            4,
+        ),
+        (
+            "netns missing",
+            env("/var/run/netns/pg-missing-xyz", "eth0"),
+            with(&profile_conf, "1.0.0", json!({"prevResult": prev})),
+            3,
+        ),
+        (
+            "sysctl with ..",
+            env(&netns, "eth0"),
+            with(
+                &conf,
+                "1.0.0",
+                json!({"profiles": {"p": {"sysctls": {"net..ipv4/../kernel": "1"}}}, "prevResult": prev}),
+            ),
+            7,
+        ),
+        (
+            "node-wide sysctl",
+            env(&netns, "eth0"),
+            with(
+                &conf,
+                "1.0.0",
+                json!({"profiles": {"p": {"sysctls": {"kernel.panic": "1"}}}, "prevResult": prev}),
+            ),
+            7,
+        ),
+        (
+            "0.0.0.0/0 in annotation",
+            env(&netns, "eth0"),
+            with(
+                &profile_conf,
+                "1.0.0",
+                json!({"allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]},
+                "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"podgate.dev/masquerade": "0.0.0.0/0"}}, "prevResult": prev}),
+            ),
+            100,
+        ),
+        (
+            "::/0 in annotation",
+            env(&netns, "eth0"),
+            with(
+                &profile_conf,
+                "1.0.0",
+                json!({"allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]},
+                "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"podgate.dev/return-routes": "::/0"}}, "prevResult": prev}),
+            ),
+            100,
+        ),
+    ];
+    let before = pod.exec_ok(&[
+        "sh",
+        "-c",
+        "cat /proc/sys/net/ipv4/ip_forward; nft list ruleset; ip route",
+    ]);
+    for (what, env, stdin, code) in cases {
+        let out = run(env, stdin);
+        let e = out.assert_error(code, what);
+        assert!(
+            !e["msg"].as_str().unwrap().contains('\n'),
+            "{what}: one-line reason: {e}"
+        );
+    }
+    let after = pod.exec_ok(&[
+        "sh",
+        "-c",
+        "cat /proc/sys/net/ipv4/ip_forward; nft list ruleset; ip route",
+    ]);
+    assert_eq!(before, after, "hostile input changed the pod netns");
+    assert!(
+        !dir.path().join("state").exists()
+            || std::fs::read_dir(dir.path().join("state"))
+                .unwrap()
+                .flatten()
+                .all(|e| !e.file_name().to_string_lossy().ends_with(".json"))
+    );
+}

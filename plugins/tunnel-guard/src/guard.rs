@@ -1,0 +1,423 @@
+//! Does the kernel's policy database really hold the output guard, and
+//! nothing that lets tunnel traffic around it? A pure function over a policy
+//! dump, so every case is testable without root.
+//!
+//! The guard: one OUT policy per family, selector any -> any (no proto, no
+//! ports, no interface), action block, priority [`GUARD_PRIORITY`], mark
+//! `<protection mark>/0xffffffff`, no template. Tunnel packets carry the mark,
+//! so without an SA-bound policy in front of it they are dropped.
+//!
+//! A bypass: an OUT allow policy the kernel would pick before the guard for a
+//! marked tunnel packet (its mark matches the protection mark, or it has none;
+//! proto any or UDP; its dport selector admits a tunnel port; priority not
+//! after the guard's) that does not require an ESP SA (no non-optional ESP
+//! template). Such a policy lets plaintext tunnel traffic out.
+
+use crate::config::Family;
+use podgate_kit::xfrm::{Action, Dir, XfrmPolicy, PROTO_UDP};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+pub const GUARD_PRIORITY: u32 = 2_147_483_647;
+pub const FULL_MASK: u32 = 0xffff_ffff;
+
+/// The kernel readback for one address family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FamilyGuard {
+    pub family: Family,
+    pub mark: u32,
+    /// The guard policy, when present.
+    pub guard: Option<XfrmPolicy>,
+    /// Block policies that look like the guard but carry another mark.
+    pub other_marks: Vec<XfrmPolicy>,
+    /// Allow policies that let marked tunnel traffic out unencrypted.
+    pub bypasses: Vec<XfrmPolicy>,
+}
+
+impl FamilyGuard {
+    pub fn ok(&self) -> bool {
+        self.guard.is_some() && self.bypasses.is_empty()
+    }
+}
+
+fn family_matches(p: &XfrmPolicy, family: Family) -> bool {
+    // AF_UNSPEC selectors are counted for both families (fail closed).
+    p.family == family.af() || p.family == 0
+}
+
+/// Shape of the guard, whatever its mark.
+fn guard_shaped(p: &XfrmPolicy, family: Family) -> bool {
+    let s = &p.selector;
+    p.dir == Dir::Out
+        && p.action == Action::Block
+        && p.family == family.af()
+        && p.priority == GUARD_PRIORITY
+        && s.src.prefix_len() == 0
+        && s.dst.prefix_len() == 0
+        && s.proto == 0
+        && s.dport_mask == 0
+        && s.sport_mask == 0
+        && s.ifindex == 0
+        && p.if_id.unwrap_or(0) == 0
+        && p.templates.is_empty()
+}
+
+pub fn is_guard(p: &XfrmPolicy, family: Family, mark: u32) -> bool {
+    guard_shaped(p, family)
+        && p.mark
+            .is_some_and(|m| m.value == mark && m.mask == FULL_MASK)
+}
+
+/// See the module docs. `guard_priority` is the priority the guard has (or should have).
+pub fn is_bypass(
+    p: &XfrmPolicy,
+    family: Family,
+    mark: u32,
+    ports: &[u16],
+    guard_priority: u32,
+) -> bool {
+    let s = &p.selector;
+    p.dir == Dir::Out
+        && p.action == Action::Allow
+        && family_matches(p, family)
+        && p.priority <= guard_priority
+        && p.mark.is_none_or(|m| m.matches(mark))
+        && (s.proto == 0 || s.proto == PROTO_UDP)
+        && ports.iter().any(|&port| s.matches_dport(port))
+        && !p.templates.iter().any(|t| t.requires_esp())
+}
+
+pub fn assess(policies: &[XfrmPolicy], family: Family, mark: u32, ports: &[u16]) -> FamilyGuard {
+    let guard = policies.iter().find(|p| is_guard(p, family, mark)).cloned();
+    let prio = guard.as_ref().map_or(GUARD_PRIORITY, |g| g.priority);
+    FamilyGuard {
+        family,
+        mark,
+        other_marks: policies
+            .iter()
+            .filter(|p| guard_shaped(p, family) && !is_guard(p, family, mark))
+            .cloned()
+            .collect(),
+        bypasses: policies
+            .iter()
+            .filter(|p| is_bypass(p, family, mark, ports, prio))
+            .cloned()
+            .collect(),
+        guard,
+    }
+}
+
+/// One line per policy, in the spirit of `ip xfrm policy`.
+pub fn describe(p: &XfrmPolicy) -> String {
+    let s = &p.selector;
+    let dir = match p.dir {
+        Dir::In => "in".to_string(),
+        Dir::Out => "out".to_string(),
+        Dir::Fwd => "fwd".to_string(),
+        Dir::Other(d) => format!("dir{d}"),
+    };
+    let action = match p.action {
+        Action::Allow => "allow".to_string(),
+        Action::Block => "block".to_string(),
+        Action::Other(a) => format!("action{a}"),
+    };
+    let mut out = format!("{dir} {action} {} -> {}", s.src, s.dst);
+    match s.proto {
+        0 => {}
+        PROTO_UDP => out.push_str(" udp"),
+        6 => out.push_str(" tcp"),
+        n => {
+            let _ = write!(out, " proto {n}");
+        }
+    }
+    if s.dport_mask != 0 {
+        let _ = write!(out, " dport {}", s.dport);
+    }
+    let _ = write!(out, " priority {} index {}", p.priority, p.index);
+    if let Some(m) = p.mark {
+        let _ = write!(out, " mark {:#x}/{:#x}", m.value, m.mask);
+    }
+    if let Some(id) = p.if_id.filter(|&i| i != 0) {
+        let _ = write!(out, " if_id {id}");
+    }
+    if p.templates.is_empty() {
+        out.push_str(" no template");
+    }
+    for t in &p.templates {
+        let proto = match t.proto {
+            50 => "esp".to_string(),
+            51 => "ah".to_string(),
+            108 => "comp".to_string(),
+            n => format!("proto {n}"),
+        };
+        let _ = write!(
+            out,
+            " tmpl {proto}{}",
+            if t.optional { " (optional)" } else { "" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use ipnet::IpNet;
+    use podgate_kit::xfrm::{
+        LifetimeCfg, LifetimeCur, Mark, Mode, PolicyType, Selector, Template, PROTO_AH, PROTO_ESP,
+    };
+
+    const MARK: u32 = 759_815;
+    const PORTS: [u16; 2] = [6081, 4789];
+
+    fn any(family: Family) -> IpNet {
+        match family {
+            Family::Ipv4 => "0.0.0.0/0".parse().unwrap(),
+            Family::Ipv6 => "::/0".parse().unwrap(),
+        }
+    }
+
+    fn policy(family: Family, dir: Dir, action: Action, priority: u32) -> XfrmPolicy {
+        XfrmPolicy {
+            dir,
+            action,
+            priority,
+            index: 1,
+            family: family.af(),
+            selector: Selector {
+                src: any(family),
+                dst: any(family),
+                proto: 0,
+                sport: 0,
+                sport_mask: 0,
+                dport: 0,
+                dport_mask: 0,
+                ifindex: 0,
+                user: 0,
+            },
+            lifetime: LifetimeCfg::default(),
+            current: LifetimeCur::default(),
+            flags: 0,
+            share: 0,
+            ptype: PolicyType::Main,
+            mark: None,
+            if_id: None,
+            templates: Vec::new(),
+        }
+    }
+
+    fn guard(family: Family, mark: u32) -> XfrmPolicy {
+        let mut p = policy(family, Dir::Out, Action::Block, GUARD_PRIORITY);
+        p.mark = Some(Mark {
+            value: mark,
+            mask: FULL_MASK,
+        });
+        p
+    }
+
+    fn tmpl(proto: u8, optional: bool) -> Template {
+        Template {
+            proto,
+            family: 2,
+            src: None,
+            dst: None,
+            spi: 0,
+            reqid: 1,
+            mode: Mode::Transport,
+            share: 0,
+            optional,
+            aalgos: 0,
+            ealgos: 0,
+            calgos: 0,
+        }
+    }
+
+    /// An OUT allow policy for udp/`port` between two hosts with the given templates.
+    fn tunnel(port: u16, templates: Vec<Template>) -> XfrmPolicy {
+        let mut p = policy(Family::Ipv4, Dir::Out, Action::Allow, 0);
+        p.selector.src = "10.0.0.1/32".parse().unwrap();
+        p.selector.dst = "10.0.0.2/32".parse().unwrap();
+        p.selector.proto = PROTO_UDP;
+        p.selector.dport = port;
+        p.selector.dport_mask = 0xffff;
+        p.templates = templates;
+        p
+    }
+
+    fn check(pols: &[XfrmPolicy]) -> FamilyGuard {
+        assess(pols, Family::Ipv4, MARK, &PORTS)
+    }
+
+    #[test]
+    fn guard_present_and_clean() {
+        let pols = vec![
+            guard(Family::Ipv4, MARK),
+            tunnel(6081, vec![tmpl(PROTO_ESP, false)]),
+            tunnel(4789, vec![tmpl(PROTO_AH, false), tmpl(PROTO_ESP, false)]),
+        ];
+        let g = check(&pols);
+        assert!(g.ok(), "{g:#?}");
+        assert!(g.other_marks.is_empty());
+    }
+
+    #[test]
+    fn guard_missing_or_wrong() {
+        assert!(check(&[]).guard.is_none());
+        let g = check(&[guard(Family::Ipv4, 1)]);
+        assert!(g.guard.is_none());
+        assert_eq!(g.other_marks.len(), 1);
+        // The IPv6 guard does not stand in for IPv4, and vice versa.
+        assert!(check(&[guard(Family::Ipv6, MARK)]).guard.is_none());
+        assert!(assess(&[guard(Family::Ipv6, MARK)], Family::Ipv6, MARK, &PORTS).ok());
+        let wrong = |f: fn(&mut XfrmPolicy)| {
+            let mut p = guard(Family::Ipv4, MARK);
+            f(&mut p);
+            check(&[p]).guard.is_none()
+        };
+        assert!(wrong(|p| p.dir = Dir::In));
+        assert!(wrong(|p| p.dir = Dir::Fwd));
+        assert!(wrong(|p| p.action = Action::Allow));
+        assert!(wrong(|p| p.priority = 100));
+        assert!(wrong(|p| p.mark = None));
+        assert!(wrong(|p| p.mark = Some(Mark {
+            value: MARK,
+            mask: 0xffff
+        })));
+        assert!(wrong(|p| p.selector.dst = "10.0.0.0/8".parse().unwrap()));
+        assert!(wrong(|p| p.selector.src = "10.0.0.0/8".parse().unwrap()));
+        assert!(wrong(|p| p.selector.proto = PROTO_UDP));
+        assert!(wrong(|p| {
+            p.selector.dport = 6081;
+            p.selector.dport_mask = 0xffff;
+        }));
+        assert!(wrong(|p| p.selector.ifindex = 3));
+        assert!(wrong(|p| p.if_id = Some(4)));
+        assert!(wrong(|p| p.templates = vec![tmpl(PROTO_ESP, false)]));
+        assert!(!wrong(|p| p.if_id = Some(0)));
+    }
+
+    #[test]
+    fn bypasses() {
+        let is_bypass = |p: XfrmPolicy| !check(&[guard(Family::Ipv4, MARK), p]).bypasses.is_empty();
+        // No template at all: plaintext allowed.
+        assert!(is_bypass(tunnel(6081, vec![])));
+        assert!(is_bypass(tunnel(4789, vec![])));
+        // Templates that do not force encryption.
+        assert!(is_bypass(tunnel(6081, vec![tmpl(PROTO_ESP, true)])));
+        assert!(is_bypass(tunnel(6081, vec![tmpl(PROTO_AH, false)])));
+        assert!(is_bypass(tunnel(6081, vec![tmpl(108, false)])));
+        // Any proto, any port.
+        let mut p = tunnel(0, vec![]);
+        p.selector.proto = 0;
+        p.selector.dport_mask = 0;
+        assert!(is_bypass(p));
+        // A port mask that admits 6081 (6080/0xfffe).
+        let mut p = tunnel(6080, vec![]);
+        p.selector.dport_mask = 0xfffe;
+        assert!(is_bypass(p));
+        // Marks: the protection mark, a mask that ignores it, no mark.
+        let mut p = tunnel(6081, vec![]);
+        p.mark = Some(Mark {
+            value: MARK,
+            mask: FULL_MASK,
+        });
+        assert!(is_bypass(p.clone()));
+        p.mark = Some(Mark { value: 0, mask: 0 });
+        assert!(is_bypass(p.clone()));
+        p.mark = Some(Mark {
+            value: MARK & 0xff,
+            mask: 0xff,
+        });
+        assert!(is_bypass(p));
+        // AF_UNSPEC selector counts for both families.
+        let mut p = tunnel(6081, vec![]);
+        p.family = 0;
+        assert!(is_bypass(p));
+    }
+
+    #[test]
+    fn not_bypasses() {
+        let is_bypass = |p: XfrmPolicy| !check(&[guard(Family::Ipv4, MARK), p]).bypasses.is_empty();
+        assert!(!is_bypass(tunnel(6081, vec![tmpl(PROTO_ESP, false)])));
+        assert!(!is_bypass(tunnel(
+            6081,
+            vec![tmpl(PROTO_ESP, true), tmpl(PROTO_ESP, false)]
+        )));
+        // Other ports, other protocols: not tunnel traffic.
+        assert!(!is_bypass(tunnel(53, vec![])));
+        let mut p = tunnel(6081, vec![]);
+        p.selector.proto = 6;
+        assert!(!is_bypass(p));
+        // IKE itself (udp/500, 4500) must flow in plaintext.
+        assert!(!is_bypass(tunnel(500, vec![])));
+        assert!(!is_bypass(tunnel(4500, vec![])));
+        // A mark the tunnel packets do not carry.
+        let mut p = tunnel(6081, vec![]);
+        p.mark = Some(Mark {
+            value: 1,
+            mask: FULL_MASK,
+        });
+        assert!(!is_bypass(p));
+        // Other directions, block actions, other families.
+        let mut p = tunnel(6081, vec![]);
+        p.dir = Dir::In;
+        assert!(!is_bypass(p));
+        let mut p = tunnel(6081, vec![]);
+        p.dir = Dir::Fwd;
+        assert!(!is_bypass(p));
+        let mut p = tunnel(6081, vec![]);
+        p.action = Action::Block;
+        assert!(!is_bypass(p));
+        let mut p = policy(Family::Ipv6, Dir::Out, Action::Allow, 0);
+        p.selector.proto = PROTO_UDP;
+        assert!(!is_bypass(p.clone()));
+        assert_eq!(
+            assess(&[guard(Family::Ipv6, MARK), p], Family::Ipv6, MARK, &PORTS)
+                .bypasses
+                .len(),
+            1
+        );
+        // Lower precedence than the guard: the guard wins.
+        let mut p = tunnel(6081, vec![]);
+        p.priority = u32::MAX;
+        assert!(!is_bypass(p));
+    }
+
+    #[test]
+    fn bypass_found_without_guard_too() {
+        let g = check(&[tunnel(6081, vec![])]);
+        assert!(g.guard.is_none());
+        assert_eq!(g.bypasses.len(), 1);
+        assert!(!g.ok());
+    }
+
+    #[test]
+    fn many_peers_scale() {
+        let mut pols = vec![guard(Family::Ipv4, MARK)];
+        for i in 0..4000u32 {
+            let mut p = tunnel(6081, vec![tmpl(PROTO_ESP, false)]);
+            p.index = i;
+            if i % 2 == 1 {
+                p.dir = Dir::In;
+            }
+            pols.push(p);
+        }
+        assert!(check(&pols).ok());
+    }
+
+    #[test]
+    fn describes_policies() {
+        let d = describe(&tunnel(6081, vec![tmpl(PROTO_ESP, true)]));
+        assert_eq!(
+            d,
+            "out allow 10.0.0.1/32 -> 10.0.0.2/32 udp dport 6081 priority 0 index 1 tmpl esp (optional)"
+        );
+        let d = describe(&guard(Family::Ipv4, MARK));
+        assert_eq!(
+            d,
+            "out block 0.0.0.0/0 -> 0.0.0.0/0 priority 2147483647 index 1 mark 0xb9807/0xffffffff no template"
+        );
+    }
+}
