@@ -23,6 +23,10 @@ pub struct RuleSpec {
     pub table: u32,
     #[serde(default)]
     pub protocol: u8,
+    /// `suppress_prefixlength N`: ignore routes of prefix length <= N found
+    /// by this rule's lookup (e.g. 31: only /32 host routes count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suppress_prefixlen: Option<u32>,
 }
 
 impl RuleSpec {
@@ -57,6 +61,9 @@ impl RuleSpec {
             m.attributes
                 .push(RuleAttribute::Protocol(RouteProtocol::from(self.protocol)));
         }
+        if let Some(n) = self.suppress_prefixlen {
+            m.attributes.push(RuleAttribute::SuppressPrefixLen(n));
+        }
         m
     }
 
@@ -73,6 +80,9 @@ impl RuleSpec {
             s += &format!(" iif {i}");
         }
         s += &format!(" lookup {}", self.table);
+        if let Some(n) = self.suppress_prefixlen {
+            s += &format!(" suppress_prefixlength {n}");
+        }
         s
     }
 
@@ -84,6 +94,8 @@ impl RuleSpec {
             && self.to.map(|n| n.trunc()) == other.to.map(|n| n.trunc())
             && self.iif == other.iif
             && self.table == other.table
+            && self.suppress_prefixlen.unwrap_or(u32::MAX)
+                == other.suppress_prefixlen.unwrap_or(u32::MAX)
     }
 }
 
@@ -123,6 +135,7 @@ fn spec_of(m: &RuleMessage) -> Option<RuleSpec> {
         iif: None,
         table: u32::from(m.header.table),
         protocol: 0,
+        suppress_prefixlen: None,
     };
     for a in &m.attributes {
         match a {
@@ -134,6 +147,10 @@ fn spec_of(m: &RuleMessage) -> Option<RuleSpec> {
             RuleAttribute::Destination(ip) => r.to = IpNet::new(*ip, m.header.dst_len).ok(),
             RuleAttribute::Iifname(i) => r.iif = Some(i.clone()),
             RuleAttribute::Protocol(p) => r.protocol = u8::from(*p),
+            // The kernel reports "no suppression" as u32::MAX.
+            RuleAttribute::SuppressPrefixLen(n) if *n != u32::MAX => {
+                r.suppress_prefixlen = Some(*n)
+            }
             _ => {}
         }
     }

@@ -113,6 +113,9 @@ impl StateStore {
                 source,
             })?;
         let start = Instant::now();
+        // Back off while waiting: dozens of concurrent CNI calls polling a
+        // busy lock must not eat the CPU the holder needs.
+        let mut pause = Duration::from_millis(1);
         loop {
             // SAFETY: flock on an fd we own.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -127,7 +130,8 @@ impl StateStore {
                     source: err,
                 });
             }
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(25));
         }
     }
 

@@ -4,12 +4,15 @@
 //! there too) and then driven from this thread; node-side changes use a
 //! socket in the plugin's own (the node's) namespace.
 
+use crate::config::RoutingMode;
 use crate::plan::Plan;
 use crate::record::Record;
+use crate::routing;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::nft::{MasqRule, NftSocket};
 use podgate_kit::route::{self, RouteSpec, RTPROT_PODGATE};
+use podgate_kit::state::StateStore;
 use podgate_kit::{link, sysctl, Error};
 use std::collections::BTreeMap;
 
@@ -58,6 +61,11 @@ enum Undo {
     NftTable(String),
     PodRoute(RouteSpec),
     NodeRoute(RouteSpec),
+    Routing(routing::Step),
+    /// This ADD set up the node for strict pods; undo restores the node.
+    NodeShared {
+        v6: bool,
+    },
 }
 
 /// Apply `plan`; on error everything already done is undone. Returns the
@@ -65,13 +73,14 @@ enum Undo {
 pub fn apply(
     ns: &NetNs,
     node: &mut RouteSocket,
+    store: &StateStore,
     mut rec: Record,
 ) -> Result<Record, (ApplyError, Vec<String>)> {
     let mut undo: Vec<Undo> = Vec::new();
-    match apply_steps(ns, node, &mut rec, &mut undo) {
+    match apply_steps(ns, node, store, &mut rec, &mut undo) {
         Ok(()) => Ok(rec),
         Err(e) => {
-            let leftovers = rollback(ns, node, undo);
+            let leftovers = rollback(ns, node, store, undo);
             Err((e, leftovers))
         }
     }
@@ -80,6 +89,7 @@ pub fn apply(
 fn apply_steps(
     ns: &NetNs,
     node: &mut RouteSocket,
+    store: &StateStore,
     rec: &mut Record,
     undo: &mut Vec<Undo>,
 ) -> Result<(), ApplyError> {
@@ -120,6 +130,18 @@ fn apply_steps(
     for r in &plan.node_routes {
         route::add(node, r, false)?;
         undo.push(Undo::NodeRoute(r.clone()));
+    }
+
+    if let Some(rp) = &plan.routing {
+        if rp.mode == RoutingMode::Strict && routing::ensure_node(store, node, rp)? {
+            undo.push(Undo::NodeShared {
+                v6: !rp.pod_ip.addr().is_ipv4(),
+            });
+        }
+        let mut steps = Vec::new();
+        let res = routing::apply_pod(node, rp, &mut steps);
+        undo.extend(steps.into_iter().map(Undo::Routing));
+        res?;
     }
     Ok(())
 }
@@ -163,11 +185,22 @@ fn restore_sysctls(
     failed
 }
 
-fn rollback(ns: &NetNs, node: &mut RouteSocket, undo: Vec<Undo>) -> Vec<String> {
+fn rollback(
+    ns: &NetNs,
+    node: &mut RouteSocket,
+    store: &StateStore,
+    undo: Vec<Undo>,
+) -> Vec<String> {
     let mut left = Vec::new();
     let mut pod: Option<PodSockets> = None;
     for step in undo.into_iter().rev() {
         match step {
+            Undo::Routing(s) => {
+                if let Err(e) = routing::undo(node, s) {
+                    left.push(e.to_string());
+                }
+            }
+            Undo::NodeShared { v6 } => left.extend(routing::restore_node(store, node, v6)),
             Undo::NodeRoute(r) => {
                 if let Err(e) = route::del(node, &r) {
                     left.push(e.to_string());
@@ -202,18 +235,57 @@ fn rollback(ns: &NetNs, node: &mut RouteSocket, undo: Vec<Undo>) -> Vec<String> 
     left
 }
 
-/// Undo a record (DEL/GC). Node routes always; pod-side only when the netns
-/// can still be opened. Absent things are fine; real failures are returned.
-pub fn remove(rec: &Record, node: &mut RouteSocket, netns: Option<&NetNs>) -> Vec<String> {
+/// Undo a record (DEL/GC): node side, then pod side when the netns can still
+/// be opened. Absent things are fine; real failures are returned.
+///
+/// `last_strict`: no other strict pod remains, so node-wide strict settings
+/// go back to what they were.
+pub fn remove(
+    rec: &Record,
+    node: &mut RouteSocket,
+    netns: Option<&NetNs>,
+    store: &StateStore,
+    last_strict: bool,
+) -> Vec<String> {
+    let mut failures = remove_node_side(rec, node, store, last_strict);
+    if let Some(ns) = netns {
+        failures.extend(remove_pod_side(rec, ns));
+    }
+    failures
+}
+
+/// Node-side part of `remove`: routing boundary and return routes.
+pub fn remove_node_side(
+    rec: &Record,
+    node: &mut RouteSocket,
+    store: &StateStore,
+    last_strict: bool,
+) -> Vec<String> {
     let mut failures = Vec::new();
+    if let Some(rp) = &rec.plan.routing {
+        failures.extend(routing::remove_pod(node, rp));
+        if rp.mode == RoutingMode::Strict && last_strict {
+            failures.extend(routing::restore_node(
+                store,
+                node,
+                !rp.pod_ip.addr().is_ipv4(),
+            ));
+        }
+    }
     for r in &rec.plan.node_routes {
         if let Err(e) = route::del(node, r) {
             failures.push(e.to_string());
         }
     }
-    let Some(ns) = netns else {
-        return failures;
-    };
+    failures
+}
+
+/// Pod-side part of `remove`: sysctls back (where still ours), podgate's
+/// nf_tables table, pod routes. Needs no node-wide lock: it touches only the
+/// pod's own namespace, and writing forwarding sysctls can wait on the
+/// kernel's rtnl lock for a long time on a busy node.
+pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
+    let mut failures = Vec::new();
     let wanted: Vec<(String, String)> = rec
         .plan
         .sysctls
@@ -307,6 +379,9 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
                 drift.push(format!("node return route {} is missing", r.describe()));
             }
         }
+    }
+    if let Some(rp) = &rec.plan.routing {
+        drift.extend(routing::check(node, rp)?);
     }
     Ok(drift)
 }

@@ -29,6 +29,13 @@ pub struct RouterConfig {
     /// (`inet <prefix>-<ifname>`).
     #[serde(default = "default_nft_table")]
     pub nft_table: String,
+    /// Per-node limit on strict-mode pods (the seed's trunk quota).
+    #[serde(default = "default_max_strict")]
+    pub max_strict_pods: usize,
+}
+
+fn default_max_strict() -> usize {
+    100
 }
 
 fn default_state_dir() -> PathBuf {
@@ -51,6 +58,59 @@ pub struct Profile {
     pub return_routes: Vec<ReturnRoute>,
     #[serde(default)]
     pub pod_routes: Vec<PodRoute>,
+    /// Give the pod a routing boundary through the node's uplink.
+    #[serde(default)]
+    pub routing: Option<Routing>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RoutingMode {
+    /// All of the pod's traffic, same-node and node-to-pod included, leaves
+    /// through the uplink and comes back (passes the outside boundary).
+    Strict,
+    /// Off-node traffic uses the pod's table; same-node traffic stays local.
+    Standard,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum TableChoice {
+    Auto,
+    Id(u32),
+}
+
+impl<'de> Deserialize<'de> for TableChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u32),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(TableChoice::Id(n)),
+            Raw::S(s) if s == "auto" => Ok(TableChoice::Auto),
+            Raw::S(s) => Err(serde::de::Error::custom(format!(
+                "table must be a number or \"auto\", not {s:?}"
+            ))),
+        }
+    }
+}
+
+fn table_auto() -> TableChoice {
+    TableChoice::Auto
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Routing {
+    pub mode: RoutingMode,
+    /// Node interface towards the security boundary.
+    pub uplink: String,
+    /// Next hop on the uplink.
+    pub gateway: IpAddr,
+    #[serde(default = "table_auto")]
+    pub table: TableChoice,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -126,6 +186,23 @@ impl RouterConfig {
             for key in p.sysctls.keys() {
                 sysctl::path_of(&sysctl::expand_ifname(key, "eth0")).map_err(|e| {
                     CniError::invalid_config(format!("profiles.{name}.sysctls: {e}"))
+                })?;
+            }
+            if let Some(r) = &p.routing {
+                // strict + masquerade is refused per pod at plan time (code 100),
+                // so one bad profile does not stop every pod on the node.
+                if let TableChoice::Id(t) = r.table {
+                    if t == 0 || (253..=255).contains(&t) {
+                        return Err(CniError::invalid_config(format!(
+                            "profiles.{name}.routing.table {t} is reserved (unspec/default/main/local)"
+                        )));
+                    }
+                }
+                podgate_cni::env::validate_ifname(&r.uplink).map_err(|_| {
+                    CniError::invalid_config(format!(
+                        "profiles.{name}.routing.uplink {:?} is not an interface name",
+                        r.uplink
+                    ))
                 })?;
             }
             for pool in p

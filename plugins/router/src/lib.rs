@@ -14,5 +14,6 @@ pub mod intent;
 pub mod plan;
 pub mod plugin;
 pub mod record;
+pub mod routing;
 
 pub use plugin::Router;

@@ -4,8 +4,10 @@
 use crate::config::{PodRoute, RouterConfig};
 use crate::intent::Selection;
 use crate::record::Record;
+use crate::routing::{self, RoutingPlan};
 use ipnet::IpNet;
 use podgate_cni::{CniError, CniResult};
+use podgate_kit::link::Link;
 use podgate_kit::route::{RouteEntry, RouteSpec, RTPROT_PODGATE, TABLE_MAIN};
 use podgate_kit::state::Key;
 use podgate_kit::sysctl;
@@ -40,6 +42,9 @@ pub struct Plan {
     pub pod_routes: Vec<PodRoute>,
     /// In the node netns, tagged with RTPROT_PODGATE.
     pub node_routes: Vec<RouteSpec>,
+    /// Strict/standard routing boundary (node side).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingPlan>,
 }
 
 /// What the node looks like, read before planning (no writes).
@@ -48,6 +53,9 @@ pub struct NodeView {
     pub routes: Vec<RouteEntry>,
     pub addresses: Vec<IpNet>,
     pub records: Vec<Record>,
+    pub links: Vec<Link>,
+    /// Masquerade/SNAT rules found in the node's nat postrouting chains.
+    pub node_snat: Vec<String>,
 }
 
 fn special(net: &IpNet) -> Option<&'static str> {
@@ -207,6 +215,12 @@ pub fn build(
         }
     }
 
+    let routing = profile
+        .routing
+        .as_ref()
+        .map(|r| routing::plan(cfg, r, &pod_ips, !masquerade.is_empty(), view, key))
+        .transpose()?;
+
     Ok(Plan {
         profile: sel.profile.clone(),
         source: sel.source.to_string(),
@@ -217,5 +231,6 @@ pub fn build(
         masquerade,
         pod_routes: profile.pod_routes.clone(),
         node_routes,
+        routing,
     })
 }

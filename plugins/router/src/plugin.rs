@@ -56,7 +56,23 @@ fn open_netns(req: &Request) -> Result<NetNs, CniError> {
     })
 }
 
-fn observe(node: &mut RouteSocket, store: &StateStore) -> Result<NodeView, CniError> {
+/// Strict pods other than `key` recorded on this node.
+fn other_strict(store: &StateStore, key: &Key) -> usize {
+    store
+        .list::<Record>()
+        .map(|(all, _)| {
+            all.iter()
+                .filter(|r| r.key != *key && crate::routing::is_strict(r))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn observe(
+    node: &mut RouteSocket,
+    store: &StateStore,
+    need_snat: bool,
+) -> Result<NodeView, CniError> {
     let routes = route::list_all(node).map_err(|e| kit_err("reading node routes", e))?;
     let addresses = link::addresses(node)
         .map_err(|e| kit_err("reading node addresses", e))?
@@ -66,10 +82,21 @@ fn observe(node: &mut RouteSocket, store: &StateStore) -> Result<NodeView, CniEr
     let (records, _corrupt) = store
         .list::<Record>()
         .map_err(|e| CniError::io(e.to_string()))?;
+    let links = link::list(node).map_err(|e| kit_err("reading node links", e))?;
+    // Reading nf_tables only when a strict profile needs it keeps the common path short.
+    let node_snat = if need_snat {
+        podgate_kit::nft::NftSocket::new()
+            .and_then(|mut s| s.find_snat_rules(None))
+            .map_err(|e| kit_err("reading node nf_tables", e))?
+    } else {
+        Vec::new()
+    };
     Ok(NodeView {
         routes,
         addresses,
         records,
+        links,
+        node_snat,
     })
 }
 
@@ -128,7 +155,8 @@ impl Plugin for Router {
 
         // A repeated ADD for the same attachment replaces the earlier one.
         if let Ok(Some(old)) = store.read::<Record>(&key) {
-            let left = apply::remove(&old, &mut node, Some(&ns));
+            let last = other_strict(&store, &key) == 0;
+            let left = apply::remove(&old, &mut node, Some(&ns), &store, last);
             if !left.is_empty() {
                 return Err(CniError::apply(format!(
                     "replacing earlier ADD of this attachment: {}",
@@ -138,7 +166,23 @@ impl Plugin for Router {
             let _ = store.remove(&key);
         }
 
-        let view = observe(&mut node, &store)?;
+        let strict = cfg
+            .profiles
+            .get(&sel.profile)
+            .and_then(|p| p.routing.as_ref())
+            .is_some_and(|r| r.mode == crate::config::RoutingMode::Strict);
+        let view = observe(&mut node, &store, strict)?;
+        let mut warnings = Vec::new();
+        if strict
+            && view
+                .links
+                .iter()
+                .any(|l| l.name == crate::routing::IPVS_LINK)
+        {
+            let w = "kube-ipvs0 present: IPVS-mode kube-proxy is not compatible with strict routing (service traffic may bypass or break the boundary)".to_string();
+            log.warn(&w, json!({}));
+            warnings.push(w);
+        }
         let plan = match plan::build(&cfg, &sel, &key, &prev.typed, &view) {
             Ok(p) => p,
             Err(e) => {
@@ -153,9 +197,9 @@ impl Plugin for Router {
             plan,
             sysctl_previous: Default::default(),
             pod_routes: Vec::new(),
-            warnings: Vec::new(),
+            warnings,
         };
-        let rec = apply::apply(&ns, &mut node, rec).map_err(|(e, leftovers)| {
+        let rec = apply::apply(&ns, &mut node, &store, rec).map_err(|(e, leftovers)| {
             let mut msg = format!("applying profile {:?}: {e}", sel.profile);
             if !leftovers.is_empty() {
                 msg += &format!("; rollback left: {}", leftovers.join("; "));
@@ -164,7 +208,8 @@ impl Plugin for Router {
             CniError::apply(msg)
         })?;
         if let Err(e) = store.write(&key, &rec) {
-            let left = apply::remove(&rec, &mut node, Some(&ns));
+            let last = other_strict(&store, &key) == 0;
+            let left = apply::remove(&rec, &mut node, Some(&ns), &store, last);
             return Err(CniError::io(format!(
                 "recording state: {e}{}",
                 if left.is_empty() {
@@ -196,12 +241,7 @@ impl Plugin for Router {
             return Ok(());
         };
         let key = key_of(req);
-        let t0 = std::time::Instant::now();
-        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
-        log.info(
-            "locked",
-            json!({"waitedMs": t0.elapsed().as_millis() as u64}),
-        );
+        // Records are replaced by rename, so reading without the lock is safe.
         let rec = match store.read::<Record>(&key) {
             Ok(Some(r)) => r,
             Ok(None) => return Ok(()),
@@ -211,14 +251,33 @@ impl Plugin for Router {
                     "dropping unreadable record",
                     json!({"error": e.to_string()}),
                 );
+                let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
                 let _ = store.remove(&key);
                 return Ok(());
             }
         };
-        // The netns may be gone already (pod deleted): node side still goes.
-        let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
+        // Pod side first, outside the node-wide lock: it touches only this
+        // pod's namespace, which may be gone already (pod deleted).
+        if let Some(ns) = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok()) {
+            let failures = apply::remove_pod_side(&rec, &ns);
+            if !failures.is_empty() {
+                log.error(
+                    "pod-side teardown incomplete",
+                    json!({"failures": failures}),
+                );
+                return Err(CniError::apply(format!(
+                    "teardown: {}",
+                    failures.join("; ")
+                )));
+            }
+        }
+        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
+        if store.read::<Record>(&key).ok().flatten().is_none() {
+            return Ok(()); // a concurrent DEL finished it
+        }
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
-        let failures = apply::remove(&rec, &mut node, ns.as_ref());
+        let last = other_strict(&store, &key) == 0;
+        let failures = apply::remove_node_side(&rec, &mut node, &store, last);
         if !failures.is_empty() {
             log.error("teardown incomplete", json!({"failures": failures}));
             return Err(CniError::apply(format!(
@@ -296,7 +355,8 @@ impl Plugin for Router {
                 continue;
             }
             let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
-            let f = apply::remove(rec, &mut node, ns.as_ref());
+            let last = other_strict(&store, &rec.key) == 0;
+            let f = apply::remove(rec, &mut node, ns.as_ref(), &store, last);
             if f.is_empty() {
                 let _ = store.remove(&rec.key);
                 log.info(

@@ -192,6 +192,8 @@ fn node() -> NodeView {
             "10.0.0.10/24".parse().unwrap(),
         ],
         records: vec![],
+        links: vec![],
+        node_snat: vec![],
     }
 }
 

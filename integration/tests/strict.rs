@@ -1,0 +1,266 @@
+//! Strict and standard routing (issue: every packet of a protected pod passes
+//! its security boundary). A routed primary (ptp + host-local: one veth and
+//! one /32 host route per pod) and an uplink veth to a "fabric" netns that is
+//! the boundary: its nftables filter drops TCP to port 8080 of pod B.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use podgate_integration::{
+    assert_same, require_root, tcp_connect_ok, tcp_listen, Netns, TestNode, Verb,
+};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const NET: &str = "routed";
+
+struct Lab {
+    node: TestNode,
+    fabric: Netns,
+}
+
+fn lab(prefix: &str) -> Lab {
+    require_root();
+    let node = TestNode::new(prefix);
+    let fabric = Netns::new_with_forwarding("fabric", true);
+    node.ns.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "pgup0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "fab0",
+        "netns",
+        fabric.name(),
+    ]);
+    node.ns
+        .exec_ok(&["ip", "addr", "add", "192.0.2.1/24", "dev", "pgup0"]);
+    node.ns.exec_ok(&["ip", "link", "set", "pgup0", "up"]);
+    fabric.exec_ok(&["ip", "addr", "add", "192.0.2.254/24", "dev", "fab0"]);
+    fabric.exec_ok(&["ip", "link", "set", "fab0", "up"]);
+    fabric.exec_ok(&["ip", "route", "add", "10.30.0.0/24", "via", "192.0.2.1"]);
+    // The fabric hairpins packets back to the node; redirects would short-cut it.
+    fabric.sysctl_set("net.ipv4.conf.all.send_redirects", "0");
+    fabric.sysctl_set("net.ipv4.conf.fab0.send_redirects", "0");
+    node.ns.sysctl_set("net.ipv4.tcp_early_demux", "1");
+    node.ns.sysctl_set("net.ipv4.udp_early_demux", "1");
+
+    let routing = |mode: &str| json!({"mode": mode, "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"});
+    let conf = json!({
+        "cniVersion": "1.0.0",
+        "name": NET,
+        "plugins": [
+            {"type": "ptp", "ipMasq": false,
+             "ipam": {"type": "host-local", "dataDir": node.ipam_dir(),
+                      "ranges": [[{"subnet": "10.30.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "podgate-router", "stateDir": node.state_dir(), "logFile": node.root().join("router.log"),
+             "profiles": {
+                 "protected-strict": {"routing": routing("strict")},
+                 "protected-standard": {"routing": routing("standard")},
+                 "strict-masq": {"routing": routing("strict"), "masquerade": [{"source": "10.8.0.0/24"}]}
+             },
+             "assign": [
+                 {"podNamePrefix": "b-strict", "profile": "protected-strict"},
+                 {"podNamePrefix": "b-standard", "profile": "protected-standard"},
+                 {"podNamePrefix": "b-masq", "profile": "strict-masq"}
+             ]}
+        ]
+    });
+    node.write_conflist(NET, &conf);
+    Lab { node, fabric }
+}
+
+fn args(name: &str) -> String {
+    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}")
+}
+
+fn add(lab: &Lab, pod: &Netns, name: &str) -> podgate_integration::CniOutcome {
+    lab.node
+        .cni(Verb::Add, NET, pod, name, "eth0", Some(&args(name)), None)
+}
+
+fn del(lab: &Lab, pod: &Netns, name: &str) {
+    lab.node
+        .cni(Verb::Del, NET, pod, name, "eth0", Some(&args(name)), None)
+        .assert_ok();
+}
+
+fn ip_of(out: &podgate_integration::CniOutcome) -> String {
+    let v: &Value = out.result.as_ref().unwrap();
+    v["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Boundary filter in the fabric: count everything to B, drop TCP 8080 to B.
+fn fabric_filter(fabric: &Netns, b: &str) {
+    let rules = format!(
+        "table inet boundary {{\n chain filter_forward {{\n  type filter hook forward priority 0; policy accept;\n  ip daddr {b} counter\n  ip daddr {b} tcp dport 8080 counter drop\n }}\n}}\n"
+    );
+    let out = fabric
+        .command("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(rules.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "nft -f: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn crossed(fabric: &Netns) -> u64 {
+    let out = fabric.exec_ok(&["nft", "-j", "list", "table", "inet", "boundary"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.get("rule"))
+        .filter_map(|r| r["expr"].as_array())
+        .flat_map(|ex| {
+            ex.iter()
+                .filter_map(|x| x.get("counter"))
+                .map(|c| c["packets"].as_u64().unwrap_or(0))
+        })
+        .next()
+        .unwrap_or(0)
+}
+
+const T: Duration = Duration::from_secs(2);
+
+#[test]
+fn strict_sends_same_node_and_node_traffic_through_the_boundary() {
+    let lab = lab("strict");
+    let before = lab.node.settled_snapshot();
+
+    let a = lab.node.pod("a");
+    let b = lab.node.pod("b-strict");
+    let out_a = add(&lab, &a, "a-client");
+    out_a.assert_ok();
+    let out_b = add(&lab, &b, "b-strict-0");
+    out_b.assert_ok();
+    let b_ip = ip_of(&out_b);
+    fabric_filter(&lab.fabric, &b_ip);
+    let _s1 = tcp_listen(&b, 8080);
+    let _s2 = tcp_listen(&b, 9090);
+
+    assert_eq!(lab.node.ns.sysctl_get("net.ipv4.tcp_early_demux"), "0");
+    assert_eq!(lab.node.ns.sysctl_get("net.ipv4.udp_early_demux"), "0");
+
+    let c0 = crossed(&lab.fabric);
+    assert!(
+        !tcp_connect_ok(&a, &b_ip, 8080, T),
+        "pod A opened 8080 on strict pod B past the boundary"
+    );
+    assert!(
+        !tcp_connect_ok(&lab.node.ns, &b_ip, 8080, T),
+        "the node opened 8080 on strict pod B"
+    );
+    assert!(
+        tcp_connect_ok(&a, &b_ip, 9090, T),
+        "pod A must reach B:9090 through the fabric"
+    );
+    assert!(
+        tcp_connect_ok(&lab.node.ns, &b_ip, 9090, T),
+        "the node must reach B:9090 (kubelet probes)"
+    );
+    let c1 = crossed(&lab.fabric);
+    assert!(
+        c1 >= c0 + 4,
+        "same-node and node traffic must cross the fabric: {c0} -> {c1}"
+    );
+
+    // CHECK holds, then names drift.
+    lab.node
+        .cni(
+            Verb::Check,
+            NET,
+            &b,
+            "b-strict-0",
+            "eth0",
+            Some(&args("b-strict-0")),
+            None,
+        )
+        .assert_ok();
+
+    del(&lab, &b, "b-strict-0");
+    del(&lab, &a, "a-client");
+    assert_eq!(
+        lab.node.ns.sysctl_get("net.ipv4.tcp_early_demux"),
+        "1",
+        "restored after the last strict pod"
+    );
+    assert!(
+        lab.node.state_files().is_empty(),
+        "{:?}",
+        lab.node.state_files()
+    );
+    assert_same(&before, &lab.node.settled_snapshot());
+}
+
+#[test]
+fn standard_keeps_same_node_traffic_local() {
+    let lab = lab("standard");
+    let before = lab.node.settled_snapshot();
+    let a = lab.node.pod("a");
+    let b = lab.node.pod("b-standard");
+    add(&lab, &a, "a-client").assert_ok();
+    let out_b = add(&lab, &b, "b-standard-0");
+    out_b.assert_ok();
+    let b_ip = ip_of(&out_b);
+    fabric_filter(&lab.fabric, &b_ip);
+    let _s = tcp_listen(&b, 8080);
+    let rules = lab.node.ns.exec_ok(&["ip", "rule"]);
+    assert!(rules.contains(&format!("to {b_ip} lookup main")), "{rules}");
+    assert!(
+        rules.contains(&format!("from {b_ip} lookup 20000")),
+        "{rules}"
+    );
+
+    let c0 = crossed(&lab.fabric);
+    assert!(
+        tcp_connect_ok(&a, &b_ip, 8080, T),
+        "standard: same-node traffic stays local"
+    );
+    assert!(tcp_connect_ok(&lab.node.ns, &b_ip, 8080, T));
+    assert_eq!(
+        crossed(&lab.fabric),
+        c0,
+        "standard: nothing crossed the fabric"
+    );
+
+    del(&lab, &b, "b-standard-0");
+    del(&lab, &a, "a-client");
+    assert_same(&before, &lab.node.settled_snapshot());
+}
+
+#[test]
+fn strict_with_masquerade_is_refused() {
+    let lab = lab("strictmasq");
+    let before = lab.node.settled_snapshot();
+    let b = lab.node.pod("b-masq");
+    let out = add(&lab, &b, "b-masq-0");
+    out.assert_cni_error(100);
+    assert!(
+        out.error_msg().unwrap().contains("masquerade"),
+        "{:?}",
+        out.error_msg()
+    );
+    del(&lab, &b, "b-masq-0");
+    assert_same(&before, &lab.node.settled_snapshot());
+}

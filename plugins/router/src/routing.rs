@@ -1,0 +1,501 @@
+//! Strict and standard routing boundaries (policy rules + a table per pod).
+//!
+//! strict: everything to or from the pod leaves through the uplink and comes
+//! back, so an outside security boundary sees same-node and node-to-pod
+//! traffic too. standard: only off-node traffic uses the pod's table.
+
+use crate::config::{RouterConfig, Routing, RoutingMode, TableChoice};
+use crate::plan::{NodeView, SysctlSetting};
+use crate::record::Record;
+use ipnet::IpNet;
+use podgate_cni::CniError;
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::route::{self, RouteSpec, RTPROT_PODGATE, TABLE_LOCAL, TABLE_MAIN};
+use podgate_kit::rule::{self, RuleSpec};
+use podgate_kit::state::StateStore;
+use podgate_kit::{link, sysctl, Error};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// Strict rules sit above the local table, which strict mode moves down here.
+pub const PRIO_STRICT: u32 = 100;
+pub const PRIO_LOCAL_MOVED: u32 = 1000;
+/// Standard mode, as AWS's branch-ENI standard mode orders them.
+pub const PRIO_STANDARD_TO: u32 = 512;
+pub const PRIO_STANDARD_FROM: u32 = 1536;
+/// `table: auto` picks the first free table in this range.
+pub const TABLE_AUTO: std::ops::RangeInclusive<u32> = 20_000..=29_999;
+/// IPVS-mode kube-proxy's dummy interface: strict pods are not compatible.
+pub const IPVS_LINK: &str = "kube-ipvs0";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingPlan {
+    pub mode: RoutingMode,
+    pub uplink: String,
+    pub gateway: IpAddr,
+    pub table: u32,
+    pub pod_ip: IpNet,
+    pub host_if: String,
+    pub table_routes: Vec<RouteSpec>,
+    pub rules: Vec<RuleSpec>,
+    /// strict: the primary's route to the pod, and what replaces it.
+    pub main_original: Option<RouteSpec>,
+    pub main_replacement: Option<RouteSpec>,
+    /// strict: node-wide sysctls (shared by all strict pods).
+    pub node_sysctls: Vec<SysctlSetting>,
+}
+
+/// What the node looked like before the first strict pod, restored after the last.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeShared {
+    pub local_moved: bool,
+    pub sysctl_previous: BTreeMap<String, String>,
+}
+
+pub fn is_strict(r: &Record) -> bool {
+    r.plan
+        .routing
+        .as_ref()
+        .is_some_and(|p| p.mode == RoutingMode::Strict)
+}
+
+fn refuse(msg: String) -> CniError {
+    CniError::policy(msg)
+}
+
+/// Node SNAT that masquerades only marked packets (hostPort hairpin, kube
+/// service masquerade) does not touch a pod's own egress; anything else in a
+/// nat postrouting chain would.
+fn snat_matters(desc: &str) -> bool {
+    !(desc.contains("KUBE-POSTROUTING") || desc.contains("CNI-HOSTPORT-MASQ"))
+}
+
+pub fn plan(
+    cfg: &RouterConfig,
+    routing: &Routing,
+    key_pod_ips: &[IpNet],
+    masquerade_planned: bool,
+    view: &NodeView,
+    self_key: &podgate_kit::state::Key,
+) -> Result<RoutingPlan, CniError> {
+    let strict = routing.mode == RoutingMode::Strict;
+    if strict && masquerade_planned {
+        return Err(refuse(
+            "strict routing refused: the profile (or an annotation) asks for masquerade, and a strict pod's egress must never be SNATed".into(),
+        ));
+    }
+    let pod_ip = key_pod_ips
+        .iter()
+        .find(|n| n.addr().is_ipv4() == routing.gateway.is_ipv4())
+        .map(|n| IpNet::new(n.addr(), n.max_prefix_len()))
+        .ok_or_else(|| {
+            refuse(format!(
+                "routing: the pod has no address of the gateway's family ({})",
+                routing.gateway
+            ))
+        })?
+        .map_err(|e| refuse(format!("routing: {e}")))?;
+
+    let uplink_index = view
+        .links
+        .iter()
+        .find(|l| l.name == routing.uplink)
+        .map(|l| l.index)
+        .ok_or_else(|| {
+            refuse(format!(
+                "routing: uplink {} does not exist on the node",
+                routing.uplink
+            ))
+        })?;
+
+    // The primary's route to the pod: routed primaries (ptp, cloud CNIs)
+    // install one host route per pod through the pod's host-side interface.
+    let host_route = view
+        .routes
+        .iter()
+        .filter(|r| r.table == TABLE_MAIN && r.gateway.is_none() && r.dst.contains(&pod_ip.addr()))
+        .max_by_key(|r| r.dst.prefix_len())
+        .ok_or_else(|| {
+            refuse(format!(
+                "routing: the node has no route to the pod {}",
+                pod_ip.addr()
+            ))
+        })?;
+    if host_route.dst.prefix_len() != host_route.dst.max_prefix_len() {
+        return Err(refuse(format!(
+            "routing refused: {} is reached through the shared subnet {}; strict/standard routing needs a routed primary with one host route per pod (e.g. ptp)",
+            pod_ip.addr(),
+            host_route.dst
+        )));
+    }
+    let host_index = host_route
+        .oif
+        .ok_or_else(|| refuse("routing: the pod's host route has no interface".into()))?;
+    let host_if = link::name_of(&view.links, host_index)
+        .ok_or_else(|| refuse(format!("routing: interface index {host_index} vanished")))?
+        .to_string();
+
+    if strict {
+        let strict_pods = view
+            .records
+            .iter()
+            .filter(|r| r.key != *self_key && is_strict(r))
+            .count();
+        if strict_pods >= cfg.max_strict_pods {
+            return Err(refuse(format!(
+                "refused by maxStrictPods: this node already has {strict_pods} strict pods (limit {})",
+                cfg.max_strict_pods
+            )));
+        }
+        if let Some(found) = view.node_snat.iter().find(|d| snat_matters(d)) {
+            return Err(refuse(format!(
+                "strict routing refused: node SNAT would rewrite the pod's egress: {found}"
+            )));
+        }
+    }
+
+    let table = match routing.table {
+        TableChoice::Id(t) => {
+            if let Some(r) = view.records.iter().find(|r| {
+                r.key != *self_key && r.plan.routing.as_ref().is_some_and(|p| p.table == t)
+            }) {
+                return Err(refuse(format!(
+                    "routing: table {t} is already used by pod {}",
+                    r.key.container_id
+                )));
+            }
+            t
+        }
+        TableChoice::Auto => {
+            let used = |t: u32| {
+                view.routes.iter().any(|r| r.table == t)
+                    || view
+                        .records
+                        .iter()
+                        .any(|r| r.plan.routing.as_ref().is_some_and(|p| p.table == t))
+            };
+            TABLE_AUTO
+                .clone()
+                .find(|t| !used(*t))
+                .ok_or_else(|| refuse("routing: no free route table in 20000-29999".into()))?
+        }
+    };
+
+    let v6 = !pod_ip.addr().is_ipv4();
+    let mut default = RouteSpec::new(if v6 {
+        "::/0".parse().map_err(|_| refuse("bad default".into()))?
+    } else {
+        "0.0.0.0/0"
+            .parse()
+            .map_err(|_| refuse("bad default".into()))?
+    });
+    default.gateway = Some(routing.gateway);
+    default.oif = Some(uplink_index);
+    default.table = table;
+    default.protocol = RTPROT_PODGATE;
+    let mut to_pod = RouteSpec::new(pod_ip);
+    to_pod.oif = Some(host_index);
+    to_pod.table = table;
+    to_pod.protocol = RTPROT_PODGATE;
+    to_pod.link_scope = true;
+    let table_routes = vec![default, to_pod];
+
+    let rule =
+        |priority, from: Option<IpNet>, to: Option<IpNet>, iif: Option<&str>, table| RuleSpec {
+            v6,
+            priority,
+            from,
+            to,
+            iif: iif.map(str::to_string),
+            table,
+            protocol: RTPROT_PODGATE,
+            suppress_prefixlen: None,
+        };
+    let (rules, main_original, main_replacement, node_sysctls) = if strict {
+        let mut original = RouteSpec::from(host_route);
+        original.link_scope = true;
+        let mut replacement = RouteSpec::new(pod_ip);
+        replacement.gateway = Some(routing.gateway);
+        replacement.oif = Some(uplink_index);
+        replacement.protocol = RTPROT_PODGATE;
+        replacement.metric = original.metric;
+        let up = &routing.uplink;
+        let node_sysctls = [
+            ("net.ipv4.tcp_early_demux", "0"),
+            ("net.ipv4.udp_early_demux", "0"),
+            // Node-originated packets come back over the uplink with the
+            // node's own source: dropped as martians without accept_local.
+            (&*format!("net.ipv4.conf.{up}.accept_local"), "1"),
+            // Replies from other pods arrive on the uplink: strict rp_filter
+            // would find their reverse path on a veth and drop them.
+            (&*format!("net.ipv4.conf.{up}.rp_filter"), "2"),
+        ]
+        .iter()
+        .map(|(n, v)| SysctlSetting {
+            name: n.to_string(),
+            value: v.to_string(),
+        })
+        .collect();
+        (
+            vec![
+                rule(PRIO_STRICT, None, None, Some(&host_if), table),
+                rule(PRIO_STRICT, None, Some(pod_ip), Some(up), table),
+            ],
+            Some(original),
+            Some(replacement),
+            node_sysctls,
+        )
+    } else {
+        (
+            vec![
+                rule(PRIO_STANDARD_TO, None, Some(pod_ip), None, TABLE_MAIN),
+                // Same-node pods have host routes (/32, /128) in main: their
+                // traffic stays local; everything else uses the pod's table.
+                RuleSpec {
+                    suppress_prefixlen: Some(u32::from(pod_ip.max_prefix_len()) - 1),
+                    ..rule(PRIO_STANDARD_FROM - 1, Some(pod_ip), None, None, TABLE_MAIN)
+                },
+                rule(PRIO_STANDARD_FROM, Some(pod_ip), None, None, table),
+            ],
+            None,
+            None,
+            Vec::new(),
+        )
+    };
+    Ok(RoutingPlan {
+        mode: routing.mode,
+        uplink: routing.uplink.clone(),
+        gateway: routing.gateway,
+        table,
+        pod_ip,
+        host_if,
+        table_routes,
+        rules,
+        main_original,
+        main_replacement,
+        node_sysctls,
+    })
+}
+
+const SHARED_KEY: &str = "strict.json";
+
+fn shared_path(store: &StateStore) -> std::path::PathBuf {
+    store.dir().join("node").join(SHARED_KEY)
+}
+
+pub fn read_shared(store: &StateStore) -> Result<Option<NodeShared>, Error> {
+    let p = shared_path(store);
+    match std::fs::read(&p) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| Error::StateCorrupt {
+                path: p,
+                msg: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::State {
+            path: p,
+            op: "read",
+            source,
+        }),
+    }
+}
+
+fn write_shared(store: &StateStore, s: &NodeShared) -> Result<(), Error> {
+    let node = StateStore::open(&store.dir().join("node"))?;
+    let p = shared_path(store);
+    let tmp = p.with_extension("tmp");
+    let body = serde_json::to_vec_pretty(s).map_err(|e| Error::StateCorrupt {
+        path: p.clone(),
+        msg: e.to_string(),
+    })?;
+    std::fs::write(&tmp, body)
+        .and_then(|_| std::fs::rename(&tmp, &p))
+        .map_err(|source| Error::State {
+            path: node.dir().join(SHARED_KEY),
+            op: "write",
+            source,
+        })
+}
+
+fn remove_shared(store: &StateStore) {
+    let _ = std::fs::remove_file(shared_path(store));
+    let _ = std::fs::remove_dir(store.dir().join("node"));
+}
+
+fn local_rule(v6: bool, priority: u32) -> RuleSpec {
+    RuleSpec {
+        v6,
+        priority,
+        from: None,
+        to: None,
+        iif: None,
+        table: TABLE_LOCAL,
+        protocol: 0,
+        suppress_prefixlen: None,
+    }
+}
+
+/// Node-wide setup for the first strict pod: sysctls and the local rule moved
+/// below podgate's rules. Idempotent for later pods (values re-asserted).
+pub fn ensure_node(
+    store: &StateStore,
+    node: &mut RouteSocket,
+    p: &RoutingPlan,
+) -> Result<bool, Error> {
+    let existing = read_shared(store)?;
+    let first = existing.is_none();
+    let mut shared = existing.unwrap_or_default();
+    for s in &p.node_sysctls {
+        if let Some(prev) = sysctl::ensure(&s.name, &s.value)? {
+            if first {
+                shared.sysctl_previous.insert(s.name.clone(), prev);
+            }
+        }
+    }
+    let v6 = !p.pod_ip.addr().is_ipv4();
+    let rules = rule::list(node, v6)?;
+    let at_zero = rules.iter().any(|r| r.matches(&local_rule(v6, 0)));
+    if at_zero {
+        // Add the moved rule first: there is never a moment without local lookup.
+        if !rules
+            .iter()
+            .any(|r| r.matches(&local_rule(v6, PRIO_LOCAL_MOVED)))
+        {
+            rule::add(node, &local_rule(v6, PRIO_LOCAL_MOVED))?;
+        }
+        rule::del(node, &local_rule(v6, 0))?;
+        shared.local_moved = true;
+    }
+    if first || at_zero {
+        write_shared(store, &shared)?;
+    }
+    Ok(first)
+}
+
+/// Undo `ensure_node` when no strict pod is left.
+pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec<String> {
+    let mut failed = Vec::new();
+    let shared = match read_shared(store) {
+        Ok(Some(s)) => s,
+        Ok(None) => return failed,
+        Err(e) => return vec![e.to_string()],
+    };
+    if shared.local_moved {
+        let has_zero = rule::list(node, v6)
+            .map(|rs| rs.iter().any(|r| r.matches(&local_rule(v6, 0))))
+            .unwrap_or(false);
+        if !has_zero {
+            if let Err(e) = rule::add(node, &local_rule(v6, 0)) {
+                failed.push(e.to_string());
+            }
+        }
+        if let Err(e) = rule::del(node, &local_rule(v6, PRIO_LOCAL_MOVED)) {
+            failed.push(e.to_string());
+        }
+    }
+    for (name, prev) in &shared.sysctl_previous {
+        if let Err(e) = sysctl::ensure(name, prev) {
+            failed.push(e.to_string());
+        }
+    }
+    if failed.is_empty() {
+        remove_shared(store);
+    }
+    failed
+}
+
+/// Per-pod part: table routes, rules, main route replacement.
+pub fn apply_pod(
+    node: &mut RouteSocket,
+    p: &RoutingPlan,
+    done: &mut Vec<Step>,
+) -> Result<(), Error> {
+    for r in &p.table_routes {
+        route::add(node, r, true)?;
+        done.push(Step::Route(r.clone()));
+    }
+    for r in &p.rules {
+        rule::add(node, r)?;
+        done.push(Step::Rule(r.clone()));
+    }
+    if let (Some(orig), Some(repl)) = (&p.main_original, &p.main_replacement) {
+        route::add(node, repl, true)?;
+        done.push(Step::MainReplaced(orig.clone(), repl.clone()));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+pub enum Step {
+    Route(RouteSpec),
+    Rule(RuleSpec),
+    MainReplaced(RouteSpec, RouteSpec),
+}
+
+pub fn undo(node: &mut RouteSocket, step: Step) -> Result<(), Error> {
+    match step {
+        Step::Route(r) => route::del(node, &r).map(|_| ()),
+        Step::Rule(r) => rule::del(node, &r).map(|_| ()),
+        Step::MainReplaced(orig, repl) => {
+            // Put the primary's route back if its interface still exists;
+            // otherwise the pod is gone and only our replacement must go.
+            match route::add(node, &orig, true) {
+                Ok(()) => Ok(()),
+                Err(e) if e.is_not_found() => route::del(node, &repl).map(|_| ()),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+/// Everything a routing plan installed, in reverse order.
+pub fn remove_pod(node: &mut RouteSocket, p: &RoutingPlan) -> Vec<String> {
+    let mut steps: Vec<Step> = p.table_routes.iter().cloned().map(Step::Route).collect();
+    steps.extend(p.rules.iter().cloned().map(Step::Rule));
+    if let (Some(o), Some(r)) = (&p.main_original, &p.main_replacement) {
+        steps.push(Step::MainReplaced(o.clone(), r.clone()));
+    }
+    steps
+        .into_iter()
+        .rev()
+        .filter_map(|s| undo(node, s).err().map(|e| e.to_string()))
+        .collect()
+}
+
+/// Drift of a routing plan.
+pub fn check(node: &mut RouteSocket, p: &RoutingPlan) -> Result<Vec<String>, Error> {
+    let mut drift = Vec::new();
+    let v6 = !p.pod_ip.addr().is_ipv4();
+    let routes = route::list(node, v6)?;
+    for r in &p.table_routes {
+        if route::find(&routes, r).is_none() {
+            drift.push(format!("route {} is missing", r.describe()));
+        }
+    }
+    if let Some(r) = &p.main_replacement {
+        if route::find(&routes, r).is_none() {
+            drift.push(format!(
+                "main route {} is missing (strict boundary bypassed)",
+                r.describe()
+            ));
+        }
+    }
+    let rules = rule::list(node, v6)?;
+    for r in &p.rules {
+        if !rules.iter().any(|x| x.matches(r)) {
+            drift.push(format!("rule {} is missing", r.describe()));
+        }
+    }
+    for s in &p.node_sysctls {
+        match sysctl::read(&s.name) {
+            Ok(v) if sysctl::normalize(&v) == s.value => {}
+            Ok(v) => drift.push(format!("node sysctl {} is {v}, want {}", s.name, s.value)),
+            Err(e) => drift.push(e.to_string()),
+        }
+    }
+    Ok(drift)
+}
