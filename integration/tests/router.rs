@@ -596,3 +596,79 @@ fn thirty_two_pods_at_once_leave_the_node_as_before() {
     assert_same(&before, &node.snapshot());
     del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
 }
+
+/// GC (spec 1.1.0; Debian's libcni 1.1.2 cannot send it, so the binary is
+/// driven directly the way a 1.1 runtime does, inside the node netns).
+#[test]
+fn gc_collects_attachments_that_are_no_longer_valid() {
+    let node = setup("gc", false);
+    let keep = pod(&node, "keep");
+    let stale = pod(&node, "stale");
+    let routed = |i: u32| {
+        annotations(
+            json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": format!("10.8.{i}.0/24")}),
+        )
+    };
+    add(
+        &node,
+        &keep,
+        "keep",
+        &pod_args("vpn", "keep"),
+        Some(routed(1)),
+    )
+    .assert_ok();
+    add(
+        &node,
+        &stale,
+        "stale",
+        &pod_args("vpn", "stale"),
+        Some(routed(2)),
+    )
+    .assert_ok();
+    assert_eq!(node.state_files().len(), 2);
+
+    let mut conf = router_entry(&node);
+    conf["cniVersion"] = json!("1.1.0");
+    conf["name"] = json!(NET);
+    conf["cni.dev/valid-attachments"] = json!([{"containerID": "keep", "ifname": "eth0"}]);
+    let bin = podgate_integration::bin_dir().join("podgate-router");
+    let mut child = node
+        .ns
+        .command(bin.to_str().unwrap())
+        .env_clear()
+        .env("CNI_COMMAND", "GC")
+        .env("CNI_PATH", node.cni_bin_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(conf.to_string().as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "GC: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let routes = node_routes(&node);
+    assert!(
+        routes.contains("10.8.1.0/24"),
+        "kept attachment's route must stay:\n{routes}"
+    );
+    assert!(
+        !routes.contains("10.8.2.0/24"),
+        "stale attachment's route must go:\n{routes}"
+    );
+    assert_eq!(node.state_files().len(), 1, "{:?}", node.state_files());
+    del(&node, &keep, "keep", &pod_args("vpn", "keep")).assert_ok();
+    del(&node, &stale, "stale", &pod_args("vpn", "stale")).assert_ok();
+    assert!(node.state_files().is_empty());
+}

@@ -326,3 +326,193 @@ fn config_errors_are_code_7() {
         assert_eq!(c.validate().unwrap_err().code, 7, "{bad}");
     }
 }
+
+mod routing {
+    use super::*;
+    use podgate_kit::link::Link;
+
+    fn strict_cfg(max: usize) -> RouterConfig {
+        let c: RouterConfig = serde_json::from_value(json!({
+            "maxStrictPods": max,
+            "profiles": {
+                "strict": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254"}},
+                "standard": {"routing": {"mode": "standard", "uplink": "up0", "gateway": "192.0.2.254", "table": 300}},
+                "strict-masq": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254"},
+                                "masquerade": [{"source": "10.8.0.0/24"}]}
+            },
+            "assign": [{"podNamePrefix": "s-", "profile": "strict"},
+                       {"podNamePrefix": "std-", "profile": "standard"},
+                       {"podNamePrefix": "m-", "profile": "strict-masq"}]
+        }))
+        .unwrap();
+        c.validate().unwrap();
+        c
+    }
+
+    fn ptp_prev() -> CniResult {
+        serde_json::from_value(json!({
+            "interfaces": [{"name": "veth9"}, {"name": "eth0", "sandbox": "/run/netns/p"}],
+            "ips": [{"address": "10.30.0.7/24", "gateway": "10.30.0.1", "interface": 1}]
+        }))
+        .unwrap()
+    }
+
+    fn ptp_node() -> NodeView {
+        NodeView {
+            routes: vec![
+                route("10.30.0.7/32", None, 9, 3),
+                route("192.0.2.0/24", None, 2, 2),
+            ],
+            addresses: vec!["192.0.2.1/24".parse().unwrap()],
+            records: vec![],
+            links: vec![
+                Link {
+                    index: 2,
+                    name: "up0".into(),
+                },
+                Link {
+                    index: 9,
+                    name: "veth9".into(),
+                },
+            ],
+            node_snat: vec![],
+        }
+    }
+
+    fn plan_for(
+        c: &RouterConfig,
+        pod: &str,
+        view: &NodeView,
+    ) -> Result<podgate_router::plan::Plan, podgate_cni::CniError> {
+        let sel = select(
+            c,
+            &intent(
+                &format!("K8S_POD_NAMESPACE=x;K8S_POD_NAME={pod}"),
+                json!({}),
+            ),
+        )
+        .unwrap()
+        .unwrap();
+        build(c, &sel, &Key::new("n", pod, "eth0"), &ptp_prev(), view)
+    }
+
+    #[test]
+    fn strict_plan_routes_everything_through_the_uplink() {
+        let p = plan_for(&strict_cfg(100), "s-0", &ptp_node()).unwrap();
+        let r = p.routing.unwrap();
+        assert_eq!(r.table, 20_000);
+        assert_eq!(r.host_if, "veth9");
+        let rules: Vec<String> = r.rules.iter().map(|x| x.describe()).collect();
+        assert_eq!(
+            rules,
+            vec![
+                "100: from all iif veth9 lookup 20000",
+                "100: from all to 10.30.0.7/32 iif up0 lookup 20000"
+            ]
+        );
+        let repl = r.main_replacement.unwrap();
+        assert_eq!(
+            (
+                repl.dst.to_string(),
+                repl.gateway.unwrap().to_string(),
+                repl.oif
+            ),
+            ("10.30.0.7/32".into(), "192.0.2.254".into(), Some(2))
+        );
+        assert_eq!(r.main_original.unwrap().oif, Some(9));
+        let names: Vec<&str> = r.node_sysctls.iter().map(|s| s.name.as_str()).collect();
+        assert!(
+            names.contains(&"net.ipv4.tcp_early_demux")
+                && names.contains(&"net.ipv4.conf.up0.accept_local")
+        );
+    }
+
+    #[test]
+    fn standard_plan_keeps_same_node_traffic_in_main() {
+        let r = plan_for(&strict_cfg(100), "std-0", &ptp_node())
+            .unwrap()
+            .routing
+            .unwrap();
+        let rules: Vec<String> = r.rules.iter().map(|x| x.describe()).collect();
+        assert_eq!(
+            rules,
+            vec![
+                "512: from all to 10.30.0.7/32 lookup 254",
+                "1535: from 10.30.0.7/32 lookup 254 suppress_prefixlength 31",
+                "1536: from 10.30.0.7/32 lookup 300",
+            ]
+        );
+        assert!(r.main_replacement.is_none() && r.node_sysctls.is_empty());
+    }
+
+    #[test]
+    fn strict_refusals() {
+        let c = strict_cfg(1);
+        let e = plan_for(&c, "m-0", &ptp_node()).unwrap_err();
+        assert!(e.msg.contains("masquerade"), "{}", e.msg);
+
+        let mut v = ptp_node();
+        v.node_snat
+            .push("ip nat POSTROUTING: masquerade (handle 4)".into());
+        let e = plan_for(&c, "s-0", &v).unwrap_err();
+        assert!(
+            e.msg.contains("node SNAT") && e.msg.contains("POSTROUTING"),
+            "{}",
+            e.msg
+        );
+        // Mark-gated masquerade (hostPort hairpin, kube services) does not touch pod egress.
+        let mut v = ptp_node();
+        v.node_snat.push(
+            "ip nat CNI-HOSTPORT-MASQ (reached from POSTROUTING): masquerade (handle 9)".into(),
+        );
+        assert!(plan_for(&c, "s-0", &v).is_ok());
+
+        // A bridge primary: the pod sits on a shared subnet.
+        let mut v = ptp_node();
+        v.routes = vec![route("10.30.0.0/24", None, 9, 2)];
+        let e = plan_for(&c, "s-0", &v).unwrap_err();
+        assert!(e.msg.contains("routed primary"), "{}", e.msg);
+
+        // Missing uplink.
+        let mut v = ptp_node();
+        v.links.retain(|l| l.name != "up0");
+        assert!(plan_for(&c, "s-0", &v)
+            .unwrap_err()
+            .msg
+            .contains("uplink up0"));
+
+        // maxStrictPods.
+        let first = plan_for(&c, "s-0", &ptp_node()).unwrap();
+        let mut v = ptp_node();
+        v.records.push(Record {
+            key: Key::new("n", "s-other", "eth0"),
+            netns: None,
+            created: String::new(),
+            plan: first,
+            sysctl_previous: Default::default(),
+            pod_routes: vec![],
+            warnings: vec![],
+        });
+        let e = plan_for(&c, "s-0", &v).unwrap_err();
+        assert!(e.msg.contains("maxStrictPods"), "{}", e.msg);
+        // ... and table auto skips the one in use.
+        let c2 = strict_cfg(5);
+        assert_eq!(
+            plan_for(&c2, "s-0", &v).unwrap().routing.unwrap().table,
+            20_001
+        );
+    }
+
+    #[test]
+    fn reserved_tables_are_config_errors() {
+        let c: RouterConfig = serde_json::from_value(json!({
+            "profiles": {"x": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254", "table": 254}}}
+        }))
+        .unwrap();
+        assert_eq!(c.validate().unwrap_err().code, 7);
+        let bad: Result<RouterConfig, _> = serde_json::from_value(json!({
+            "profiles": {"x": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254", "table": "any"}}}
+        }));
+        assert!(bad.is_err());
+    }
+}
