@@ -19,6 +19,7 @@ pub const TABLE_MAIN: u32 = 254;
 pub const TABLE_LOCAL: u32 = 255;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RouteSpec {
     pub dst: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]

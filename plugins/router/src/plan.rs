@@ -27,6 +27,7 @@ pub struct Masquerade {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Plan {
     pub profile: String,
     /// Which rule selected the profile (e.g. `assign[0]`).
