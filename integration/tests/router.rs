@@ -672,3 +672,61 @@ fn gc_collects_attachments_that_are_no_longer_valid() {
     del(&node, &stale, "stale", &pod_args("vpn", "stale")).assert_ok();
     assert!(node.state_files().is_empty());
 }
+
+/// podRoutes land in the pod and in the result; a step that fails half-way
+/// (an unreachable pod-route gateway, after sysctls and masquerade were
+/// applied) rolls everything back.
+#[test]
+fn pod_routes_and_rollback_on_half_way_failure() {
+    require_root();
+    let node = TestNode::new("rollback");
+    let mut entry = router_entry(&node);
+    entry["profiles"]["with-routes"] = json!({"sysctls": {"net.ipv4.ip_forward": "1"},
+        "podRoutes": [{"dst": "10.99.0.0/24", "gw": "10.22.0.1"}]});
+    entry["profiles"]["broken"] = json!({"sysctls": {"net.ipv4.ip_forward": "1"},
+        "masquerade": [{"source": "10.8.0.0/24"}],
+        "podRoutes": [{"dst": "10.99.0.0/24", "gw": "10.98.0.1"}]});
+    entry["assign"] = json!([{"podNamePrefix": "routes", "profile": "with-routes"}, {"podNamePrefix": "broken", "profile": "broken"}]);
+    node.write_conflist(
+        NET,
+        &node.bridge_conflist(NET, "1.0.0", SUBNET, vec![entry]),
+    );
+
+    let p = pod(&node, "routes");
+    let out = add(&node, &p, "routes", &pod_args("default", "routes-0"), None);
+    out.assert_ok();
+    let routes = out.result.as_ref().unwrap()["routes"].to_string();
+    assert!(
+        routes.contains("10.99.0.0/24") && routes.contains("10.22.0.1"),
+        "{routes}"
+    );
+    let in_pod = p.exec_ok(&["ip", "route"]);
+    assert!(
+        in_pod.contains("10.99.0.0/24 via 10.22.0.1 dev eth0"),
+        "{in_pod}"
+    );
+    del(&node, &p, "routes", &pod_args("default", "routes-0")).assert_ok();
+    assert!(!p.exec_ok(&["ip", "route"]).contains("10.99.0.0/24"));
+
+    let b = pod(&node, "broken");
+    let out = add(&node, &b, "broken", &pod_args("default", "broken-0"), None);
+    out.assert_cni_error(101);
+    assert!(
+        out.error_msg().unwrap().contains("10.99.0.0/24"),
+        "{:?}",
+        out.error_msg()
+    );
+    assert_eq!(
+        b.sysctl_get("net.ipv4.ip_forward"),
+        "0",
+        "sysctl rolled back"
+    );
+    assert!(
+        !b.exec(&["nft", "list", "table", "inet", "podgate-eth0"])
+            .status
+            .success(),
+        "masquerade rolled back"
+    );
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+    del(&node, &b, "broken", &pod_args("default", "broken-0")).assert_ok();
+}
