@@ -21,6 +21,7 @@ mod netns;
 mod node;
 mod snapshot;
 mod tcp;
+pub mod vpn;
 
 use std::fs::{self, File};
 use std::io::Read;

@@ -1,32 +1,241 @@
-//! podgate: the node-side helper (skeleton; the CLI work owns this file).
+//! podgate: the node-side helper. Operator commands built on the same
+//! library code the plugins use (podgate-kit, podgate-router's records,
+//! podgate-tunnel-guard's evaluation), plus the installer.
 
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+mod cmd;
+mod diagnose;
+mod error;
 mod install;
+mod ipargs;
+mod names;
+mod output;
+mod probe;
+mod progress;
+mod select;
+mod sock;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use error::{exit, Error, Found};
+use select::Common;
+
+const AFTER_HELP: &str = "\
+Selecting a namespace (after the command name; default: the namespace podgate runs in, i.e. the node's):
+  --netns /var/run/netns/NAME | --netns /proc/PID/ns/net | --pid PID | --container ID [--state-dir DIR]
+
+Examples:
+  podgate sysctl get --pid 4242 net.ipv4.ip_forward
+  podgate sysctl diff --container 3f9a
+  podgate sysctl set --netns /var/run/netns/vpn net.ipv4.ip_forward=1
+  podgate route list --netns /var/run/netns/vpn table all
+  podgate route add 10.8.0.0/24 via 10.22.0.5          (on the node)
+  podgate rule add --netns /var/run/netns/vpn from 10.8.0.0/24 lookup 100 pref 100
+  podgate diagnose --container 3f9a --peer 10.8.0.2 --from 10.8.0.1 \\
+          --pod 10.22.0.3 --service 10.96.0.1:443 --public 1.1.1.1 --dns kubernetes.default
+  podgate inspect --all --json
+  podgate ipsec status --agent-socket /run/kube-ovn-ipsec/status.sock
+
+Output is plain text; --json prints one stable JSON document instead.
+Progress goes to stderr, only when stderr is a terminal.
+
+Exit codes:
+  0   ok (every check passed)
+  1   error: could not do what was asked (netns not found, netlink failure, ...)
+  2   a check or diagnosis found a problem (broken hop, drift, netns gone, IPsec not ready)
+  3   refused: not allowed by design (e.g. a node-wide sysctl such as kernel.*)
+  64  bad command line";
 
 #[derive(Parser)]
-#[command(name = "podgate", version, about = "podgate helper")]
+#[command(
+    name = "podgate",
+    version,
+    about = "podgate helper: namespaced sysctls, routes and rules, diagnosis of pods that route, inspection, IPsec status, installer",
+    after_help = AFTER_HELP
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
 }
 
+#[derive(Args)]
+struct Sysctl {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    cmd: cmd::sysctl::SysctlCmd,
+}
+
+#[derive(Args)]
+struct Route {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    cmd: cmd::route::RouteCmd,
+}
+
+#[derive(Args)]
+struct Rule {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    cmd: cmd::rule::RuleCmd,
+}
+
+#[derive(Args)]
+struct Ipsec {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    cmd: cmd::ipsec::IpsecCmd,
+}
+
+#[derive(Args)]
+struct Diagnose {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    args: cmd::diagnose::DiagnoseArgs,
+}
+
+#[derive(Args)]
+struct Inspect {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    args: cmd::inspect::InspectArgs,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// Namespaced net.* sysctls: get, set, diff against the node.
+    Sysctl(Sysctl),
+    /// Routes, like `ip route` (list, add, del).
+    Route(Route),
+    /// Policy rules, like `ip rule` (list, add, del).
+    Rule(Rule),
+    /// Find the broken hop of a pod that routes (a VPN pod): checks forwarding,
+    /// default route, masquerade/return route per pool and rp_filter, then
+    /// probes peer -> pod -> service -> public -> DNS from inside the pod's
+    /// netns and stops at the first broken hop.
+    #[command(after_help = "Examples:
+  podgate diagnose --netns /var/run/netns/vpn --pool 10.8.0.0/24 --peer 10.8.0.2 --pod 10.22.0.3
+  podgate diagnose --container 3f9a --from 10.8.0.1 --pod 10.22.0.3 --service 10.96.0.1:443 --dns kubernetes.default
+
+Exit codes: 0 every hop answers and every check passes; 2 a hop is broken or a check failed; 1 error; 64 bad command line.")]
+    Diagnose(Diagnose),
+    /// What podgate-router applied per attachment, and whether it still holds.
+    #[command(after_help = "Examples:
+  podgate inspect --all
+  podgate inspect --container 3f9a --json
+
+Exit codes: 0 everything holds; 2 drift, a netns gone or a corrupt record; 1 error.")]
+    Inspect(Inspect),
+    /// IPsec tunnel protection on this node.
+    Ipsec(Ipsec),
     /// Chain podgate into the node's primary CNI conflist.
     Install(install::InstallArgs),
     /// Remove podgate from the node's primary CNI conflist.
     Uninstall(install::UninstallArgs),
 }
 
+fn dispatch(cli: &Cli) -> Result<Found, Error> {
+    match &cli.cmd {
+        Cmd::Sysctl(c) => cmd::sysctl::run(&c.cmd, &c.common.target, c.common.json),
+        Cmd::Route(c) => cmd::route::run(&c.cmd, &c.common.target, c.common.json),
+        Cmd::Rule(c) => cmd::rule::run(&c.cmd, &c.common.target, c.common.json),
+        Cmd::Diagnose(c) => cmd::diagnose::run(&c.args, &c.common.target, c.common.json),
+        Cmd::Inspect(c) => cmd::inspect::run(&c.args, &c.common.target, c.common.json),
+        Cmd::Ipsec(c) => cmd::ipsec::run(&c.cmd, &c.common.target, c.common.json),
+        Cmd::Install(a) => install::install(a).map(|()| Found::Ok).map_err(Error::from),
+        Cmd::Uninstall(a) => install::uninstall(a)
+            .map(|()| Found::Ok)
+            .map_err(Error::from),
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
-    let res = match &cli.cmd {
-        Cmd::Install(a) => install::install(a),
-        Cmd::Uninstall(a) => install::uninstall(a),
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            std::process::exit(code);
+        }
     };
-    if let Err(e) = res {
-        eprintln!("podgate: {e}");
-        std::process::exit(1);
+    let code = match dispatch(&cli) {
+        Ok(found) => found.exit_code(),
+        Err(e) => {
+            eprintln!("podgate: {e}");
+            e.exit_code()
+        }
+    };
+    std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn selection_flags_work_before_and_after_the_command() {
+        let a = Cli::try_parse_from([
+            "podgate",
+            "sysctl",
+            "--netns",
+            "/x",
+            "get",
+            "net.ipv4.ip_forward",
+        ])
+        .unwrap();
+        let Cmd::Sysctl(a) = a.cmd else { panic!() };
+        assert_eq!(
+            a.common.target.netns.as_deref(),
+            Some(std::path::Path::new("/x"))
+        );
+        let b = Cli::try_parse_from([
+            "podgate", "route", "list", "--pid", "1", "--json", "table", "all",
+        ])
+        .unwrap();
+        let Cmd::Route(b) = b.cmd else { panic!() };
+        assert_eq!(b.common.target.pid, Some(1));
+        assert!(b.common.json);
+        assert!(
+            Cli::try_parse_from(["podgate", "route", "list", "--netns", "/x", "--pid", "1"])
+                .is_err()
+        );
+        let i = Cli::try_parse_from([
+            "podgate",
+            "inspect",
+            "--container",
+            "abc",
+            "--state-dir",
+            "/s",
+        ])
+        .unwrap();
+        let Cmd::Inspect(i) = i.cmd else { panic!() };
+        assert_eq!(i.common.target.state_dir, std::path::PathBuf::from("/s"));
+        let c = Cli::try_parse_from(["podgate", "route", "add", "-6", "default", "via", "fd00::1"])
+            .unwrap();
+        assert!(matches!(
+            c.cmd,
+            Cmd::Route(Route {
+                cmd: cmd::route::RouteCmd::Add { .. },
+                ..
+            })
+        ));
     }
 }

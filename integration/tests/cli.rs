@@ -1,0 +1,1144 @@
+//! The `podgate` operator CLI end to end, as root, in throwaway namespaces:
+//! sysctl get/set/refusal/diff, route and rule add/list/del leaving the netns
+//! as before, inspect after a real podgate-router ADD (and drift), ipsec
+//! status, and diagnose naming the broken hop of the article's OpenVPN
+//! scenario in each of its three states.
+//!
+//! The binaries are built on first use (`cargo build -p podgate -p
+//! podgate-router`) when missing or older than their sources. Set
+//! `PODGATE_CLI_TRANSCRIPT=DIR` to keep the diagnose outputs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+#[path = "common_ipsec/mod.rs"]
+mod common_ipsec;
+
+use podgate_integration::vpn::{self, CLIENT_POOL, TUN_CLIENT_IP, TUN_SERVER_IP};
+use podgate_integration::{
+    assert_same, bin_dir, bridge_name, output_text, require_root, snapshot, workspace_root, Netns,
+    TestNode, Verb,
+};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Once;
+use std::time::{Duration, SystemTime};
+
+const NET: &str = "vpnnet";
+const SUBNET: &str = "10.22.0.0/16";
+
+fn newest_mtime(dir: &Path) -> Option<SystemTime> {
+    let mut newest = None;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let t = if p.is_dir() {
+            newest_mtime(&p)
+        } else {
+            e.metadata().and_then(|m| m.modified()).ok()
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// Build podgate and podgate-router once per test process when missing or stale.
+fn ensure_built() {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let plugins = workspace_root().join("plugins");
+        let src = ["podgate", "router", "kit", "cni", "tunnel-guard"]
+            .iter()
+            .filter_map(|d| newest_mtime(&plugins.join(d).join("src")))
+            .max();
+        let stale = ["podgate", "podgate-router"].iter().any(|b| {
+            let built = std::fs::metadata(bin_dir().join(b))
+                .and_then(|m| m.modified())
+                .ok();
+            built.is_none() || built < src
+        });
+        if !stale {
+            return;
+        }
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-q", "-p", "podgate", "-p", "podgate-router"])
+            .current_dir(workspace_root());
+        if bin_dir().file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().expect("running cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build -p podgate -p podgate-router:\n{}",
+            output_text(&out)
+        );
+    });
+}
+
+struct Run {
+    code: i32,
+    out: String,
+    err: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.code, self.out, self.err
+        )
+    }
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.out).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+}
+
+fn podgate(args: &[&str]) -> Run {
+    require_root();
+    ensure_built();
+    let bin = bin_dir().join("podgate");
+    let out = Command::new(&bin)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn p(ns: &Netns) -> &str {
+    ns.path().to_str().unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn sysctl_get_set_refusal_and_diff() {
+    require_root();
+    let node = Netns::new_with_forwarding("cli-node", true);
+    let pod = Netns::new_with_forwarding("cli-sysctl", false);
+    // (veth pairs: the dummy module may be missing)
+    pod.exec_ok(&[
+        "ip", "link", "add", "tun0", "type", "veth", "peer", "name", "tun0p",
+    ]);
+
+    let r = podgate(&["sysctl", "get", "--netns", p(&pod), "net.ipv4.ip_forward"]);
+    assert_eq!(
+        (r.code, r.out.as_str()),
+        (0, "net.ipv4.ip_forward = 0\n"),
+        "{r:?}"
+    );
+
+    // --pid: a process inside the pod's netns.
+    let mut sleeper = pod.spawn(&["sleep", "60"]);
+    let pid = sleeper.id().to_string();
+    let r = podgate(&[
+        "sysctl",
+        "get",
+        "--pid",
+        &pid,
+        "--json",
+        "net.ipv4.ip_forward",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()[0]["value"], "0", "{r:?}");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+
+    let r = podgate(&[
+        "sysctl",
+        "set",
+        "--netns",
+        p(&pod),
+        "net.ipv4.ip_forward=1",
+        "net.ipv4.conf.tun0.rp_filter=2",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.out.contains("net.ipv4.ip_forward: 0 -> 1"), "{r:?}");
+    assert_eq!(pod.sysctl_get("net.ipv4.ip_forward"), "1");
+    assert_eq!(pod.sysctl_get("net.ipv4.conf.tun0.rp_filter"), "2");
+    let r = podgate(&["sysctl", "set", "--netns", p(&pod), "net.ipv4.ip_forward=1"]);
+    assert!(r.out.contains("(unchanged)"), "{r:?}");
+
+    // Node-wide names are refused (exit 3) before anything is written.
+    pod.sysctl_set("net.ipv4.ip_forward", "0");
+    for args in [
+        vec!["sysctl", "get", "--netns", p(&pod), "kernel.pid_max"],
+        vec!["sysctl", "set", "--netns", p(&pod), "vm.swappiness=1"],
+        vec![
+            "sysctl",
+            "set",
+            "--netns",
+            p(&pod),
+            "net.ipv4.ip_forward=1",
+            "kernel.pid_max=4194304",
+        ],
+    ] {
+        let r = podgate(&args);
+        assert_eq!(r.code, 3, "{args:?}: {r:?}");
+        assert!(r.err.contains("node-wide"), "{r:?}");
+    }
+    assert_eq!(
+        pod.sysctl_get("net.ipv4.ip_forward"),
+        "0",
+        "nothing written"
+    );
+    let r = podgate(&[
+        "sysctl",
+        "get",
+        "--netns",
+        p(&pod),
+        "net.ipv4.conf.nosuch0.rp_filter",
+    ]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.err.contains("no such sysctl"), "{r:?}");
+
+    // diff: the pod next to the (test) node, each interface included.
+    let r = podgate(&[
+        "sysctl",
+        "diff",
+        "--netns",
+        p(&pod),
+        "--node-netns",
+        p(&node),
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for needle in [
+        "net.ipv4.conf.all.rp_filter",
+        "net.ipv4.conf.default.rp_filter",
+        "net.ipv4.conf.tun0.rp_filter",
+        "net.ipv4.conf.all.src_valid_mark",
+        "net.ipv4.tcp_early_demux",
+        "net.ipv4.udp_early_demux",
+    ] {
+        assert!(r.out.contains(needle), "{needle}: {r:?}");
+    }
+    let fwd = r
+        .out
+        .lines()
+        .find(|l| l.starts_with("net.ipv4.ip_forward"))
+        .unwrap();
+    assert!(fwd.contains("differs"), "{fwd}");
+    let j = podgate(&[
+        "sysctl",
+        "diff",
+        "--json",
+        "--netns",
+        p(&pod),
+        "--node-netns",
+        p(&node),
+    ])
+    .json();
+    let row = j["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "net.ipv4.ip_forward")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        row,
+        json!({"name": "net.ipv4.ip_forward", "pod": "0", "node": "1", "differs": true})
+    );
+}
+
+#[test]
+fn route_and_rule_add_list_del_leave_the_netns_as_before() {
+    require_root();
+    let pod = Netns::new("cli-route");
+    // No IPv6 link-local addresses appearing later and spoiling the snapshot.
+    pod.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
+    pod.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
+    pod.sh_ok(
+        "ip link add d0 type veth peer name d1 && ip addr add 10.60.0.1/24 dev d0 && \
+         ip link set d1 up && ip link set d0 up",
+    );
+    let before = snapshot(&pod);
+    let ns = p(&pod);
+
+    let r = podgate(&[
+        "route",
+        "add",
+        "--netns",
+        ns,
+        "10.9.0.0/24",
+        "via",
+        "10.60.0.2",
+        "dev",
+        "d0",
+        "metric",
+        "7",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = podgate(&[
+        "route",
+        "add",
+        "--netns",
+        ns,
+        "10.10.0.0/16",
+        "dev",
+        "d0",
+        "table",
+        "100",
+        "proto",
+        "static",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // The kernel has them, as `ip` shows (it hides proto boot).
+    let shown = pod.exec_ok(&["ip", "route", "show", "10.9.0.0/24"]);
+    assert!(shown.contains("via 10.60.0.2 dev d0 metric 7"), "{shown}");
+    let shown = pod.exec_ok(&["ip", "route", "show", "table", "100"]);
+    assert!(
+        shown.contains("10.10.0.0/16 dev d0 proto static scope link"),
+        "{shown}"
+    );
+
+    let r = podgate(&["route", "list", "--netns", ns]);
+    assert!(
+        r.out
+            .contains("10.9.0.0/24 via 10.60.0.2 dev d0 proto boot metric 7\n"),
+        "{r:?}"
+    );
+    assert!(
+        r.out
+            .contains("10.60.0.0/24 dev d0 proto kernel scope link src 10.60.0.1"),
+        "{r:?}"
+    );
+    assert!(!r.out.contains("10.10.0.0/16"), "main table only: {r:?}");
+    let r = podgate(&["route", "list", "--netns", ns, "table", "all", "-4"]);
+    assert!(
+        r.out
+            .contains("10.10.0.0/16 dev d0 table 100 proto static scope link"),
+        "{r:?}"
+    );
+    assert!(
+        r.out
+            .contains("local 10.60.0.1 dev d0 table local proto kernel scope host"),
+        "{r:?}"
+    );
+    let j = podgate(&["route", "list", "--json", "--netns", ns, "table", "100"]).json();
+    assert_eq!(j.as_array().unwrap().len(), 1, "{j}");
+    assert_eq!(j[0]["protocolName"], "static");
+    assert_eq!(j[0]["tableName"], "100");
+    assert_eq!(j[0]["dev"], "d0");
+
+    // Exists already: an error, unless --replace.
+    let dup = [
+        "route",
+        "add",
+        "--netns",
+        ns,
+        "10.9.0.0/24",
+        "via",
+        "10.60.0.2",
+        "metric",
+        "7",
+    ];
+    assert_eq!(podgate(&dup).code, 1);
+    let mut rep = dup.to_vec();
+    rep.insert(2, "--replace");
+    assert_eq!(podgate(&rep).code, 0);
+
+    let r = podgate(&[
+        "rule",
+        "add",
+        "--netns",
+        ns,
+        "from",
+        "10.8.0.0/24",
+        "iif",
+        "d0",
+        "lookup",
+        "100",
+        "pref",
+        "100",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = podgate(&[
+        "rule",
+        "add",
+        "--netns",
+        ns,
+        "to",
+        "10.11.0.0/16",
+        "lookup",
+        "main",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // One below the first non-zero preference (100), as the kernel picks.
+    assert!(
+        r.out
+            .contains("added: 99: from all to 10.11.0.0/16 lookup main"),
+        "{r:?}"
+    );
+    let r = podgate(&["rule", "list", "--netns", ns, "-4"]);
+    assert!(
+        r.out.contains("100:\tfrom 10.8.0.0/24 iif d0 lookup 100\n"),
+        "{r:?}"
+    );
+    assert!(r.out.contains("32766:\tfrom all lookup main"), "{r:?}");
+    assert!(pod
+        .exec_ok(&["ip", "rule", "show"])
+        .contains("from 10.8.0.0/24 iif d0 lookup 100"));
+    let j = podgate(&["rule", "list", "--json", "--netns", ns, "pref", "100"]).json();
+    assert_eq!(j.as_array().unwrap().len(), 1, "{j}");
+    assert_eq!(j[0]["from"], "10.8.0.0/24");
+
+    assert_eq!(
+        podgate(&["rule", "del", "--netns", ns, "pref", "100"]).code,
+        0
+    );
+    assert_eq!(
+        podgate(&["rule", "del", "--netns", ns, "to", "10.11.0.0/16"]).code,
+        0
+    );
+    assert_eq!(
+        podgate(&["rule", "del", "--netns", ns, "pref", "100"]).code,
+        1
+    );
+    let r = podgate(&["route", "del", "--netns", ns, "10.9.0.0/24"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = podgate(&[
+        "route",
+        "del",
+        "--netns",
+        ns,
+        "10.10.0.0/16",
+        "table",
+        "100",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = podgate(&["route", "del", "--netns", ns, "10.9.0.0/24"]);
+    assert_eq!(r.code, 1, "already gone: {r:?}");
+    assert!(r.err.contains("no route 10.9.0.0/24"), "{r:?}");
+    // Usage errors are 64, not 1 or 2.
+    assert_eq!(
+        podgate(&["route", "add", "--netns", ns, "10.9.0.0/24", "bogus"]).code,
+        64
+    );
+    assert_eq!(podgate(&["route", "list", "--nope"]).code, 64);
+
+    assert_same(&before, &snapshot(&pod));
+}
+
+fn router_entry(node: &TestNode) -> Value {
+    json!({
+        "type": "podgate-router",
+        "stateDir": node.state_dir(),
+        "logFile": node.root().join("router.log"),
+        "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+        "profiles": {
+            "vpn-gateway": {"sysctls": {"net.ipv4.ip_forward": "1"}, "masquerade": [{"source": CLIENT_POOL}]},
+            "vpn-routed":  {"sysctls": {"net.ipv4.ip_forward": "1"}, "returnRoutes": [{"dst": CLIENT_POOL}]},
+            "vpn-forward": {"sysctls": {"net.ipv4.ip_forward": "1"}}
+        },
+        "assign": [
+            {"namespace": "vpn", "podNamePrefix": "openvpn-gw", "profile": "vpn-gateway"},
+            {"namespace": "vpn", "podNamePrefix": "openvpn-fwd", "profile": "vpn-forward"}
+        ],
+        "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]}
+    })
+}
+
+fn setup(prefix: &str, with_portmap: bool) -> TestNode {
+    require_root();
+    ensure_built();
+    let node = TestNode::new(prefix);
+    let mut extra = Vec::new();
+    if with_portmap {
+        extra
+            .push(json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}));
+    }
+    extra.push(router_entry(&node));
+    node.write_conflist(NET, &node.bridge_conflist(NET, "1.0.0", SUBNET, extra));
+    node
+}
+
+fn pod_args(ns: &str, name: &str) -> String {
+    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}")
+}
+
+fn pod_ip(result: &Value) -> String {
+    result["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn inspect_shows_what_the_router_applied_and_its_drift() {
+    let node = setup("cli-inspect", false);
+    let sd = node.state_dir();
+    let (sd, nn) = (s(&sd), p(&node.ns));
+
+    let gw = node.pod("gw");
+    gw.set_forwarding(false);
+    let out = node.cni(
+        Verb::Add,
+        NET,
+        &gw,
+        "cid-gw",
+        "eth0",
+        Some(&pod_args("vpn", "openvpn-gw-0")),
+        None,
+    );
+    out.assert_ok();
+    let routed = node.pod("routed");
+    routed.set_forwarding(false);
+    let ann = json!({"io.kubernetes.cri.pod-annotations": {
+        "podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": "10.8.1.0/24"}});
+    let out = node.cni(
+        Verb::Add,
+        NET,
+        &routed,
+        "cid-routed",
+        "eth0",
+        Some(&pod_args("vpn", "web")),
+        Some(ann),
+    );
+    out.assert_ok();
+    let routed_ip = pod_ip(out.result.as_ref().unwrap());
+
+    let r = podgate(&["inspect", "--all", "--state-dir", sd, "--node-netns", nn]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for needle in [
+        "attachment vpnnet/cid-gw/eth0",
+        "profile:     vpn-gateway (selected by assign[0])",
+        "net.ipv4.ip_forward = 1 (was 0)",
+        "masquerade:  inet podgate-eth0: 10.8.0.0/24 out eth0",
+        "attachment vpnnet/cid-routed/eth0",
+        "profile:     vpn-routed (selected by annotation podgate.dev/profile)",
+        &format!("10.8.1.0/24 via {routed_ip} dev {}", bridge_name(NET)),
+        "proto podgate",
+        "status:      holds",
+    ] {
+        assert!(r.out.contains(needle), "{needle}: {r:?}");
+    }
+    let j = podgate(&[
+        "inspect",
+        "--json",
+        "--container",
+        "cid-gw",
+        "--state-dir",
+        sd,
+        "--node-netns",
+        nn,
+    ])
+    .json();
+    let a = &j["attachments"];
+    assert_eq!(a.as_array().unwrap().len(), 1, "{j}");
+    assert_eq!(a[0]["state"], "holds");
+    assert_eq!(a[0]["plan"]["profile"], "vpn-gateway");
+    assert_eq!(a[0]["key"]["containerID"], "cid-gw");
+
+    // --container selects the recorded netns for the other commands too (prefix ok).
+    let r = podgate(&[
+        "sysctl",
+        "get",
+        "--container",
+        "cid-g",
+        "--state-dir",
+        sd,
+        "net.ipv4.ip_forward",
+    ]);
+    assert_eq!(
+        (r.code, r.out.as_str()),
+        (0, "net.ipv4.ip_forward = 1\n"),
+        "{r:?}"
+    );
+    let r = podgate(&["route", "list", "--container", "cid", "--state-dir", sd]);
+    assert_eq!(r.code, 1, "ambiguous prefix: {r:?}");
+    assert!(r.err.contains("ambiguous"), "{r:?}");
+
+    // Drift: someone turned forwarding off and removed the masquerade table.
+    gw.sysctl_set("net.ipv4.ip_forward", "0");
+    gw.exec_ok(&["nft", "delete", "table", "inet", "podgate-eth0"]);
+    let r = podgate(&[
+        "inspect",
+        "--container",
+        "cid-gw",
+        "--state-dir",
+        sd,
+        "--node-netns",
+        nn,
+    ]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.out.contains("status:      DRIFT: "), "{r:?}");
+    assert!(
+        r.out.contains("sysctl net.ipv4.ip_forward is 0, want 1"),
+        "{r:?}"
+    );
+    assert!(
+        r.out.contains("nft table inet podgate-eth0 is missing"),
+        "{r:?}"
+    );
+    // ... and the node's return route was deleted by hand.
+    node.ns.exec_ok(&["ip", "route", "del", "10.8.1.0/24"]);
+    let r = podgate(&[
+        "inspect",
+        "--json",
+        "--container",
+        "cid-routed",
+        "--state-dir",
+        sd,
+        "--node-netns",
+        nn,
+    ]);
+    assert_eq!(r.code, 2, "{r:?}");
+    let a = &r.json()["attachments"][0];
+    assert_eq!(a["state"], "drift");
+    assert!(
+        a["drift"][0]
+            .as_str()
+            .unwrap()
+            .contains("node return route 10.8.1.0/24"),
+        "{a}"
+    );
+
+    // The pod's netns is gone but DEL never ran: the record outlived its pod.
+    let routed_path = routed.path().to_path_buf();
+    drop(routed);
+    let r = podgate(&[
+        "inspect",
+        "--container",
+        "cid-routed",
+        "--state-dir",
+        sd,
+        "--node-netns",
+        nn,
+    ]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.out.contains("NETNS GONE"), "{r:?}");
+
+    node.cni_with_netns_path(
+        Verb::Del,
+        NET,
+        &routed_path,
+        "cid-routed",
+        "eth0",
+        Some(&pod_args("vpn", "web")),
+        None,
+    )
+    .assert_ok();
+    node.cni(
+        Verb::Del,
+        NET,
+        &gw,
+        "cid-gw",
+        "eth0",
+        Some(&pod_args("vpn", "openvpn-gw-0")),
+        None,
+    )
+    .assert_ok();
+    let r = podgate(&["inspect", "--state-dir", sd, "--node-netns", nn]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.out.contains("no podgate attachments"), "{r:?}");
+}
+
+#[test]
+fn ipsec_status_without_an_agent_is_a_clear_report() {
+    require_root();
+    let ns = Netns::new("cli-ipsec");
+    let sock = "/nonexistent/podgate-cli-test/status.sock";
+    let base = [
+        "ipsec",
+        "status",
+        "--netns",
+        p(&ns),
+        "--agent-socket",
+        sock,
+        "--cni-conf-dir",
+        "/nonexistent",
+    ];
+    let r = podgate(&base);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.out.contains("IPsec tunnel protection: NOT REQUIRED"),
+        "{r:?}"
+    );
+    assert!(
+        r.out.contains(&format!(
+            "agent socket {sock} absent: IPsec not enabled on this node"
+        )),
+        "{r:?}"
+    );
+    assert!(r.out.contains("config: defaults"), "{r:?}");
+    assert!(
+        r.out.contains("ike:    no UDP socket bound to 500/4500"),
+        "{r:?}"
+    );
+
+    let mut always = base.to_vec();
+    always.extend(["--required", "always"]);
+    let r = podgate(&always);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.out.contains("NOT READY"), "{r:?}");
+    assert!(
+        r.out.contains(&format!(
+            "ipsec not ready: agent socket {sock} absent (required: always)"
+        )),
+        "{r:?}"
+    );
+    always.push("--json");
+    let j = podgate(&always).json();
+    assert_eq!(j["report"]["verdict"], "notReady");
+    assert_eq!(j["report"]["ikeSockets"], json!([]));
+
+    let mut bad = base.to_vec();
+    bad.extend(["--required", "sometimes"]);
+    assert_eq!(podgate(&bad).code, 64);
+}
+
+#[test]
+fn ipsec_status_reports_the_agent_the_guard_and_ike_sockets() {
+    let g = common_ipsec::GuardNode::new("cli");
+    let conf = g.node.conf_dir().join("10-tg.conflist");
+    let nn = p(&g.node.ns);
+    let r = podgate(&["ipsec", "status", "--netns", nn, "--config", s(&conf)]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for needle in [
+        "IPsec tunnel protection: READY",
+        "phase:       Running",
+        "chassis:     matches ovsdb system-id",
+        "digests:     certificate sha256:1111",
+        "certificate: expires",
+        "guard ipv4:  present",
+        "bypass ipv4: none",
+    ] {
+        assert!(r.out.contains(needle), "{needle}: {r:?}");
+    }
+    assert!(
+        !r.out.contains("PRIVATE KEY") && !r.out.contains("BEGIN"),
+        "{r:?}"
+    );
+    // Without --config: found in the CNI conf dir.
+    let r = podgate(&[
+        "ipsec",
+        "status",
+        "--netns",
+        nn,
+        "--cni-conf-dir",
+        s(&g.node.conf_dir()),
+    ]);
+    assert!(
+        r.out.contains(&format!("config: {}", conf.display())),
+        "{r:?}"
+    );
+
+    // An IKE daemon's socket shows up; a missing guard makes it not ready.
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let mut ike = g.node.ns.spawn(&[
+        python,
+        "-c",
+        "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('0.0.0.0',4500))\ntime.sleep(60)",
+    ]);
+    assert!(vpn::wait_for(
+        || podgate(&["ipsec", "status", "--netns", nn, "--config", s(&conf)])
+            .out
+            .contains("1 UDP socket(s) on 500/4500"),
+        10
+    ));
+    g.remove_guard("", common_ipsec::MARK);
+    let r = podgate(&[
+        "ipsec",
+        "status",
+        "--netns",
+        nn,
+        "--config",
+        s(&conf),
+        "--json",
+    ]);
+    assert_eq!(r.code, 2, "{r:?}");
+    let j = r.json();
+    assert_eq!(j["report"]["verdict"], "notReady");
+    assert_eq!(j["report"]["ikeSockets"][0]["local"], "0.0.0.0:4500");
+    let _ = ike.kill();
+    let _ = ike.wait();
+}
+
+/// The first line of `out` starting with `prefix` (a table row).
+fn row<'a>(out: &'a str, prefix: &str) -> &'a str {
+    out.lines().find(|l| l.starts_with(prefix)).unwrap_or("")
+}
+
+/// Keep a diagnose output when PODGATE_CLI_TRANSCRIPT names a directory.
+fn keep(name: &str, args: &[&str], r: &Run) {
+    if let Some(dir) = std::env::var_os("PODGATE_CLI_TRANSCRIPT") {
+        let text = format!("$ podgate {}\n{}(exit {})\n", args.join(" "), r.out, r.code);
+        std::fs::write(PathBuf::from(dir).join(format!("{name}.txt")), text).unwrap();
+    }
+}
+
+/// The article's case: a VPN client outside the cluster, the OpenVPN server
+/// in a pod, a backend pod, a Service VIP (DNAT on the node, as kube-proxy
+/// does) and a "public" host behind the node. Each round is a fresh VPN pod;
+/// diagnose must name the right hop, and what the client really experiences
+/// must agree.
+#[test]
+fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
+    let node = setup("cli-diag", true);
+    let client = vpn::client(&node, "d");
+    let nn = p(&node.ns).to_string();
+    let sd = s(&node.state_dir()).to_string();
+
+    let backend = node.pod("backend");
+    let b = node.cni(
+        Verb::Add,
+        NET,
+        &backend,
+        "backend",
+        "eth0",
+        Some(&pod_args("default", "backend")),
+        None,
+    );
+    b.assert_ok();
+    let backend_ip = pod_ip(b.result.as_ref().unwrap());
+    let _srv = podgate_integration::tcp_listen_peer_echo(&backend, 8080);
+
+    // Service VIP 10.96.0.10:80 -> backend:8080, masqueraded like kube-proxy's hairpin.
+    node.ns.sh_ok(&format!(
+        "nft -f - <<'EOF'\n\
+         table ip svc {{\n\
+           chain pre {{ type nat hook prerouting priority -100; ip daddr 10.96.0.10 tcp dport 80 dnat to {backend_ip}:8080; }}\n\
+           chain post {{ type nat hook postrouting priority 100; ct status dnat ip daddr {backend_ip} masquerade; }}\n\
+         }}\nEOF"
+    ));
+    // A public host behind the node (routes back to the node for pod addresses).
+    let public = Netns::new("public");
+    let up = format!("pgpub{}", std::process::id() % 100_000);
+    node.ns.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        &up,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "wan0",
+        "netns",
+        public.name(),
+    ]);
+    node.ns
+        .exec_ok(&["ip", "addr", "add", "198.51.100.1/24", "dev", &up]);
+    node.ns.exec_ok(&["ip", "link", "set", &up, "up"]);
+    node.ns.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "203.0.113.0/24",
+        "via",
+        "198.51.100.2",
+    ]);
+    public.sh_ok(
+        "ip addr add 198.51.100.2/24 dev wan0 && ip link set wan0 up && \
+         ip addr add 203.0.113.7/32 dev lo && ip route add default via 198.51.100.1",
+    );
+
+    let client_routes = [
+        ("10.22.0.0", "255.255.0.0"),
+        ("10.96.0.0", "255.255.0.0"),
+        ("203.0.113.0", "255.255.255.0"),
+    ];
+    let portmap =
+        json!({"portMappings": [{"hostPort": 1194, "containerPort": 1194, "protocol": "udp"}]});
+    let hops = |ns_args: Vec<String>| -> Vec<String> {
+        let mut v = vec!["diagnose".to_string()];
+        v.extend(ns_args);
+        v.extend(
+            [
+                "--node-netns",
+                &nn,
+                "--peer",
+                TUN_CLIENT_IP,
+                "--from",
+                TUN_SERVER_IP,
+                "--pod",
+                &backend_ip,
+                "--service",
+                "10.96.0.10:80",
+                "--public",
+                "203.0.113.7",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        v
+    };
+    let reaches = |ip: &str, port: u16| {
+        podgate_integration::tcp_request(&client.client, ip, port, Duration::from_secs(3))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+
+    // (round, pod name, expected exit, needles in the verdict)
+    let rounds: [(&str, &str); 3] = [
+        ("1-forwarding-off", "plain-vpn"),
+        ("2-no-return-path", "openvpn-fwd-0"),
+        ("3-fixed", "openvpn-gw-0"),
+    ];
+    for (i, (round, name)) in rounds.into_iter().enumerate() {
+        let vpn_pod = node.pod(name);
+        vpn_pod.set_forwarding(false);
+        let cap = json!({"portMappings": portmap["portMappings"]});
+        let out = node.cni(
+            Verb::Add,
+            NET,
+            &vpn_pod,
+            name,
+            "eth0",
+            Some(&pod_args("vpn", name)),
+            Some(cap.clone()),
+        );
+        out.assert_ok();
+        let vpn_ip = pod_ip(out.result.as_ref().unwrap());
+        let server = vpn::server(&vpn_pod, &client.key);
+        let cl = vpn::connect(
+            &client.client,
+            &client.key,
+            42000 + i as u16,
+            &client_routes,
+        );
+        assert!(
+            vpn::wait_for(
+                || podgate_integration::ping(&client.client, TUN_SERVER_IP, 1),
+                20
+            ),
+            "{round}: tunnel never came up\n{}",
+            vpn::logs(&client.key)
+        );
+
+        let sel = if round.starts_with('3') {
+            // Pools come from podgate's record.
+            vec![
+                "--container".into(),
+                name.into(),
+                "--state-dir".into(),
+                sd.clone(),
+            ]
+        } else {
+            vec![
+                "--netns".into(),
+                p(&vpn_pod).into(),
+                "--pool".into(),
+                CLIENT_POOL.into(),
+            ]
+        };
+        let args = hops(sel);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = podgate(&argv);
+        keep(round, &argv, &r);
+        let seen = reaches(&backend_ip, 8080);
+        match i {
+            0 => {
+                assert_eq!(r.code, 2, "{r:?}");
+                assert!(r.out.contains(&format!(
+                    "verdict: pod {backend_ip} silent for tunnel clients: forwarding is off in the pod netns (net.ipv4.ip_forward = 0)"
+                )), "{r:?}");
+                assert!(row(&r.out, "forwarding ipv4").contains("FAIL"), "{r:?}");
+                assert!(row(&r.out, "peer").contains(" ok "), "{r:?}");
+                assert!(row(&r.out, "pod ").contains("BLOCKED"), "{r:?}");
+                assert!(row(&r.out, "service").contains("not probed"), "{r:?}");
+                assert_eq!(seen, None, "the client really gets nothing past the peer");
+            }
+            1 => {
+                assert_eq!(r.code, 2, "{r:?}");
+                assert!(r.out.contains(&format!(
+                    "verdict: pod {backend_ip} silent: forwarding is on; no masquerade for 10.8.0.0/24 and no return route on the node: replies cannot find the tunnel"
+                )), "{r:?}");
+                assert!(row(&r.out, "forwarding ipv4").contains(" ok "), "{r:?}");
+                assert_eq!(seen, None, "the client really gets nothing past the peer");
+
+                // The other fix: a return route on the node, made with podgate itself.
+                let add = podgate(&["route", "add", "--netns", &nn, CLIENT_POOL, "via", &vpn_ip]);
+                assert_eq!(add.code, 0, "{add:?}");
+                let r = podgate(&argv);
+                keep("2b-return-route", &argv, &r);
+                assert_eq!(r.code, 0, "{r:?}");
+                assert!(r.out.contains("verdict: all 4 hops answer"), "{r:?}");
+                assert!(
+                    r.out.contains("return route on the node: 10.8.0.0/24 via"),
+                    "{r:?}"
+                );
+                assert_eq!(
+                    reaches(&backend_ip, 8080).as_deref(),
+                    Some(TUN_CLIENT_IP),
+                    "the client's own address arrives"
+                );
+                let del = podgate(&["route", "del", "--netns", &nn, CLIENT_POOL, "via", &vpn_ip]);
+                assert_eq!(del.code, 0, "{del:?}");
+            }
+            _ => {
+                assert_eq!(r.code, 0, "{r:?}");
+                assert!(
+                    r.out
+                        .contains("verdict: all 4 hops answer: peer 10.8.0.2 -> pod"),
+                    "{r:?}"
+                );
+                assert!(
+                    r.out
+                        .contains("masquerade in the pod: inet podgate-eth0 10.8.0.0/24 out eth0"),
+                    "{r:?}"
+                );
+                assert!(
+                    !r.out.contains("FAIL")
+                        && !r.out.contains("SILENT")
+                        && !r.out.contains("BLOCKED"),
+                    "{r:?}"
+                );
+                assert_eq!(
+                    seen.as_deref(),
+                    Some(vpn_ip.as_str()),
+                    "masqueraded to the VPN pod"
+                );
+                assert!(
+                    reaches("10.96.0.10", 80).is_some(),
+                    "the client reaches the Service"
+                );
+                let j = podgate(&[argv.as_slice(), &["--json"]].concat()).json();
+                assert_eq!(j["verdict"]["ok"], true, "{j}");
+                assert_eq!(j["hops"].as_array().unwrap().len(), 4);
+                assert_eq!(j["pools"], json!([CLIENT_POOL]));
+            }
+        }
+        vpn::stop(cl);
+        vpn::stop(server);
+        node.cni(
+            Verb::Del,
+            NET,
+            &vpn_pod,
+            name,
+            "eth0",
+            Some(&pod_args("vpn", name)),
+            Some(cap),
+        )
+        .assert_ok();
+    }
+    node.cni(
+        Verb::Del,
+        NET,
+        &backend,
+        "backend",
+        "eth0",
+        Some(&pod_args("default", "backend")),
+        None,
+    )
+    .assert_ok();
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+}
+
+#[test]
+fn diagnose_classifies_dns_apart_from_forwarding() {
+    let node = setup("cli-dns", false);
+    let dnspod = node.pod("dns");
+    let d = node.cni(
+        Verb::Add,
+        NET,
+        &dnspod,
+        "dns",
+        "eth0",
+        Some(&pod_args("default", "dns")),
+        None,
+    );
+    d.assert_ok();
+    let dns_ip = pod_ip(d.result.as_ref().unwrap());
+    // A tiny DNS server: answers A queries for kubernetes.default, NXDOMAIN otherwise.
+    let script = r#"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 53))
+while True:
+    q, a = s.recvfrom(512)
+    i, name = 12, []
+    while q[i]:
+        name.append(q[i+1:i+1+q[i]].decode()); i += 1 + q[i]
+    qend = i + 5
+    ok = ".".join(name) == "kubernetes.default"
+    h = q[:2] + bytes([0x81, 0x80 if ok else 0x83]) + b"\x00\x01" + (b"\x00\x01" if ok else b"\x00\x00") + b"\x00\x00\x00\x00"
+    r = h + q[12:qend]
+    if ok:
+        r += b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x1e\x00\x04" + bytes([10, 96, 0, 1])
+    s.sendto(r, a)
+"#;
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let mut srv = dnspod.spawn(&[python, "-c", script]);
+    let pod = node.pod("client");
+    let c = node.cni(
+        Verb::Add,
+        NET,
+        &pod,
+        "client",
+        "eth0",
+        Some(&pod_args("default", "client")),
+        None,
+    );
+    c.assert_ok();
+    let ns = p(&pod).to_string();
+    let ask = |name: &str| {
+        podgate(&[
+            "diagnose",
+            "--netns",
+            &ns,
+            "--pod",
+            &dns_ip,
+            "--dns",
+            name,
+            "--dns-server",
+            &dns_ip,
+        ])
+    };
+    assert!(vpn::wait_for(|| ask("kubernetes.default").code == 0, 10));
+    let r = ask("kubernetes.default");
+    assert!(r.out.contains("kubernetes.default -> 10.96.0.1"), "{r:?}");
+    let r = ask("nosuch.default");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.out.contains(&format!(
+            "verdict: nameserver {dns_ip} answers, but nosuch.default: NXDOMAIN"
+        )),
+        "{r:?}"
+    );
+    assert!(r.out.contains("so this is DNS, not forwarding"), "{r:?}");
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let r = ask("kubernetes.default");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.out.contains("nothing serves DNS")
+            || r.out.contains("did not answer")
+            || r.out.contains("silent"),
+        "{r:?}"
+    );
+    for (p_, id, n) in [(&pod, "client", "client"), (&dnspod, "dns", "dns")] {
+        node.cni(
+            Verb::Del,
+            NET,
+            p_,
+            id,
+            "eth0",
+            Some(&pod_args("default", n)),
+            None,
+        )
+        .assert_ok();
+    }
+}

@@ -1,0 +1,248 @@
+//! `podgate inspect`: what podgate-router applied per attachment (from its
+//! state store) and whether it still holds.
+
+use crate::error::{Error, Found, Result};
+use crate::output;
+use crate::progress::Progress;
+use crate::select::{pick_container, Target};
+use clap::Args;
+use podgate_kit::link::{self, Link};
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::NetNs;
+use podgate_kit::route::RouteSpec;
+use podgate_router::apply;
+use podgate_router::record::Record;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    /// Every attachment in the state store (the default without --container).
+    #[arg(long, conflicts_with = "container")]
+    pub all: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum State {
+    /// Everything recorded is still in place.
+    Holds,
+    /// Something changed since ADD (see `drift`).
+    Drift,
+    /// The pod's netns no longer exists: the record outlived its pod.
+    NetnsGone,
+    /// Could not be checked (see `drift` for why).
+    Unknown,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    #[serde(flatten)]
+    pub record: Record,
+    pub state: State,
+    pub drift: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Inspect {
+    state_dir: String,
+    attachments: Vec<Attachment>,
+    /// Records that could not be read.
+    corrupt: Vec<String>,
+}
+
+fn status_of(
+    rec: &Record,
+    node: &mut Option<RouteSocket>,
+    node_err: &Option<String>,
+) -> (State, Vec<String>) {
+    let Some(path) = &rec.netns else {
+        return (State::Unknown, vec!["the record has no netns".into()]);
+    };
+    let ns = match NetNs::open(path) {
+        Ok(ns) => ns,
+        Err(e) if e.is_not_found() => {
+            return (
+                State::NetnsGone,
+                vec![format!("netns {} is gone: the pod is deleted but DEL never removed this record (its node routes may linger)", path.display())],
+            )
+        }
+        Err(e) => return (State::Unknown, vec![e.to_string()]),
+    };
+    let Some(sock) = node.as_mut() else {
+        return (
+            State::Unknown,
+            vec![format!(
+                "node netns: {}",
+                node_err.as_deref().unwrap_or("unavailable")
+            )],
+        );
+    };
+    match apply::check(rec, sock, &ns) {
+        Ok(d) if d.is_empty() => (State::Holds, d),
+        Ok(d) => (State::Drift, d),
+        Err(e) => (State::Unknown, vec![e.to_string()]),
+    }
+}
+
+pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
+    let (all, corrupt) = target.all_records()?;
+    let mut records = match (&target.container, a.all) {
+        (Some(id), _) => pick_container(all, id).map_err(Error::Msg)?,
+        (None, _) => all,
+    };
+    records.sort_by(|x, y| {
+        (&x.key.network, &x.key.container_id, &x.key.ifname).cmp(&(
+            &y.key.network,
+            &y.key.container_id,
+            &y.key.ifname,
+        ))
+    });
+    let (node_ns, _) = target.node()?;
+    let (mut node, node_err) = match RouteSocket::in_netns(&node_ns) {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let links = node
+        .as_mut()
+        .and_then(|s| link::list(s).ok())
+        .unwrap_or_default();
+    let mut progress = Progress::new();
+    let mut out = Vec::new();
+    for rec in records {
+        progress.step(&format!(
+            "checking {}/{}/{} ...",
+            rec.key.network, rec.key.container_id, rec.key.ifname
+        ));
+        let (state, drift) = status_of(&rec, &mut node, &node_err);
+        out.push(Attachment {
+            record: rec,
+            state,
+            drift,
+        });
+    }
+    progress.done();
+    let problem = out.iter().any(|a| a.state != State::Holds) || !corrupt.is_empty();
+    if json {
+        output::json(&Inspect {
+            state_dir: target.state_dir.display().to_string(),
+            attachments: out,
+            corrupt,
+        })?;
+    } else {
+        let mut s = String::new();
+        if out.is_empty() {
+            s += &format!("no podgate attachments in {}\n", target.state_dir.display());
+        }
+        for a in &out {
+            s += &render(a, &links);
+        }
+        for c in &corrupt {
+            s += &format!("corrupt record: {c}\n");
+        }
+        output::text(s)?;
+    }
+    Ok(Found::problem_if(problem))
+}
+
+fn node_route(r: &RouteSpec, links: &[Link]) -> String {
+    let mut s = r.dst.to_string();
+    if let Some(g) = r.gateway {
+        s += &format!(" via {g}");
+    }
+    if let Some(d) = crate::cmd::route::dev_name(links, r.oif) {
+        s += &format!(" dev {d}");
+    }
+    if r.onlink {
+        s += " onlink";
+    }
+    s += &format!(" proto {}", crate::names::proto_name(r.protocol));
+    s
+}
+
+fn list_or_dash(v: Vec<String>) -> String {
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join("\n               ")
+    }
+}
+
+pub fn render(a: &Attachment, node_links: &[Link]) -> String {
+    let r = &a.record;
+    let p = &r.plan;
+    let state = match a.state {
+        State::Holds => "holds".to_string(),
+        State::Drift => format!("DRIFT: {}", a.drift.join("; ")),
+        State::NetnsGone => format!("NETNS GONE: {}", a.drift.join("; ")),
+        State::Unknown => format!("unknown: {}", a.drift.join("; ")),
+    };
+    let sysctls: Vec<String> = p
+        .sysctls
+        .iter()
+        .map(|s| match r.sysctl_previous.get(&s.name) {
+            Some(prev) => format!("{} = {} (was {prev})", s.name, s.value),
+            None => format!("{} = {} (already so)", s.name, s.value),
+        })
+        .collect();
+    let masq: Vec<String> = p
+        .masquerade
+        .iter()
+        .map(|m| {
+            format!(
+                "inet {}: {} out {}",
+                p.nft_table.as_deref().unwrap_or("?"),
+                m.source,
+                m.oifname
+            )
+        })
+        .collect();
+    let node_routes: Vec<String> = p
+        .node_routes
+        .iter()
+        .map(|n| node_route(n, node_links))
+        .collect();
+    let pod_routes: Vec<String> = r.pod_routes.iter().map(RouteSpec::describe).collect();
+    let ips: Vec<String> = p.pod_ips.iter().map(ToString::to_string).collect();
+    let routing: Vec<String> = match &p.routing {
+        None => Vec::new(),
+        Some(rp) => {
+            let mode = serde_json::to_value(rp.mode)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            let mut v = vec![format!(
+                "{mode}: table {} via {} on {} for {}",
+                crate::names::table_name(rp.table),
+                rp.gateway,
+                rp.uplink,
+                rp.pod_ip
+            )];
+            v.extend(rp.rules.iter().map(|r| format!("rule {}", r.describe())));
+            v.extend(
+                rp.table_routes
+                    .iter()
+                    .map(|r| format!("route {}", node_route(r, node_links))),
+            );
+            v
+        }
+    };
+    format!(
+        "attachment {}/{}/{}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
+        r.key.network,
+        r.key.container_id,
+        r.key.ifname,
+        r.netns.as_ref().map_or("-".to_string(), |n| n.display().to_string()),
+        r.created,
+        p.profile,
+        p.source,
+        list_or_dash(ips),
+        list_or_dash(sysctls),
+        list_or_dash(masq),
+        list_or_dash(node_routes),
+        list_or_dash(pod_routes),
+        list_or_dash(routing),
+        list_or_dash(r.warnings.clone()),
+    )
+}

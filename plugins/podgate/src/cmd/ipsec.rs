@@ -1,0 +1,216 @@
+//! `podgate ipsec status`: the tunnel guard's checks (podgate-tunnel-guard's
+//! own evaluation) as a report, plus the UDP 500/4500 sockets on the node.
+
+use crate::error::{Error, Found, Result};
+use crate::output;
+use crate::select::Target;
+use clap::{Args, Subcommand};
+use podgate_tunnel_guard::{evaluate, udp, GuardConfig, Report, Verdict};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+pub const PLUGIN_TYPE: &str = "podgate-tunnel-guard";
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum IpsecCmd {
+    /// Is the node's IPsec tunnel protection really in place? Phase, reason,
+    /// certificate expiry, chassis match, guard per family, bypass policies,
+    /// UDP 500/4500 sockets. Never prints key material.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// A conflist (or single plugin config) holding the podgate-tunnel-guard
+    /// entry; default: the first conflist in --cni-conf-dir that has one.
+    /// Flags below override its fields.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where to look for a conflist when --config is not given.
+    #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
+    /// The IPsec agent's status socket (agentSocket).
+    #[arg(long, value_name = "PATH")]
+    pub agent_socket: Option<PathBuf>,
+    /// OVSDB socket for the chassis cross-check and the mark (ovsdbSocket).
+    #[arg(long, value_name = "PATH")]
+    pub ovsdb_socket: Option<PathBuf>,
+    /// Protection mark, decimal or 0x hex (guardMark).
+    #[arg(long, value_name = "MARK")]
+    pub guard_mark: Option<String>,
+    /// Families whose guard must be installed (repeatable: ipv4, ipv6).
+    #[arg(long = "family", value_name = "FAMILY")]
+    pub families: Vec<String>,
+    /// Tunnel UDP ports a bypass would expose (repeatable; default 6081, 4789).
+    #[arg(long = "tunnel-port", value_name = "PORT")]
+    pub tunnel_ports: Vec<u16>,
+    /// auto (required when the agent socket exists), always, never.
+    #[arg(long, value_name = "WHEN")]
+    pub required: Option<String>,
+    /// The certificate must stay valid at least this long (e.g. 10m, 1h).
+    #[arg(long, value_name = "DURATION")]
+    pub min_cert_validity: Option<String>,
+    /// Time budget for the whole evaluation.
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The tunnel-guard entry of a conflist, or the config itself if it is one.
+pub fn guard_entry(v: &Value) -> Option<Value> {
+    if v.get("type").and_then(Value::as_str) == Some(PLUGIN_TYPE) {
+        return Some(v.clone());
+    }
+    v.get("plugins")?
+        .as_array()?
+        .iter()
+        .find(|p| p.get("type").and_then(Value::as_str) == Some(PLUGIN_TYPE))
+        .cloned()
+}
+
+fn read_entry(path: &Path) -> Result<Option<Value>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::msg(format!("{}: {e}", path.display())))?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| Error::msg(format!("{}: {e}", path.display())))?;
+    Ok(guard_entry(&v))
+}
+
+/// (entry, where it came from)
+fn base_config(a: &StatusArgs) -> Result<(Value, String)> {
+    if let Some(p) = &a.config {
+        return match read_entry(p)? {
+            Some(v) => Ok((v, p.display().to_string())),
+            None => Err(Error::msg(format!(
+                "{}: no {PLUGIN_TYPE} entry",
+                p.display()
+            ))),
+        };
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&a.cni_conf_dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    for f in files {
+        let ext = f.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !matches!(ext, "conflist" | "conf" | "json") {
+            continue;
+        }
+        if let Ok(Some(v)) = read_entry(&f) {
+            return Ok((v, f.display().to_string()));
+        }
+    }
+    Ok((Value::Object(Map::new()), "defaults".into()))
+}
+
+/// Overlay the flags on the entry (camelCase keys), so validation is the plugin's.
+pub fn overlay(mut entry: Value, a: &StatusArgs) -> Value {
+    let Some(o) = entry.as_object_mut() else {
+        return entry;
+    };
+    let mut set = |k: &str, v: Value| {
+        o.insert(k.to_string(), v);
+    };
+    if let Some(p) = &a.agent_socket {
+        set("agentSocket", Value::String(p.display().to_string()));
+    }
+    if let Some(p) = &a.ovsdb_socket {
+        set("ovsdbSocket", Value::String(p.display().to_string()));
+    }
+    if let Some(m) = &a.guard_mark {
+        set("guardMark", Value::String(m.clone()));
+    }
+    if !a.families.is_empty() {
+        set("families", Value::from(a.families.clone()));
+    }
+    if !a.tunnel_ports.is_empty() {
+        set("tunnelPorts", Value::from(a.tunnel_ports.clone()));
+    }
+    if let Some(r) = &a.required {
+        set("required", Value::String(r.clone()));
+    }
+    if let Some(m) = &a.min_cert_validity {
+        set("minCertValidity", Value::String(m.clone()));
+    }
+    if let Some(t) = a.timeout_ms {
+        set("timeoutMs", Value::from(t));
+    }
+    entry
+}
+
+pub fn run(cmd: &IpsecCmd, target: &Target, json: bool) -> Result<Found> {
+    let IpsecCmd::Status(a) = cmd;
+    let (entry, source) = base_config(a)?;
+    let cfg =
+        GuardConfig::from_value(&overlay(entry, a)).map_err(|e| Error::usage(e.to_string()))?;
+    let sel = target.select()?;
+    // The XFRM readback and the socket table are per netns: read them in the chosen one.
+    let mut report: Report = sel.ns.run(|| {
+        let mut r = evaluate(&cfg, SystemTime::now());
+        r.ike_sockets = udp::ike_sockets().ok();
+        r
+    })?;
+    if report.ike_sockets.is_none() {
+        report.ike_sockets = Some(Vec::new());
+    }
+    if json {
+        output::json(&serde_json::json!({ "config": source, "report": report }))?;
+    } else {
+        let ike = match report.ike_sockets.as_deref() {
+            Some([]) | None => {
+                "no UDP socket bound to 500/4500 here: no IKE daemon listens in this netns"
+                    .to_string()
+            }
+            Some(s) => format!(
+                "{} UDP socket(s) on 500/4500: an IKE daemon is bound (not proof it works)",
+                s.len()
+            ),
+        };
+        output::text(format!(
+            "config: {source}\nnetns:  {}\n{report}ike:    {ike}\nsummary: {}\n",
+            sel.chosen.label(),
+            report.summary()
+        ))?;
+    }
+    Ok(Found::problem_if(report.verdict == Verdict::NotReady))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn finds_the_guard_entry() {
+        let conflist = json!({"cniVersion": "1.0.0", "name": "k", "plugins": [
+            {"type": "kube-ovn"}, {"type": PLUGIN_TYPE, "guardMark": "0x10"}]});
+        assert_eq!(guard_entry(&conflist).unwrap()["guardMark"], "0x10");
+        assert!(guard_entry(&json!({"type": "bridge"})).is_none());
+        assert!(guard_entry(&json!({"type": PLUGIN_TYPE})).is_some());
+    }
+
+    #[test]
+    fn flags_override_the_entry() {
+        let a = StatusArgs {
+            config: None,
+            cni_conf_dir: PathBuf::from("/nonexistent"),
+            agent_socket: Some(PathBuf::from("/tmp/x.sock")),
+            ovsdb_socket: None,
+            guard_mark: Some("0x20".into()),
+            families: vec!["ipv4".into(), "ipv6".into()],
+            tunnel_ports: vec![],
+            required: Some("always".into()),
+            min_cert_validity: None,
+            timeout_ms: Some(200),
+        };
+        let v = overlay(
+            json!({"type": PLUGIN_TYPE, "guardMark": "0x10", "tunnelPorts": [6081]}),
+            &a,
+        );
+        let cfg = GuardConfig::from_value(&v).unwrap();
+        assert_eq!(cfg.guard_mark, Some(0x20));
+        assert_eq!(cfg.tunnel_ports, vec![6081]);
+        assert_eq!(cfg.families.len(), 2);
+        assert_eq!(cfg.timeout_ms, 200);
+    }
+}

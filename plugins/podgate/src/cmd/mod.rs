@@ -1,0 +1,8 @@
+//! One module per command family.
+
+pub mod diagnose;
+pub mod inspect;
+pub mod ipsec;
+pub mod route;
+pub mod rule;
+pub mod sysctl;

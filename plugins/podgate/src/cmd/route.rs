@@ -1,0 +1,362 @@
+//! `podgate route list|add|del` inside the selected netns, `ip route` style.
+
+use crate::error::{Error, Found, Result};
+use crate::ipargs::{self, RouteArgs};
+use crate::names;
+use crate::output;
+use crate::select::Target;
+use clap::{Args, Subcommand};
+use ipnet::IpNet;
+use podgate_kit::link::{self, Link};
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::route::{self, RouteEntry, RouteSpec, TABLE_MAIN};
+use serde::Serialize;
+use std::net::IpAddr;
+
+/// Routes `ip route add` tags as user-made.
+const RTPROT_BOOT: u8 = 3;
+
+#[derive(Debug, Clone, Args)]
+pub struct Family {
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "v6")]
+    pub v4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    pub v6: bool,
+}
+
+impl Family {
+    pub fn flag(&self) -> Option<bool> {
+        if self.v6 {
+            Some(true)
+        } else if self.v4 {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum RouteCmd {
+    /// List routes (default: table main, both families):
+    /// `podgate route list --netns /var/run/netns/vpn [table all|main|local|N] [dev IF] [proto P] [PREFIX]`.
+    #[command(visible_aliases = ["show", "ls"])]
+    List {
+        #[command(flatten)]
+        family: Family,
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "SELECTOR"
+        )]
+        args: Vec<String>,
+    },
+    /// Add a route: `podgate route add --netns ... 10.8.0.0/24 via 10.22.0.5 [dev eth0] [table T] [metric N] [proto P] [onlink]`.
+    Add {
+        #[command(flatten)]
+        family: Family,
+        /// Replace a route with the same key instead of failing (`ip route replace`).
+        #[arg(long)]
+        replace: bool,
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "ROUTE"
+        )]
+        args: Vec<String>,
+    },
+    /// Delete a route: `podgate route del --netns ... 10.8.0.0/24 [via GW] [dev IF] [table T]`.
+    #[command(visible_alias = "delete")]
+    Del {
+        #[command(flatten)]
+        family: Family,
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "ROUTE"
+        )]
+        args: Vec<String>,
+    },
+}
+
+/// A route for display and JSON.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteRow {
+    pub family: &'static str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub dst: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<IpAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    pub table: u32,
+    pub table_name: String,
+    pub protocol: u8,
+    pub protocol_name: String,
+    pub scope: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefsrc: Option<IpAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metric: Option<u32>,
+}
+
+pub fn dev_name(links: &[Link], oif: Option<u32>) -> Option<String> {
+    oif.map(|i| {
+        link::name_of(links, i)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("if{i}"))
+    })
+}
+
+fn dst_text(dst: &IpNet) -> String {
+    if dst.prefix_len() == 0 {
+        "default".into()
+    } else if dst.prefix_len() == dst.max_prefix_len() {
+        dst.addr().to_string()
+    } else {
+        dst.to_string()
+    }
+}
+
+pub fn row_of(e: &RouteEntry, links: &[Link]) -> RouteRow {
+    RouteRow {
+        family: if e.dst.addr().is_ipv4() {
+            "ipv4"
+        } else {
+            "ipv6"
+        },
+        kind: names::type_name(e.kind),
+        dst: dst_text(&e.dst),
+        gateway: e.gateway,
+        dev: dev_name(links, e.oif),
+        table: e.table,
+        table_name: names::table_name(e.table),
+        protocol: e.protocol,
+        protocol_name: names::proto_name(e.protocol),
+        scope: names::scope_name(e.scope),
+        prefsrc: e.prefsrc,
+        metric: e.metric,
+    }
+}
+
+impl RouteRow {
+    /// One line as `ip route` prints it (table and proto always named).
+    pub fn line(&self) -> String {
+        let mut s = String::new();
+        if self.kind != "unicast" {
+            s += self.kind;
+            s += " ";
+        }
+        s += &self.dst;
+        if let Some(g) = self.gateway {
+            s += &format!(" via {g}");
+        }
+        if let Some(d) = &self.dev {
+            s += &format!(" dev {d}");
+        }
+        if self.table != TABLE_MAIN {
+            s += &format!(" table {}", self.table_name);
+        }
+        if self.protocol != 0 {
+            s += &format!(" proto {}", self.protocol_name);
+        }
+        if self.scope != "global" {
+            s += &format!(" scope {}", self.scope);
+        }
+        if let Some(p) = self.prefsrc {
+            s += &format!(" src {p}");
+        }
+        if let Some(m) = self.metric {
+            s += &format!(" metric {m}");
+        }
+        s
+    }
+}
+
+pub fn run(cmd: &RouteCmd, target: &Target, json: bool) -> Result<Found> {
+    let sel = target.select()?;
+    let mut sock = RouteSocket::in_netns(&sel.ns)?;
+    match cmd {
+        RouteCmd::List { family, args } => {
+            let a = ipargs::parse_route(args, true).map_err(Error::Usage)?;
+            list(&mut sock, a.family.or(family.flag()), &a, json)
+        }
+        RouteCmd::Add {
+            family,
+            replace,
+            args,
+        } => {
+            let a = ipargs::parse_route(args, false).map_err(Error::Usage)?;
+            let spec = spec_of(&mut sock, &a, family.flag(), true)?;
+            route::add(&mut sock, &spec, *replace)?;
+            report("added", &mut sock, &spec, &sel.chosen.label(), json)
+        }
+        RouteCmd::Del { family, args } => {
+            let a = ipargs::parse_route(args, false).map_err(Error::Usage)?;
+            let spec = spec_of(&mut sock, &a, family.flag(), false)?;
+            if !route::del(&mut sock, &spec)? {
+                return Err(Error::msg(format!(
+                    "no route {} in {}",
+                    spec.describe(),
+                    sel.chosen.label()
+                )));
+            }
+            report("deleted", &mut sock, &spec, &sel.chosen.label(), json)
+        }
+    }
+}
+
+fn spec_of(
+    sock: &mut RouteSocket,
+    a: &RouteArgs,
+    flag: Option<bool>,
+    add: bool,
+) -> Result<RouteSpec> {
+    let v6 = a.v6(flag).map_err(Error::Usage)?;
+    let dst = a
+        .dst
+        .map(|d| d.resolve(v6))
+        .ok_or_else(|| Error::usage("which prefix?"))?;
+    if add && a.via.is_none() && a.dev.is_none() {
+        return Err(Error::usage(format!(
+            "route {dst}: give `via GATEWAY` and/or `dev IFNAME`"
+        )));
+    }
+    let mut spec = RouteSpec::new(dst);
+    spec.gateway = a.via;
+    spec.oif = match &a.dev {
+        Some(d) => Some(link::index_of(sock, d)?),
+        None => None,
+    };
+    spec.table = a.table.unwrap_or(TABLE_MAIN);
+    spec.metric = a.metric;
+    spec.onlink = a.onlink;
+    spec.link_scope = a.scope_link || (a.via.is_none() && a.dev.is_some());
+    // Add tags like `ip route add` (boot) unless told; delete matches any proto.
+    spec.protocol = a.proto.unwrap_or(if add { RTPROT_BOOT } else { 0 });
+    Ok(spec)
+}
+
+fn report(
+    what: &str,
+    sock: &mut RouteSocket,
+    spec: &RouteSpec,
+    ns: &str,
+    json: bool,
+) -> Result<Found> {
+    let links = link::list(sock)?;
+    let entry = RouteEntry {
+        dst: spec.dst,
+        gateway: spec.gateway,
+        oif: spec.oif,
+        table: spec.table,
+        protocol: spec.protocol,
+        metric: spec.metric,
+        scope: if spec.link_scope { 253 } else { 0 },
+        kind: 1,
+        prefsrc: None,
+    };
+    let row = row_of(&entry, &links);
+    if json {
+        output::json(&serde_json::json!({ "action": what, "route": row }))?;
+    } else {
+        output::text(format!("{what}: {} ({ns})\n", row.line()))?;
+    }
+    Ok(Found::Ok)
+}
+
+fn list(sock: &mut RouteSocket, flag: Option<bool>, a: &RouteArgs, json: bool) -> Result<Found> {
+    let links = link::list(sock)?;
+    let mut entries = Vec::new();
+    if flag != Some(true) {
+        entries.extend(route::list(sock, false)?);
+    }
+    if flag != Some(false) {
+        entries.extend(route::list(sock, true)?);
+    }
+    let table = a.table.unwrap_or(TABLE_MAIN);
+    let oif = match &a.dev {
+        Some(d) => Some(link::index_of(sock, d)?),
+        None => None,
+    };
+    let v6 = a.dst.and_then(|d| d.v6()).or(flag);
+    let dst = a.dst.map(|d| d.resolve(v6.unwrap_or(false)));
+    let rows: Vec<RouteRow> = entries
+        .iter()
+        .filter(|e| table == 0 || e.table == table)
+        .filter(|e| oif.is_none() || e.oif == oif)
+        .filter(|e| a.proto.is_none_or(|p| e.protocol == p))
+        .filter(|e| a.via.is_none() || e.gateway == a.via)
+        .filter(|e| dst.is_none_or(|d| e.dst == d.trunc()))
+        .map(|e| row_of(e, &links))
+        .collect();
+    if json {
+        output::json(&rows)?;
+    } else {
+        let mut s = String::new();
+        for r in &rows {
+            s += &r.line();
+            s.push('\n');
+        }
+        output::text(s)?;
+    }
+    Ok(Found::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_read_like_ip() {
+        let links = vec![Link {
+            index: 2,
+            name: "eth0".into(),
+        }];
+        let e = RouteEntry {
+            dst: "0.0.0.0/0".parse().unwrap(),
+            gateway: Some("10.22.0.1".parse().unwrap()),
+            oif: Some(2),
+            table: 254,
+            protocol: 4,
+            metric: None,
+            scope: 0,
+            kind: 1,
+            prefsrc: None,
+        };
+        assert_eq!(
+            row_of(&e, &links).line(),
+            "default via 10.22.0.1 dev eth0 proto static"
+        );
+        let l = RouteEntry {
+            dst: "10.22.0.5/32".parse().unwrap(),
+            gateway: None,
+            oif: Some(2),
+            table: 255,
+            protocol: 2,
+            metric: None,
+            scope: 254,
+            kind: 2,
+            prefsrc: Some("10.22.0.5".parse().unwrap()),
+        };
+        assert_eq!(
+            row_of(&l, &links).line(),
+            "local 10.22.0.5 dev eth0 table local proto kernel scope host src 10.22.0.5"
+        );
+        let p = RouteEntry {
+            dst: "10.8.0.0/24".parse().unwrap(),
+            protocol: 94,
+            oif: Some(9),
+            ..l.clone()
+        };
+        let r = row_of(&p, &links);
+        assert!(r.line().contains("dev if9"), "{}", r.line());
+        assert_eq!(r.protocol_name, "podgate");
+    }
+}

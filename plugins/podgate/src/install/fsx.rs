@@ -1,0 +1,207 @@
+//! File operations a runtime may race with: every write goes to a temp file
+//! in the same directory (a name no runtime loads), is fsynced, then renamed
+//! over the target, and the directory is fsynced.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// An I/O failure with what was being done to which path.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {}: {source}", path.display())]
+pub struct IoError {
+    pub op: &'static str,
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+impl IoError {
+    pub fn new(op: &'static str, path: &Path, source: std::io::Error) -> IoError {
+        IoError {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub fn not_found(&self) -> bool {
+        self.source.kind() == ErrorKind::NotFound
+    }
+}
+
+pub type Result<T> = std::result::Result<T, IoError>;
+
+/// The file's bytes, or None when it does not exist.
+pub fn read_opt(path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(IoError::new("reading", path, e)),
+    }
+}
+
+pub fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|e| IoError::new("reading", path, e))
+}
+
+/// Temp names start with a dot and end in `.podgate-tmp-<pid>`: no runtime
+/// loads them (libcni only reads `.conf`, `.conflist`, `.json`).
+fn temp_path(path: &Path) -> Result<PathBuf> {
+    let name = path.file_name().ok_or_else(|| {
+        IoError::new(
+            "naming a temp file for",
+            path,
+            std::io::Error::from(ErrorKind::InvalidInput),
+        )
+    })?;
+    Ok(path.with_file_name(format!(
+        ".{}.podgate-tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    )))
+}
+
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".podgate-tmp-")
+}
+
+/// The mode of an existing file (permission bits), if any.
+pub fn mode_of(path: &Path) -> Option<u32> {
+    fs::metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o7777)
+}
+
+/// Atomically replace `path` with `bytes` (mode `mode`).
+pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let tmp = temp_path(path)?;
+    let _ = fs::remove_file(&tmp);
+    let res = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(|e| IoError::new("creating", &tmp, e))?;
+        f.write_all(bytes)
+            .map_err(|e| IoError::new("writing", &tmp, e))?;
+        // The umask may have narrowed `mode`.
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(|e| IoError::new("chmod", &tmp, e))?;
+        f.sync_all().map_err(|e| IoError::new("fsync", &tmp, e))?;
+        fs::rename(&tmp, path).map_err(|e| IoError::new("renaming into place", path, e))
+    })();
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    res?;
+    sync_dir_of(path)
+}
+
+/// Rename `from` to `to` (same directory) and make it durable.
+pub fn rename(from: &Path, to: &Path) -> Result<()> {
+    fs::rename(from, to).map_err(|e| IoError::new("renaming", from, e))?;
+    sync_dir_of(to)
+}
+
+/// Remove a file; a missing file is fine.
+pub fn remove(path: &Path) -> Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => {
+            sync_dir_of(path)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(IoError::new("removing", path, e)),
+    }
+}
+
+fn sync_dir_of(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| IoError::new("fsync", dir, e))
+}
+
+/// File names in `dir`, sorted bytewise (as Go's `os.ReadDir` sorts them),
+/// directories left out.
+pub fn list_files(dir: &Path) -> Result<Vec<String>> {
+    let rd = fs::read_dir(dir).map_err(|e| IoError::new("listing", dir, e))?;
+    let mut names: Vec<String> = rd
+        .flatten()
+        .filter(|e| !e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Copy `src` to `dst` atomically with mode 0755 unless `dst` already has the
+/// same bytes and is executable. Returns whether it wrote.
+pub fn install_executable(src: &Path, dst: &Path) -> Result<bool> {
+    let bytes = read(src)?;
+    if executable_with(dst, &bytes)? {
+        return Ok(false);
+    }
+    atomic_write(dst, &bytes, 0o755)?;
+    Ok(true)
+}
+
+/// Whether `path` is an executable file holding exactly `bytes`.
+pub fn executable_with(path: &Path, bytes: &[u8]) -> Result<bool> {
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(IoError::new("stat", path, e)),
+    };
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 || meta.len() != bytes.len() as u64
+    {
+        return Ok(false);
+    }
+    Ok(read(path)? == bytes)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("podgate-fsx-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn atomic_write_and_install_executable() {
+        let d = tmpdir("w");
+        let f = d.join("10-x.conflist");
+        atomic_write(&f, b"one", 0o600).unwrap();
+        assert_eq!(fs::read(&f).unwrap(), b"one");
+        assert_eq!(mode_of(&f), Some(0o600));
+        assert_eq!(list_files(&d).unwrap(), vec!["10-x.conflist"]);
+
+        let src = d.join("src");
+        fs::write(&src, b"\x7fELF...").unwrap();
+        let dst = d.join("bin");
+        assert!(install_executable(&src, &dst).unwrap());
+        assert_eq!(mode_of(&dst), Some(0o755));
+        assert!(!install_executable(&src, &dst).unwrap());
+        fs::set_permissions(&dst, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(install_executable(&src, &dst).unwrap());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn temp_names_are_not_loaded() {
+        let t = temp_path(Path::new("/x/10-calico.conflist")).unwrap();
+        let name = t.file_name().unwrap().to_str().unwrap();
+        assert!(is_temp_name(name));
+        assert_eq!(super::super::chain::kind_of(name), None);
+    }
+}

@@ -1,0 +1,157 @@
+//! What the installer wrote, so uninstall can give the primary back its own
+//! bytes: one record per conflist podgate chained into, holding the exact
+//! text written and the primary's original text. Uninstall restores the
+//! original only while the file still holds exactly what was written;
+//! otherwise (the primary rewrote it since) it removes podgate's entries and
+//! keeps everything else.
+
+use super::fsx::{self, IoError};
+use serde::{Deserialize, Serialize};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Held while a pass runs (an exclusive `flock` on `<state-dir>/.lock`).
+#[derive(Debug)]
+pub struct StateLock {
+    _file: std::fs::File,
+}
+
+const SUFFIX: &str = ".podgate-backup";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backup {
+    /// The chained conflist's file name in the conf dir.
+    pub file: String,
+    /// Exactly what the installer wrote there.
+    pub written: String,
+    /// The primary's bytes before podgate touched them (the `.conf`'s for a
+    /// conversion). None when the file already held podgate entries.
+    pub original: Option<String>,
+    /// The single-plugin `.conf` this conflist was converted from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converted_from: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("installer state {}: {source}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+/// The `--state-dir`: `<file>.podgate-backup` JSON records.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    dir: PathBuf,
+}
+
+impl StateDir {
+    pub fn new(dir: &Path) -> StateDir {
+        StateDir { dir: dir.into() }
+    }
+
+    fn path_of(&self, file: &str) -> PathBuf {
+        self.dir.join(format!("{file}{SUFFIX}"))
+    }
+
+    pub fn load(&self, file: &str) -> Result<Option<Backup>, StateError> {
+        let path = self.path_of(file);
+        let Some(bytes) = fsx::read_opt(&path)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| StateError::Corrupt { path, source })
+    }
+
+    pub fn save(&self, b: &Backup) -> Result<(), StateError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| IoError::new("creating", &self.dir, e))?;
+        let path = self.path_of(&b.file);
+        let text = serde_json::to_vec_pretty(b).map_err(|source| StateError::Corrupt {
+            path: path.clone(),
+            source,
+        })?;
+        fsx::atomic_write(&path, &text, 0o600)?;
+        Ok(())
+    }
+
+    /// Serialise install/uninstall passes of concurrent installers (the
+    /// DaemonSet's watcher and a by-hand run) on this node; released on drop.
+    pub fn lock(&self) -> Result<StateLock, StateError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| IoError::new("creating", &self.dir, e))?;
+        let path = self.dir.join(".lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| IoError::new("opening", &path, e))?;
+        loop {
+            // SAFETY: flock on a descriptor owned by `file`.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            if rc == 0 {
+                return Ok(StateLock { _file: file });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(IoError::new("locking", &path, e).into());
+            }
+        }
+    }
+
+    pub fn remove(&self, file: &str) -> Result<(), StateError> {
+        fsx::remove(&self.path_of(file))?;
+        Ok(())
+    }
+
+    /// Every record, by file name. A missing state dir holds none.
+    pub fn list(&self) -> Result<Vec<Backup>, StateError> {
+        let names = match fsx::list_files(&self.dir) {
+            Ok(n) => n,
+            Err(e) if e.not_found() => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for name in names {
+            if let Some(file) = name.strip_suffix(SUFFIX) {
+                if let Some(b) = self.load(file)? {
+                    out.push(b);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let d = std::env::temp_dir().join(format!("podgate-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let s = StateDir::new(&d.join("installer"));
+        assert!(s.list().unwrap().is_empty());
+        let b = Backup {
+            file: "10-x.conflist".into(),
+            written: "w".into(),
+            original: Some("o".into()),
+            converted_from: None,
+        };
+        s.save(&b).unwrap();
+        assert_eq!(s.load("10-x.conflist").unwrap(), Some(b.clone()));
+        assert_eq!(s.list().unwrap(), vec![b]);
+        s.remove("10-x.conflist").unwrap();
+        assert!(s.list().unwrap().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

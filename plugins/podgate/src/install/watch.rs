@@ -1,0 +1,254 @@
+//! `podgate install --watch`: keep the chain in place while the primary (or
+//! anything else) rewrites the conf dir, until SIGTERM.
+//!
+//! inotify on the conf dir (and the bin dir and the plugins file's dir, for a
+//! deleted binary or a ConfigMap update) marks a pass due after a quiet
+//! `debounce`; a burst is cut at `max_delay`. A pass also runs every
+//! `resync` in case an event was missed. Problems the primary or the operator
+//! can fix (no config yet, a half-written file, a bad plugins file) keep the
+//! watcher waiting with the ready file removed; I/O failures and a vanished
+//! conf dir end it with an error so the DaemonSet restarts it.
+
+use super::chain::{kind_of, ORIG_SUFFIX};
+use super::fsx;
+use super::reconcile::{self, Applied, Node, Source};
+use super::sys::{poll_readable, Inotify, Signals};
+use super::validate::BINARIES;
+use super::{log, InstallError};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct WatchOpts {
+    pub debounce: Duration,
+    pub max_delay: Duration,
+    pub resync: Duration,
+    pub ready_file: Option<PathBuf>,
+    pub uninstall_on_exit: bool,
+}
+
+const DIR_MASK: u32 = libc::IN_CREATE
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_MODIFY
+    | libc::IN_MOVED_TO
+    | libc::IN_MOVED_FROM
+    | libc::IN_DELETE
+    | libc::IN_ATTRIB
+    | libc::IN_ONLYDIR;
+const SELF_MASK: u32 = libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+const SELF_GONE: u32 = SELF_MASK | libc::IN_IGNORED | libc::IN_UNMOUNT;
+
+fn watch_err(what: &str, e: impl std::fmt::Display) -> InstallError {
+    InstallError::Watch(format!("{what}: {e}"))
+}
+
+/// The `--ready-file`: present (naming the chained file) only while the
+/// chain is in place.
+struct Ready {
+    path: Option<PathBuf>,
+    current: Option<String>,
+}
+
+impl Ready {
+    fn set(&mut self, file: &str) -> Result<(), InstallError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        if self.current.as_deref() == Some(file) && path.exists() {
+            return Ok(());
+        }
+        write_ready_file(path, file)?;
+        self.current = Some(file.into());
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        if let Some(path) = &self.path {
+            if let Err(e) = fsx::remove(path) {
+                log(format!("warning: {e}"));
+            }
+        }
+        self.current = None;
+    }
+}
+
+pub fn write_ready_file(path: &Path, file: &str) -> Result<(), InstallError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| fsx::IoError::new("creating", dir, e))?;
+    }
+    fsx::atomic_write(path, format!("chained {file}\n").as_bytes(), 0o644)?;
+    Ok(())
+}
+
+pub fn remove_ready_file(path: &Path) {
+    if let Err(e) = fsx::remove(path) {
+        log(format!("warning: {e}"));
+    }
+}
+
+enum Last {
+    Start,
+    Chained,
+    Waiting(String),
+}
+
+/// Which watch a descriptor belongs to.
+struct Watches {
+    conf: i32,
+    bin: i32,
+    plugins: Option<i32>,
+    plugins_name: String,
+}
+
+impl Watches {
+    fn relevant(&self, wd: i32, name: &str) -> bool {
+        if fsx::is_temp_name(name) {
+            return false;
+        }
+        if Some(wd) == self.plugins {
+            return true;
+        }
+        if wd == self.conf {
+            return name.is_empty()
+                || kind_of(name).is_some()
+                || name.ends_with(ORIG_SUFFIX)
+                || name == self.plugins_name;
+        }
+        wd == self.bin && BINARIES.contains(&name)
+    }
+}
+
+fn dir_of(p: &Path) -> PathBuf {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallError> {
+    let signals = Signals::new().map_err(|e| watch_err("signalfd", e))?;
+    for dir in [&node.conf_dir, &node.bin_dir] {
+        std::fs::create_dir_all(dir).map_err(|e| fsx::IoError::new("creating", dir, e))?;
+    }
+    let ino = Inotify::new().map_err(|e| watch_err("inotify", e))?;
+    let add = |dir: &Path, mask: u32| {
+        ino.add(dir, mask)
+            .map_err(|e| watch_err(&format!("watching {}", dir.display()), e))
+    };
+    let plugins_dir = dir_of(&src.plugins_file);
+    let watches = Watches {
+        conf: add(&node.conf_dir, DIR_MASK | SELF_MASK)?,
+        bin: add(&node.bin_dir, DIR_MASK)?,
+        // A missing dir means no plugins file: the pass reports that and the
+        // resync picks the file up once it appears.
+        plugins: if plugins_dir == node.conf_dir {
+            None
+        } else {
+            ino.add(&plugins_dir, DIR_MASK).ok()
+        },
+        plugins_name: src
+            .plugins_file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    log(format!(
+        "watching {} (primary {}, plugins {})",
+        node.conf_dir.display(),
+        src.primary.as_deref().unwrap_or("first config file"),
+        src.plugins_file.display()
+    ));
+
+    let mut ready = Ready {
+        path: opts.ready_file.clone(),
+        current: None,
+    };
+    let mut last = Last::Start;
+    let mut due = Some(Instant::now());
+    let mut first_event: Option<Instant> = None;
+    let mut next_resync = Instant::now() + opts.resync;
+    let result = loop {
+        let now = Instant::now();
+        if due.is_some_and(|d| d <= now) || next_resync <= now {
+            due = None;
+            first_event = None;
+            next_resync = now + opts.resync;
+            if let Err(e) = pass(node, src, &mut ready, &mut last) {
+                break Err(e);
+            }
+        }
+        let wake = due.map_or(next_resync, |d| d.min(next_resync));
+        let [signalled, changed] = poll_readable(
+            [signals.fd(), ino.fd()],
+            wake.saturating_duration_since(Instant::now()),
+        )
+        .map_err(|e| watch_err("poll", e))?;
+        if signalled {
+            match signals.read().map_err(|e| watch_err("signalfd", e))? {
+                Some(libc::SIGHUP) => due = Some(Instant::now()),
+                Some(sig) => {
+                    log(format!("signal {sig}: stopping"));
+                    break Ok(());
+                }
+                None => {}
+            }
+        }
+        if changed {
+            let events = ino.read().map_err(|e| watch_err("inotify", e))?;
+            if let Some(e) = events
+                .iter()
+                .find(|e| e.wd == watches.conf && e.mask & SELF_GONE != 0)
+            {
+                break Err(InstallError::Watch(format!(
+                    "{} went away (inotify mask {:#x}); exiting so the watcher restarts on the new directory",
+                    node.conf_dir.display(),
+                    e.mask
+                )));
+            }
+            let relevant = events
+                .iter()
+                .any(|e| e.mask & libc::IN_Q_OVERFLOW != 0 || watches.relevant(e.wd, &e.name));
+            if relevant {
+                let now = Instant::now();
+                let first = *first_event.get_or_insert(now);
+                due = Some((now + opts.debounce).min(first + opts.max_delay));
+            }
+        }
+    };
+    let result = result.and_then(|()| {
+        if opts.uninstall_on_exit {
+            for msg in reconcile::unchain_all(node)? {
+                log(msg);
+            }
+        }
+        Ok(())
+    });
+    ready.clear();
+    result
+}
+
+/// One install pass. Ok unless the error is fatal.
+fn pass(node: &Node, src: &Source, ready: &mut Ready, last: &mut Last) -> Result<(), InstallError> {
+    match reconcile::install_once(node, src) {
+        Ok(applied) => {
+            if !matches!(applied, Applied::Unchanged { .. }) || !matches!(last, Last::Chained) {
+                log(&applied);
+            }
+            *last = Last::Chained;
+            ready.set(applied.file())
+        }
+        Err(e) if e.is_transient() => {
+            ready.clear();
+            let msg = e.to_string();
+            if !matches!(last, Last::Waiting(m) if *m == msg) {
+                log(format!("not chained, waiting for a change: {msg}"));
+            }
+            *last = Last::Waiting(msg);
+            Ok(())
+        }
+        Err(e) => {
+            ready.clear();
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! Which network namespace a command works in: `--netns PATH`, `--pid PID`,
+//! `--container ID` (from podgate's state store), or the current (node) one.
+
+use crate::error::{Error, Result};
+use clap::Args;
+use podgate_kit::netns::NetNs;
+use podgate_kit::state::StateStore;
+use podgate_router::config::DEFAULT_STATE_DIR;
+use podgate_router::record::Record;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Flags every operator command takes (after the command name, e.g.
+/// `podgate sysctl get --netns PATH NAME`). Global within each command
+/// group only, so they never clash with `install`/`uninstall`'s own flags.
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// Print one JSON document instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(flatten)]
+    pub target: Target,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Target {
+    /// Work in this network namespace file (/var/run/netns/NAME, /proc/PID/ns/net).
+    #[arg(long, global = true, value_name = "PATH", conflicts_with_all = ["pid", "container"])]
+    pub netns: Option<PathBuf>,
+    /// Work in the network namespace of this process.
+    #[arg(long, global = true, value_name = "PID", conflicts_with = "container")]
+    pub pid: Option<u32>,
+    /// Work in the netns of this container (sandbox) ID, as podgate-router
+    /// recorded it; a unique prefix is enough.
+    #[arg(long, global = true, value_name = "ID")]
+    pub container: Option<String>,
+    /// podgate-router's state directory (its `stateDir`).
+    #[arg(long, global = true, value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// The node's namespace, for node-side reads (return routes, sysctl diff);
+    /// default: the namespace podgate runs in.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub node_netns: Option<PathBuf>,
+}
+
+/// How the namespace was chosen, for headers and JSON.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Chosen {
+    /// `node`, `netns`, `pid` or `container`.
+    pub by: &'static str,
+    pub path: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+}
+
+impl Chosen {
+    pub fn label(&self) -> String {
+        match self.by {
+            "node" => "node (current netns)".to_string(),
+            "container" => format!(
+                "container {} (netns {})",
+                self.container.as_deref().unwrap_or("?"),
+                self.path.display()
+            ),
+            _ => format!("netns {}", self.path.display()),
+        }
+    }
+}
+
+pub struct Selected {
+    pub ns: NetNs,
+    pub chosen: Chosen,
+    /// Records of the container (one per network/ifname), when chosen by ID.
+    pub records: Vec<Record>,
+    pub pid: Option<u32>,
+}
+
+fn open(path: &Path, what: &str) -> Result<NetNs> {
+    NetNs::open(path).map_err(|e| {
+        if e.is_not_found() {
+            Error::msg(format!("{what}: {} does not exist", path.display()))
+        } else {
+            Error::msg(format!("{what}: {e}"))
+        }
+    })
+}
+
+impl Target {
+    pub fn select(&self) -> Result<Selected> {
+        if let Some(p) = &self.netns {
+            return Ok(Selected {
+                ns: open(p, "--netns")?,
+                chosen: Chosen {
+                    by: "netns",
+                    path: p.clone(),
+                    container: None,
+                },
+                records: Vec::new(),
+                pid: None,
+            });
+        }
+        if let Some(pid) = self.pid {
+            let p = PathBuf::from(format!("/proc/{pid}/ns/net"));
+            return Ok(Selected {
+                ns: open(&p, &format!("--pid {pid}"))?,
+                chosen: Chosen {
+                    by: "pid",
+                    path: p,
+                    container: None,
+                },
+                records: Vec::new(),
+                pid: Some(pid),
+            });
+        }
+        if let Some(id) = &self.container {
+            let records = self.records_of(id)?;
+            let path = records
+                .iter()
+                .find_map(|r| r.netns.clone())
+                .ok_or_else(|| {
+                    Error::msg(format!("container {id}: its podgate record has no netns"))
+                })?;
+            let ns = NetNs::open(&path).map_err(|e| {
+                if e.is_not_found() {
+                    Error::msg(format!(
+                        "container {id}: netns {} is gone (pod deleted; a record left behind means DEL never ran: see `podgate inspect`)",
+                        path.display()
+                    ))
+                } else {
+                    Error::msg(format!("container {id}: {e}"))
+                }
+            })?;
+            let full = records
+                .first()
+                .map(|r| r.key.container_id.clone())
+                .unwrap_or_else(|| id.clone());
+            return Ok(Selected {
+                ns,
+                chosen: Chosen {
+                    by: "container",
+                    path,
+                    container: Some(full),
+                },
+                records,
+                pid: None,
+            });
+        }
+        Ok(Selected {
+            ns: NetNs::current()?,
+            chosen: Chosen {
+                by: "node",
+                path: PathBuf::from("/proc/thread-self/ns/net"),
+                container: None,
+            },
+            records: Vec::new(),
+            pid: None,
+        })
+    }
+
+    /// The node's namespace: `--node-netns`, else the current one.
+    pub fn node(&self) -> Result<(NetNs, String)> {
+        match &self.node_netns {
+            Some(p) => Ok((open(p, "--node-netns")?, p.display().to_string())),
+            None => Ok((NetNs::current()?, "current netns".to_string())),
+        }
+    }
+
+    pub fn store(&self) -> Result<StateStore> {
+        StateStore::existing(&self.state_dir).ok_or_else(|| {
+            Error::msg(format!(
+                "no podgate state at {} (podgate-router never ran here, or pass --state-dir)",
+                self.state_dir.display()
+            ))
+        })
+    }
+
+    /// Every record, and the ones that did not parse as errors.
+    pub fn all_records(&self) -> Result<(Vec<Record>, Vec<String>)> {
+        let (recs, bad) = self.store()?.list::<Record>()?;
+        Ok((recs, bad.into_iter().map(|e| e.to_string()).collect()))
+    }
+
+    /// Records of one container: exact ID, else a unique prefix.
+    pub fn records_of(&self, id: &str) -> Result<Vec<Record>> {
+        let (all, _) = self.all_records()?;
+        pick_container(all, id).map_err(Error::Msg)
+    }
+}
+
+/// Records whose container ID is `id`, or starts with `id` when exactly one
+/// container matches that way.
+pub fn pick_container(all: Vec<Record>, id: &str) -> Result<Vec<Record>, String> {
+    if id.is_empty() {
+        return Err("--container: empty ID".into());
+    }
+    let exact: Vec<Record> = all
+        .iter()
+        .filter(|r| r.key.container_id == id)
+        .cloned()
+        .collect();
+    if !exact.is_empty() {
+        return Ok(exact);
+    }
+    let by_prefix: Vec<Record> = all
+        .into_iter()
+        .filter(|r| r.key.container_id.starts_with(id))
+        .collect();
+    let mut ids: Vec<&str> = by_prefix
+        .iter()
+        .map(|r| r.key.container_id.as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    match ids.len() {
+        0 => Err(format!(
+            "container {id}: no podgate record (the pod has no podgate profile, or another --state-dir)"
+        )),
+        1 => Ok(by_prefix),
+        _ => Err(format!(
+            "container {id}: ambiguous prefix, matches {}",
+            ids.join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use podgate_kit::state::Key;
+    use podgate_router::plan::Plan;
+
+    fn rec(cid: &str, ifname: &str) -> Record {
+        Record {
+            key: Key::new("net", cid, ifname),
+            netns: Some(PathBuf::from("/var/run/netns/x")),
+            created: String::new(),
+            plan: Plan {
+                profile: "p".into(),
+                source: "assign[0]".into(),
+                ifname: ifname.into(),
+                pod_ips: vec![],
+                sysctls: vec![],
+                nft_table: None,
+                masquerade: vec![],
+                pod_routes: vec![],
+                node_routes: vec![],
+                routing: None,
+            },
+            sysctl_previous: Default::default(),
+            pod_routes: vec![],
+            warnings: vec![],
+        }
+    }
+
+    #[test]
+    fn container_by_id_or_unique_prefix() {
+        let all = vec![
+            rec("abc123", "eth0"),
+            rec("abc123", "net1"),
+            rec("abd999", "eth0"),
+        ];
+        assert_eq!(pick_container(all.clone(), "abc123").unwrap().len(), 2);
+        assert_eq!(pick_container(all.clone(), "abc").unwrap().len(), 2);
+        assert!(pick_container(all.clone(), "ab")
+            .unwrap_err()
+            .contains("ambiguous"));
+        assert!(pick_container(all, "zzz")
+            .unwrap_err()
+            .contains("no podgate record"));
+    }
+}
