@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{assert_same, require_root, Netns, TestNode, Verb};
+use podgate_integration::{assert_same, require_root, vpn, Netns, TestNode, Verb};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -93,112 +93,13 @@ fn seen_source(from: &Netns, ip: &str, port: u16) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-struct Vpn {
-    client: Netns,
-    key: std::path::PathBuf,
-}
-
-/// The VPN client lives outside the cluster: its own netns, linked to the
-/// node by a veth pair; it reaches the server through the node's hostPort.
-fn vpn_client(node: &TestNode) -> Vpn {
-    let client = Netns::new("vpnclient");
-    client.set_forwarding(false);
-    let host_if = format!("pgc{}", std::process::id() % 100000);
-    node.ns.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        &host_if,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "uplink0",
-        "netns",
-        client.name(),
-    ]);
-    node.ns
-        .exec_ok(&["ip", "addr", "add", "192.168.77.1/24", "dev", &host_if]);
-    node.ns.exec_ok(&["ip", "link", "set", &host_if, "up"]);
-    client.exec_ok(&["ip", "addr", "add", "192.168.77.2/24", "dev", "uplink0"]);
-    client.exec_ok(&["ip", "link", "set", "uplink0", "up"]);
-    let key = node.root().join("static.key");
-    let out = std::process::Command::new("openvpn")
-        .args(["--genkey", "secret"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "openvpn --genkey: {out:?}");
-    Vpn { client, key }
-}
-
-fn openvpn(
-    ns: &Netns,
-    key: &std::path::Path,
-    server: bool,
-    client_port: u16,
-) -> std::process::Child {
-    let log = key.with_file_name(if server { "server.log" } else { "client.log" });
-    let log = log.to_str().unwrap();
-    let key = key.to_str().unwrap();
-    // --ping keeps the static-key tunnel talking, so it comes up without waiting for traffic.
-    let mut args = vec![
-        "openvpn",
-        "--dev",
-        "tun0",
-        "--secret",
-        key,
-        "--cipher",
-        "AES-256-CBC",
-        "--proto",
-        "udp",
-        "--ping",
-        "1",
-        "--verb",
-        "3",
-        "--log",
-        log,
-    ];
-    if server {
-        args.extend(["--ifconfig", "10.8.0.1", "10.8.0.2", "--port", "1194"]);
-    } else {
-        // A fresh source port per round: the node's conntrack still maps the
-        // previous round's tuple to the previous (deleted) server pod.
-        let lport: &'static str = Box::leak(client_port.to_string().into_boxed_str());
-        args.extend([
-            "--ifconfig",
-            "10.8.0.2",
-            "10.8.0.1",
-            "--remote",
-            "192.168.77.1",
-            "1194",
-            "--route",
-            "10.22.0.0",
-            "255.255.0.0",
-            "--lport",
-            lport,
-        ]);
-    }
-    ns.spawn(&args)
-}
-
-fn wait_for(mut f: impl FnMut() -> bool, secs: u64) -> bool {
-    for _ in 0..secs * 5 {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
-}
-
 /// The article's scenario: a client on the tunnel reaches the server's tunnel
 /// address always, and the pod behind it only when podgate made the VPN pod a
 /// router (masqueraded or with a return route).
 #[test]
 fn openvpn_article_scenario() {
     let node = setup("ovpn", true);
-    let vpn = vpn_client(&node);
+    let vpn = vpn::client(&node, "c");
 
     let backend = pod(&node, "backend");
     let b = add(
@@ -244,13 +145,17 @@ fn openvpn_article_scenario() {
             "{name}: ip_forward in the pod"
         );
 
-        let mut server = openvpn(&server_pod, &vpn.key, true, 0);
-        let mut client = openvpn(&vpn.client, &vpn.key, false, 41000 + round as u16);
+        let server = vpn::server(&server_pod, &vpn.key);
+        let client = vpn::connect(
+            &vpn.client,
+            &vpn.key,
+            41000 + round as u16,
+            &[("10.22.0.0", "255.255.0.0")],
+        );
         assert!(
-            wait_for(|| podgate_integration::ping(&vpn.client, "10.8.0.1", 1), 20),
-            "{name}: client never reached the tunnel peer 10.8.0.1\nserver log:\n{}\nclient log:\n{}\nnode nat:\n{}",
-            std::fs::read_to_string(vpn.key.with_file_name("server.log")).unwrap_or_default(),
-            std::fs::read_to_string(vpn.key.with_file_name("client.log")).unwrap_or_default(),
+            vpn::wait_for(|| podgate_integration::ping(&vpn.client, "10.8.0.1", 1), 20),
+            "{name}: client never reached the tunnel peer 10.8.0.1\n{}\nnode nat:\n{}",
+            vpn::logs(&vpn.key),
             node.ns.exec_ok(&["nft", "list", "ruleset"]),
         );
         let seen = seen_source(&vpn.client, &backend_ip, 8080);
@@ -275,10 +180,8 @@ fn openvpn_article_scenario() {
             );
             assert!(routes.contains("proto 94"), "{routes}");
         }
-        let _ = client.kill();
-        let _ = server.kill();
-        let _ = client.wait();
-        let _ = server.wait();
+        vpn::stop(client);
+        vpn::stop(server);
         // The runtime passes the same capability args on DEL (portmap needs them).
         node.cni(
             Verb::Del,
