@@ -460,3 +460,45 @@ fn hostile_input_gets_a_code_and_changes_nothing() {
                 .all(|e| !e.file_name().to_string_lossy().ends_with(".json"))
     );
 }
+
+/// Without CAP_NET_ADMIN the plugin says which capability is missing and why,
+/// instead of a bare EPERM half-way through.
+#[test]
+fn missing_capability_is_named() {
+    require_root();
+    let dir = TempDir::new("caps");
+    let pod = Netns::new("caps");
+    let (_, mut conf) = configs(dir.path()).remove(0);
+    conf["assign"] = json!([{"namespace": "default", "profile": "p"}]);
+    let stdin = with(
+        &conf,
+        "1.0.0",
+        json!({"prevResult": prev_result("1.0.0", pod.path())}),
+    );
+    pod.sysctl_set("net.ipv4.ip_forward", "0");
+    let mut child = Command::new("setpriv")
+        .args(["--bounding-set", "-net_admin", "--inh-caps", "-net_admin"])
+        .arg(bin_dir().join("podgate-router"))
+        .env_clear()
+        .envs([
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", "caps-1"),
+            ("CNI_NETNS", pod.path().to_str().unwrap()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_ARGS", "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web"),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["code"], 50, "{v}");
+    assert!(v["msg"].as_str().unwrap().contains("CAP_NET_ADMIN"), "{v}");
+    assert_eq!(
+        pod.sysctl_get("net.ipv4.ip_forward"),
+        "0",
+        "nothing applied"
+    );
+}

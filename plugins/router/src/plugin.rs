@@ -33,6 +33,22 @@ fn logger(cfg: &RouterConfig, req: &Request) -> Logger {
         .with("network", req.conf.name.clone())
 }
 
+/// Changing another namespace needs both: say which one is missing, not EPERM.
+fn require_caps() -> Result<(), CniError> {
+    use podgate_kit::caps;
+    caps::require(
+        caps::CAP_NET_ADMIN,
+        "podgate-router changes routes, rules, nf_tables and net sysctls",
+    )
+    .and_then(|_| {
+        caps::require(
+            caps::CAP_SYS_ADMIN,
+            "podgate-router enters the pod's network namespace (setns)",
+        )
+    })
+    .map_err(|e| CniError::new(podgate_cni::code::NOT_AVAILABLE, e.to_string()))
+}
+
 fn key_of(req: &Request) -> Key {
     Key::new(&req.conf.name, &req.env.container_id, &req.env.ifname)
 }
@@ -147,6 +163,7 @@ impl Plugin for Router {
                 return Err(e);
             }
         };
+        require_caps()?;
         let ns = open_netns(req)?;
         let key = key_of(req);
         let store = store(&cfg)?;
@@ -256,6 +273,7 @@ impl Plugin for Router {
                 return Ok(());
             }
         };
+        require_caps()?;
         // Pod side first, outside the node-wide lock: it touches only this
         // pod's namespace, which may be gone already (pod deleted).
         if let Some(ns) = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok()) {
