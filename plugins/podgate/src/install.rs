@@ -144,21 +144,35 @@ impl InstallError {
     }
 }
 
-/// One line on stderr: `<RFC 3339 time> podgate install: <msg>`.
+/// One line on stderr: `<RFC 3339 time> podgate installer: <msg>`.
 pub(crate) fn log(msg: impl std::fmt::Display) {
-    eprintln!("{} podgate install: {msg}", podgate_cni::log::rfc3339_now());
+    eprintln!(
+        "{} podgate installer: {msg}",
+        podgate_cni::log::rfc3339_now()
+    );
+}
+
+/// The running executable's directory: /proc/self/exe, else argv[0] when it
+/// is a path (no /proc, e.g. in a bare chroot).
+fn exe_dir() -> Result<PathBuf, InstallError> {
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => std::env::args_os()
+            .next()
+            .map(PathBuf::from)
+            .filter(|p| p.components().count() > 1)
+            .ok_or(InstallError::SourceDir(e))?,
+    };
+    exe.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| InstallError::SourceDir(std::io::Error::from(std::io::ErrorKind::NotFound)))
 }
 
 fn source_of(args: &InstallArgs) -> Result<Source, InstallError> {
     let binaries_dir = match &args.source_dir {
         Some(d) => d.clone(),
-        None => std::env::current_exe()
-            .map_err(InstallError::SourceDir)?
-            .parent()
-            .map(PathBuf::from)
-            .ok_or_else(|| {
-                InstallError::SourceDir(std::io::Error::from(std::io::ErrorKind::NotFound))
-            })?,
+        None => exe_dir()?,
     };
     let primary = match &args.primary {
         None => None,

@@ -179,9 +179,16 @@ impl List {
         self.has_podgate().then(|| self.with_plugins(self.others()))
     }
 
-    /// Exactly `entries` at the end, no other podgate entry anywhere.
+    /// Exactly `entries` at the end, no other podgate entry anywhere
+    /// (compared as JSON: a file someone re-serialised with other key order
+    /// is not rewritten, so two writers never fight over formatting).
     pub fn is_chained(&self, entries: &[Json]) -> bool {
-        self.merged(entries) == *self
+        self.merged(entries).same(self)
+    }
+
+    /// Equal as JSON values.
+    pub fn same(&self, other: &List) -> bool {
+        self.0.same(&other.0)
     }
 
     pub fn to_text(&self) -> Result<String, serde_json::Error> {

@@ -53,6 +53,15 @@ impl Obj {
         Some(self.0.remove(i).1)
     }
 
+    /// Equal as JSON values: same members, whatever their order.
+    pub fn same(&self, other: &Obj) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .all(|(k, v)| other.get(k).is_some_and(|o| v.same(o)))
+    }
+
     pub fn str_field(&self, key: &str) -> Option<&str> {
         match self.get(key) {
             Some(Json::String(s)) => Some(s),
@@ -70,6 +79,17 @@ impl Json {
         match self {
             Json::Object(o) => Some(o),
             _ => None,
+        }
+    }
+
+    /// Equal as JSON values (object member order ignored, as libcni reads it).
+    pub fn same(&self, other: &Json) -> bool {
+        match (self, other) {
+            (Json::Array(a), Json::Array(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y))
+            }
+            (Json::Object(a), Json::Object(b)) => a.same(b),
+            (a, b) => a == b,
         }
     }
 
@@ -188,6 +208,19 @@ mod tests {
     fn duplicate_keys_last_wins_in_first_place() {
         let v = Json::parse(br#"{"a":1,"b":2,"a":3}"#).unwrap();
         assert_eq!(serde_json::to_string(&v).unwrap(), r#"{"a":3,"b":2}"#);
+    }
+
+    #[test]
+    fn same_ignores_member_order_only() {
+        let a = Json::parse(br#"{"a":1,"b":[{"x":1,"y":2}]}"#).unwrap();
+        let b = Json::parse(br#"{"b":[{"y":2,"x":1}],"a":1}"#).unwrap();
+        let c = Json::parse(br#"{"b":[{"y":2,"x":1}],"a":2}"#).unwrap();
+        let d = Json::parse(br#"{"a":1,"b":[2,1]}"#).unwrap();
+        let e = Json::parse(br#"{"a":1,"b":[1,2]}"#).unwrap();
+        assert!(a.same(&b) && b.same(&a));
+        assert!(!a.same(&c));
+        assert!(!d.same(&e));
+        assert_ne!(a, b);
     }
 
     #[test]

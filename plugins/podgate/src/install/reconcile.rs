@@ -31,16 +31,34 @@ pub struct Source {
 /// What one install pass did to the chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
-    Unchanged { file: String },
-    Updated { file: String },
-    Converted { from: String, to: String },
+    Unchanged {
+        file: String,
+    },
+    /// `fresh`: the file held no podgate entries (new, or rewritten by its owner).
+    Updated {
+        file: String,
+        fresh: bool,
+    },
+    Converted {
+        from: String,
+        to: String,
+    },
 }
 
 impl Applied {
     pub fn file(&self) -> &str {
         match self {
-            Applied::Unchanged { file } | Applied::Updated { file } => file,
+            Applied::Unchanged { file } | Applied::Updated { file, .. } => file,
             Applied::Converted { to, .. } => to,
+        }
+    }
+
+    /// Whether podgate's entries had to be put back into a primary's own write.
+    pub fn fresh(&self) -> bool {
+        match self {
+            Applied::Unchanged { .. } => false,
+            Applied::Updated { fresh, .. } => *fresh,
+            Applied::Converted { .. } => true,
         }
     }
 }
@@ -49,7 +67,7 @@ impl std::fmt::Display for Applied {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Applied::Unchanged { file } => write!(f, "{file} already chained"),
-            Applied::Updated { file } => write!(f, "chained podgate into {file}"),
+            Applied::Updated { file, .. } => write!(f, "chained podgate into {file}"),
             Applied::Converted { from, to } => write!(
                 f,
                 "converted {from} into {to} with podgate chained ({from} kept as {from}{ORIG_SUFFIX})"
@@ -77,6 +95,8 @@ pub fn load_entries(path: &Path) -> Result<Vec<Json>, InstallError> {
 
 /// Copy the plugin binaries that differ. Returns the names written.
 pub fn install_binaries(src: &Source, node: &Node) -> Result<Vec<&'static str>, InstallError> {
+    std::fs::create_dir_all(&node.bin_dir)
+        .map_err(|e| fsx::IoError::new("creating", &node.bin_dir, e))?;
     let mut written = Vec::new();
     for name in BINARIES {
         if fsx::install_executable(&src.binaries_dir.join(name), &node.bin_dir.join(name))? {
@@ -188,6 +208,9 @@ fn chain_list(
     // Rewriting our own earlier write (new entries): keep the real original.
     let (original, converted_from) = match node.state.load(name)? {
         Some(b) if b.written.as_bytes() == text => (b.original, b.converted_from),
+        // Still our conversion, edited by someone: the `.conf` stays what
+        // uninstall restores (if the rest still matches it then).
+        Some(b) if b.converted_from.is_some() => (b.original, b.converted_from),
         _ if list.has_podgate() => (None, None),
         _ => (Some(utf8(name, text)?), None),
     };
@@ -201,7 +224,10 @@ fn chain_list(
         converted_from,
     })?;
     fsx::atomic_write(&path, out.as_bytes(), mode_or_default(&path))?;
-    Ok(Applied::Updated { file: name.into() })
+    Ok(Applied::Updated {
+        file: name.into(),
+        fresh: !list.has_podgate(),
+    })
 }
 
 /// A single-plugin `.conf` becomes `<stem>.conflist` with podgate chained;
@@ -321,8 +347,8 @@ fn restore(node: &Node, b: &Backup) -> Result<String, InstallError> {
         Some(cur) => match (conversion, List::parse(&b.file, &cur)) {
             (_, Err(e)) => format!("left {} alone: {e}", b.file),
             (Some((conf, Some(orig))), Ok(list))
-                if List::from_single(conf, orig.as_bytes()).ok()
-                    == Some(list.stripped().unwrap_or_else(|| list.clone())) =>
+                if List::from_single(conf, orig.as_bytes())
+                    .is_ok_and(|l| l.same(&list.stripped().unwrap_or_else(|| list.clone()))) =>
             {
                 restore_conf(node, conf, Some(orig))?;
                 fsx::remove(&path)?;
@@ -420,7 +446,7 @@ fn restore_orphan(node: &Node, conf: &str) -> Result<String, InstallError> {
         None => {}
         Some(t) => {
             let same = match (List::parse(&target, &t), List::from_single(conf, &orig)) {
-                (Ok(cur), Ok(want)) => cur.stripped().unwrap_or(cur) == want,
+                (Ok(cur), Ok(want)) => cur.stripped().unwrap_or(cur).same(&want),
                 _ => false,
             };
             if !same {

@@ -15,6 +15,7 @@ use super::reconcile::{self, Applied, Node, Source};
 use super::sys::{poll_readable, Inotify, Signals};
 use super::validate::BINARIES;
 use super::{log, InstallError};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -153,17 +154,21 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallErr
             .unwrap_or_default(),
     };
     log(format!(
-        "watching {} (primary {}, plugins {})",
+        "watching {} (primary: {}; plugins: {})",
         node.conf_dir.display(),
-        src.primary.as_deref().unwrap_or("first config file"),
+        src.primary.as_deref().unwrap_or("the first config file"),
         src.plugins_file.display()
     ));
 
-    let mut ready = Ready {
-        path: opts.ready_file.clone(),
-        current: None,
+    let mut passes = Passes {
+        ready: Ready {
+            path: opts.ready_file.clone(),
+            current: None,
+        },
+        last: Last::Start,
+        rechains: VecDeque::new(),
+        warned: None,
     };
-    let mut last = Last::Start;
     let mut due = Some(Instant::now());
     let mut first_event: Option<Instant> = None;
     let mut next_resync = Instant::now() + opts.resync;
@@ -173,28 +178,32 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallErr
             due = None;
             first_event = None;
             next_resync = now + opts.resync;
-            if let Err(e) = pass(node, src, &mut ready, &mut last) {
+            if let Err(e) = passes.run(node, src) {
                 break Err(e);
             }
         }
         let wake = due.map_or(next_resync, |d| d.min(next_resync));
-        let [signalled, changed] = poll_readable(
-            [signals.fd(), ino.fd()],
-            wake.saturating_duration_since(Instant::now()),
-        )
-        .map_err(|e| watch_err("poll", e))?;
+        let timeout = wake.saturating_duration_since(Instant::now());
+        let [signalled, changed] = match poll_readable([signals.fd(), ino.fd()], timeout) {
+            Ok(r) => r,
+            Err(e) => break Err(watch_err("poll", e)),
+        };
         if signalled {
-            match signals.read().map_err(|e| watch_err("signalfd", e))? {
-                Some(libc::SIGHUP) => due = Some(Instant::now()),
-                Some(sig) => {
+            match signals.read() {
+                Ok(Some(libc::SIGHUP)) => due = Some(Instant::now()),
+                Ok(Some(sig)) => {
                     log(format!("signal {sig}: stopping"));
                     break Ok(());
                 }
-                None => {}
+                Ok(None) => {}
+                Err(e) => break Err(watch_err("signalfd", e)),
             }
         }
         if changed {
-            let events = ino.read().map_err(|e| watch_err("inotify", e))?;
+            let events = match ino.read() {
+                Ok(ev) => ev,
+                Err(e) => break Err(watch_err("inotify", e)),
+            };
             if let Some(e) = events
                 .iter()
                 .find(|e| e.wd == watches.conf && e.mask & SELF_GONE != 0)
@@ -223,32 +232,76 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallErr
         }
         Ok(())
     });
-    ready.clear();
+    passes.ready.clear();
     result
 }
 
-/// One install pass. Ok unless the error is fatal.
-fn pass(node: &Node, src: &Source, ready: &mut Ready, last: &mut Last) -> Result<(), InstallError> {
-    match reconcile::install_once(node, src) {
-        Ok(applied) => {
-            if !matches!(applied, Applied::Unchanged { .. }) || !matches!(last, Last::Chained) {
-                log(&applied);
+/// Re-chains of a file that podgate had chained (someone took podgate out
+/// again) this many times within `FIGHT_WINDOW` are reported: the primary
+/// probably insists on its exact content.
+const FIGHT_COUNT: usize = 5;
+const FIGHT_WINDOW: Duration = Duration::from_secs(60);
+
+/// What the passes saw so far: readiness, what was last logged, re-chains.
+struct Passes {
+    ready: Ready,
+    last: Last,
+    rechains: VecDeque<Instant>,
+    warned: Option<Instant>,
+}
+
+impl Passes {
+    /// One install pass. Ok unless the error is fatal.
+    fn run(&mut self, node: &Node, src: &Source) -> Result<(), InstallError> {
+        match reconcile::install_once(node, src) {
+            Ok(applied) => {
+                let wrote = !matches!(applied, Applied::Unchanged { .. });
+                if wrote || !matches!(self.last, Last::Chained) {
+                    log(&applied);
+                }
+                if applied.fresh() && matches!(self.last, Last::Chained) {
+                    self.note_rechain(applied.file());
+                }
+                self.last = Last::Chained;
+                self.ready.set(applied.file())
             }
-            *last = Last::Chained;
-            ready.set(applied.file())
-        }
-        Err(e) if e.is_transient() => {
-            ready.clear();
-            let msg = e.to_string();
-            if !matches!(last, Last::Waiting(m) if *m == msg) {
-                log(format!("not chained, waiting for a change: {msg}"));
+            Err(e) if e.is_transient() => {
+                self.ready.clear();
+                let msg = e.to_string();
+                if !matches!(&self.last, Last::Waiting(m) if *m == msg) {
+                    log(format!("not chained, waiting for a change: {msg}"));
+                }
+                self.last = Last::Waiting(msg);
+                Ok(())
             }
-            *last = Last::Waiting(msg);
-            Ok(())
+            Err(e) => {
+                self.ready.clear();
+                Err(e)
+            }
         }
-        Err(e) => {
-            ready.clear();
-            Err(e)
+    }
+
+    fn note_rechain(&mut self, file: &str) {
+        let now = Instant::now();
+        self.rechains.push_back(now);
+        while self
+            .rechains
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > FIGHT_WINDOW)
+        {
+            self.rechains.pop_front();
+        }
+        let quiet = self
+            .warned
+            .is_none_or(|t| now.duration_since(t) > FIGHT_WINDOW);
+        if self.rechains.len() >= FIGHT_COUNT && quiet {
+            self.warned = Some(now);
+            log(format!(
+                "warning: {file} lost podgate's entries {} times in the last minute: \
+                 another component keeps rewriting it; if that is the primary, put \
+                 podgate's entries into the primary's own config template instead",
+                self.rechains.len()
+            ));
         }
     }
 }

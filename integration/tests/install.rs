@@ -1,0 +1,992 @@
+//! `podgate install` / `uninstall` against copies of real-world primary
+//! configs (integration/fixtures/primaries/) in temp dirs, `--watch` while a
+//! primary rewrites its file, and a pod wired through the merged chain by the
+//! real libcni. Never touches the machine's /etc/cni or /opt/cni.
+//!
+//! Needs the binaries built first (`cargo build --bins`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use podgate_integration::{bin_dir, require_root, workspace_root, TempDir, TestNode, Verb};
+use serde_json::{json, Value};
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PRIMARIES: [&str; 7] = [
+    "01-kube-ovn.conflist",
+    "05-cilium.conflist",
+    "10-calico.conflist",
+    "10-flannel.conflist",
+    "11-crio-ipv4-bridge.conflist",
+    "10-mynet.conf",
+    "10-calico.conf",
+];
+
+fn podgate() -> PathBuf {
+    let p = bin_dir().join("podgate");
+    assert!(
+        p.is_file(),
+        "{} missing: run `cargo build --bins` before these tests",
+        p.display()
+    );
+    p
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let p = workspace_root()
+        .join("integration/fixtures/primaries")
+        .join(name);
+    fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn router_entry(state_dir: &Path) -> Value {
+    json!({
+        "type": "podgate-router",
+        "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+        "stateDir": state_dir,
+        "profiles": {"vpn-gateway": {"sysctls": {"net.ipv4.ip_forward": "1"}, "masquerade": [{"source": "10.8.0.0/24"}]}},
+        "assign": [{"namespace": "vpn", "podNamePrefix": "openvpn-gw", "profile": "vpn-gateway"}],
+        "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]}
+    })
+}
+
+fn guard_entry() -> Value {
+    json!({"type": "podgate-tunnel-guard", "required": "never"})
+}
+
+/// A node's dirs in a temp dir: `net.d/`, `bin/`, `src/` (small stand-in
+/// plugin binaries), `state/`, and `plugins.json`.
+struct Dirs {
+    tmp: TempDir,
+}
+
+impl Dirs {
+    fn new(tag: &str) -> Dirs {
+        let d = Dirs {
+            tmp: TempDir::new(&format!("install-{tag}")),
+        };
+        for sub in ["net.d", "bin", "src"] {
+            fs::create_dir_all(d.root().join(sub)).unwrap();
+        }
+        d.set_binaries("v1");
+        d.set_plugins(&json!([
+            guard_entry(),
+            router_entry(&d.root().join("router"))
+        ]));
+        d
+    }
+    fn root(&self) -> &Path {
+        self.tmp.path()
+    }
+    fn conf(&self) -> PathBuf {
+        self.root().join("net.d")
+    }
+    fn bin(&self) -> PathBuf {
+        self.root().join("bin")
+    }
+    fn plugins(&self) -> PathBuf {
+        self.root().join("plugins.json")
+    }
+    fn ready(&self) -> PathBuf {
+        self.root().join("run/ready")
+    }
+    fn set_binaries(&self, version: &str) {
+        for name in ["podgate-router", "podgate-tunnel-guard"] {
+            let p = self.root().join("src").join(name);
+            fs::write(&p, format!("#!/bin/sh\n# {name} {version}\nexit 0\n")).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    fn set_plugins(&self, entries: &Value) {
+        fs::write(self.plugins(), serde_json::to_vec_pretty(entries).unwrap()).unwrap();
+    }
+    fn put(&self, name: &str, bytes: &[u8]) {
+        fs::write(self.conf().join(name), bytes).unwrap();
+    }
+    fn read(&self, name: &str) -> Vec<u8> {
+        fs::read(self.conf().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+    fn json(&self, name: &str) -> Value {
+        serde_json::from_slice(&self.read(name)).unwrap()
+    }
+    fn files(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.conf())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+    /// The files a runtime would consider, in the order it would.
+    fn loaded(&self) -> Vec<String> {
+        self.files()
+            .into_iter()
+            .filter(|n| n.ends_with(".conflist") || n.ends_with(".conf") || n.ends_with(".json"))
+            .collect()
+    }
+    fn common(&self, cmd: &mut Command) {
+        cmd.arg("--cni-conf-dir")
+            .arg(self.conf())
+            .arg("--cni-bin-dir")
+            .arg(self.bin())
+            .arg("--state-dir")
+            .arg(self.root().join("state"));
+    }
+    fn install_cmd(&self, extra: &[&str]) -> Command {
+        let mut cmd = Command::new(podgate());
+        cmd.arg("install");
+        self.common(&mut cmd);
+        cmd.arg("--source-dir")
+            .arg(self.root().join("src"))
+            .arg("--plugins")
+            .arg(self.plugins())
+            .args(extra)
+            .stdin(Stdio::null());
+        cmd
+    }
+    fn install(&self, extra: &[&str]) -> Output {
+        self.install_cmd(extra).output().unwrap()
+    }
+    fn install_ok(&self) {
+        let out = self.install(&[]);
+        assert!(out.status.success(), "install failed:\n{}", text(&out));
+    }
+    fn check(&self) -> bool {
+        self.install(&["--check"]).status.success()
+    }
+    fn uninstall(&self, extra: &[&str]) -> Output {
+        let mut cmd = Command::new(podgate());
+        cmd.arg("uninstall");
+        self.common(&mut cmd);
+        cmd.args(extra).stdin(Stdio::null()).output().unwrap()
+    }
+    fn uninstall_ok(&self) {
+        let out = self.uninstall(&[]);
+        assert!(out.status.success(), "uninstall failed:\n{}", text(&out));
+    }
+}
+
+fn text(out: &Output) -> String {
+    podgate_integration::output_text(out)
+}
+
+fn types(conflist: &Value) -> Vec<String> {
+    conflist["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn top_keys(bytes: &[u8]) -> Vec<String> {
+    // Top-level keys in file order (serde_json's Map sorts, so scan instead).
+    let v: Value = serde_json::from_slice(bytes).unwrap();
+    let s = String::from_utf8_lossy(bytes);
+    let mut keys: Vec<(usize, String)> = v
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| (s.find(&format!("\"{k}\"")).unwrap(), k.clone()))
+        .collect();
+    keys.sort();
+    keys.into_iter().map(|(_, k)| k).collect()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// Write like a primary's installer: temp file + rename.
+fn replace_atomically(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp-primary");
+    fs::write(&tmp, bytes).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn install_into_each_real_world_primary_then_uninstall_restores_bytes() {
+    for name in PRIMARIES {
+        let d = Dirs::new("each");
+        let original = fixture(name);
+        d.put(name, &original);
+        d.put("calico-kubeconfig", b"# not a CNI config\n");
+        assert!(!d.check(), "{name}: --check before install");
+
+        d.install_ok();
+        let chained = if name.ends_with(".conf") {
+            name.replace(".conf", ".conflist")
+        } else {
+            name.to_string()
+        };
+        // What a runtime loads now: only the chained conflist.
+        assert_eq!(d.loaded(), vec![chained.clone()], "{name}");
+        let merged = d.json(&chained);
+        let orig: Value = serde_json::from_slice(&original).unwrap();
+        let mut want_types = match orig.get("plugins") {
+            Some(_) => types(&orig),
+            None => vec![orig["type"].as_str().unwrap().to_string()],
+        };
+        want_types.extend(["podgate-tunnel-guard".into(), "podgate-router".into()]);
+        assert_eq!(
+            types(&merged),
+            want_types,
+            "{name}: podgate appended after the primary"
+        );
+        assert_eq!(
+            merged["cniVersion"], orig["cniVersion"],
+            "{name}: cniVersion kept"
+        );
+        assert_eq!(merged["name"], orig["name"], "{name}: name kept");
+        for p in merged["plugins"].as_array().unwrap() {
+            if p["type"].as_str().unwrap().starts_with("podgate-") {
+                assert!(
+                    p.get("cniVersion").is_none(),
+                    "{name}: entries inherit cniVersion"
+                );
+            }
+        }
+        if let Some(plugins) = orig.get("plugins") {
+            // The primary's own plugins, and the top-level key order, untouched.
+            let n = plugins.as_array().unwrap().len();
+            assert_eq!(
+                &merged["plugins"].as_array().unwrap()[..n],
+                plugins.as_array().unwrap()
+            );
+            assert_eq!(top_keys(&d.read(&chained)), top_keys(&original), "{name}");
+        } else {
+            let mut plugin = orig.clone();
+            plugin.as_object_mut().unwrap().remove("cniVersion");
+            plugin.as_object_mut().unwrap().remove("name");
+            assert_eq!(merged["plugins"][0], plugin, "{name}: converted .conf");
+            assert_eq!(d.read(&format!("{name}.podgate-orig")), original);
+        }
+        for bin in ["podgate-router", "podgate-tunnel-guard"] {
+            let p = d.bin().join(bin);
+            assert_eq!(
+                fs::read(&p).unwrap(),
+                fs::read(d.root().join("src").join(bin)).unwrap()
+            );
+            assert_eq!(
+                fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+                0o755
+            );
+        }
+        assert!(d.check(), "{name}: --check after install");
+
+        // Install twice = install once.
+        let once = d.read(&chained);
+        let files = d.files();
+        d.install_ok();
+        assert_eq!(
+            d.read(&chained),
+            once,
+            "{name}: second install changed the file"
+        );
+        assert_eq!(d.files(), files, "{name}");
+
+        d.uninstall_ok();
+        assert_eq!(
+            d.read(name),
+            original,
+            "{name}: uninstall restores the original bytes"
+        );
+        assert_eq!(d.loaded(), vec![name.to_string()], "{name}");
+        assert!(
+            !d.files().iter().any(|f| f.contains("podgate")),
+            "{name}: {:?}",
+            d.files()
+        );
+        assert!(!d.check(), "{name}: --check after uninstall");
+        // The binaries stay (pods on the node still need them for DEL) ...
+        assert!(d.bin().join("podgate-router").exists());
+        // ... unless asked.
+        let out = d.uninstall(&["--remove-binaries"]);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(!d.bin().join("podgate-router").exists());
+        assert!(!d.bin().join("podgate-tunnel-guard").exists());
+        assert_eq!(
+            d.read(name),
+            original,
+            "{name}: second uninstall is a no-op"
+        );
+    }
+}
+
+#[test]
+fn the_first_file_in_lexical_order_is_the_primary() {
+    let d = Dirs::new("order");
+    d.put("10-calico.conflist", &fixture("10-calico.conflist"));
+    d.put(
+        "99-loopback.conf",
+        br#"{"cniVersion":"0.3.1","name":"lo","type":"loopback"}"#,
+    );
+    d.put("00-disabled.conflist.bak", b"{not json");
+    d.put("calico-kubeconfig", b"apiVersion: v1\n");
+    d.install_ok();
+    assert!(d.read("10-calico.conflist") != fixture("10-calico.conflist"));
+    assert_eq!(d.loaded(), vec!["10-calico.conflist", "99-loopback.conf"]);
+    assert_eq!(d.read("00-disabled.conflist.bak"), b"{not json");
+
+    // --primary picks another file; the previous one is given back.
+    let out = d.install(&["--primary", "99-loopback.conf"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(d.read("10-calico.conflist"), fixture("10-calico.conflist"));
+    assert_eq!(types(&d.json("99-loopback.conflist"))[0], "loopback");
+    let check = d.install(&["--check", "--primary", "99-loopback.conf"]);
+    assert!(check.status.success(), "{}", text(&check));
+    d.uninstall_ok();
+    assert_eq!(
+        d.read("99-loopback.conf"),
+        br#"{"cniVersion":"0.3.1","name":"lo","type":"loopback"}"#
+    );
+    assert_eq!(d.loaded(), vec!["10-calico.conflist", "99-loopback.conf"]);
+}
+
+#[test]
+fn corrupt_or_empty_primaries_are_refused_untouched() {
+    let cases: [(&str, &[u8], &str); 5] = [
+        (
+            "10-broken.conflist",
+            b"{\"name\": \"k8s-pod-network\", \"plugins\": [",
+            "not valid JSON",
+        ),
+        (
+            "10-noplugins.conflist",
+            br#"{"cniVersion":"0.3.1","name":"x"}"#,
+            "has no plugins",
+        ),
+        (
+            "10-empty.conflist",
+            br#"{"cniVersion":"0.3.1","name":"x","plugins":[]}"#,
+            "has no plugins",
+        ),
+        ("10-array.conflist", b"[]", "not a JSON object"),
+        (
+            "10-old.conflist",
+            br#"{"cniVersion":"0.2.0","name":"x","plugins":[{"type":"bridge"}]}"#,
+            "0.3.0",
+        ),
+    ];
+    for (name, bytes, msg) in cases {
+        let d = Dirs::new("corrupt");
+        d.put(name, bytes);
+        let out = d.install(&[]);
+        assert!(!out.status.success(), "{name}: install must fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(msg) && err.contains(name), "{name}: {err}");
+        assert_eq!(d.read(name), bytes, "{name} touched");
+        assert_eq!(d.files(), vec![name.to_string()]);
+    }
+    // No config at all.
+    let d = Dirs::new("none");
+    let out = d.install(&[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no CNI config"));
+    // A .conf whose .conflist name is taken by someone else.
+    let d = Dirs::new("conflict");
+    d.put("10-mynet.conf", &fixture("10-mynet.conf"));
+    d.put("10-mynet.conflist", &fixture("10-flannel.conflist"));
+    let out = d.install(&[]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already exists"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(d.read("10-mynet.conflist"), fixture("10-flannel.conflist"));
+}
+
+#[test]
+fn bad_plugins_file_is_refused_before_touching_anything() {
+    let d = Dirs::new("badplugins");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    for (entries, msg) in [
+        (json!([{"type": "portmap"}]), "only podgate-* plugins"),
+        (
+            json!([{"type": "podgate-router", "assign": [{"profile": "nope"}]}]),
+            "not in profiles",
+        ),
+        (
+            json!([{"type": "podgate-tunnel-guard", "timeoutMs": 0}]),
+            "timeoutMs",
+        ),
+        (json!([]), "no plugin"),
+    ] {
+        d.set_plugins(&entries);
+        let out = d.install(&[]);
+        assert!(!out.status.success(), "{entries}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(msg),
+            "{entries}: {}",
+            text(&out)
+        );
+        assert_eq!(
+            d.read("10-flannel.conflist"),
+            fixture("10-flannel.conflist")
+        );
+        assert!(!d.bin().join("podgate-router").exists());
+    }
+}
+
+#[test]
+fn old_podgate_entries_are_replaced_not_duplicated() {
+    let d = Dirs::new("old");
+    let mut stale: Value = serde_json::from_slice(&fixture("10-calico.conflist")).unwrap();
+    let plugins = stale["plugins"].as_array_mut().unwrap();
+    plugins.insert(
+        1,
+        json!({"type": "podgate-router", "profiles": {}, "generation": "old"}),
+    );
+    plugins.push(json!({"type": "podgate-tunnel-guard", "generation": "old"}));
+    d.put(
+        "10-calico.conflist",
+        &serde_json::to_vec_pretty(&stale).unwrap(),
+    );
+    d.install_ok();
+    let merged = d.json("10-calico.conflist");
+    assert_eq!(
+        types(&merged),
+        [
+            "calico",
+            "portmap",
+            "bandwidth",
+            "podgate-tunnel-guard",
+            "podgate-router"
+        ]
+    );
+    assert!(!merged.to_string().contains("\"old\""));
+
+    // New entries from an updated plugins file replace the current ones.
+    d.set_plugins(&json!([router_entry(&d.root().join("router2"))]));
+    assert!(!d.check(), "--check must notice the plugins file changed");
+    d.install_ok();
+    let merged = d.json("10-calico.conflist");
+    assert_eq!(
+        types(&merged),
+        ["calico", "portmap", "bandwidth", "podgate-router"]
+    );
+    assert!(merged.to_string().contains("router2"));
+
+    // The file held podgate entries before install: no byte backup, so
+    // uninstall removes podgate's entries and keeps everything else.
+    d.uninstall_ok();
+    let back = d.json("10-calico.conflist");
+    let orig: Value = serde_json::from_slice(&fixture("10-calico.conflist")).unwrap();
+    assert_eq!(back, orig);
+}
+
+#[test]
+fn binaries_are_replaced_only_when_their_content_changes() {
+    let d = Dirs::new("bins");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    d.install_ok();
+    let router = d.bin().join("podgate-router");
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+    let first = ino(&router);
+    d.install_ok();
+    assert_eq!(ino(&router), first, "unchanged binary rewritten");
+    d.set_binaries("v2");
+    assert!(!d.check(), "--check must notice an outdated binary");
+    d.install_ok();
+    assert_ne!(ino(&router), first);
+    assert!(String::from_utf8_lossy(&fs::read(&router).unwrap()).contains("v2"));
+    assert!(d.check());
+    // No temp files left behind in either dir.
+    let bins: Vec<_> = fs::read_dir(d.bin())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(bins.len(), 2, "{bins:?}");
+    assert!(
+        !d.files().iter().any(|f| f.contains("tmp")),
+        "{:?}",
+        d.files()
+    );
+}
+
+/// `podgate install --watch` as a child; SIGKILLed on drop if still running.
+struct Watcher {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Watcher {
+    fn start(d: &Dirs, extra: &[&str]) -> Watcher {
+        let log = d.root().join("watch.log");
+        let mut cmd = d.install_cmd(&["--watch", "--debounce-ms", "50"]);
+        cmd.arg("--ready-file")
+            .arg(d.ready())
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap());
+        Watcher {
+            child: cmd.spawn().unwrap(),
+            log,
+        }
+    }
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    fn signal(&self, sig: i32) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: signalling our own child by pid.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    }
+    /// SIGTERM and wait; returns the exit status.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        self.signal(libc::SIGTERM);
+        let status = self.wait(Duration::from_secs(10));
+        (status, self.log())
+    }
+    fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "watcher did not exit:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn chained(d: &Dirs, name: &str) -> bool {
+    fs::read(d.conf().join(name))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .is_some_and(|v| {
+            let t = types(&v);
+            t.last().map(String::as_str) == Some("podgate-router")
+                && t.iter().filter(|x| x.starts_with("podgate-")).count() == 2
+        })
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn watch_rechains_when_the_primary_rewrites_its_file() {
+    let d = Dirs::new("watch");
+    d.put("10-calico.conflist", &fixture("10-calico.conflist"));
+    let w = Watcher::start(&d, &[]);
+    wait_for("first chain", WAIT, || {
+        chained(&d, "10-calico.conflist") && d.ready().exists()
+    });
+    assert!(d.check());
+
+    // Calico's install-cni rewrites its file (temp + rename) with a new MTU.
+    let v2 = String::from_utf8(fixture("10-calico.conflist"))
+        .unwrap()
+        .replace("\"mtu\": 0", "\"mtu\": 1440");
+    replace_atomically(&d.conf().join("10-calico.conflist"), v2.as_bytes());
+    wait_for("re-chain after rename", WAIT, || {
+        chained(&d, "10-calico.conflist")
+    });
+    assert_eq!(d.json("10-calico.conflist")["plugins"][0]["mtu"], 1440);
+
+    // A writer that truncates and writes in place, in two steps: the
+    // half-written file is waited out, the complete one re-chained.
+    let v3 = v2.replace("\"mtu\": 1440", "\"mtu\": 1400");
+    let (head, tail) = v3.split_at(v3.len() / 2);
+    let mut f = fs::File::create(d.conf().join("10-calico.conflist")).unwrap();
+    f.write_all(head.as_bytes()).unwrap();
+    wait_for("unready while the file is half-written", WAIT, || {
+        !d.ready().exists()
+    });
+    f.write_all(tail.as_bytes()).unwrap();
+    drop(f);
+    wait_for("re-chain after in-place write", WAIT, || {
+        chained(&d, "10-calico.conflist") && d.ready().exists()
+    });
+    assert_eq!(d.json("10-calico.conflist")["plugins"][0]["mtu"], 1400);
+
+    // Another component drops podgate's entries from the file.
+    let mut v: Value = d.json("10-calico.conflist");
+    v["plugins"].as_array_mut().unwrap().truncate(3);
+    let v4 = serde_json::to_vec_pretty(&v).unwrap();
+    d.put("10-calico.conflist", &v4);
+    wait_for("re-chain after removal", WAIT, || {
+        chained(&d, "10-calico.conflist")
+    });
+
+    // Another component re-serialises the chained file (sorted keys, same
+    // content): that is not fought over.
+    let resorted = serde_json::to_vec_pretty(&d.json("10-calico.conflist")).unwrap();
+    replace_atomically(&d.conf().join("10-calico.conflist"), &resorted);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        d.read("10-calico.conflist"),
+        resorted,
+        "watcher rewrote a chained file"
+    );
+    assert!(d.ready().exists());
+
+    // A deleted plugin binary comes back.
+    fs::remove_file(d.bin().join("podgate-router")).unwrap();
+    wait_for("binary restored", WAIT, || {
+        d.bin().join("podgate-router").exists()
+    });
+
+    let (status, log) = w.stop();
+    assert!(status.success(), "watcher exit {status}:\n{log}");
+    assert!(!d.ready().exists(), "ready file left after exit");
+    // Default: the chain stays in place when the installer stops.
+    assert!(chained(&d, "10-calico.conflist"));
+    // Uninstall gives back the latest content written by someone else (as
+    // JSON: the file was edited after podgate's last write, so only
+    // podgate's entries are taken out).
+    d.uninstall_ok();
+    assert_eq!(
+        d.json("10-calico.conflist"),
+        serde_json::from_slice::<Value>(&v4).unwrap()
+    );
+}
+
+#[test]
+fn watch_follows_a_rewritten_conf_and_a_new_first_file() {
+    let d = Dirs::new("watchconf");
+    d.put("10-mynet.conf", &fixture("10-mynet.conf"));
+    let w = Watcher::start(&d, &[]);
+    wait_for("conversion", WAIT, || chained(&d, "10-mynet.conflist"));
+    assert_eq!(d.loaded(), vec!["10-mynet.conflist"]);
+
+    // The primary's installer runs again and writes its .conf anew: the
+    // runtime would load it first, so it is converted again.
+    let v2 = String::from_utf8(fixture("10-mynet.conf"))
+        .unwrap()
+        .replace("10.22.0.0/16", "10.23.0.0/16");
+    replace_atomically(&d.conf().join("10-mynet.conf"), v2.as_bytes());
+    wait_for("re-conversion", WAIT, || {
+        d.loaded() == vec!["10-mynet.conflist"] && chained(&d, "10-mynet.conflist")
+    });
+    assert!(d
+        .json("10-mynet.conflist")
+        .to_string()
+        .contains("10.23.0.0/16"));
+    assert_eq!(d.read("10-mynet.conf.podgate-orig"), v2.as_bytes());
+
+    // A new primary sorts first (Cilium installed): the chain moves there
+    // and the old file is given back.
+    d.put("05-cilium.conflist", &fixture("05-cilium.conflist"));
+    wait_for("chain moved", WAIT, || {
+        chained(&d, "05-cilium.conflist")
+            && d.loaded() == vec!["05-cilium.conflist", "10-mynet.conf"]
+    });
+    assert_eq!(d.read("10-mynet.conf"), v2.as_bytes());
+
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+    d.uninstall_ok();
+    assert_eq!(d.read("05-cilium.conflist"), fixture("05-cilium.conflist"));
+    assert_eq!(d.loaded(), vec!["05-cilium.conflist", "10-mynet.conf"]);
+}
+
+#[test]
+fn watch_waits_for_the_primary_and_reports_readiness() {
+    let d = Dirs::new("waitprimary");
+    let w = Watcher::start(&d, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!d.ready().exists(), "ready without a primary");
+    assert!(!d.check());
+    // The primary's DaemonSet comes up later.
+    replace_atomically(
+        &d.conf().join("01-kube-ovn.conflist"),
+        &fixture("01-kube-ovn.conflist"),
+    );
+    wait_for("chain", WAIT, || {
+        chained(&d, "01-kube-ovn.conflist") && d.ready().exists()
+    });
+    assert!(d.check());
+    assert_eq!(
+        fs::read_to_string(d.ready()).unwrap(),
+        "chained 01-kube-ovn.conflist\n"
+    );
+
+    // A ConfigMap update (kubelet swaps the ..data symlink) re-chains.
+    d.set_plugins(&json!([router_entry(&d.root().join("router-v2"))]));
+    wait_for("new entries", WAIT, || {
+        d.json("01-kube-ovn.conflist")
+            .to_string()
+            .contains("router-v2")
+    });
+    // An invalid update keeps the chain but is unready until fixed.
+    d.set_plugins(&json!([{"type": "podgate-router", "assign": [{"profile": "missing"}]}]));
+    wait_for("unready on a bad plugins file", WAIT, || {
+        !d.ready().exists()
+    });
+    assert!(d
+        .json("01-kube-ovn.conflist")
+        .to_string()
+        .contains("router-v2"));
+    d.set_plugins(&json!([
+        guard_entry(),
+        router_entry(&d.root().join("router"))
+    ]));
+    wait_for("ready again", WAIT, || {
+        chained(&d, "01-kube-ovn.conflist") && d.ready().exists()
+    });
+
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("not chained, waiting"), "{log}");
+}
+
+#[test]
+fn watch_uninstall_on_exit_restores_the_primary() {
+    let d = Dirs::new("onexit");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    let w = Watcher::start(&d, &["--uninstall-on-exit"]);
+    wait_for("chain", WAIT, || {
+        chained(&d, "10-flannel.conflist") && d.ready().exists()
+    });
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+    assert_eq!(
+        d.read("10-flannel.conflist"),
+        fixture("10-flannel.conflist")
+    );
+    assert!(!d.ready().exists());
+}
+
+#[test]
+fn watch_exits_nonzero_when_the_conf_dir_goes_away() {
+    let d = Dirs::new("gone");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    let mut w = Watcher::start(&d, &[]);
+    wait_for("chain", WAIT, || d.ready().exists());
+    fs::rename(d.conf(), d.root().join("net.d.moved")).unwrap();
+    let status = w.wait(WAIT);
+    assert!(
+        !status.success(),
+        "watcher must fail so the DaemonSet restarts it"
+    );
+    assert!(w.log().contains("went away"), "{}", w.log());
+    assert!(!d.ready().exists());
+}
+
+fn pod_args(ns: &str, name: &str) -> String {
+    format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID=x"
+    )
+}
+
+/// The installer's merged chain, run by the real libcni: the bridge primary
+/// wires the pod, podgate-router (appended by `podgate install`) makes the
+/// assigned pod a router; DEL undoes it; uninstall gives the file back.
+fn wire_pod_through_installed_chain(single_conf: bool) {
+    require_root();
+    let node = TestNode::new(if single_conf {
+        "inst-conf"
+    } else {
+        "inst-list"
+    });
+    let net = if single_conf { "instconf" } else { "instlist" };
+    let list = node.bridge_conflist(net, "1.0.0", "10.23.0.0/16", vec![]);
+    let file = if single_conf {
+        let mut conf = list["plugins"][0].clone();
+        conf["cniVersion"] = json!("1.0.0");
+        conf["name"] = json!(net);
+        let path = node.conf_dir().join(format!("10-{net}.conf"));
+        fs::write(&path, serde_json::to_vec_pretty(&conf).unwrap()).unwrap();
+        path
+    } else {
+        node.write_conflist(&format!("10-{net}"), &list)
+    };
+    let original = fs::read(&file).unwrap();
+    let plugins = node.root().join("plugins.json");
+    fs::write(
+        &plugins,
+        serde_json::to_vec(&json!([guard_entry(), router_entry(&node.state_dir())])).unwrap(),
+    )
+    .unwrap();
+    let run = |verb: &str, extra: &[&OsStr]| {
+        let mut cmd = Command::new(podgate());
+        cmd.arg(verb)
+            .arg("--cni-conf-dir")
+            .arg(node.conf_dir())
+            .arg("--cni-bin-dir")
+            .arg(node.cni_bin_dir())
+            .arg("--state-dir")
+            .arg(node.root().join("installer"))
+            .args(extra);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "podgate {verb}:\n{}", text(&out));
+    };
+    run(
+        "install",
+        &[
+            OsStr::new("--source-dir"),
+            bin_dir().as_os_str(),
+            OsStr::new("--plugins"),
+            plugins.as_os_str(),
+        ],
+    );
+
+    let gw = node.pod("openvpn-gw-0");
+    gw.set_forwarding(false);
+    let plain = node.pod("plain");
+    plain.set_forwarding(false);
+    let add = |pod: &podgate_integration::Netns, cid: &str, name: &str| {
+        node.cni(
+            Verb::Add,
+            net,
+            pod,
+            cid,
+            "eth0",
+            Some(&pod_args("vpn", name)),
+            None,
+        )
+    };
+    add(&gw, "gw", "openvpn-gw-0").assert_ok();
+    add(&plain, "plain", "plain").assert_ok();
+    assert_eq!(
+        gw.sysctl_get("net.ipv4.ip_forward"),
+        "1",
+        "assigned pod is a router"
+    );
+    assert_eq!(
+        plain.sysctl_get("net.ipv4.ip_forward"),
+        "0",
+        "other pods untouched"
+    );
+    assert!(
+        !node.state_files().is_empty(),
+        "podgate-router recorded its work"
+    );
+
+    for (pod, cid, name) in [(&gw, "gw", "openvpn-gw-0"), (&plain, "plain", "plain")] {
+        node.cni(
+            Verb::Del,
+            net,
+            pod,
+            cid,
+            "eth0",
+            Some(&pod_args("vpn", name)),
+            None,
+        )
+        .assert_ok();
+    }
+    assert_eq!(
+        node.state_files(),
+        Vec::<String>::new(),
+        "DEL left router state"
+    );
+    run("uninstall", &[]);
+    assert_eq!(
+        fs::read(&file).unwrap(),
+        original,
+        "uninstall gives the primary its bytes back"
+    );
+}
+
+#[test]
+fn libcni_wires_a_pod_through_the_installed_chain() {
+    wire_pod_through_installed_chain(false);
+}
+
+#[test]
+fn libcni_wires_a_pod_through_a_converted_conf() {
+    wire_pod_through_installed_chain(true);
+}
+
+#[test]
+fn watch_warns_when_a_writer_keeps_taking_podgate_out() {
+    let d = Dirs::new("fight");
+    let path = d.conf().join("10-flannel.conflist");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    let w = Watcher::start(&d, &[]);
+    // A primary that insists on its exact bytes (rewrites on every change).
+    for round in 0..6 {
+        wait_for(&format!("chain, round {round}"), WAIT, || {
+            chained(&d, "10-flannel.conflist")
+        });
+        replace_atomically(&path, &fixture("10-flannel.conflist"));
+    }
+    wait_for("last chain", WAIT, || chained(&d, "10-flannel.conflist"));
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("keeps rewriting"), "{log}");
+    assert_eq!(
+        log.matches("keeps rewriting").count(),
+        1,
+        "warned once a minute"
+    );
+}
+
+/// conf/10-bridge-vpn.conflist as shipped (only its host paths moved into
+/// the test node), run by libcni: the assigned pod and a pod that asks by
+/// annotation become routers, any other pod is left alone.
+#[test]
+fn example_bridge_conflist_works_through_libcni() {
+    require_root();
+    let node = TestNode::new("example");
+    let path = workspace_root().join("conf/10-bridge-vpn.conflist");
+    let mut list: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    let net = list["name"].as_str().unwrap().to_string();
+    list["plugins"][0]["ipam"]["dataDir"] = json!(node.ipam_dir());
+    let router = list["plugins"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|p| p["type"] == "podgate-router")
+        .unwrap();
+    router["stateDir"] = json!(node.state_dir());
+    router["logFile"] = json!(node.root().join("router.log"));
+    node.write_conflist("10-bridge-vpn", &list);
+
+    let cases = [
+        ("openvpn-gw-0", json!({}), "1"),
+        ("wg-0", json!({"podgate.dev/profile": "vpn-gateway"}), "1"),
+        ("web-0", json!({}), "0"),
+    ];
+    for (name, ann, forwarding) in &cases {
+        let pod = node.pod(name);
+        pod.set_forwarding(false);
+        let caps = json!({"io.kubernetes.cri.pod-annotations": ann});
+        node.cni(
+            Verb::Add,
+            &net,
+            &pod,
+            name,
+            "eth0",
+            Some(&pod_args("vpn", name)),
+            Some(caps.clone()),
+        )
+        .assert_ok();
+        assert_eq!(pod.sysctl_get("net.ipv4.ip_forward"), *forwarding, "{name}");
+        node.cni(
+            Verb::Del,
+            &net,
+            &pod,
+            name,
+            "eth0",
+            Some(&pod_args("vpn", name)),
+            Some(caps),
+        )
+        .assert_ok();
+    }
+    assert_eq!(node.state_files(), Vec::<String>::new());
+}
