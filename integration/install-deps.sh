@@ -25,6 +25,10 @@ packages=(
     python3-venv
     hyperfine
     time
+    # bench/run.sh (static no-op floor), tests/soak.rs (fd shim, CLOEXEC audit)
+    gcc
+    libc6-dev
+    strace
 )
 
 log="$(mktemp)"

@@ -7,8 +7,11 @@
 # shell), cross-checked with hyperfine when installed.
 #
 # Root only. Everything happens in a private netns and temp dir, removed on
-# exit. Not a timed test: run it by hand.
+# exit. Not a timed test: run it by hand, or through integration/bench/run.sh.
 #   integration/bench/guard.sh [RUNS]        (default 300)
+# Environment: GUARD_BIN (benchmark another build, skips cargo build),
+# GUARD_JSON=path (also write the results as JSON), GUARD_HYPERFINE=0 (skip
+# the hyperfine cross-check, as run.sh --short does).
 set -euo pipefail
 
 runs="${1:-300}"
@@ -92,7 +95,9 @@ export CNI_COMMAND=ADD CNI_CONTAINERID=bench CNI_NETNS="/var/run/netns/$ns" CNI_
     CNI_PATH=/usr/lib/cni
 
 # Whole-process ADD inside the node netns, spawn to exit, no shell in between
-# (posix_spawn + waitpid from a small Python loop); prints the median in ms.
+# (posix_spawn + waitpid from a small Python loop); prints the median and p95
+# in ms. (Peak RSS comes from /usr/bin/time below: the ru_maxrss of a
+# posix_spawn'd child also counts the Python parent's pages.)
 spawn_loop() {
     ip netns exec "$ns" "$python" - "$bin" "$tmp/conf.json" "$runs" <<'PY'
 import os, sys, time
@@ -111,13 +116,17 @@ for i in range(runs + 20):
     if i >= 20:  # warm-up
         ts.append((t1 - t0) / 1e6)
 ts.sort()
-print("%.3f" % ts[len(ts) // 2])
+p95 = ts[max(0, -(-95 * len(ts) // 100) - 1)]
+print("%.3f %.3f" % (ts[len(ts) // 2], p95))
 PY
 }
 
 # The same with hyperfine (through a shell, whose startup hyperfine subtracts).
 hyperfine_median() {
-    command -v hyperfine >/dev/null || { echo "n/a"; return; }
+    if [ "${GUARD_HYPERFINE:-1}" = 0 ] || ! command -v hyperfine >/dev/null; then
+        echo "n/a"
+        return
+    fi
     ip netns exec "$ns" hyperfine --style none --warmup 20 --runs "$runs" \
         --export-json "$tmp/hf.json" "$bin < $tmp/conf.json" >/dev/null 2>&1
     jq '.results[0].median * 1000 * 1000 | round / 1000' "$tmp/hf.json"
@@ -143,19 +152,30 @@ peak_rss_kib() {
 
 peer_policies 0 5 | ip -n "$ns" -batch -
 small_n="$(ip -n "$ns" xfrm policy list | grep -c '^src')"
-read -r small_ms small_hf <<<"$(measure)"
+read -r small_ms small_p95 small_hf <<<"$(measure)"
 small_rss="$(peak_rss_kib)"
 
 peer_policies 5 2000 | ip -n "$ns" -batch -
 big_n="$(ip -n "$ns" xfrm policy list | grep -c '^src')"
-read -r big_ms big_hf <<<"$(measure)"
+read -r big_ms big_p95 big_hf <<<"$(measure)"
 big_rss="$(peak_rss_kib)"
 
 echo "podgate-tunnel-guard ADD, whole process (release), median of $runs runs; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '  %5d xfrm policies: median %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
-    "$small_n" "$small_ms" "$small_hf" "$small_rss"
-printf '  %5d xfrm policies: median %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
-    "$big_n" "$big_ms" "$big_hf" "$big_rss"
+printf '  %5d xfrm policies: median %.3f ms, p95 %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
+    "$small_n" "$small_ms" "$small_p95" "$small_hf" "$small_rss"
+printf '  %5d xfrm policies: median %.3f ms, p95 %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
+    "$big_n" "$big_ms" "$big_p95" "$big_hf" "$big_rss"
 printf '  ratio %d vs %d policies: %.2fx\n' "$big_n" "$small_n" \
     "$(awk -v a="$big_ms" -v b="$small_ms" 'BEGIN {print a / b}')"
 awk -v m="$big_ms" 'BEGIN {print "  target median <= 5 ms: " (m <= 5 ? "met" : "MISSED")}'
+
+if [ -n "${GUARD_JSON:-}" ]; then
+    num() { if [[ "$1" =~ ^[0-9.]+$ ]]; then echo "$1"; else echo null; fi; }
+    cat >"$GUARD_JSON" <<EOF
+{"runs": $runs,
+ "small": {"policies": $small_n, "median_ms": $small_ms, "p95_ms": $small_p95,
+           "peak_rss_kib": $(num "$small_rss"), "hyperfine_median_ms": $(num "$small_hf")},
+ "big": {"policies": $big_n, "median_ms": $big_ms, "p95_ms": $big_p95,
+         "peak_rss_kib": $(num "$big_rss"), "hyperfine_median_ms": $(num "$big_hf")}}
+EOF
+fi

@@ -59,13 +59,18 @@ impl Logger {
                     .open(path)
                     .and_then(|mut f| f.write_all(format!("{text}\n").as_bytes()));
                 if let Err(e) = res {
-                    eprintln!("log file {}: {e}; {text}", path.display());
+                    stderr_line(&format!("log file {}: {e}; {text}", path.display()));
                 }
             }
-            None if level != "info" => eprintln!("{text}"),
+            None if level != "info" => stderr_line(&text),
             None => {}
         }
     }
+}
+
+/// Best effort: a closed or full stderr must not turn logging into a panic.
+pub fn stderr_line(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// UTC time as RFC 3339 with milliseconds, without pulling a date crate.

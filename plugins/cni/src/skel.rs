@@ -201,7 +201,7 @@ pub fn install_panic_hook(plugin_name: &'static str) {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", e.to_json(version));
         let _ = out.flush();
-        eprintln!("{plugin_name}: panic: {payload}{where_}");
+        crate::log::stderr_line(&format!("{plugin_name}: panic: {payload}{where_}"));
         std::process::exit(1);
     }));
 }
@@ -210,7 +210,7 @@ pub fn install_panic_hook(plugin_name: &'static str) {
 pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
     install_panic_hook(plugin_name);
     if std::env::var_os("CNI_COMMAND").is_none() {
-        eprintln!("{about}");
+        crate::log::stderr_line(about);
     }
     let outcome = dispatch(&plugin, |k| std::env::var(k).ok(), std::io::stdin().lock());
     let mut out = std::io::stdout().lock();

@@ -42,6 +42,7 @@ mod sys {
     pub const NLM_F_ACK: u16 = 0x04;
     pub const NLM_F_DUMP_INTR: u16 = 0x10;
     pub const NLM_F_DUMP: u16 = 0x100 | 0x200;
+    pub const NLM_F_EXCL: u16 = 0x200;
     pub const NLM_F_CREATE: u16 = 0x400;
     pub const NLM_F_APPEND: u16 = 0x800;
     /// Set on an `NLMSG_ERROR` whose echoed request was cut to its header.
@@ -938,34 +939,58 @@ fn build_replace_batch(
     tag: &str,
     first_seq: u32,
 ) -> Result<Batch, NftError> {
+    build_table_batch(table, rules, tag, first_seq, true)
+}
+
+/// `replace`: delete any existing table first, in the same transaction.
+/// Otherwise create with NLM_F_EXCL (fails with EEXIST if the table exists).
+/// A transaction that deletes anything makes the socket's close wait for a
+/// kernel grace period (8-16 ms measured), so the common case of a fresh pod
+/// netns uses the create-only form.
+fn build_table_batch(
+    table: &str,
+    rules: &[MasqRule],
+    tag: &str,
+    first_seq: u32,
+    replace: bool,
+) -> Result<Batch, NftError> {
     validate_name("table", table)?;
     validate_tag(tag)?;
     for rule in rules {
         validate_rule(rule)?;
     }
     let table_obj = format!("table inet {table}");
-    let mut b = BatchBuilder::new(first_seq, format!("replace {table_obj}"));
-    // "Delete if it exists" without a racy lookup: creating without
-    // NLM_F_EXCL is a no-op for an existing table (we send no flags, so its
-    // state is untouched), after which the delete cannot fail with ENOENT.
-    // This is what `nft -f` does for `table x; delete table x; table x {…}`.
+    let mut b = BatchBuilder::new(
+        first_seq,
+        format!("{} {table_obj}", if replace { "replace" } else { "create" }),
+    );
+    if replace {
+        // "Delete if it exists" without a racy lookup: creating without
+        // NLM_F_EXCL is a no-op for an existing table (we send no flags, so its
+        // state is untouched), after which the delete cannot fail with ENOENT.
+        // This is what `nft -f` does for `table x; delete table x; table x {…}`.
+        b.msg(
+            sys::NFT_MSG_NEWTABLE,
+            sys::NLM_F_CREATE,
+            sys::NFPROTO_INET,
+            format!("{table_obj} (ensure exists before delete)"),
+            |w| w.attr_str(sys::NFTA_TABLE_NAME, table),
+        );
+        b.msg(
+            sys::NFT_MSG_DELTABLE,
+            0,
+            sys::NFPROTO_INET,
+            format!("{table_obj} (delete old)"),
+            |w| w.attr_str(sys::NFTA_TABLE_NAME, table),
+        );
+    }
     b.msg(
         sys::NFT_MSG_NEWTABLE,
-        sys::NLM_F_CREATE,
-        sys::NFPROTO_INET,
-        format!("{table_obj} (ensure exists before delete)"),
-        |w| w.attr_str(sys::NFTA_TABLE_NAME, table),
-    );
-    b.msg(
-        sys::NFT_MSG_DELTABLE,
-        0,
-        sys::NFPROTO_INET,
-        format!("{table_obj} (delete old)"),
-        |w| w.attr_str(sys::NFTA_TABLE_NAME, table),
-    );
-    b.msg(
-        sys::NFT_MSG_NEWTABLE,
-        sys::NLM_F_CREATE,
+        if replace {
+            sys::NLM_F_CREATE
+        } else {
+            sys::NLM_F_CREATE | sys::NLM_F_EXCL
+        },
         sys::NFPROTO_INET,
         format!("{table_obj} (create)"),
         |w| {
@@ -1353,8 +1378,16 @@ impl NftSocket {
         tag: &str,
     ) -> Result<(), NftError> {
         let first = self.reserve_seqs(rules.len() + 6);
-        let batch = build_replace_batch(table, rules, tag, first)?;
-        self.run_batch(&batch)
+        let fresh = build_table_batch(table, rules, tag, first, false)?;
+        match self.run_batch(&fresh) {
+            Err(NftError::Kernel { errno, .. }) if errno == libc::EEXIST => {
+                // The table is there already (a repeated ADD): replace it atomically.
+                let first = self.reserve_seqs(rules.len() + 6);
+                let batch = build_replace_batch(table, rules, tag, first)?;
+                self.run_batch(&batch)
+            }
+            other => other,
+        }
     }
 
     /// Deletes `inet <table>` with everything in it. Returns `Ok(false)` if it

@@ -154,19 +154,23 @@ impl StateStore {
             op,
             source,
         };
-        let mut f = OpenOptions::new()
+        let written = OpenOptions::new()
             .create(true)
             .truncate(true)
             .write(true)
             .mode(0o600)
             .open(&tmp)
-            .map_err(|e| io("create temp", e))?;
-        f.write_all(&body).map_err(|e| io("write", e))?;
-        f.sync_all().map_err(|e| io("fsync", e))?;
-        fs::rename(&tmp, &path).map_err(|e| {
+            .map_err(|e| io("create temp", e))
+            .and_then(|mut f| {
+                f.write_all(&body).map_err(|e| io("write", e))?;
+                f.sync_all().map_err(|e| io("fsync", e))
+            })
+            .and_then(|_| fs::rename(&tmp, &path).map_err(|e| io("rename", e)));
+        if written.is_err() {
+            // A full or read-only disk must not collect half-written temp files.
             let _ = fs::remove_file(&tmp);
-            io("rename", e)
-        })
+        }
+        written
     }
 
     pub fn read<T: DeserializeOwned>(&self, key: &Key) -> Result<Option<T>> {

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# podgate benchmarks and long-running checks: the one runner (root only).
+#
+#   integration/bench/run.sh            full: 300 runs per series, 64 pods x 3
+#                                        rounds, 2,000-cycle soak, fuzz 60 s/target
+#   integration/bench/run.sh --short    CI (integration/test.sh when CI=true):
+#                                        40 runs, 64 pods x 1, 100-cycle soak,
+#                                        fuzz only if time is left; < 3 min
+#
+# In one run, side by side: whole-process median/p95 and peak RSS of
+# podgate-router ADD/DEL (vpn-gateway: ip_forward=1 + masquerade 10.8.0.0/24;
+# vpn-routed: + node return route instead; sysctl + masquerade + route),
+# Debian's tuning plugin setting only ip_forward, `nsenter --net + nft -f` of
+# the same masquerade rule, podgate-tunnel-guard ADD with 10 and 4,000 XFRM
+# policies (guard.sh), and a no-op static binary (the floor). Each plugin is
+# driven directly with env + stdin against a real veth'd pod netns, release
+# build. Then: 64 pods ADDed at once and DELed at once (node must end as it
+# started), the soak test (integration/tests/soak.rs) and the fuzz targets.
+#
+# Output: a table and one verdict line per target on stdout, and
+# target/bench/results.json. Timing never fails the run (it prints MISSED);
+# a broken plugin, a node left changed, a soak leftover or a fuzz crash do.
+# Everything runs in network namespaces made here (pg-bench-*) and removed
+# on exit, whatever happens; the host's networking is never touched.
+#
+# Environment: BENCH_RUNS, BENCH_PODS, BENCH_ROUNDS, PODGATE_SOAK_CYCLES,
+# FUZZ_SECONDS (per target; 0 skips fuzzing), BENCH_SKIP="guard soak ...".
+set -euo pipefail
+
+mode=full
+case "${1:-}" in
+    --short) mode=short ;;
+    "") ;;
+    -h | --help)
+        sed -n '2,30p' "$0"
+        exit 0
+        ;;
+    *)
+        echo "usage: $0 [--short]" >&2
+        exit 2
+        ;;
+esac
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+case "$target" in /*) ;; *) target="$root/$target" ;; esac
+out="$target/bench"
+rel="$target/release"
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+started=$(date +%s)
+tag=$$
+failures=()
+skip=" ${BENCH_SKIP:-} "
+
+if [ "$mode" = short ]; then
+    runs="${BENCH_RUNS:-40}" warmup=5 pods="${BENCH_PODS:-64}" rounds="${BENCH_ROUNDS:-1}"
+    guard_runs="${BENCH_RUNS:-50}" cycles="${PODGATE_SOAK_CYCLES:-100}"
+    budget=170 # seconds for everything, build included
+else
+    runs="${BENCH_RUNS:-300}" warmup=20 pods="${BENCH_PODS:-64}" rounds="${BENCH_ROUNDS:-3}"
+    guard_runs="${BENCH_RUNS:-300}" cycles="${PODGATE_SOAK_CYCLES:-2000}"
+    budget=0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "run.sh: must run as root (creates network namespaces)" >&2
+    exit 1
+fi
+for tool in ip nft nsenter unshare jq cc cargo "$python"; do
+    command -v "$tool" >/dev/null || {
+        echo "run.sh: $tool missing (integration/install-deps.sh)" >&2
+        exit 1
+    }
+done
+[ -x /usr/lib/cni/tuning ] || {
+    echo "run.sh: /usr/lib/cni/tuning missing (containernetworking-plugins)" >&2
+    exit 1
+}
+
+cleanup() {
+    local ns
+    # Our namespaces only: pg-bench-<role>-<this pid>-<rand> (the driver's).
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^pg-bench-[a-z]+-$tag-[0-9a-f]{8}$" || true); do
+        ip netns del "$ns" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+elapsed() { echo $(($(date +%s) - started)); }
+left() { echo $((budget - $(elapsed))); }
+step() { printf '\n== %s (%ss)\n' "$*" "$(elapsed)"; }
+fail() {
+    failures+=("$*")
+    echo "run.sh: FAILED: $*" >&2
+}
+wanted() { [[ "$skip" != *" $1 "* ]]; }
+
+mkdir -p "$out"
+rm -f "$out"/{series,guard,concurrency,soak,fuzz}.json
+echo "podgate bench ($mode) on $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+step "release build"
+if [ "$mode" = short ]; then
+    # Only what is measured: the two plugins (the CLI adds a minute of build).
+    (cd "$root" && cargo build -q --release -p podgate-router -p podgate-tunnel-guard --bins)
+else
+    (cd "$root" && cargo build -q --release --bins)
+fi
+cc -O2 -static -o "$out/noop" "$here/noop.c" 2>/dev/null || {
+    echo "run.sh: no static libc (libc6-dev); the floor is a dynamic binary"
+    cc -O2 -o "$out/noop" "$here/noop.c"
+}
+
+if [ "$mode" = short ] && [ "$(left)" -lt 75 ]; then
+    # A cold build ate most of the budget: fewer runs, same coverage.
+    runs=20 warmup=3 guard_runs=25 cycles=50
+    echo "run.sh: $(left)s of the budget left after the build: $runs runs per series, $cycles soak cycles"
+fi
+
+loadavg="$(cut -d' ' -f1-3 /proc/loadavg)"
+step "series: $runs runs each (+$warmup warm-up), ADD/DEL alternating"
+"$python" "$here/driver.py" series --bin-dir "$rel" --noop "$out/noop" --runs "$runs" \
+    --warmup "$warmup" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
+    fail "series (a plugin call failed or did not apply)"
+
+if wanted guard; then
+    step "podgate-tunnel-guard: 10 vs 4,000 xfrm policies (guard.sh, $guard_runs runs)"
+    hf=1
+    [ "$mode" = short ] && hf=0
+    GUARD_BIN="$rel/podgate-tunnel-guard" GUARD_JSON="$out/guard.json" GUARD_HYPERFINE="$hf" \
+        bash "$here/guard.sh" "$guard_runs" || fail "guard.sh"
+fi
+
+if wanted concurrency; then
+    step "concurrency: $pods pods ADDed at once, then DELed at once, x$rounds"
+    "$python" "$here/driver.py" concurrency --bin-dir "$rel" --pods "$pods" --rounds "$rounds" \
+        --tag "$tag" --out "$out/concurrency.json" ||
+        fail "concurrency (a call failed, or the node/pods did not end as they started)"
+fi
+
+if wanted soak; then
+    step "soak: $cycles ADD/DEL cycles, random profiles (integration/tests/soak.rs, release plugin)"
+    if (cd "$root" && PODGATE_BIN_DIR="$rel" PODGATE_SOAK_CYCLES="$cycles" \
+        PODGATE_SOAK_REPORT="$out/soak.json" \
+        cargo test -q -p podgate-integration --test soak -- --nocapture 2>&1 |
+        grep -E '^soak:|panicked|assert|left:|right:|test result|error' | cut -c1-400); then
+        [ -s "$out/soak.json" ] || fail "soak (no report: the test failed before the end)"
+    else
+        fail "soak"
+    fi
+fi
+
+fuzz_secs="${FUZZ_SECONDS:-60}"
+if wanted fuzz && [ "$fuzz_secs" != 0 ]; then
+    fuzz_env=()
+    if [ "$mode" = short ]; then
+        # Whatever the budget leaves: up to 20 s per target (6 targets),
+        # building only if that fits too (a cached build takes seconds).
+        remaining="$(left)"
+        fuzz_secs=$(((remaining - 25) / 6))
+        [ "$fuzz_secs" -gt 20 ] && fuzz_secs=20
+        fuzz_env=(FUZZ_BUILD_TIMEOUT=$((remaining - 15 - 6 * fuzz_secs)))
+    fi
+    step "fuzz: ${fuzz_secs}s per target (integration/fuzz/run.sh)"
+    if [ "$fuzz_secs" -lt 3 ] || { [ "$mode" = short ] && [ "${fuzz_env[0]#*=}" -lt 5 ]; }; then
+        echo "fuzz: skipped: the short mode's time budget is spent ($(elapsed)s of $budget s)"
+        jq -n --arg why "short-mode time budget spent ($(elapsed)s of ${budget}s); run integration/fuzz/run.sh" \
+            '{skipped: $why, targets: []}' >"$out/fuzz.json"
+    else
+        set +e
+        env "${fuzz_env[@]}" FUZZ_JSON="$out/fuzz.json" bash "$root/integration/fuzz/run.sh" "$fuzz_secs"
+        rc=$?
+        set -e
+        case "$rc" in
+            0) ;;
+            3) echo "fuzz: skipped (see above)" ;;
+            *) fail "fuzz: a target found a crash, hang or oversized allocation (target/fuzz/artifacts)" ;;
+        esac
+    fi
+fi
+
+step "report"
+cmd="integration/bench/run.sh"
+[ "$mode" = short ] && cmd="$cmd --short"
+"$python" "$here/driver.py" report --mode "$mode" --command "$cmd" \
+    --series "$out/series.json" --guard "$out/guard.json" --concurrency "$out/concurrency.json" \
+    --soak "$out/soak.json" --fuzz "$out/fuzz.json" --out "$out/results.json"
+
+echo
+echo "run.sh $mode: done in $(elapsed)s"
+if [ "${#failures[@]}" -gt 0 ]; then
+    printf 'run.sh: %d failure(s):\n' "${#failures[@]}" >&2
+    printf '  - %s\n' "${failures[@]}" >&2
+    exit 1
+fi

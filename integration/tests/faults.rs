@@ -1,0 +1,660 @@
+//! Faults with a defined outcome, each through the real binaries (root only):
+//!
+//! * the state dir is read-only (bind-mounted ro, or an ro tmpfs): ADD fails
+//!   with code 5 naming the path and applies nothing; DEL fails the same way
+//!   and keeps the node route and the record (the runtime retries), then
+//!   converges once writable;
+//! * the state dir is full (a tiny tmpfs): ADD fails with code 5 and rolls
+//!   back everything it had applied;
+//! * a second ADD for the same container ID replaces the first: one route,
+//!   one record, one masquerade rule; DEL then leaves nothing;
+//! * an unwritable stderr (a full device) does not change the answer: the
+//!   refusal still comes back as its own CNI error with exit 1;
+//! * a panic still answers with one CNI error JSON on stdout
+//!   (`plugins/cni/examples/panic.rs`: panics in ADD, DEL and on a thread);
+//! * tunnel-guard: an OVSDB socket that accepts but never answers, and an
+//!   agent socket file left behind by a crashed agent, fail ADD in bounded
+//!   time with code 11 naming the cause.
+//!
+//! Mounts happen only inside a private mount namespace of the one plugin
+//! process (`unshare -m`): nothing outlives it. Already covered elsewhere and
+//! not repeated: hostile stdin/env (conformance.rs), netns deleted before DEL
+//! (router.rs), agent hanging / garbage / absent and OVSDB dead
+//! (tunnel_guard.rs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common_ipsec;
+
+use common_ipsec::GuardNode;
+use podgate_integration::{
+    assert_same, bin_dir, output_text, require_root, snapshot, workspace_root, Netns, TempDir,
+};
+use serde_json::{json, Value};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+const ROUTER: &str = "podgate-router";
+const NET: &str = "faultnet";
+
+fn ensure_built(bin: &Path, args: &[&str], srcs: &[&str]) {
+    let src = workspace_root().join("plugins");
+    let newest = srcs
+        .iter()
+        .flat_map(|d| {
+            std::fs::read_dir(src.join(d))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .max();
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();
+    if built.is_some() && built >= newest {
+        return;
+    }
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.arg("build")
+        .arg("-q")
+        .args(args)
+        .current_dir(workspace_root());
+    if bin_dir().file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("running cargo build");
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(bin.is_file(), "{} missing", bin.display());
+}
+
+fn router() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let bin = bin_dir().join(ROUTER);
+    BUILD.call_once(|| ensure_built(&bin, &["-p", ROUTER], &["router/src", "kit/src", "cni/src"]));
+    bin
+}
+
+fn panic_example() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let bin = bin_dir().join("examples").join("panic");
+    BUILD.call_once(|| {
+        ensure_built(
+            &bin,
+            &["-p", "podgate-cni", "--example", "panic"],
+            &["cni/src", "cni/examples"],
+        )
+    });
+    bin
+}
+
+/// A node netns and pods, pod `i` linked by veth `pgf<i>` (node side
+/// 10.22.i.1/24) to its `eth0` (10.22.i.5/24). IPv6 off: snapshots are exact.
+struct Rig {
+    pods: Vec<Netns>,
+    node: Netns,
+    node_fd: File,
+    dir: TempDir,
+}
+
+struct Run {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?} signal {:?}\nstdout: {}\nstderr: {}",
+            self.code, self.signal, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Run {
+    fn ok(&self) -> &Self {
+        assert_eq!(self.code, Some(0), "{self:?}");
+        self
+    }
+
+    /// Failed with exit 1 and exactly one CNI error JSON on stdout.
+    fn cni_error(&self, code: u64) -> Value {
+        assert_eq!(self.code, Some(1), "{self:?}");
+        let v: Value = serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {self:?}"));
+        assert_eq!(v["code"].as_u64(), Some(code), "{v}");
+        assert!(v["msg"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        v
+    }
+}
+
+impl Rig {
+    fn new(pods: usize) -> Rig {
+        require_root();
+        let node = Netns::new_with_forwarding("fault-node", true);
+        node.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
+        node.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
+        let mut v = Vec::new();
+        for i in 0..pods {
+            let pod = Netns::new(&format!("fault-pod{i}"));
+            pod.set_forwarding(false);
+            pod.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
+            let host = format!("pgf{i}");
+            node.exec_ok(&[
+                "ip",
+                "link",
+                "add",
+                &host,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                pod.name(),
+            ]);
+            node.exec_ok(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("10.22.{i}.1/24"),
+                "dev",
+                &host,
+            ]);
+            node.exec_ok(&["ip", "link", "set", &host, "up"]);
+            pod.exec_ok(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("10.22.{i}.5/24"),
+                "dev",
+                "eth0",
+            ]);
+            pod.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+            v.push(pod);
+        }
+        let node_fd = File::open(node.path()).unwrap();
+        Rig {
+            pods: v,
+            node,
+            node_fd,
+            dir: TempDir::new("faults"),
+        }
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// Router config for pod `i`, profile vpn-full with `pool` by annotation.
+    fn conf(&self, i: usize, pool: &str) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "cniVersion": "1.0.0",
+            "name": NET,
+            "type": ROUTER,
+            "stateDir": self.state_dir(),
+            "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+            "profiles": {
+                "vpn-full": {
+                    "sysctls": {"net.ipv4.ip_forward": "1"},
+                    "masquerade": [{"source": "10.8.0.0/24"}],
+                    "returnRoutes": [{"dst": "10.8.0.0/24"}]
+                }
+            },
+            "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]},
+            "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {
+                "podgate.dev/profile": "vpn-full",
+                "podgate.dev/masquerade": pool,
+                "podgate.dev/return-routes": pool,
+            }},
+            "prevResult": {
+                "cniVersion": "1.0.0",
+                "interfaces": [{"name": format!("pgf{i}")},
+                               {"name": "eth0", "sandbox": self.pods[i].path()}],
+                "ips": [{"address": format!("10.22.{i}.5/24"), "gateway": format!("10.22.{i}.1"), "interface": 1}]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn env(&self, cmd: &str, i: usize, cid: &str) -> Vec<(String, String)> {
+        vec![
+            ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+            ("CNI_COMMAND".into(), cmd.into()),
+            ("CNI_CONTAINERID".into(), cid.into()),
+            (
+                "CNI_NETNS".into(),
+                self.pods[i].path().display().to_string(),
+            ),
+            ("CNI_IFNAME".into(), "eth0".into()),
+            ("CNI_PATH".into(), "/usr/lib/cni".into()),
+            (
+                "CNI_ARGS".into(),
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-0".into(),
+            ),
+        ]
+    }
+
+    /// Runs `argv` in the node netns (entered between fork and exec).
+    fn spawn(&self, argv: &[&str], env: &[(String, String)], stdin: &[u8], stderr: Stdio) -> Run {
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..])
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        let fd = self.node_fd.as_raw_fd();
+        // SAFETY: setns(2) and setrlimit(2) are async-signal-safe; fd stays
+        // open until exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // A plugin that aborts (see the panic test) leaves no core file.
+                let none = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
+        {
+            let mut sin = child.stdin.take().unwrap();
+            let _ = sin.write_all(stdin);
+        }
+        let out = child.wait_with_output().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        Run {
+            code: out.status.code(),
+            signal: out.status.signal(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn router(&self, cmd: &str, i: usize, cid: &str, pool: &str) -> Run {
+        let r = router();
+        self.spawn(
+            &[r.to_str().unwrap()],
+            &self.env(cmd, i, cid),
+            &self.conf(i, pool),
+            Stdio::piped(),
+        )
+    }
+
+    /// The router with the state dir replaced, inside a private mount
+    /// namespace of that one process, by what `setup` (a shell snippet, the
+    /// dir in "$d") makes of it. After the plugin, the shell lists the dir on
+    /// stderr (`STATE-LS:` lines) so leftovers inside the mount are visible.
+    fn router_with_state(&self, setup: &str, cmd: &str, i: usize, cid: &str, pool: &str) -> Run {
+        let r = router();
+        let script = format!(
+            "set -e; d=\"$1\"; shift; {setup}; set +e; \"$@\"; rc=$?; \
+             ls -A \"$d\" | sed 's/^/STATE-LS: /' >&2; exit $rc"
+        );
+        let state = self.state_dir();
+        self.spawn(
+            &[
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &script,
+                "sh",
+                state.to_str().unwrap(),
+                r.to_str().unwrap(),
+            ],
+            &self.env(cmd, i, cid),
+            &self.conf(i, pool),
+            Stdio::piped(),
+        )
+    }
+
+    fn routes(&self) -> String {
+        self.node.exec_ok(&["ip", "route", "show", "table", "all"])
+    }
+
+    fn records(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.state_dir())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n != ".lock")
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// ip_forward and the podgate table of pod `i`.
+    fn pod_state(&self, i: usize) -> (String, String) {
+        let p = &self.pods[i];
+        (
+            p.sysctl_get("net.ipv4.ip_forward"),
+            p.exec_ok(&["nft", "list", "ruleset"]),
+        )
+    }
+}
+
+fn state_ls(run: &Run) -> Vec<String> {
+    run.stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("STATE-LS: "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn read_only_state_dir_fails_cleanly_and_applies_nothing() {
+    let rig = Rig::new(2);
+    // Pod 0 is already set up; its record and the lock file exist.
+    rig.router("ADD", 0, "ctr-0", "10.8.1.0/24").ok();
+    assert_eq!(rig.records().len(), 1);
+    assert_eq!(rig.pod_state(0).0, "1");
+    let node_before = snapshot(&rig.node);
+    let pod1_before = snapshot(&rig.pods[1]);
+    let records_before = rig.records();
+
+    let ro_bind = r#"mount --bind "$d" "$d"; mount -o remount,ro,bind "$d""#;
+    let ro_tmpfs = r#"mount -t tmpfs -o ro,size=64k podgate-ro "$d""#;
+    for (what, setup) in [("ro bind mount", ro_bind), ("empty ro tmpfs", ro_tmpfs)] {
+        let run = rig.router_with_state(setup, "ADD", 1, "ctr-1", "10.8.2.0/24");
+        let e = run.cni_error(5);
+        let msg = e["msg"].as_str().unwrap();
+        assert!(
+            msg.contains(rig.state_dir().to_str().unwrap())
+                && msg.contains("Read-only file system"),
+            "{what}: the error names the dir and the cause: {msg}"
+        );
+        assert!(!msg.contains('\n'), "{msg}");
+        assert_eq!(rig.pod_state(1), ("0".to_string(), String::new()), "{what}");
+        assert_same(&node_before, &snapshot(&rig.node));
+        assert_same(&pod1_before, &snapshot(&rig.pods[1]));
+        assert_eq!(rig.records(), records_before, "{what}");
+    }
+
+    // DEL cannot take the lock either: it fails the same way, the node's
+    // return route and the record stay (the pod side, undone first and
+    // outside the lock, may already be gone), the runtime retries DEL, and
+    // the retry converges once the dir is writable.
+    let run = rig.router_with_state(ro_bind, "DEL", 0, "ctr-0", "10.8.1.0/24");
+    let e = run.cni_error(5);
+    assert!(
+        e["msg"].as_str().unwrap().contains("Read-only file system"),
+        "{e}"
+    );
+    assert!(rig.routes().contains("10.8.1.0/24 via 10.22.0.5"));
+    assert_eq!(rig.records(), records_before);
+    rig.router("DEL", 0, "ctr-0", "10.8.1.0/24").ok();
+    assert!(!rig.routes().contains("10.8.1.0/24"));
+    assert!(rig.records().is_empty(), "{:?}", rig.records());
+    assert_eq!(rig.pod_state(0), ("0".to_string(), String::new()));
+}
+
+#[test]
+fn full_state_dir_rolls_back_the_add() {
+    let rig = Rig::new(1);
+    let node_before = snapshot(&rig.node);
+    let pod_before = snapshot(&rig.pods[0]);
+    // A 16 KiB tmpfs filled to the last block: the lock file (an inode, no
+    // data) can still be made; the record cannot be written.
+    let full = r#"mkdir -p "$d"; mount -t tmpfs -o size=16k podgate-full "$d"; \
+        dd if=/dev/zero of="$d/fill" bs=4k 2>/dev/null || true"#;
+    let run = rig.router_with_state(full, "ADD", 0, "ctr-0", "10.8.3.0/24");
+    let e = run.cni_error(5);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.starts_with("recording state") && msg.contains("No space left on device"),
+        "{msg}"
+    );
+    assert!(!msg.contains("cleanup left"), "rollback incomplete: {msg}");
+    // Everything the ADD had applied before the write failed is undone.
+    assert_eq!(rig.pod_state(0), ("0".to_string(), String::new()));
+    assert_same(&node_before, &snapshot(&rig.node));
+    assert_same(&pod_before, &snapshot(&rig.pods[0]));
+    // No record, and no half-written temp file, was left behind.
+    let inside = state_ls(&run);
+    let unexpected: Vec<&String> = inside
+        .iter()
+        .filter(|f| !matches!(f.as_str(), ".lock" | "fill"))
+        .collect();
+    assert!(unexpected.is_empty(), "a record was written: {inside:?}");
+    // The runtime's DEL after the failed ADD succeeds and leaves nothing.
+    rig.router("DEL", 0, "ctr-0", "10.8.3.0/24").ok();
+    assert!(rig.records().is_empty());
+    assert_same(&node_before, &snapshot(&rig.node));
+}
+
+#[test]
+fn second_add_for_the_same_container_replaces_the_first() {
+    let rig = Rig::new(1);
+    let node_before = snapshot(&rig.node);
+    let pod_before = snapshot(&rig.pods[0]);
+    let one_rule = |pool: &str| {
+        let (fwd, rules) = rig.pod_state(0);
+        assert_eq!(fwd, "1");
+        assert_eq!(rules.matches("masquerade").count(), 1, "{rules}");
+        assert!(rules.contains(&format!("ip saddr {pool}")), "{rules}");
+        assert_eq!(rules.matches("table inet").count(), 1, "{rules}");
+    };
+
+    rig.router("ADD", 0, "ctr-0", "10.8.4.0/24").ok();
+    rig.router("ADD", 0, "ctr-0", "10.8.4.0/24").ok();
+    let routes = rig.routes();
+    assert_eq!(routes.matches("10.8.4.0/24").count(), 1, "{routes}");
+    assert_eq!(rig.records().len(), 1, "{:?}", rig.records());
+    one_rule("10.8.4.0/24");
+
+    // The same attachment asking for another pool: the old one goes.
+    rig.router("ADD", 0, "ctr-0", "10.8.5.0/24").ok();
+    let routes = rig.routes();
+    assert!(!routes.contains("10.8.4.0/24"), "{routes}");
+    assert_eq!(routes.matches("10.8.5.0/24").count(), 1, "{routes}");
+    assert_eq!(rig.records().len(), 1);
+    one_rule("10.8.5.0/24");
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(rig.state_dir().join(&rig.records()[0])).unwrap())
+            .unwrap();
+    // What DEL will restore is the pod's value before podgate, not podgate's own.
+    assert_eq!(rec["sysctlPrevious"]["net.ipv4.ip_forward"], "0", "{rec}");
+
+    rig.router("DEL", 0, "ctr-0", "10.8.5.0/24").ok();
+    assert!(rig.records().is_empty());
+    assert_eq!(rig.pod_state(0), ("0".to_string(), String::new()));
+    assert_same(&node_before, &snapshot(&rig.node));
+    assert_same(&pod_before, &snapshot(&rig.pods[0]));
+}
+
+/// A panicking plugin process must print exactly one CNI error (code 999,
+/// in the config's cniVersion) on stdout and exit 1.
+fn assert_panic_answer(run: &Run, version: &str, details: &str, what: &str) {
+    let lines: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 1, "{what}: one JSON line on stdout: {run:?}");
+    let v: Value =
+        serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{what}: {e}: {run:?}"));
+    assert_eq!(v["code"], 999, "{what}: {v}");
+    assert_eq!(v["cniVersion"], version, "{what}: {v}");
+    assert!(
+        v["msg"]
+            .as_str()
+            .unwrap()
+            .ends_with("internal error (panic)"),
+        "{what}: {v}"
+    );
+    assert!(
+        v["details"].as_str().unwrap().contains(details),
+        "{what}: details should carry the panic message and location: {v}"
+    );
+}
+
+#[test]
+fn panic_hook_answers_with_a_cni_error() {
+    require_root();
+    let bin = panic_example();
+    let dir = TempDir::new("panic");
+    let conf = |v: &str| json!({"cniVersion": v, "name": "n", "type": "panic"}).to_string();
+    let netns = Netns::new("panic");
+    let run = |cmd: &str, version: &str| -> Run {
+        let mut child = Command::new(&bin)
+            .env_clear()
+            .env("CNI_COMMAND", cmd)
+            .env("CNI_CONTAINERID", "ctr-panic")
+            .env("CNI_NETNS", netns.path())
+            .env("CNI_IFNAME", "eth0")
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(conf(version).as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        Run {
+            code: out.status.code(),
+            signal: out.status.signal(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    for (cmd, version, details) in [
+        ("ADD", "1.0.0", "deliberate panic in ADD of ctr-panic"),
+        ("DEL", "0.4.0", "deliberate panic in DEL"),
+        ("CHECK", "1.1.0", "deliberate panic on a helper thread"),
+    ] {
+        let r = run(cmd, version);
+        assert_eq!(r.code, Some(1), "{cmd}: exit 1: {r:?}");
+        assert_panic_answer(&r, version, details, cmd);
+        assert!(r.details_have_location(), "{cmd}: {r:?}");
+        assert!(
+            r.stderr.contains("panic"),
+            "{cmd}: stderr names the panic: {r:?}"
+        );
+    }
+}
+
+impl Run {
+    fn details_have_location(&self) -> bool {
+        serde_json::from_str::<Value>(self.stdout.trim())
+            .ok()
+            .and_then(|v| v["details"].as_str().map(|d| d.contains("panic.rs:")))
+            .unwrap_or(false)
+    }
+}
+
+/// The real router, its stderr on /dev/full and a refused pod: the refusal is
+/// logged to stderr (no logFile) and that write fails. Logging is best effort:
+/// the runtime still gets the refusal as a normal CNI error and exit 1, not a
+/// panic and not an abort.
+#[test]
+fn unwritable_stderr_does_not_break_the_answer() {
+    let rig = Rig::new(1);
+    let r = router();
+    let mut env = rig.env("ADD", 0, "ctr-refused");
+    env.retain(|(k, _)| k != "CNI_ARGS");
+    // Namespace "default" may not choose profiles: refused, logged as a warning.
+    env.push((
+        "CNI_ARGS".into(),
+        "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web".into(),
+    ));
+    let full = File::options().write(true).open("/dev/full").unwrap();
+    let run = rig.spawn(
+        &[r.to_str().unwrap()],
+        &env,
+        &rig.conf(0, "10.8.6.0/24"),
+        Stdio::from(full),
+    );
+    assert_eq!(run.code, Some(1), "{run:?}");
+    let v: Value =
+        serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {run:?}"));
+    assert_eq!(v["code"], 100, "the refusal itself, not a panic: {v}");
+    assert!(
+        v["msg"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("allow.annotationNamespaces"),
+        "{v}"
+    );
+    assert_eq!(rig.pod_state(0), ("0".to_string(), String::new()));
+    assert!(rig.records().is_empty());
+}
+
+#[test]
+fn ovsdb_that_never_answers_fails_add_in_bounded_time() {
+    let g = GuardNode::new("ovshang");
+    // Accepts (the kernel's backlog does) but never reads or answers.
+    let sock = g.node.root().join("stalled-db.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    g.configure(json!({"ovsdbSocket": sock}));
+    let start = Instant::now();
+    let msg = g.expect_not_ready(
+        "p",
+        &[
+            "ovsdb: no answer within 500ms",
+            "no protection mark known (ovsdb unavailable)",
+        ],
+    );
+    // The agent was fine: only OVSDB (and what depends on it) is named.
+    assert!(!msg.contains("agent"), "{msg}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "ADD + DEL through libcni took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn stale_agent_socket_is_not_ready_not_absent() {
+    let mut g = GuardNode::new("stale");
+    g.agent.stop();
+    // A crashed agent leaves its socket file: with required: auto this must
+    // not read as "IPsec not enabled here".
+    let l = std::os::unix::net::UnixListener::bind(&g.agent.socket).unwrap();
+    drop(l);
+    assert!(g.agent.socket.exists());
+    let msg = g.expect_not_ready("p", &["agent /readyz: connect", "Connection refused"]);
+    assert!(msg.contains("agent /status: connect"), "{msg}");
+    std::fs::remove_file(&g.agent.socket).unwrap();
+    // Socket gone entirely: auto means not required.
+    g.expect_ready("gone");
+}
+
+#[test]
+fn test_mounts_stay_private() {
+    // Mounts are made only inside the plugin's own mount namespace
+    // (unshare -m): none may show up in the test process's.
+    let mut mounts = String::new();
+    File::open("/proc/self/mountinfo")
+        .and_then(|mut f| f.read_to_string(&mut mounts))
+        .unwrap();
+    for tag in ["podgate-ro", "podgate-full", "podgate-it-faults"] {
+        assert!(!mounts.contains(tag), "{tag} leaked:\n{mounts}");
+    }
+}
