@@ -56,7 +56,9 @@ impl RouteSocket {
         ns.run(move || Self::new_labelled(label))?
     }
 
-    fn new_labelled(ns: String) -> Result<RouteSocket> {
+    /// A socket in the calling thread's namespace, named `ns` in errors (for
+    /// callers already running inside a pod's namespace).
+    pub fn new_labelled(ns: String) -> Result<RouteSocket> {
         let err = |what: &str, source| Error::Netlink {
             what: format!("{what} (netns {ns})"),
             source,

@@ -30,11 +30,18 @@ pub struct PodSockets {
     pub nft: NftSocket,
 }
 
-/// Open both sockets inside `ns`.
+/// Open both sockets inside `ns` (one trip into the namespace).
 pub fn pod_sockets(ns: &NetNs) -> Result<PodSockets, ApplyError> {
-    let route = RouteSocket::in_netns(ns)?;
-    let nft = ns.run(NftSocket::new)??;
-    Ok(PodSockets { route, nft })
+    let label = ns.path().display().to_string();
+    ns.run(|| open_pod_sockets(label))?
+}
+
+/// Called on a thread that is already inside the pod's namespace.
+fn open_pod_sockets(label: String) -> Result<PodSockets, ApplyError> {
+    Ok(PodSockets {
+        route: RouteSocket::new_labelled(label)?,
+        nft: NftSocket::new()?,
+    })
 }
 
 /// Rule tag carried in nf_tables userdata: which attachment owns the rule.
@@ -101,13 +108,21 @@ fn apply_steps(
         .iter()
         .map(|s| (s.name.clone(), s.value.clone()))
         .collect();
-    let previous = ns.run(|| write_sysctls(&wanted))??;
+    // One trip into the namespace: write the sysctls and, if needed, open the
+    // sockets used afterwards from this thread.
+    let needs_pod_sockets = plan.nft_table.is_some() || !plan.pod_routes.is_empty();
+    let label = ns.path().display().to_string();
+    let (previous, sockets) = ns.run(|| {
+        let previous = write_sysctls(&wanted);
+        let sockets = (needs_pod_sockets && previous.is_ok()).then(|| open_pod_sockets(label));
+        (previous, sockets)
+    })?;
+    let previous = previous?;
     undo.push(Undo::Sysctls(previous.clone(), wanted));
     rec.sysctl_previous = previous;
 
-    let needs_pod_sockets = plan.nft_table.is_some() || !plan.pod_routes.is_empty();
-    if needs_pod_sockets {
-        let mut pod = pod_sockets(ns)?;
+    if let Some(sockets) = sockets {
+        let mut pod = sockets?;
         if let Some(table) = &plan.nft_table {
             pod.nft
                 .replace_masquerade_table(table, &masq_rules(&plan), &nft_tag(rec))?;
