@@ -35,6 +35,55 @@ pub use node::{bridge_name, CniOutcome, TestNode, Verb, SYSTEM_CNI_DIR};
 pub use snapshot::{assert_same, snapshot, state_files, Snapshot};
 pub use tcp::{ping, tcp_connect_ok, tcp_listen, tcp_listen_peer_echo, tcp_request, TcpServer};
 
+/// Newest modification time of any file below `dir` (recursively).
+fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let t = if path.is_dir() {
+            newest_mtime(&path)
+        } else {
+            entry.metadata().and_then(|m| m.modified()).ok()
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// Workspace binaries `bins` (paths relative to [`bin_dir`]), built with
+/// `cargo build <cargo_args>` first if any is missing or older than a source
+/// under `plugins/` (`cargo test -p podgate-integration` alone builds no
+/// binaries). Serialized within the process; cargo locks across processes.
+pub fn built(bins: &[&str], cargo_args: &[&str]) -> Vec<PathBuf> {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let paths: Vec<PathBuf> = bins.iter().map(|b| bin_dir().join(b)).collect();
+    let src = newest_mtime(&workspace_root().join("plugins"));
+    let stale = paths.iter().any(|p| {
+        let t = fs::metadata(p).and_then(|m| m.modified()).ok();
+        t.is_none() || t < src
+    });
+    if stale {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-q"])
+            .args(cargo_args)
+            .current_dir(workspace_root());
+        if bin_dir().file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().expect("running cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build {cargo_args:?}:\n{}",
+            output_text(&out)
+        );
+    }
+    for p in &paths {
+        assert!(p.is_file(), "{} missing", p.display());
+    }
+    paths
+}
+
 /// Panics with a clear message unless the effective user is root.
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions and cannot fail.

@@ -15,63 +15,22 @@ mod common_ipsec;
 
 use podgate_integration::vpn::{self, CLIENT_POOL, TUN_CLIENT_IP, TUN_SERVER_IP};
 use podgate_integration::{
-    assert_same, bin_dir, bridge_name, output_text, require_root, snapshot, workspace_root, Netns,
-    TestNode, Verb,
+    assert_same, bin_dir, bridge_name, require_root, snapshot, Netns, TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Once;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 const NET: &str = "vpnnet";
 const SUBNET: &str = "10.22.0.0/16";
 
-fn newest_mtime(dir: &Path) -> Option<SystemTime> {
-    let mut newest = None;
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        let t = if p.is_dir() {
-            newest_mtime(&p)
-        } else {
-            e.metadata().and_then(|m| m.modified()).ok()
-        };
-        newest = newest.max(t);
-    }
-    newest
-}
-
-/// Build podgate and podgate-router once per test process when missing or stale.
+/// Build podgate and podgate-router when missing or stale.
 fn ensure_built() {
-    static BUILD: Once = Once::new();
-    BUILD.call_once(|| {
-        let plugins = workspace_root().join("plugins");
-        let src = ["podgate", "router", "kit", "cni", "tunnel-guard"]
-            .iter()
-            .filter_map(|d| newest_mtime(&plugins.join(d).join("src")))
-            .max();
-        let stale = ["podgate", "podgate-router"].iter().any(|b| {
-            let built = std::fs::metadata(bin_dir().join(b))
-                .and_then(|m| m.modified())
-                .ok();
-            built.is_none() || built < src
-        });
-        if !stale {
-            return;
-        }
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", "podgate", "-p", "podgate-router"])
-            .current_dir(workspace_root());
-        if bin_dir().file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("running cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build -p podgate -p podgate-router:\n{}",
-            output_text(&out)
-        );
-    });
+    podgate_integration::built(
+        &["podgate", "podgate-router"],
+        &["-p", "podgate", "-p", "podgate-router"],
+    );
 }
 
 struct Run {

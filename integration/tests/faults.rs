@@ -27,69 +27,29 @@
 mod common_ipsec;
 
 use common_ipsec::GuardNode;
-use podgate_integration::{
-    assert_same, bin_dir, output_text, require_root, snapshot, workspace_root, Netns, TempDir,
-};
+use podgate_integration::{assert_same, built, require_root, snapshot, Netns, TempDir};
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 const ROUTER: &str = "podgate-router";
 const NET: &str = "faultnet";
 
-fn ensure_built(bin: &Path, args: &[&str], srcs: &[&str]) {
-    let src = workspace_root().join("plugins");
-    let newest = srcs
-        .iter()
-        .flat_map(|d| {
-            std::fs::read_dir(src.join(d))
-                .into_iter()
-                .flatten()
-                .flatten()
-        })
-        .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .max();
-    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();
-    if built.is_some() && built >= newest {
-        return;
-    }
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.arg("build")
-        .arg("-q")
-        .args(args)
-        .current_dir(workspace_root());
-    if bin_dir().file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let out = cmd.output().expect("running cargo build");
-    assert!(out.status.success(), "{}", output_text(&out));
-    assert!(bin.is_file(), "{} missing", bin.display());
-}
-
 fn router() -> PathBuf {
-    static BUILD: Once = Once::new();
-    let bin = bin_dir().join(ROUTER);
-    BUILD.call_once(|| ensure_built(&bin, &["-p", ROUTER], &["router/src", "kit/src", "cni/src"]));
-    bin
+    built(&[ROUTER], &["-p", ROUTER]).remove(0)
 }
 
 fn panic_example() -> PathBuf {
-    static BUILD: Once = Once::new();
-    let bin = bin_dir().join("examples").join("panic");
-    BUILD.call_once(|| {
-        ensure_built(
-            &bin,
-            &["-p", "podgate-cni", "--example", "panic"],
-            &["cni/src", "cni/examples"],
-        )
-    });
-    bin
+    built(
+        &["examples/panic"],
+        &["-p", "podgate-cni", "--example", "panic"],
+    )
+    .remove(0)
 }
 
 /// A node netns and pods, pod `i` linked by veth `pgf<i>` (node side

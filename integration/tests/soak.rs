@@ -16,8 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::{
-    assert_same, bin_dir, output_text, require_root, snapshot, target_dir, workspace_root, Netns,
-    TempDir,
+    assert_same, built, output_text, require_root, snapshot, target_dir, Netns, TempDir,
 };
 use serde_json::{json, Value};
 use std::fs::File;
@@ -32,38 +31,9 @@ use std::time::Instant;
 const PLUGIN: &str = "podgate-router";
 const NET: &str = "soaknet";
 
-/// Builds the plugin if it is missing or older than its sources
-/// (`cargo test -p podgate-integration` alone does not build binaries).
+/// The plugin binary, built first if missing or stale.
 fn plugin() -> PathBuf {
-    static BUILD: Once = Once::new();
-    let bin = bin_dir().join(PLUGIN);
-    BUILD.call_once(|| {
-        let src = workspace_root().join("plugins");
-        let newest = ["router/src", "kit/src", "cni/src"]
-            .iter()
-            .flat_map(|d| {
-                std::fs::read_dir(src.join(d))
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-            })
-            .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
-            .max();
-        let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-        if built.is_some() && built >= newest {
-            return;
-        }
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", PLUGIN])
-            .current_dir(workspace_root());
-        if bin_dir().file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("running cargo build");
-        assert!(out.status.success(), "{}", output_text(&out));
-    });
-    assert!(bin.is_file(), "{} missing", bin.display());
-    bin
+    built(&[PLUGIN], &["-p", PLUGIN]).remove(0)
 }
 
 /// A shared object that, preloaded into a plugin, writes at exit(3) its peak

@@ -6,12 +6,11 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use podgate_integration::{
-    bin_dir, output_text, require_root, workspace_root, CniOutcome, Netns, TestNode, Verb,
+    output_text, require_root, workspace_root, CniOutcome, Netns, TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Once;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub const PLUGIN: &str = "podgate-tunnel-guard";
@@ -19,43 +18,9 @@ pub const MARK: u32 = 759_815;
 pub const SUBNET: &str = "10.244.7.0/24";
 const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 
-/// Build the plugin binary once per test process if it is missing or older
-/// than its sources (`cargo test -p podgate-integration` does not build it).
+/// The plugin binary, built first if missing or stale.
 pub fn ensure_plugin() -> PathBuf {
-    static BUILD: Once = Once::new();
-    let bin = bin_dir().join(PLUGIN);
-    BUILD.call_once(|| {
-        let src = workspace_root().join("plugins");
-        let newest_src = ["tunnel-guard/src", "kit/src", "cni/src"]
-            .iter()
-            .flat_map(|d| {
-                std::fs::read_dir(src.join(d))
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-            })
-            .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
-            .max();
-        let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-        if built.is_some() && built >= newest_src {
-            return;
-        }
-        let release = bin_dir().file_name().is_some_and(|n| n == "release");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", PLUGIN])
-            .current_dir(workspace_root());
-        if release {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("running cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build -p {PLUGIN}:\n{}",
-            output_text(&out)
-        );
-    });
-    assert!(bin.is_file(), "{} missing", bin.display());
-    bin
+    podgate_integration::built(&[PLUGIN], &["-p", PLUGIN]).remove(0)
 }
 
 /// RFC 3339 (UTC) for now + `secs` (may be negative).
