@@ -77,8 +77,10 @@ ip netns exec "$node" "$runner" add --conf-dir "$work/net.d" --name demo \
 show "after: pod net.ipv4.ip_forward = $(ip netns exec "$pod" cat /proc/sys/net/ipv4/ip_forward)"
 show "pod nftables (podgate's own table):"
 ip netns exec "$pod" nft list table inet podgate-eth0
-show "what podgate-router recorded (state store):"
-cat "$work"/state/*.json
+show "podgate inspect (what podgate-router applied, and whether it still holds):"
+ip netns exec "$node" "$bin/podgate" inspect --all --state-dir "$work/state"
+show "podgate sysctl diff (pod next to node):"
+ip netns exec "$node" "$bin/podgate" sysctl diff --netns "/var/run/netns/$pod"
 show "router log:"
 cat "$work/router.log"
 

@@ -433,6 +433,24 @@ fn del_after_netns_is_gone_leaves_nothing() {
     del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
 }
 
+/// Run `f` for every pod on its own thread, all at once; each must succeed.
+fn all_at_once(
+    pods: &[Netns],
+    f: impl Fn(usize, &Netns) -> podgate_integration::CniOutcome + Sync,
+) {
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| s.spawn(move || f(i, p)))
+            .collect();
+        for h in handles {
+            h.join().unwrap().assert_ok();
+        }
+    });
+}
+
 #[test]
 fn thirty_two_pods_at_once_leave_the_node_as_before() {
     let node = setup("many", false);
@@ -446,26 +464,14 @@ fn thirty_two_pods_at_once_leave_the_node_as_before() {
             json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": format!("10.8.{i}.0/24")}),
         )
     };
-    std::thread::scope(|s| {
-        let handles: Vec<_> = pods
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let node = &node;
-                s.spawn(move || {
-                    add(
-                        node,
-                        p,
-                        &format!("c{i}"),
-                        &pod_args("vpn", &format!("p{i}")),
-                        Some(ann(i)),
-                    )
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap().assert_ok();
-        }
+    all_at_once(&pods, |i, p| {
+        add(
+            &node,
+            p,
+            &format!("c{i}"),
+            &pod_args("vpn", &format!("p{i}")),
+            Some(ann(i)),
+        )
     });
     let routes = node_routes(&node);
     for i in 0..32 {
@@ -475,25 +481,13 @@ fn thirty_two_pods_at_once_leave_the_node_as_before() {
         );
     }
     assert_eq!(node.state_files().len(), 32);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = pods
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let node = &node;
-                s.spawn(move || {
-                    del(
-                        node,
-                        p,
-                        &format!("c{i}"),
-                        &pod_args("vpn", &format!("p{i}")),
-                    )
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap().assert_ok();
-        }
+    all_at_once(&pods, |i, p| {
+        del(
+            &node,
+            p,
+            &format!("c{i}"),
+            &pod_args("vpn", &format!("p{i}")),
+        )
     });
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
     assert_same(&before, &node.snapshot());
