@@ -162,7 +162,7 @@ pub fn describe(p: &XfrmPolicy) -> String {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ipnet::IpNet;
     use podgate_kit::xfrm::{
@@ -179,7 +179,8 @@ mod tests {
         }
     }
 
-    fn policy(family: Family, dir: Dir, action: Action, priority: u32) -> XfrmPolicy {
+    /// An allow/block policy with an any-to-any selector (shared with the crate's tests).
+    pub(crate) fn policy(family: Family, dir: Dir, action: Action, priority: u32) -> XfrmPolicy {
         XfrmPolicy {
             dir,
             action,
@@ -208,7 +209,8 @@ mod tests {
         }
     }
 
-    fn guard(family: Family, mark: u32) -> XfrmPolicy {
+    /// The guard as the agent installs it.
+    pub(crate) fn guard(family: Family, mark: u32) -> XfrmPolicy {
         let mut p = policy(family, Dir::Out, Action::Block, GUARD_PRIORITY);
         p.mark = Some(Mark {
             value: mark,

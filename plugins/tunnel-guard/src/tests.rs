@@ -2,10 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use super::*;
-use ipnet::IpNet;
-use podgate_kit::xfrm::{
-    Action, Dir, LifetimeCfg, LifetimeCur, Mark, PolicyType, Selector, XfrmPolicy, PROTO_UDP,
-};
+use podgate_kit::xfrm::{Action, Dir, XfrmPolicy, PROTO_UDP};
 use std::time::UNIX_EPOCH;
 
 const MARK: u32 = 759_815;
@@ -31,45 +28,11 @@ fn status() -> AgentStatus {
 }
 
 fn policy(family: Family, action: Action, priority: u32) -> XfrmPolicy {
-    let any: IpNet = match family {
-        Family::Ipv4 => "0.0.0.0/0".parse().unwrap(),
-        Family::Ipv6 => "::/0".parse().unwrap(),
-    };
-    XfrmPolicy {
-        dir: Dir::Out,
-        action,
-        priority,
-        index: 8,
-        family: family.af(),
-        selector: Selector {
-            src: any,
-            dst: any,
-            proto: 0,
-            sport: 0,
-            sport_mask: 0,
-            dport: 0,
-            dport_mask: 0,
-            ifindex: 0,
-            user: 0,
-        },
-        lifetime: LifetimeCfg::default(),
-        current: LifetimeCur::default(),
-        flags: 0,
-        share: 0,
-        ptype: PolicyType::Main,
-        mark: None,
-        if_id: None,
-        templates: Vec::new(),
-    }
+    crate::guard::tests::policy(family, Dir::Out, action, priority)
 }
 
 fn guard(family: Family, mark: u32) -> XfrmPolicy {
-    let mut p = policy(family, Action::Block, guard::GUARD_PRIORITY);
-    p.mark = Some(Mark {
-        value: mark,
-        mask: 0xffff_ffff,
-    });
-    p
+    crate::guard::tests::guard(family, mark)
 }
 
 fn plaintext_6081() -> XfrmPolicy {
