@@ -27,8 +27,12 @@ fn status() -> AgentStatus {
     }
 }
 
+/// An OUT policy; index 8 so reports can be told apart from guard.rs's fixtures.
 fn policy(family: Family, action: Action, priority: u32) -> XfrmPolicy {
-    crate::guard::tests::policy(family, Dir::Out, action, priority)
+    XfrmPolicy {
+        index: 8,
+        ..crate::guard::tests::policy(family, Dir::Out, action, priority)
+    }
 }
 
 fn guard(family: Family, mark: u32) -> XfrmPolicy {
