@@ -20,14 +20,29 @@ use std::collections::BTreeMap;
 pub enum ApplyError {
     #[error("{0}")]
     Kit(#[from] Error),
-    #[error("nf_tables in pod netns: {0}")]
-    Nft(#[from] podgate_kit::nft::NftError),
+    #[error("nf_tables in netns {netns}: {source}")]
+    Nft {
+        netns: String,
+        source: podgate_kit::nft::NftError,
+    },
 }
 
 /// Sockets bound to the pod's namespace.
 pub struct PodSockets {
     pub route: RouteSocket,
     pub nft: NftSocket,
+    /// The namespace, for error messages.
+    pub netns: String,
+}
+
+impl PodSockets {
+    /// Attach the namespace to an nf_tables error.
+    pub fn nft_err(&self, source: podgate_kit::nft::NftError) -> ApplyError {
+        ApplyError::Nft {
+            netns: self.netns.clone(),
+            source,
+        }
+    }
 }
 
 /// Open both sockets inside `ns` (one trip into the namespace).
@@ -38,9 +53,14 @@ pub fn pod_sockets(ns: &NetNs) -> Result<PodSockets, ApplyError> {
 
 /// Called on a thread that is already inside the pod's namespace.
 fn open_pod_sockets(label: String) -> Result<PodSockets, ApplyError> {
+    let nft = NftSocket::new().map_err(|source| ApplyError::Nft {
+        netns: label.clone(),
+        source,
+    })?;
     Ok(PodSockets {
-        route: RouteSocket::new_labelled(label)?,
-        nft: NftSocket::new()?,
+        route: RouteSocket::new_labelled(label.clone())?,
+        nft,
+        netns: label,
     })
 }
 
@@ -125,7 +145,8 @@ fn apply_steps(
         let mut pod = sockets?;
         if let Some(table) = &plan.nft_table {
             pod.nft
-                .replace_masquerade_table(table, &masq_rules(&plan), &nft_tag(rec))?;
+                .replace_masquerade_table(table, &masq_rules(&plan), &nft_tag(rec))
+                .map_err(|e| pod.nft_err(e))?;
             undo.push(Undo::NftTable(table.clone()));
         }
         if !plan.pod_routes.is_empty() {
@@ -237,7 +258,7 @@ fn rollback(
                 }
                 if let Some(p) = pod.as_mut() {
                     if let Err(e) = p.nft.delete_table(&t) {
-                        left.push(e.to_string());
+                        left.push(p.nft_err(e).to_string());
                     }
                 }
             }
@@ -318,7 +339,7 @@ pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
         Ok(mut pod) => {
             if let Some(t) = &rec.plan.nft_table {
                 if let Err(e) = pod.nft.delete_table(t) {
-                    failures.push(e.to_string());
+                    failures.push(pod.nft_err(e).to_string());
                 }
             }
             for r in &rec.pod_routes {
@@ -352,7 +373,7 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
     }
     let mut pod = pod_sockets(ns)?;
     if let Some(t) = &rec.plan.nft_table {
-        match pod.nft.list_masquerade(t)? {
+        match pod.nft.list_masquerade(t).map_err(|e| pod.nft_err(e))? {
             None => drift.push(format!("nft table inet {t} is missing")),
             Some(listed) => {
                 for m in masq_rules(&rec.plan) {
