@@ -64,6 +64,26 @@ impl Outcome {
     }
 }
 
+/// Block until `fd` has something to read before `deadline`. `Err` carries
+/// the outcome to report instead: silent after `timeout`, or a poll error.
+pub(crate) fn await_readable(
+    fd: &std::os::fd::OwnedFd,
+    deadline: std::time::Instant,
+    timeout: Duration,
+) -> Result<(), Outcome> {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    if left.is_zero() {
+        return Err(Outcome::silent(timeout));
+    }
+    match crate::sock::wait(fd, libc::POLLIN, left) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Outcome::silent(timeout)),
+        Err(e) => Err(Outcome::Error {
+            detail: format!("poll: {e}"),
+        }),
+    }
+}
+
 pub(crate) fn rtt_ms(d: Duration) -> f64 {
     (d.as_micros() as f64) / 1000.0
 }

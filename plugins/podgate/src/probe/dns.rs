@@ -167,18 +167,8 @@ pub fn ask(
     let deadline = start + timeout;
     let mut buf = vec![0u8; 4096];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Outcome::silent(timeout);
-        }
-        match sock::wait(&fd, libc::POLLIN, left) {
-            Ok(false) => return Outcome::silent(timeout),
-            Ok(true) => {}
-            Err(e) => {
-                return Outcome::Error {
-                    detail: format!("poll: {e}"),
-                }
-            }
+        if let Err(outcome) = super::await_readable(&fd, deadline, timeout) {
+            return outcome;
         }
         let n = match sock::recv_from(&fd, &mut buf) {
             Ok((n, _)) => n,

@@ -163,18 +163,8 @@ pub fn echo(ns: &NetNs, dst: IpAddr, bind: Option<IpAddr>, timeout: Duration) ->
     let deadline = start + timeout;
     let mut buf = vec![0u8; 2048];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Outcome::silent(timeout);
-        }
-        match sock::wait(&fd, libc::POLLIN, left) {
-            Ok(false) => return Outcome::silent(timeout),
-            Ok(true) => {}
-            Err(e) => {
-                return Outcome::Error {
-                    detail: format!("poll: {e}"),
-                }
-            }
+        if let Err(outcome) = super::await_readable(&fd, deadline, timeout) {
+            return outcome;
         }
         loop {
             let (n, from) = match sock::recv_from(&fd, &mut buf) {
