@@ -32,7 +32,7 @@ use std::sync::Once;
 
 pub use netns::Netns;
 pub use node::{bridge_name, CniOutcome, TestNode, Verb, SYSTEM_CNI_DIR};
-pub use snapshot::{assert_same, snapshot, state_files, Snapshot};
+pub use snapshot::{assert_same, snapshot, state_files, state_files_in, Snapshot};
 pub use tcp::{ping, tcp_connect_ok, tcp_listen, tcp_listen_peer_echo, tcp_request, TcpServer};
 
 /// Newest modification time of any file below `dir` (recursively).

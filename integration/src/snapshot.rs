@@ -252,9 +252,14 @@ fn nft_entries(ruleset: Value) -> Vec<String> {
 /// Files (not directories) under the node's `state/`, as sorted paths
 /// relative to it.
 pub fn state_files(node: &TestNode) -> Vec<String> {
-    let root = node.state_dir();
+    state_files_in(&node.state_dir())
+}
+
+/// Files under a podgate state dir (`stateDir`), sorted, relative to it,
+/// without the store's permanent lock file.
+pub fn state_files_in(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    walk(&root, &root, &mut out);
+    walk(root, root, &mut out);
     // The store's lock file is permanent by design; records are what leak.
     out.retain(|f| f != ".lock");
     out.sort();

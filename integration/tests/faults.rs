@@ -292,16 +292,7 @@ impl Rig {
     }
 
     fn records(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.state_dir())
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n != ".lock")
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        podgate_integration::state_files_in(&self.state_dir())
     }
 
     /// ip_forward and the podgate table of pod `i`.

@@ -553,15 +553,7 @@ fn soak_add_del_cycles_leave_nothing_behind() {
         rig.pod.sysctl_get("net.ipv4.conf.eth0.rp_filter"),
         rp_before
     );
-    let mut left: Vec<String> = std::fs::read_dir(rig.state_dir())
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n != ".lock")
-                .collect()
-        })
-        .unwrap_or_default();
-    left.sort();
+    let left = podgate_integration::state_files_in(&rig.state_dir());
     assert!(left.is_empty(), "state files left: {left:?}");
     assert!(
         fd_problems.is_empty(),
