@@ -270,10 +270,13 @@ impl Ovsdb {
         self.create(ns, system_id);
     }
 
+    /// `ovs-vsctl` against this database. `--retry`: the socket file exists a
+    /// moment before ovsdb-server listens on it, and without `--retry`
+    /// ovs-vsctl gives up on the first refused connection (`--timeout` bounds it).
     pub fn vsctl(&self, args: &[&str]) -> String {
         let out = Command::new("ovs-vsctl")
             .arg(format!("--db=unix:{}", self.socket.display()))
-            .args(["--no-wait", "--timeout=10"])
+            .args(["--no-wait", "--retry", "--timeout=10"])
             .args(args)
             .output()
             .unwrap();
