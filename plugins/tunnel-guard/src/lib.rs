@@ -118,20 +118,25 @@ fn read_endpoint(
         return out;
     };
     let sock = cfg.protection_socket();
-    let ask = |e: Endpoint| -> Asked {
-        protection::ask(&sock, e, &info.uuid, dl).map_err(|err| match err {
-            ProtectionError::Io(io) => format!("agent {}: {io}", e.path()),
-            other => other.to_string(),
-        })
+    let text = |e: Endpoint, err: ProtectionError| match err {
+        ProtectionError::Io(io) => format!("agent {}: {io}", e.path()),
+        other => other.to_string(),
     };
-    let armed = ask(Endpoint::Armed);
+    let armed = protection::ask(&sock, Endpoint::Armed, &info.uuid, dl);
     let armed_ok = matches!(&armed, Ok(a) if a.code == 200);
-    let refused_peer = matches!(&armed, Err(e) if e.contains("SO_PEERCRED"));
-    out.armed = Some(armed);
+    // A server that is not root is not the agent: nothing it says counts.
+    let impostor = matches!(
+        &armed,
+        Err(ProtectionError::NotRoot(_) | ProtectionError::PeerCred(_))
+    );
+    out.armed = Some(armed.map_err(|err| text(Endpoint::Armed, err)));
     // /startup can only be accepted without durable intent: do not spend the
     // budget (up to 2 s in the agent) on an answer that cannot pass.
-    if !armed_ok && !refused_peer && !file.exists() && info.lease_keys_set().is_empty() {
-        out.startup = Some(ask(Endpoint::Startup));
+    if !armed_ok && !impostor && !file.exists() && info.lease_keys_set().is_empty() {
+        out.startup = Some(
+            protection::ask(&sock, Endpoint::Startup, &info.uuid, dl)
+                .map_err(|err| text(Endpoint::Startup, err)),
+        );
     }
     out
 }
