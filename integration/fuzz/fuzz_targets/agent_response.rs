@@ -6,9 +6,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use podgate_tunnel_guard::agent::{parse_response, AgentStatus};
-use podgate_tunnel_guard::time::parse_rfc3339;
 use podgate_tunnel_guard::ovsdb::OvsInfo;
 use podgate_tunnel_guard::protection::{Answer, Presence};
+use podgate_tunnel_guard::time::parse_rfc3339;
 use podgate_tunnel_guard::{judge, GuardConfig, Observations, OvsRead};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
