@@ -123,8 +123,9 @@ pub fn request() -> Value {
 pub fn query(socket: &Path, dl: &Deadline) -> Result<OvsInfo, OvsdbError> {
     let mut s = io::connect(socket, dl)?;
     io::write_all(&mut s, request().to_string().as_bytes(), dl)?;
+    let mut framer = Framer::default();
     let reply = io::read_until(&mut s, dl, io::MAX_OVSDB_REPLY, |buf, _eof| {
-        find_reply(buf).map_err(IoError::Protocol)
+        framer.reply(buf).map_err(IoError::Protocol)
     })?;
     parse_reply(&reply)
 }
@@ -132,15 +133,78 @@ pub fn query(socket: &Path, dl: &Deadline) -> Result<OvsInfo, OvsdbError> {
 /// The JSON-RPC stream has no framing: parse whole values as they complete and
 /// return our reply (ignoring anything else, such as an `echo` request).
 pub fn find_reply(buf: &[u8]) -> Result<Option<Value>, String> {
-    for v in serde_json::Deserializer::from_slice(buf).into_iter::<Value>() {
-        match v {
-            Ok(v) if v.get("id") == Some(&Value::String(REQUEST_ID.into())) => return Ok(Some(v)),
-            Ok(_) => {}
-            Err(e) if e.is_eof() => return Ok(None),
-            Err(e) => return Err(format!("not JSON-RPC: {e}")),
+    Framer::default().reply(buf)
+}
+
+/// Finds where top-level JSON values end in a growing buffer, scanning each
+/// byte once (brackets outside strings), so a reply of many megabytes read in
+/// small pieces is parsed once, not once per piece.
+#[derive(Debug, Default)]
+struct Framer {
+    /// Bytes of the buffer already scanned.
+    scanned: usize,
+    /// Start of the value being scanned.
+    start: usize,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl Framer {
+    /// Our reply, once complete in `buf` (the same buffer, grown, on every call).
+    fn reply(&mut self, buf: &[u8]) -> Result<Option<Value>, String> {
+        while let Some(end) = self.next_end(buf) {
+            let value = buf.get(self.start..end).unwrap_or_default();
+            self.start = end;
+            let v: Value =
+                serde_json::from_slice(value).map_err(|e| format!("not JSON-RPC: {e}"))?;
+            if v.get("id") == Some(&Value::String(REQUEST_ID.into())) {
+                return Ok(Some(v));
+            }
         }
+        Ok(None)
     }
-    Ok(None)
+
+    /// The end of the next complete top-level value, scanning from `scanned`.
+    fn next_end(&mut self, buf: &[u8]) -> Option<usize> {
+        while let Some(&b) = buf.get(self.scanned) {
+            self.scanned += 1;
+            if self.in_string {
+                match (self.escaped, b) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => {
+                    if self.depth == 0 {
+                        // Whitespace between values is skipped.
+                        self.start = self.scanned - 1;
+                    }
+                    self.depth += 1;
+                }
+                b'}' | b']' if self.depth > 0 => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        return Some(self.scanned);
+                    }
+                }
+                b' ' | b'\t' | b'\r' | b'\n' if self.depth == 0 => {}
+                // A scalar or a stray closer at top level is not JSON-RPC:
+                // hand it to the parser, which names the error.
+                _ if self.depth == 0 => {
+                    self.start = self.scanned - 1;
+                    return Some(buf.len().min(self.scanned + 64));
+                }
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 fn answer(m: impl Into<String>) -> OvsdbError {
@@ -387,6 +451,23 @@ mod tests {
         let echo = format!("{{\"id\":\"echo\",\"method\":\"echo\",\"params\":[]}}{full}");
         assert!(find_reply(echo.as_bytes()).unwrap().is_some());
         assert!(find_reply(b"}garbage").is_err());
+        assert!(find_reply(b"  garbage").is_err());
+        // Brackets inside strings, escaped quotes, values split anywhere.
+        let tricky = json!({"id": "other", "params": ["}]\"{[", "\\"]}).to_string();
+        let stream = format!(
+            "{tricky}
+{full}"
+        );
+        let mut f = Framer::default();
+        let bytes = stream.as_bytes();
+        let mut got = None;
+        for n in 1..=bytes.len() {
+            if let Some(v) = f.reply(&bytes[..n]).unwrap() {
+                got = Some((n, v));
+                break;
+            }
+        }
+        assert_eq!(got.map(|(n, _)| n), Some(bytes.len()));
     }
 
     #[test]
