@@ -665,18 +665,19 @@ fn ipsec_status_without_an_agent_is_a_clear_report() {
 
 #[test]
 fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
-    let status = std::env::temp_dir().join(format!("pg-cli-status-{}", std::process::id()));
     let g = common_ipsec::GuardNode::with_agent(
         "cli",
         common_ipsec::AgentOpts {
-            status_socket: Some(status.join("status.sock")),
+            status: true,
             ..Default::default()
         },
     );
-    g.configure(json!({"agentSocket": status.join("status.sock")}));
+    g.configure(json!({"agentSocket": g.agent.status_socket()}));
     let conf = g.node.conf_dir().join("10-tg.conflist");
     let nn = p(&g.node.ns);
-    let r = podgate(&["ipsec", "status", "--netns", nn, "--config", s(&conf)]);
+    let args = ["ipsec", "status", "--netns", nn, "--config", s(&conf)];
+    let r = podgate(&args);
+    keep("ipsec-status", &args, &r);
     assert_eq!(r.code, 0, "{r:?}");
     for needle in [
         "IPsec tunnel protection: READY",
@@ -744,8 +745,6 @@ fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
     assert_eq!(j["report"]["ikeSockets"][0]["local"], "0.0.0.0:4500");
     let _ = ike.kill();
     let _ = ike.wait();
-    drop(g);
-    let _ = std::fs::remove_dir_all(&status);
 }
 
 /// The first line of `out` starting with `prefix` (a table row).

@@ -13,8 +13,7 @@
 mod common_ipsec;
 
 use common_ipsec::{
-    armed_state, good_status, lease, rfc3339_from_now, run_plugin, AgentOpts, GuardNode, MARK,
-    TIMEOUT_MS,
+    armed_state, lease, rfc3339_from_now, run_plugin, AgentOpts, GuardNode, MARK, TIMEOUT_MS,
 };
 use podgate_integration::Verb;
 use serde_json::json;
@@ -371,18 +370,17 @@ fn excluded_namespace_passes_with_a_note_while_not_ready() {
 
 #[test]
 fn private_status_socket_adds_diagnostics_only() {
-    let status = std::env::temp_dir().join(format!("pg-tg-status-{}", std::process::id()));
     let g = GuardNode::with_agent(
         "status",
         AgentOpts {
-            status_socket: Some(status.join("status.sock")),
+            status: true,
             ..AgentOpts::default()
         },
     );
     let mut st = armed_state(&g.chassis);
     st["status"]["expires"] = json!(rfc3339_from_now(4 * 60 + 30));
     g.agent.set(&st);
-    g.configure(json!({"agentSocket": status.join("status.sock")}));
+    g.configure(json!({"agentSocket": g.agent.status_socket()}));
     g.expect_ready("p");
     let report = g.last_log("ADD")["report"].clone();
     // The agent's own Status: Configured + applied + live armed = Running.
@@ -400,9 +398,6 @@ fn private_status_socket_adds_diagnostics_only() {
     // The private status never opens a closed node.
     g.remove_guard("-6", MARK);
     g.expect_not_ready("p2", &["guard ipv6"]);
-    let _ = std::fs::remove_dir_all(&status);
-    drop(g);
-    let _ = good_status;
 }
 
 #[test]

@@ -104,8 +104,9 @@ fn python() -> &'static str {
 /// How the fixture agent is started.
 #[derive(Default, Clone)]
 pub struct AgentOpts {
-    /// Also serve the private status socket (agentSocket) at this path.
-    pub status_socket: Option<PathBuf>,
+    /// Also serve the private status socket (agentSocket), at
+    /// `<node>/kube-ovn-ipsec/status.sock` ([`Agent::status_socket`]).
+    pub status: bool,
     /// Bind as root, then serve as this uid answering 200 to everything.
     pub impostor_uid: Option<u32>,
 }
@@ -147,6 +148,15 @@ impl Agent {
         self.dir.join("required")
     }
 
+    /// The private status socket (`--runtime-dir`/status.sock), when served.
+    pub fn status_socket(&self) -> Option<PathBuf> {
+        self.opts.status.then(|| {
+            self.dir
+                .with_file_name("kube-ovn-ipsec")
+                .join("status.sock")
+        })
+    }
+
     /// (Re)start the process (after [`Agent::stop`]).
     pub fn restart(&mut self, ns: &Netns) {
         self.stop_process();
@@ -156,7 +166,7 @@ impl Agent {
             .arg(&self.state)
             .arg(&self.dir)
             .arg(&self.ovsdb_socket);
-        if let Some(p) = &self.opts.status_socket {
+        if let Some(p) = self.status_socket() {
             cmd.arg("--status-socket").arg(p);
         }
         if let Some(uid) = self.opts.impostor_uid {
@@ -169,8 +179,8 @@ impl Agent {
             .spawn()
             .expect("spawning the fixture agent");
         wait_for_socket(&self.socket(), &mut child, "fixture agent");
-        if let Some(p) = &self.opts.status_socket {
-            wait_for_socket(p, &mut child, "fixture agent status socket");
+        if let Some(p) = self.status_socket() {
+            wait_for_socket(&p, &mut child, "fixture agent status socket");
         }
         self.child = Some(child);
     }
@@ -193,7 +203,7 @@ impl Agent {
     pub fn stop(&mut self) {
         self.stop_process();
         let _ = std::fs::remove_file(self.socket());
-        if let Some(p) = &self.opts.status_socket {
+        if let Some(p) = self.status_socket() {
             let _ = std::fs::remove_file(p);
         }
     }
