@@ -190,6 +190,72 @@ mod tests {
     }
 
     #[test]
+    fn asks_with_the_uuid_and_reads_the_agents_answer() {
+        use std::io::{Read, Write};
+        let d = tmp("ask");
+        let sock = d.join(SOCKET);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let server = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for body in ["", "IPsec protection is not armed\n"] {
+                let (mut c, _) = listener.accept().unwrap();
+                let mut req = [0u8; 1024];
+                let n = c.read(&mut req).unwrap();
+                seen.push(
+                    String::from_utf8_lossy(&req[..n])
+                        .lines()
+                        .next()
+                        .unwrap()
+                        .to_string(),
+                );
+                let code = if body.is_empty() {
+                    "200 OK"
+                } else {
+                    "503 Service Unavailable"
+                };
+                let resp = format!(
+                    "HTTP/1.1 {code}\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                c.write_all(resp.as_bytes()).unwrap();
+            }
+            seen
+        });
+        let dl = Deadline::after(std::time::Duration::from_secs(2));
+        let uuid = "0d9a3c5e-1b2f-4c6d-8e7f-9a0b1c2d3e4f";
+        let peer_ok = nix::unistd::geteuid().is_root();
+        let a = ask(&sock, Endpoint::Armed, uuid, &dl);
+        let b = ask(&sock, Endpoint::Startup, uuid, &dl);
+        if peer_ok {
+            assert_eq!(
+                a.unwrap(),
+                Answer {
+                    code: 200,
+                    text: String::new()
+                }
+            );
+            let b = b.unwrap();
+            assert_eq!(
+                (b.code, b.text.as_str()),
+                (503, "IPsec protection is not armed")
+            );
+            let seen = server.join().unwrap();
+            assert_eq!(
+                seen,
+                [
+                    format!("GET /armed?ovs-uuid={uuid} HTTP/1.1"),
+                    format!("GET /startup?ovs-uuid={uuid} HTTP/1.1"),
+                ]
+            );
+        } else {
+            // Not root: this very server is not root either, so it is refused.
+            assert!(matches!(a, Err(ProtectionError::NotRoot(_))), "{a:?}");
+            drop(server);
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn ownership_and_modes() {
         // Root-only assertions (file ownership); skipped cleanly otherwise.
         if !nix::unistd::geteuid().is_root() {
