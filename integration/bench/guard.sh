@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Benchmark: whole-process ADD latency of podgate-tunnel-guard (release build)
-# on a node netns holding 4,000 XFRM policies (2 per peer of a 2,000-node
-# cluster: out + in, udp/6081, ESP templates) versus 10 policies, with the
-# fixture agent and a real ovsdb-server ready. Prints medians, their ratio and
+# on a ready node: the fixture agent's protection endpoint armed (answering
+# /armed from its live readback), a real ovsdb-server with the lease keys and
+# marked OVN tunnel interfaces, the guards of both families, and 4,000 XFRM
+# policies (2 per peer of a 2,000-node cluster, as strongSwan installs them:
+# out + in, udp/6081, the lease mark on out, ESP templates with the lease
+# reqid) versus 10. Every measured ADD must be a real "ready" verdict (checked
+# in the plugin's log), not a pass-through. Prints medians, their ratio and
 # peak RSS. Target: median <= 5 ms. Timing: a posix_spawn/waitpid loop (no
 # shell), cross-checked with hyperfine when installed.
 #
@@ -11,7 +15,9 @@
 #   integration/bench/guard.sh [RUNS]        (default 300)
 # Environment: GUARD_BIN (benchmark another build, skips cargo build),
 # GUARD_JSON=path (also write the results as JSON), GUARD_HYPERFINE=0 (skip
-# the hyperfine cross-check, as run.sh --short does).
+# the hyperfine cross-check, as run.sh --short does), GUARD_TUNNELS=N (OVN
+# tunnel interfaces in OVSDB, default 10; 2000 matches the 2,000-peer policy
+# count and measures the OVSDB side at that scale).
 set -euo pipefail
 
 runs="${1:-300}"
@@ -22,6 +28,8 @@ bin="${GUARD_BIN:-$target/release/podgate-tunnel-guard}"  # GUARD_BIN: benchmark
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
 mark=759815
+reqid=31337
+tunnels="${GUARD_TUNNELS:-10}"
 node_ip=10.0.0.1
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -47,46 +55,66 @@ trap cleanup EXIT
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 
-# A ready node: ovsdb with system-id + protection mark, the fixture agent, the guard.
+# A ready node: ovsdb with system-id, the agent's lease and marked OVN tunnels,
+# both guards, then the fixture agent (armed: it holds the lease).
 ovsdb-tool create "$tmp/conf.db" /usr/share/openvswitch/vswitch.ovsschema
 ovsdb-server "$tmp/conf.db" --remote="punix:$tmp/db.sock" --unixctl="$tmp/ovsdb.ctl" \
     --log-file="$tmp/ovsdb.log" --no-chdir -vconsole:off </dev/null >/dev/null 2>&1 &
 pids+=($!)
-expires="$(date -u -d '+1 day' +%Y-%m-%dT%H:%M:%SZ)"
-cat >"$tmp/agent.json" <<EOF
-{"mode": "normal", "status": {"phase": "Running", "reason": "", "nodeUID": "bench-uid",
- "chassis": "bench-chassis", "generation": 1, "certificateHash": "sha256:aa",
- "trustHash": "sha256:bb", "configurationApplied": true, "runtimeHealthy": true,
- "protectionArmed": true, "expires": "$expires"}}
-EOF
-"$python" "$root/integration/fixtures/ipsec_agent.py" "$tmp/agent.sock" "$tmp/agent.json" \
-    </dev/null >/dev/null 2>&1 &
-pids+=($!)
 for _ in $(seq 100); do
-    [ -S "$tmp/db.sock" ] && [ -S "$tmp/agent.sock" ] && break
+    [ -S "$tmp/db.sock" ] && break
     sleep 0.05
 done
-vsctl() { ovs-vsctl --db="unix:$tmp/db.sock" --no-wait --timeout=10 "$@"; }
+vsctl() { ovs-vsctl --db="unix:$tmp/db.sock" --no-wait --retry --timeout=60 "$@"; }
 vsctl init
 vsctl set Open_vSwitch . external_ids:system-id=bench-chassis \
-    external_ids:ovn-ipsec-protection-mark=$mark
-ip -n "$ns" xfrm policy add dir out src 0.0.0.0/0 dst 0.0.0.0/0 action block \
-    priority 2147483647 mark $mark mask 0xffffffff
+    external_ids:ovn-ipsec-protection-node-uid=bench-uid \
+    external_ids:ovn-ipsec-protection-lease=BENCHLEASE \
+    external_ids:ovn-ipsec-protection-mark=$mark \
+    external_ids:ovn-ipsec-protection-reqid=$reqid
+# All tunnel ports in one transaction, as ovn-controller makes them (IPsec
+# variant: remote_name, and the agent's three options).
+tunnel_args=(--may-exist add-br br-int)
+for ((i = 0; i < tunnels; i++)); do
+    a=$((i / 250 + 1)) b=$((i % 250 + 1)) name="ovn-p$i-0"
+    tunnel_args+=(-- add-port br-int "$name" -- set Interface "$name" type=geneve
+        "options:remote_ip=172.16.$a.$b" options:key=flow "options:remote_name=peer-$i"
+        "options:egress_pkt_mark=$mark" "options:ipsec_mark_out=\"$mark/0xffffffff\""
+        "options:ipsec_reqid=$reqid" -- set Port "$name" "external_ids:ovn-chassis-id=peer-$i")
+done
+vsctl "${tunnel_args[@]}"
+for fam in "" "-6"; do
+    any=0.0.0.0/0
+    [ -n "$fam" ] && any=::/0
+    ip -n "$ns" $fam xfrm policy add dir out src $any dst $any action block \
+        priority 2147483647 mark $mark mask 0xffffffff
+done
+cat >"$tmp/agent.json" <<EOF
+{"lease": {"nodeUID": "bench-uid", "lease": "BENCHLEASE", "mark": $mark, "reqid": $reqid,
+           "chassis": "bench-chassis"},
+ "boundUuid": null, "preparing": false, "mode": "normal", "status": {"phase": "Configured"}}
+EOF
+ip netns exec "$ns" "$python" "$root/integration/fixtures/ipsec_agent.py" "$tmp/agent.json" \
+    "$tmp/protection" "$tmp/db.sock" </dev/null >/dev/null 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+    [ -S "$tmp/protection/protection.sock" ] && break
+    sleep 0.05
+done
 
 # Policies for peers [from, to): out + in, udp/6081, required ESP template.
 peer_policies() {
     local i a b
     for ((i = $1; i < $2; i++)); do
         a=$((i / 250 + 1)) b=$((i % 250 + 1))
-        echo "xfrm policy add dir out src $node_ip/32 dst 172.16.$a.$b/32 proto udp dport 6081 tmpl src $node_ip dst 172.16.$a.$b proto esp reqid $((i + 1)) mode transport"
-        echo "xfrm policy add dir in src 172.16.$a.$b/32 dst $node_ip/32 proto udp dport 6081 tmpl src 172.16.$a.$b dst $node_ip proto esp reqid $((i + 1)) mode transport"
+        echo "xfrm policy add dir out src $node_ip/32 dst 172.16.$a.$b/32 proto udp dport 6081 mark $mark mask 0xffffffff tmpl src $node_ip dst 172.16.$a.$b proto esp reqid $reqid mode transport"
+        echo "xfrm policy add dir in src 172.16.$a.$b/32 dst $node_ip/32 proto udp dport 6081 tmpl src 172.16.$a.$b dst $node_ip proto esp reqid $reqid mode transport"
     done
 }
 
 cat >"$tmp/conf.json" <<EOF
 {"cniVersion": "1.0.0", "name": "bench", "type": "podgate-tunnel-guard",
- "agentSocket": "$tmp/agent.sock", "ovsdbSocket": "$tmp/db.sock",
- "minCertValidity": "10m", "timeoutMs": 500,
+ "protectionDir": "$tmp/protection", "ovsdbSocket": "$tmp/db.sock", "timeoutMs": 3000,
  "prevResult": {"cniVersion": "1.0.0",
    "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/$ns"}],
    "ips": [{"address": "10.244.0.5/24", "gateway": "10.244.0.1", "interface": 0}]}}
@@ -132,12 +160,27 @@ hyperfine_median() {
     jq '.results[0].median * 1000 * 1000 | round / 1000' "$tmp/hf.json"
 }
 
-measure() {
-    ip netns exec "$ns" "$bin" <"$tmp/conf.json" >"$tmp/out.json" || {
+# One ADD with a log file: it must pass with a real "ready" verdict (both
+# guards, no bypass, lease, tunnel marks, /armed 200), or the numbers mean nothing.
+verify_ready() {
+    jq --arg log "$tmp/verify.log" '. + {logFile: $log}' "$tmp/conf.json" >"$tmp/verify.json"
+    rm -f "$tmp/verify.log"
+    ip netns exec "$ns" "$bin" <"$tmp/verify.json" >"$tmp/out.json" || {
         echo "guard.sh: ADD failed:" >&2
         cat "$tmp/out.json" >&2
         exit 1
     }
+    local verdict
+    verdict="$(jq -r .verdict "$tmp/verify.log" | tail -n1)"
+    if [ "$verdict" != ready ]; then
+        echo "guard.sh: ADD verdict is $verdict, not ready:" >&2
+        jq -r .msg "$tmp/verify.log" >&2
+        exit 1
+    fi
+}
+
+measure() {
+    verify_ready
     echo "$(spawn_loop) $(hyperfine_median)"
 }
 
@@ -160,7 +203,7 @@ big_n="$(ip -n "$ns" xfrm policy list | grep -c '^src')"
 read -r big_ms big_p95 big_hf <<<"$(measure)"
 big_rss="$(peak_rss_kib)"
 
-echo "podgate-tunnel-guard ADD, whole process (release), median of $runs runs; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "podgate-tunnel-guard ADD, whole process (release), median of $runs runs; both guard families, $tunnels OVN tunnel interfaces; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '  %5d xfrm policies: median %.3f ms, p95 %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
     "$small_n" "$small_ms" "$small_p95" "$small_hf" "$small_rss"
 printf '  %5d xfrm policies: median %.3f ms, p95 %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
@@ -172,7 +215,7 @@ awk -v m="$big_ms" 'BEGIN {print "  target median <= 5 ms: " (m <= 5 ? "met" : "
 if [ -n "${GUARD_JSON:-}" ]; then
     num() { if [[ "$1" =~ ^[0-9.]+$ ]]; then echo "$1"; else echo null; fi; }
     cat >"$GUARD_JSON" <<EOF
-{"runs": $runs,
+{"runs": $runs, "tunnels": $tunnels,
  "small": {"policies": $small_n, "median_ms": $small_ms, "p95_ms": $small_p95,
            "peak_rss_kib": $(num "$small_rss"), "hyperfine_median_ms": $(num "$small_hf")},
  "big": {"policies": $big_n, "median_ms": $big_ms, "p95_ms": $big_p95,

@@ -609,14 +609,17 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
 fn ipsec_status_without_an_agent_is_a_clear_report() {
     require_root();
     let ns = Netns::new("cli-ipsec");
-    let sock = "/nonexistent/podgate-cli-test/status.sock";
+    let dir = "/nonexistent/podgate-cli-test/protection";
+    let db = "/nonexistent/podgate-cli-test/db.sock";
     let base = [
         "ipsec",
         "status",
         "--netns",
         p(&ns),
-        "--agent-socket",
-        sock,
+        "--protection-dir",
+        dir,
+        "--ovsdb-socket",
+        db,
         "--cni-conf-dir",
         "/nonexistent",
     ];
@@ -628,7 +631,8 @@ fn ipsec_status_without_an_agent_is_a_clear_report() {
     );
     assert!(
         r.out.contains(&format!(
-            "agent socket {sock} absent: IPsec not enabled on this node"
+            "IPsec not in use on this node (required: auto): no {dir}/required, \
+             no {dir}/protection.sock, no OVSDB at {db}"
         )),
         "{r:?}"
     );
@@ -645,7 +649,7 @@ fn ipsec_status_without_an_agent_is_a_clear_report() {
     assert!(r.out.contains("NOT READY"), "{r:?}");
     assert!(
         r.out.contains(&format!(
-            "ipsec not ready: agent socket {sock} absent (required: always)"
+            "ipsec not ready: ovsdb socket {db} absent; {dir}/protection.sock absent: agent not serving"
         )),
         "{r:?}"
     );
@@ -660,25 +664,38 @@ fn ipsec_status_without_an_agent_is_a_clear_report() {
 }
 
 #[test]
-fn ipsec_status_reports_the_agent_the_guard_and_ike_sockets() {
-    let g = common_ipsec::GuardNode::new("cli");
+fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
+    let g = common_ipsec::GuardNode::with_agent(
+        "cli",
+        common_ipsec::AgentOpts {
+            status: true,
+            ..Default::default()
+        },
+    );
+    g.configure(json!({"agentSocket": g.agent.status_socket()}));
     let conf = g.node.conf_dir().join("10-tg.conflist");
     let nn = p(&g.node.ns);
-    let r = podgate(&["ipsec", "status", "--netns", nn, "--config", s(&conf)]);
+    let args = ["ipsec", "status", "--netns", nn, "--config", s(&conf)];
+    let r = podgate(&args);
+    keep("ipsec-status", &args, &r);
     assert_eq!(r.code, 0, "{r:?}");
     for needle in [
         "IPsec tunnel protection: READY",
-        "phase:       Running",
-        "chassis:     matches ovsdb system-id",
-        "digests:     certificate sha256:1111",
-        "certificate: expires",
+        "signals:     required file yes, protection.sock yes, ovsdb keys ovn-ipsec-protection-node-uid",
+        "agent:       /armed 200, /startup not asked",
+        &format!("_uuid {} system-id chassis-cli, 2 OVN tunnel port(s)", g.ovsdb.uuid()),
+        "lease:       mark 759815 (0xb9807) reqid 31337",
         "guard ipv4:  present",
-        "bypass ipv4: none",
+        "guard ipv6:  present",
+        "bypass:      none",
+        "phase Running",
+        "certificate: expires",
+        "[ok  ] tunnels",
     ] {
         assert!(r.out.contains(needle), "{needle}: {r:?}");
     }
     assert!(
-        !r.out.contains("PRIVATE KEY") && !r.out.contains("BEGIN"),
+        !r.out.contains("PRIVATE KEY") && !r.out.contains("BEGIN") && !r.out.contains("TESTLEASE"),
         "{r:?}"
     );
     // Without --config: found in the CNI conf dir.

@@ -12,8 +12,8 @@
 //!   refusal still comes back as its own CNI error with exit 1;
 //! * a panic still answers with one CNI error JSON on stdout
 //!   (`plugins/cni/examples/panic.rs`: panics in ADD, DEL and on a thread);
-//! * tunnel-guard: an OVSDB socket that accepts but never answers, and an
-//!   agent socket file left behind by a crashed agent, fail ADD in bounded
+//! * tunnel-guard: an OVSDB socket that accepts but never answers, and a
+//!   protection.sock left behind by a crashed agent, fail ADD in bounded
 //!   time with code 11 naming the cause.
 //!
 //! Mounts happen only inside a private mount namespace of the one plugin
@@ -26,7 +26,7 @@
 
 mod common_ipsec;
 
-use common_ipsec::GuardNode;
+use common_ipsec::{GuardNode, TIMEOUT_MS};
 use podgate_integration::{assert_same, built, require_root, snapshot, Netns, TempDir};
 use serde_json::{json, Value};
 use std::fs::File;
@@ -568,33 +568,47 @@ fn ovsdb_that_never_answers_fails_add_in_bounded_time() {
     let msg = g.expect_not_ready(
         "p",
         &[
-            "ovsdb: no answer within 500ms",
-            "no protection mark known (ovsdb unavailable)",
+            &format!("ovsdb: no answer within {TIMEOUT_MS}ms"),
+            "agent /armed not asked: no OVS _uuid to bind it to",
         ],
     );
-    // The agent was fine: only OVSDB (and what depends on it) is named.
-    assert!(!msg.contains("agent"), "{msg}");
+    assert!(!msg.contains("guard"), "{msg}");
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "ADD + DEL through libcni took {:?}",
         start.elapsed()
     );
+    // Without the `required` file and the socket, a stalled OVSDB still cannot
+    // rule out its lease keys: closed, not "IPsec not in use".
+    let mut st = common_ipsec::armed_state(&g.chassis);
+    st["lease"] = json!(null);
+    g.agent.set(&st);
+    let mut g = g;
+    g.agent.stop();
+    std::fs::remove_file(g.agent.required_file()).unwrap();
+    let msg = g.expect_not_ready("auto", &["ovsdb: no answer within"]);
+    assert!(msg.contains("protection.sock absent"), "{msg}");
 }
 
 #[test]
-fn stale_agent_socket_is_not_ready_not_absent() {
+fn stale_protection_socket_is_not_ready_not_absent() {
     let mut g = GuardNode::new("stale");
     g.agent.stop();
+    std::fs::remove_file(g.agent.required_file()).unwrap();
     // A crashed agent leaves its socket file: with required: auto this must
-    // not read as "IPsec not enabled here".
-    let l = std::os::unix::net::UnixListener::bind(&g.agent.socket).unwrap();
+    // not read as "IPsec not in use here", and must fail in bounded time.
+    let l = std::os::unix::net::UnixListener::bind(g.agent.socket()).unwrap();
     drop(l);
-    assert!(g.agent.socket.exists());
-    let msg = g.expect_not_ready("p", &["agent /readyz: connect", "Connection refused"]);
-    assert!(msg.contains("agent /status: connect"), "{msg}");
-    std::fs::remove_file(&g.agent.socket).unwrap();
-    // Socket gone entirely: auto means not required.
-    g.expect_ready("gone");
+    assert!(g.agent.socket().exists());
+    let start = Instant::now();
+    g.expect_not_ready("p", &["agent /armed: connect", "Connection refused"]);
+    assert!(start.elapsed() < Duration::from_secs(10));
+    std::fs::remove_file(g.agent.socket()).unwrap();
+    // Socket and file gone, but the OVSDB lease keys remain: still closed.
+    g.expect_not_ready(
+        "keys",
+        &["protection.sock absent: agent not serving (durable intent"],
+    );
 }
 
 #[test]

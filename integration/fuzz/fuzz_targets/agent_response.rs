@@ -1,13 +1,15 @@
-//! The IPsec agent's answers on its status socket (a local daemon, but the
-//! guard must survive anything it sends): the HTTP/1.x response parser
-//! (Content-Length, chunked, close-delimited), the /status JSON and the pure
-//! `judge` over what was parsed.
+//! The IPsec agent's answers on its protection endpoint and status socket (a
+//! local daemon, but the guard must survive anything it sends): the HTTP/1.x
+//! response parser (Content-Length, chunked, close-delimited), the /status
+//! JSON and the pure `judge` over what was parsed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use podgate_tunnel_guard::agent::{parse_response, AgentStatus};
+use podgate_tunnel_guard::ovsdb::OvsInfo;
+use podgate_tunnel_guard::protection::{Answer, Presence};
 use podgate_tunnel_guard::time::parse_rfc3339;
-use podgate_tunnel_guard::{judge, GuardConfig, Observations};
+use podgate_tunnel_guard::{judge, GuardConfig, Observations, OvsRead};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fuzz_target!(|data: &[u8]| {
@@ -39,16 +41,34 @@ fuzz_target!(|data: &[u8]| {
         let _ = s.missing_identity();
         let _ = parse_rfc3339(&s.expires);
     }
+    // The same bytes as the protection endpoint's answer and as the private
+    // status, judged with everything else ready.
+    let answer = match parse_response(buf, true) {
+        Ok(Some((code, body))) => Ok(Answer {
+            code,
+            text: String::from_utf8_lossy(&body).chars().take(120).collect(),
+        }),
+        _ => Err("malformed".to_string()),
+    };
     let obs = Observations {
-        agent_present: true,
+        required_file: Some(Presence::Present),
+        socket: Some(Presence::Present),
+        dir_check: Some(Ok(())),
+        socket_check: Some(Ok(())),
+        ovsdb: Some(OvsRead::Ok(OvsInfo {
+            uuid: "0d9a3c5e-1b2f-4c6d-8e7f-9a0b1c2d3e4f".into(),
+            protection_mark: Some("1".into()),
+            ..OvsInfo::default()
+        })),
+        armed: Some(answer.clone()),
+        startup: Some(answer),
+        policies: Some(Ok(Vec::new())),
         readyz: Some(Ok(200)),
         status: Some(status.map_err(|e| e.to_string())),
-        ovsdb: None,
-        policies: Some(Ok(Vec::new())),
         elapsed: Duration::from_millis(1),
     };
     let cfg = GuardConfig {
-        guard_mark: Some(1),
+        agent_socket: Some("/run/kube-ovn-ipsec/status.sock".into()),
         ..GuardConfig::default()
     };
     let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);

@@ -75,7 +75,13 @@ fuzz_target!(|data: &[u8]| {
             let _ = convert(prev.raw.clone(), v);
         }
     }
-    let _ = GuardConfig::from_value(&conf.raw).map(|c| (c.timeout(), c.families()));
+    let _ = GuardConfig::from_value(&conf.raw).map(|c| {
+        (
+            c.timeout(),
+            c.protection_socket(),
+            c.excluded(Some("kube-system")),
+        )
+    });
 
     let Ok(cfg) = conf.plugin_config::<RouterConfig>() else {
         return;

@@ -8,15 +8,17 @@ use podgate_tunnel_guard::config::parse_mark;
 use podgate_tunnel_guard::ovsdb::{find_reply, parse_reply};
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() > 70 * 1024 {
+    if data.len() > 256 * 1024 {
         return;
     }
     let Ok(Some(v)) = find_reply(data) else {
         return;
     };
     if let Ok(info) = parse_reply(&v) {
-        if let Some(m) = &info.protection_mark {
-            let _ = parse_mark(m);
+        for v in [&info.protection_mark, &info.reqid].into_iter().flatten() {
+            let _ = parse_mark(v);
         }
+        let _ = info.lease_keys_set();
+        let _ = podgate_tunnel_guard::ovsdb::is_uuid(&info.uuid);
     }
 });

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use podgate_kit::xfrm::parse_policy;
-use podgate_tunnel_guard::guard::{assess, describe};
+use podgate_tunnel_guard::guard::{assess, bypasses, describe};
 use podgate_tunnel_guard::Family;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = p.selector.matches_dport(6081);
         let _ = p.mark.map(|m| m.matches(759_815));
         let ps = [p];
-        let _ = assess(&ps, Family::Ipv4, 759_815, &[6081, 4789]);
-        let _ = assess(&ps, Family::Ipv6, 0, &[]);
+        let _ = assess(&ps, Family::Ipv4, 759_815);
+        let _ = assess(&ps, Family::Ipv6, 0);
+        let _ = bypasses(&ps, 759_815);
     }
 });

@@ -1,7 +1,10 @@
 //! Test-only helpers for the podgate-tunnel-guard integration tests: a node
-//! with a real `ovsdb-server`, the fixture IPsec agent
-//! (`integration/fixtures/ipsec_agent.py`) and XFRM policies made with
-//! `ip xfrm` inside the node netns. Every process is killed on drop.
+//! with a real `ovsdb-server` (vswitch schema, OVN tunnel Ports/Interfaces
+//! with the agent's options), the fixture agent
+//! (`integration/fixtures/ipsec_agent.py`, serving the agent's public
+//! protection endpoint and, optionally, its private status socket) and real
+//! XFRM policies made with `ip xfrm` inside the node netns: the agent's guards
+//! and strongSwan-shaped per-peer ESP policies. Every process is killed on drop.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +18,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub const PLUGIN: &str = "podgate-tunnel-guard";
 pub const MARK: u32 = 759_815;
+pub const REQID: u32 = 31_337;
 pub const SUBNET: &str = "10.244.7.0/24";
+/// The guard's time budget in these tests (the agent's /startup may take 2 s
+/// on a real node; the fixture answers at once).
+pub const TIMEOUT_MS: u64 = 1500;
 const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 
 /// The plugin binary, built first if missing or stale.
@@ -49,19 +56,24 @@ pub fn rfc3339_from_now(secs: i64) -> String {
     )
 }
 
-/// The status a healthy, armed agent reports.
+/// The agent's public lease (`pkg/ovs` `IPsecProtection`).
+pub fn lease(chassis: &str) -> Value {
+    json!({"nodeUID": "8d3c1c1e-0000-4000-8000-000000000001", "lease": "TESTLEASEQ2VSX4ZT",
+           "mark": MARK, "reqid": REQID, "chassis": chassis})
+}
+
+/// The private status of a configured agent (`agent.go` `Status`: digests are
+/// bare lowercase hex; the fixture computes protectionArmed and Running).
 pub fn good_status(chassis: &str) -> Value {
     json!({
-        "phase": "Running",
-        "reason": "",
+        "phase": "Configured",
         "nodeUID": "8d3c1c1e-0000-4000-8000-000000000001",
         "chassis": chassis,
-        "generation": 4,
-        "certificateHash": "sha256:1111111111111111111111111111111111111111111111111111111111111111",
-        "trustHash": "sha256:2222222222222222222222222222222222222222222222222222222222222222",
+        "generation": "4".repeat(64),
+        "certificateHash": "1".repeat(64),
+        "trustHash": "2".repeat(64),
         "configurationApplied": true,
         "runtimeHealthy": true,
-        "protectionArmed": true,
         "expires": rfc3339_from_now(86_400),
     })
 }
@@ -89,56 +101,112 @@ fn python() -> &'static str {
     }
 }
 
-/// The fixture agent serving the status socket from a state file.
+/// How the fixture agent is started.
+#[derive(Default, Clone)]
+pub struct AgentOpts {
+    /// Also serve the private status socket (agentSocket), at
+    /// `<node>/kube-ovn-ipsec/status.sock` ([`Agent::status_socket`]).
+    pub status: bool,
+    /// Bind as root, then serve as this uid answering 200 to everything.
+    pub impostor_uid: Option<u32>,
+}
+
+/// The fixture agent.
 pub struct Agent {
-    child: Child,
-    pub socket: PathBuf,
-    state: PathBuf,
+    child: Option<Child>,
+    pub dir: PathBuf,
+    pub state: PathBuf,
+    ovsdb_socket: PathBuf,
+    opts: AgentOpts,
 }
 
 impl Agent {
-    pub fn start(ns: &Netns, dir: &Path, status: Value) -> Agent {
-        let socket = dir.join("ipsec-status.sock");
-        let state = dir.join("ipsec-agent-state.json");
+    pub fn start(
+        ns: &Netns,
+        dir: &Path,
+        ovsdb_socket: &Path,
+        state: &Value,
+        opts: AgentOpts,
+    ) -> Agent {
+        let mut a = Agent {
+            child: None,
+            dir: dir.to_path_buf(),
+            state: dir.with_extension("state.json"),
+            ovsdb_socket: ovsdb_socket.to_path_buf(),
+            opts,
+        };
+        a.set(state);
+        a.restart(ns);
+        a
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("protection.sock")
+    }
+
+    pub fn required_file(&self) -> PathBuf {
+        self.dir.join("required")
+    }
+
+    /// The private status socket (`--runtime-dir`/status.sock), when served.
+    pub fn status_socket(&self) -> Option<PathBuf> {
+        self.opts.status.then(|| {
+            self.dir
+                .with_file_name("kube-ovn-ipsec")
+                .join("status.sock")
+        })
+    }
+
+    /// (Re)start the process (after [`Agent::stop`]).
+    pub fn restart(&mut self, ns: &Netns) {
+        self.stop_process();
         let script = workspace_root().join("integration/fixtures/ipsec_agent.py");
-        // Write the state before the first connection can read it.
-        agent_state_write(&state, "normal", &status);
-        let child = ns
-            .command(python())
-            .arg(&script)
-            .arg(&socket)
-            .arg(&state)
+        let mut cmd = ns.command(python());
+        cmd.arg(&script)
+            .arg(&self.state)
+            .arg(&self.dir)
+            .arg(&self.ovsdb_socket);
+        if let Some(p) = self.status_socket() {
+            cmd.arg("--status-socket").arg(p);
+        }
+        if let Some(uid) = self.opts.impostor_uid {
+            cmd.arg("--impostor-uid").arg(uid.to_string());
+        }
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawning the fixture agent");
-        let mut a = Agent {
-            child,
-            socket,
-            state,
-        };
-        wait_for_socket(&a.socket, &mut a.child, "fixture agent");
-        a
+        wait_for_socket(&self.socket(), &mut child, "fixture agent");
+        if let Some(p) = self.status_socket() {
+            wait_for_socket(&p, &mut child, "fixture agent status socket");
+        }
+        self.child = Some(child);
     }
 
-    /// Switch mode ("normal", "503", "hang", "garbage", "huge", "notHttp") and status.
-    pub fn set(&self, mode: &str, status: &Value) {
-        agent_state_write(&self.state, mode, status);
+    /// Rewrite the state the fixture reads on every request.
+    pub fn set(&self, state: &Value) {
+        let tmp = self.state.with_extension("tmp");
+        std::fs::write(&tmp, state.to_string()).unwrap();
+        std::fs::rename(&tmp, &self.state).unwrap();
     }
 
-    /// Stop the agent and remove its socket (as if it were not deployed).
+    fn stop_process(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stop the agent and remove its socket (its container is gone).
     pub fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
+        self.stop_process();
+        let _ = std::fs::remove_file(self.socket());
+        if let Some(p) = self.status_socket() {
+            let _ = std::fs::remove_file(p);
+        }
     }
-}
-
-fn agent_state_write(state: &Path, mode: &str, status: &Value) {
-    let tmp = state.with_extension("tmp");
-    std::fs::write(&tmp, json!({"mode": mode, "status": status}).to_string()).unwrap();
-    std::fs::rename(&tmp, state).unwrap();
 }
 
 impl Drop for Agent {
@@ -149,58 +217,76 @@ impl Drop for Agent {
 
 /// A real ovsdb-server with the vswitch schema on a private unix socket.
 pub struct Ovsdb {
-    child: Child,
+    child: Option<Child>,
     pub socket: PathBuf,
+    dir: PathBuf,
 }
 
 impl Ovsdb {
-    pub fn start(ns: &Netns, dir: &Path, system_id: &str, mark: Option<&str>) -> Ovsdb {
-        let db = dir.join("conf.db");
-        let socket = dir.join("db.sock");
-        let run = |cmd: &mut Command| {
-            let out = cmd.output().unwrap();
-            assert!(out.status.success(), "{cmd:?}\n{}", output_text(&out));
+    pub fn start(ns: &Netns, dir: &Path, system_id: &str) -> Ovsdb {
+        let mut o = Ovsdb {
+            child: None,
+            socket: dir.join("db.sock"),
+            dir: dir.to_path_buf(),
         };
-        run(Command::new("ovsdb-tool")
+        o.create(ns, system_id);
+        o
+    }
+
+    /// A fresh database (a new `_uuid`) with `system-id` set, as after a rebuild.
+    fn create(&mut self, ns: &Netns, system_id: &str) {
+        let db = self.dir.join("conf.db");
+        let _ = std::fs::remove_file(&db);
+        let out = Command::new("ovsdb-tool")
             .arg("create")
             .arg(&db)
-            .arg(VSWITCH_SCHEMA));
-        let child = ns
+            .arg(VSWITCH_SCHEMA)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ovsdb-tool\n{}", output_text(&out));
+        let mut child = ns
             .command("ovsdb-server")
             .arg(&db)
-            .arg(format!("--remote=punix:{}", socket.display()))
-            .arg(format!("--unixctl={}", dir.join("ovsdb.ctl").display()))
-            .arg(format!("--log-file={}", dir.join("ovsdb.log").display()))
+            .arg(format!("--remote=punix:{}", self.socket.display()))
+            .arg(format!(
+                "--unixctl={}",
+                self.dir.join("ovsdb.ctl").display()
+            ))
+            .arg(format!(
+                "--log-file={}",
+                self.dir.join("ovsdb.log").display()
+            ))
             .args(["--no-chdir", "-vconsole:off"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("spawning ovsdb-server");
-        let mut o = Ovsdb { child, socket };
-        wait_for_socket(&o.socket, &mut o.child, "ovsdb-server");
-        o.vsctl(&["init"]);
-        o.vsctl(&[
+        wait_for_socket(&self.socket, &mut child, "ovsdb-server");
+        self.child = Some(child);
+        self.vsctl(&["init"]);
+        self.vsctl(&[
             "set",
             "Open_vSwitch",
             ".",
             &format!("external_ids:system-id={system_id}"),
         ]);
-        if let Some(m) = mark {
-            o.vsctl(&[
-                "set",
-                "Open_vSwitch",
-                ".",
-                &format!("external_ids:ovn-ipsec-protection-mark={m}"),
-            ]);
-        }
-        o
     }
 
-    pub fn vsctl(&self, args: &[&str]) {
+    /// Stop, delete the database, start a new one (a new `_uuid`).
+    pub fn rebuild(&mut self, ns: &Netns, system_id: &str) {
+        self.stop();
+        let _ = std::fs::remove_file(&self.socket);
+        self.create(ns, system_id);
+    }
+
+    /// `ovs-vsctl` against this database. `--retry`: the socket file exists a
+    /// moment before ovsdb-server listens on it, and without `--retry`
+    /// ovs-vsctl gives up on the first refused connection (`--timeout` bounds it).
+    pub fn vsctl(&self, args: &[&str]) -> String {
         let out = Command::new("ovs-vsctl")
             .arg(format!("--db=unix:{}", self.socket.display()))
-            .args(["--no-wait", "--timeout=10"])
+            .args(["--no-wait", "--retry", "--timeout=10"])
             .args(args)
             .output()
             .unwrap();
@@ -209,11 +295,89 @@ impl Ovsdb {
             "ovs-vsctl {args:?}\n{}",
             output_text(&out)
         );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The `Open_vSwitch` row's `_uuid`.
+    pub fn uuid(&self) -> String {
+        self.vsctl(&["get", "Open_vSwitch", ".", "_uuid"])
+    }
+
+    /// `PublishIPsecProtection`: the four lease keys.
+    pub fn publish_lease(&self, lease: &Value) {
+        self.vsctl(&[
+            "set",
+            "Open_vSwitch",
+            ".",
+            &format!(
+                "external_ids:ovn-ipsec-protection-node-uid={}",
+                lease["nodeUID"].as_str().unwrap()
+            ),
+            &format!(
+                "external_ids:ovn-ipsec-protection-lease={}",
+                lease["lease"].as_str().unwrap()
+            ),
+            &format!("external_ids:ovn-ipsec-protection-mark={}", lease["mark"]),
+            &format!("external_ids:ovn-ipsec-protection-reqid={}", lease["reqid"]),
+        ]);
+    }
+
+    /// An OVN tunnel Port/Interface to `peer` (as ovn-controller makes them),
+    /// with the agent's marks when `marked`; with `remote_name` (the IPsec
+    /// variant) also `ipsec_mark_out` and `ipsec_reqid`.
+    pub fn add_tunnel(
+        &self,
+        name: &str,
+        peer: &str,
+        remote_ip: &str,
+        remote_name: bool,
+        marked: bool,
+    ) {
+        let mut opts = vec![
+            format!("options:remote_ip={remote_ip}"),
+            "options:key=flow".into(),
+        ];
+        if remote_name {
+            opts.push(format!("options:remote_name={peer}"));
+        }
+        if marked {
+            opts.push(format!("options:egress_pkt_mark={MARK}"));
+            if remote_name {
+                opts.push(format!("options:ipsec_mark_out=\"{MARK}/0xffffffff\""));
+                opts.push(format!("options:ipsec_reqid={REQID}"));
+            }
+        }
+        let mut args: Vec<String> = vec![
+            "--may-exist".into(),
+            "add-br".into(),
+            "br-int".into(),
+            "--".into(),
+            "add-port".into(),
+            "br-int".into(),
+            name.into(),
+            "--".into(),
+            "set".into(),
+            "Interface".into(),
+            name.into(),
+            "type=geneve".into(),
+        ];
+        args.extend(opts);
+        args.extend([
+            "--".into(),
+            "set".into(),
+            "Port".into(),
+            name.into(),
+            format!("external_ids:ovn-chassis-id={peer}"),
+        ]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.vsctl(&refs);
     }
 
     pub fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -223,8 +387,9 @@ impl Drop for Ovsdb {
     }
 }
 
-/// A node with ovsdb, the agent, the IPv4 guard and a conflist
-/// bridge + host-local + podgate-tunnel-guard (cniVersion 1.0.0).
+/// A ready node: ovsdb with the lease and two marked OVN tunnels, both
+/// guards, an armed agent, and a conflist bridge + host-local +
+/// podgate-tunnel-guard (cniVersion 1.0.0).
 /// Drop order: agent, ovsdb, then the node (its netns, then its dir).
 pub struct GuardNode {
     pub agent: Agent,
@@ -237,12 +402,26 @@ pub struct GuardNode {
 
 impl GuardNode {
     pub fn new(name: &str) -> GuardNode {
+        GuardNode::with_agent(name, AgentOpts::default())
+    }
+
+    pub fn with_agent(name: &str, opts: AgentOpts) -> GuardNode {
         require_root();
         ensure_plugin();
         let node = TestNode::new(&format!("tg-{name}"));
         let chassis = format!("chassis-{name}");
-        let ovsdb = Ovsdb::start(&node.ns, node.root(), &chassis, Some(&MARK.to_string()));
-        let agent = Agent::start(&node.ns, node.root(), good_status(&chassis));
+        let ovsdb = Ovsdb::start(&node.ns, node.root(), &chassis);
+        ovsdb.publish_lease(&lease(&chassis));
+        ovsdb.add_tunnel("ovn-b00001-0", "chassis-b", "192.0.2.2", false, true);
+        ovsdb.add_tunnel("ovn-c00001-0", "chassis-c", "192.0.2.3", true, true);
+        let protection = node.root().join("kube-ovn-ipsec-protection");
+        let agent = Agent::start(
+            &node.ns,
+            &protection,
+            &ovsdb.socket,
+            &armed_state(&chassis),
+            opts,
+        );
         let g = GuardNode {
             net: format!("tg-{name}"),
             log: node.root().join("tunnel-guard.log"),
@@ -252,6 +431,41 @@ impl GuardNode {
             chassis,
         };
         g.install_guard("", MARK);
+        g.install_guard("-6", MARK);
+        g.configure(json!({}));
+        g
+    }
+
+    /// A node where IPsec was never armed: no lease in OVSDB, unmarked
+    /// tunnels, no guards, an agent without a lease (`preparing`: the
+    /// controller's initial Prepare targets this node).
+    pub fn unprotected(name: &str, preparing: bool) -> GuardNode {
+        require_root();
+        ensure_plugin();
+        let node = TestNode::new(&format!("tg-{name}"));
+        let chassis = format!("chassis-{name}");
+        let ovsdb = Ovsdb::start(&node.ns, node.root(), &chassis);
+        ovsdb.add_tunnel("ovn-b00001-0", "chassis-b", "192.0.2.2", false, false);
+        let protection = node.root().join("kube-ovn-ipsec-protection");
+        let mut state = armed_state(&chassis);
+        state["lease"] = Value::Null;
+        state["preparing"] = json!(preparing);
+        state["status"]["phase"] = json!("Prepared");
+        let agent = Agent::start(
+            &node.ns,
+            &protection,
+            &ovsdb.socket,
+            &state,
+            AgentOpts::default(),
+        );
+        let g = GuardNode {
+            net: format!("tg-{name}"),
+            log: node.root().join("tunnel-guard.log"),
+            agent,
+            ovsdb,
+            node,
+            chassis,
+        };
         g.configure(json!({}));
         g
     }
@@ -260,10 +474,9 @@ impl GuardNode {
     pub fn guard_conf(&self, extra: Value) -> Value {
         let mut c = json!({
             "type": PLUGIN,
-            "agentSocket": self.agent.socket,
+            "protectionDir": self.agent.dir,
             "ovsdbSocket": self.ovsdb.socket,
-            "minCertValidity": "10m",
-            "timeoutMs": 500,
+            "timeoutMs": TIMEOUT_MS,
             "logFile": self.log,
         });
         if let (Some(c), Value::Object(extra)) = (c.as_object_mut(), extra) {
@@ -287,7 +500,7 @@ impl GuardNode {
         self.node.ns.exec_ok(&argv);
     }
 
-    /// Install the guard; `family` is "" (IPv4) or "-6".
+    /// The agent's guard (`protection.go` `guard`); `family` is "" or "-6".
     pub fn install_guard(&self, family: &str, mark: u32) {
         let any = if family == "-6" { "::/0" } else { "0.0.0.0/0" };
         self.ip(&format!(
@@ -303,14 +516,42 @@ impl GuardNode {
         ));
     }
 
+    /// strongSwan's per-peer policy pair for OVN's IPsec tunnels: udp/6081,
+    /// the lease mark on output, an ESP template with the lease reqid.
+    pub fn add_peer_policies(&self, local: &str, peer: &str) {
+        self.ip(&format!(
+            "xfrm policy add dir out src {local}/32 dst {peer}/32 proto udp dport 6081 \
+             mark {MARK} mask 0xffffffff tmpl src {local} dst {peer} proto esp reqid {REQID} mode transport"
+        ));
+        self.ip(&format!(
+            "xfrm policy add dir in src {peer}/32 dst {local}/32 proto udp dport 6081 \
+             tmpl src {peer} dst {local} proto esp reqid {REQID} mode transport"
+        ));
+    }
+
     pub fn cni(&self, verb: Verb, pod: &Netns, id: &str) -> CniOutcome {
         self.node.cni(verb, &self.net, pod, id, "eth0", None, None)
     }
 
     /// ADD a new pod; returns the pod netns and the outcome.
     pub fn add(&self, pod: &str) -> (Netns, CniOutcome) {
+        self.add_in(pod, None)
+    }
+
+    /// ADD with CNI_ARGS naming the pod's namespace.
+    pub fn add_in(&self, pod: &str, namespace: Option<&str>) -> (Netns, CniOutcome) {
         let ns = self.node.pod(pod);
-        let out = self.cni(Verb::Add, &ns, &format!("ctr-{pod}"));
+        let args =
+            namespace.map(|n| format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={n};K8S_POD_NAME={pod}"));
+        let out = self.node.cni(
+            Verb::Add,
+            &self.net,
+            &ns,
+            &format!("ctr-{pod}"),
+            "eth0",
+            args.as_deref(),
+            None,
+        );
         (ns, out)
     }
 
@@ -364,6 +605,21 @@ impl GuardNode {
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     }
+
+    /// The last log line of `command`.
+    pub fn last_log(&self, command: &str) -> Value {
+        self.log_lines()
+            .into_iter()
+            .rev()
+            .find(|l| l["command"] == command)
+            .unwrap_or_else(|| panic!("no {command} logged in {}", self.log.display()))
+    }
+}
+
+/// The fixture state of an agent holding its lease (armed intent).
+pub fn armed_state(chassis: &str) -> Value {
+    json!({"lease": lease(chassis), "boundUuid": null, "preparing": false,
+           "mode": "normal", "status": good_status(chassis)})
 }
 
 /// Run the plugin binary directly (as a runtime would) inside `ns`, for verbs

@@ -1,10 +1,14 @@
-//! The node-local IPsec agent's status API: HTTP/1.1 over a unix socket.
-//! `GET /readyz` (200 / 503) and `GET /status` (JSON).
+//! The agent's *private* status socket (`--runtime-dir`/status.sock,
+//! `pkg/ipsec/agent.go` `serveStatus`): `GET /readyz` (200 / 503) and
+//! `GET /status` (JSON, always 200). On a node it lives in a 0700 directory of
+//! the agent's own container, so the guard uses it only where an operator made
+//! it reachable (`agentSocket`), for diagnostics: phase, expiry, identity.
 
 use crate::io::{self, Deadline, IoError};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::path::Path;
+
+pub use crate::http::parse_response;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -14,8 +18,11 @@ pub enum AgentError {
     Json { code: u16, why: String },
 }
 
-/// What `/status` reports. Only these fields are read: anything else the
-/// agent might send is dropped unseen. Hashes are digests, not key material.
+/// `agent.go` `Status`: it "deliberately excludes certificate contents,
+/// private keys and SA keys"; only these fields are read, anything else is
+/// dropped unseen. Empty fields are omitted by the agent (`omitempty`,
+/// `omitzero`); `generation`, `certificateHash`, `trustHash` are bare
+/// lowercase SHA-256 hex digests.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentStatus {
@@ -26,8 +33,7 @@ pub struct AgentStatus {
     pub node_uid: String,
     #[serde(default)]
     pub chassis: String,
-    /// A number or a string on the wire; kept as text.
-    #[serde(default, deserialize_with = "de_text")]
+    #[serde(default)]
     pub generation: String,
     #[serde(default)]
     pub certificate_hash: String,
@@ -39,33 +45,36 @@ pub struct AgentStatus {
     pub runtime_healthy: bool,
     #[serde(default)]
     pub protection_armed: bool,
-    /// RFC 3339.
+    /// RFC 3339 (Go `time.Time`); absent before a certificate exists.
     #[serde(default)]
     pub expires: String,
 }
 
-fn de_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Ok(match Value::deserialize(d)? {
-        Value::Null => String::new(),
-        Value::String(s) => s,
-        other => other.to_string(),
-    })
+/// A SHA-256 digest as the agent prints it: 64 lowercase hex digits.
+pub fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 impl AgentStatus {
-    /// Identity fields that are empty (all must be set).
+    /// Identity fields that are empty or malformed (`preparation.go`
+    /// `identityPrepared` needs all of them).
     pub fn missing_identity(&self) -> Vec<&'static str> {
-        [
-            ("nodeUID", &self.node_uid),
-            ("chassis", &self.chassis),
+        let mut out = Vec::new();
+        for (k, v) in [("nodeUID", &self.node_uid), ("chassis", &self.chassis)] {
+            if v.trim().is_empty() {
+                out.push(k);
+            }
+        }
+        for (k, v) in [
             ("generation", &self.generation),
             ("certificateHash", &self.certificate_hash),
             ("trustHash", &self.trust_hash),
-        ]
-        .into_iter()
-        .filter(|(_, v)| v.trim().is_empty())
-        .map(|(k, _)| k)
-        .collect()
+        ] {
+            if !is_digest(v) {
+                out.push(k);
+            }
+        }
+        out
     }
 }
 
@@ -74,8 +83,7 @@ pub fn readyz(socket: &Path, dl: &Deadline) -> Result<u16, AgentError> {
     get(socket, "/readyz", dl).map(|(code, _)| code)
 }
 
-/// `GET /status`, parsed. A non-2xx answer whose body is status JSON is still
-/// returned (an agent may answer 503 with its degraded status).
+/// `GET /status`, parsed.
 pub fn status(socket: &Path, dl: &Deadline) -> Result<AgentStatus, AgentError> {
     let (code, body) = get(socket, "/status", dl)?;
     serde_json::from_slice(&body).map_err(|e| AgentError::Json {
@@ -86,114 +94,8 @@ pub fn status(socket: &Path, dl: &Deadline) -> Result<AgentStatus, AgentError> {
 
 fn get(socket: &Path, path: &'static str, dl: &Deadline) -> Result<(u16, Vec<u8>), AgentError> {
     let io_err = |err| AgentError::Io { path, err };
-    let mut s = io::connect(socket, dl).map_err(io_err)?;
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: podgate-tunnel-guard\r\n\
-         Accept: application/json\r\nConnection: close\r\n\r\n"
-    );
-    io::write_all(&mut s, req.as_bytes(), dl).map_err(io_err)?;
-    io::read_until(&mut s, dl, |buf, eof| {
-        parse_response(buf, eof).map_err(IoError::Protocol)
-    })
-    .map_err(io_err)
-}
-
-/// A complete HTTP/1.x response in `buf` as (status, body); Ok(None) when more
-/// bytes are needed; Err when it can never be valid.
-pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
-    let Some(head_end) = find(buf, b"\r\n\r\n") else {
-        if eof && !buf.is_empty() {
-            return Err("no end of headers".into());
-        }
-        return if buf.len() > 16 && !buf.starts_with(b"HTTP/1.") {
-            Err("not an HTTP/1.x response".into())
-        } else {
-            Ok(None)
-        };
-    };
-    let head = std::str::from_utf8(buf.get(..head_end).unwrap_or_default())
-        .map_err(|_| "headers are not UTF-8".to_string())?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.splitn(3, ' ');
-    let (proto, code) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    if !proto.starts_with("HTTP/1.") {
-        return Err(format!("status line {:?}", truncate(status_line)));
-    }
-    let code: u16 = code
-        .parse()
-        .ok()
-        .filter(|c| (100..=599).contains(c))
-        .ok_or_else(|| format!("status line {:?}", truncate(status_line)))?;
-    let mut length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((k, v)) = line.split_once(':') else {
-            return Err(format!("header line {:?}", truncate(line)));
-        };
-        let v = v.trim();
-        if k.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                v.parse::<usize>()
-                    .map_err(|_| format!("Content-Length {v:?}"))?,
-            );
-        } else if k.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = v.to_ascii_lowercase().contains("chunked");
-        }
-    }
-    let body = buf.get(head_end + 4..).unwrap_or_default();
-    if chunked {
-        return match dechunk(body)? {
-            Some(b) => Ok(Some((code, b))),
-            None if eof => Err("truncated chunked body".into()),
-            None => Ok(None),
-        };
-    }
-    match length {
-        Some(n) if body.len() >= n => Ok(Some((code, body.get(..n).unwrap_or_default().to_vec()))),
-        Some(_) if eof => Err("body shorter than Content-Length".into()),
-        Some(_) => Ok(None),
-        None if eof => Ok(Some((code, body.to_vec()))),
-        None => Ok(None),
-    }
-}
-
-/// Decode a chunked body: Some once the last chunk arrived.
-fn dechunk(mut b: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = find(b, b"\r\n") else {
-            return Ok(None);
-        };
-        let size_line = std::str::from_utf8(b.get(..eol).unwrap_or_default()).unwrap_or("?");
-        let size_hex = size_line.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_hex, 16)
-            .map_err(|_| format!("chunk size {:?}", truncate(size_line)))?;
-        let data_start = eol + 2;
-        if size == 0 {
-            return Ok(Some(out));
-        }
-        let Some(data) = b.get(data_start..data_start.saturating_add(size)) else {
-            return Ok(None);
-        };
-        out.extend_from_slice(data);
-        b = match b.get(data_start + size..) {
-            Some(rest) if rest.len() < 2 => return Ok(None),
-            Some(rest) if rest.starts_with(b"\r\n") => rest.get(2..).unwrap_or_default(),
-            _ => return Err("chunk not followed by CRLF".into()),
-        };
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(60).collect()
+    let s = io::connect(socket, dl).map_err(io_err)?;
+    crate::http::get(s, path, dl).map_err(io_err)
 }
 
 #[cfg(test)]
@@ -202,57 +104,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn content_length_and_close() {
-        let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA";
-        assert_eq!(
-            parse_response(r, false).unwrap(),
-            Some((200, b"ok".to_vec()))
-        );
-        assert_eq!(parse_response(&r[..30], false).unwrap(), None);
-        let r = b"HTTP/1.0 503 Service Unavailable\r\nServer: x\r\n\r\nnot ready";
-        assert_eq!(parse_response(r, false).unwrap(), None);
-        assert_eq!(
-            parse_response(r, true).unwrap(),
-            Some((503, b"not ready".to_vec()))
-        );
-    }
-
-    #[test]
-    fn chunked() {
-        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n";
-        assert_eq!(
-            parse_response(r, false).unwrap(),
-            Some((200, b"{\"a\":1}".to_vec()))
-        );
-        for n in 45..r.len() - 5 {
-            assert_eq!(parse_response(&r[..n], false).unwrap(), None, "{n}");
-        }
-        assert!(parse_response(&r[..50], true).is_err());
-        let bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
-        assert!(parse_response(bad, false).is_err());
-    }
-
-    #[test]
-    fn garbage() {
-        assert!(parse_response(b"\x00\x01garbage garbage garbage", false).is_err());
-        assert!(parse_response(b"SSH-2.0-OpenSSH\r\n\r\n", false).is_err());
-        assert!(parse_response(b"HTTP/1.1 abc OK\r\n\r\n", true).is_err());
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", true).is_err());
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab", true).is_err());
-        assert!(parse_response(b"HTTP/1.1 200", true).is_err());
-        assert_eq!(parse_response(b"", false).unwrap(), None);
-    }
-
-    #[test]
     fn status_json() {
         let s: AgentStatus = serde_json::from_str(
-            r#"{"phase":"Running","reason":"","nodeUID":"u1","chassis":"c1","generation":3,
-                "certificateHash":"sha256:a","trustHash":"sha256:b","configurationApplied":true,
+            r#"{"phase":"Running","reason":"","nodeUID":"u1","chassis":"c1","generation":"GEN",
+                "certificateHash":"CERT","trustHash":"TRUST","configurationApplied":true,
                 "runtimeHealthy":true,"protectionArmed":true,"expires":"2030-01-01T00:00:00Z",
                 "privateKey":"must be ignored"}"#,
         )
         .unwrap();
-        assert_eq!(s.generation, "3");
+        assert_eq!(s.generation, "GEN");
+        assert_eq!(
+            s.missing_identity(),
+            ["generation", "certificateHash", "trustHash"]
+        );
+        let hex = "a".repeat(64);
+        let json = format!(
+            r#"{{"phase":"Running","nodeUID":"u1","chassis":"c1","generation":"{hex}",
+                "certificateHash":"{hex}","trustHash":"{hex}","configurationApplied":true,
+                "runtimeHealthy":true,"protectionArmed":true,"expires":"2030-01-01T00:00:00Z"}}"#
+        );
+        let s: AgentStatus = serde_json::from_str(&json).unwrap();
         assert!(s.missing_identity().is_empty());
         let s: AgentStatus = serde_json::from_str(r#"{"phase":"WaitingTrust"}"#).unwrap();
         assert_eq!(

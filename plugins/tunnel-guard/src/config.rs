@@ -1,4 +1,11 @@
 //! The plugin's configuration (its entry in the conflist), with defaults.
+//!
+//! Paths and the `required` signals follow Kube-OVN's `kube-ovn-ipsec`
+//! (`cmd/ipsec/main.go`: `--protection-dir=/run/kube-ovn-ipsec-protection`,
+//! `--ovs-socket=/run/openvswitch/db.sock`; `pkg/ipsec/preparation.go`:
+//! `protectionRequired`). What the agent fixes (both guard families, the
+//! Geneve/VXLAN ports, the mark from OVSDB) is not configurable here: the
+//! agent refuses anything else, so a knob could only make the gate weaker.
 
 use crate::time::{human, parse_duration};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -6,12 +13,30 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub const DEFAULT_AGENT_SOCKET: &str = "/run/kube-ovn-ipsec/status.sock";
-pub const DEFAULT_TUNNEL_PORTS: [u16; 2] = [6081, 4789];
-pub const DEFAULT_TIMEOUT_MS: u64 = 500;
+pub const DEFAULT_PROTECTION_DIR: &str = "/run/kube-ovn-ipsec-protection";
+pub const DEFAULT_OVSDB_SOCKET: &str = "/run/openvswitch/db.sock";
+/// The agent's `/startup` handler may take up to 2 s (`protection_endpoint.go`:
+/// `context.WithTimeout(..., 2*time.Second)`); the budget covers it plus OVSDB.
+pub const DEFAULT_TIMEOUT_MS: u64 = 3000;
 pub const DEFAULT_MIN_CERT_VALIDITY: Duration = Duration::from_secs(600);
 /// Upper bound on `timeoutMs`: a CNI ADD must not sit on the gate for long.
 pub const MAX_TIMEOUT_MS: u64 = 30_000;
+/// Keys of earlier versions that the agent now fixes; rejected, not ignored,
+/// so an operator learns that the setting no longer does anything.
+const REMOVED_KEYS: [(&str, &str); 3] = [
+    (
+        "guardMark",
+        "the mark is the agent's lease in OVSDB external_ids:ovn-ipsec-protection-mark",
+    ),
+    (
+        "tunnelPorts",
+        "the agent supports only Geneve 6081 and VXLAN 4789 and refuses custom ports",
+    ),
+    (
+        "families",
+        "the agent always installs the IPv4 and the IPv6 guard; both are checked",
+    ),
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -21,11 +46,14 @@ pub enum Family {
 }
 
 impl Family {
+    /// Both families, in the agent's order (`protectionReservation.Indexes`).
+    pub const BOTH: [Family; 2] = [Family::Ipv4, Family::Ipv6];
+
     /// The kernel's address family number (AF_INET / AF_INET6).
     pub fn af(self) -> u16 {
         match self {
-            Family::Ipv4 => libc_af::INET,
-            Family::Ipv6 => libc_af::INET6,
+            Family::Ipv4 => 2,
+            Family::Ipv6 => 10,
         }
     }
 }
@@ -39,19 +67,15 @@ impl std::fmt::Display for Family {
     }
 }
 
-mod libc_af {
-    pub const INET: u16 = 2;
-    pub const INET6: u16 = 10;
-}
-
 /// When IPsec protection is required at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Required {
-    /// Required when the agent socket exists (IPsec enabled on this node).
+    /// Required iff a durable or live signal exists: the `required` file, any
+    /// of the four OVSDB lease keys, or `protection.sock`.
     #[default]
     Auto,
-    /// Required; a missing agent is "not ready".
+    /// Always required: no signal at all is "not ready".
     Always,
     /// Never required: the gate always opens, nothing is contacted.
     Never,
@@ -71,45 +95,45 @@ pub enum Mode {
 ///
 /// ```json
 /// {"type": "podgate-tunnel-guard",
-///  "agentSocket": "/run/kube-ovn-ipsec/status.sock",
-///  "ovsdbSocket": "/var/run/openvswitch/db.sock",
-///  "guardMark": "0xb9807", "tunnelPorts": [6081, 4789], "families": ["ipv4"],
-///  "required": "auto", "mode": "enforce", "minCertValidity": "10m",
-///  "timeoutMs": 500, "reportStatus": false, "logFile": "/var/log/podgate-tunnel-guard.log"}
+///  "protectionDir": "/run/kube-ovn-ipsec-protection",
+///  "ovsdbSocket": "/run/openvswitch/db.sock",
+///  "required": "auto", "mode": "enforce", "excludeNamespaces": ["cert-manager"],
+///  "timeoutMs": 3000, "agentSocket": null, "minCertValidity": "10m",
+///  "reportStatus": false, "logFile": "/var/log/podgate-tunnel-guard.log"}
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GuardConfig {
-    /// The IPsec agent's status socket (HTTP/1.1: /readyz, /status).
-    #[serde(default = "default_agent_socket")]
-    pub agent_socket: PathBuf,
-    /// OVSDB socket: the chassis (system-id) cross-check and the protection mark.
-    #[serde(default)]
-    pub ovsdb_socket: Option<PathBuf>,
-    /// Protection mark (number, or decimal / `0x` string); overrides OVSDB's
-    /// `external_ids:ovn-ipsec-protection-mark`.
-    #[serde(default, deserialize_with = "de_mark")]
-    pub guard_mark: Option<u32>,
-    /// UDP destination ports of the tunnels (Geneve, VXLAN) a bypass would expose.
-    #[serde(default = "default_ports")]
-    pub tunnel_ports: Vec<u16>,
-    /// Families whose guard must be installed (`ipv4`, `ipv6`).
-    #[serde(default = "default_families")]
-    pub families: Vec<Family>,
+    /// The agent's public protection endpoint directory (`protection.sock`,
+    /// `required`).
+    #[serde(default = "default_protection_dir")]
+    pub protection_dir: PathBuf,
+    /// OVSDB: the `Open_vSwitch` `_uuid`, the lease keys and the tunnel interfaces.
+    #[serde(default = "default_ovsdb_socket")]
+    pub ovsdb_socket: PathBuf,
     #[serde(default)]
     pub required: Required,
     #[serde(default)]
     pub mode: Mode,
-    /// The certificate must stay valid at least this long (`10m`, `1h30m`, `0`).
+    /// Pods in these namespaces pass while the node is not ready (with a
+    /// logged note): bootstrap components such as the certificate issuer.
+    #[serde(default)]
+    pub exclude_namespaces: Vec<String>,
+    /// Total time budget of one evaluation, all I/O included (1..=30000).
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+    /// The agent's private status socket (`--runtime-dir`/status.sock), only
+    /// where an operator made it reachable: extra diagnostics (phase, expiry,
+    /// identity), never the presence signal and never a pass.
+    #[serde(default)]
+    pub agent_socket: Option<PathBuf>,
+    /// With `agentSocket`: warn when the certificate expires sooner than this.
     #[serde(
         default = "default_min_validity",
         deserialize_with = "de_duration",
         serialize_with = "ser_duration"
     )]
     pub min_cert_validity: Duration,
-    /// Total time budget of one evaluation, all I/O included (1..=30000).
-    #[serde(default = "default_timeout")]
-    pub timeout_ms: u64,
     /// Whether STATUS fails (code 50) when not ready. Off by default: a failing
     /// STATUS marks the whole node NotReady in containerd >= 2.0.
     #[serde(default)]
@@ -119,14 +143,11 @@ pub struct GuardConfig {
     pub log_file: Option<PathBuf>,
 }
 
-fn default_agent_socket() -> PathBuf {
-    PathBuf::from(DEFAULT_AGENT_SOCKET)
+fn default_protection_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_PROTECTION_DIR)
 }
-fn default_ports() -> Vec<u16> {
-    DEFAULT_TUNNEL_PORTS.to_vec()
-}
-fn default_families() -> Vec<Family> {
-    vec![Family::Ipv4]
+fn default_ovsdb_socket() -> PathBuf {
+    PathBuf::from(DEFAULT_OVSDB_SOCKET)
 }
 fn default_min_validity() -> Duration {
     DEFAULT_MIN_CERT_VALIDITY
@@ -138,15 +159,14 @@ fn default_timeout() -> u64 {
 impl Default for GuardConfig {
     fn default() -> Self {
         GuardConfig {
-            agent_socket: default_agent_socket(),
-            ovsdb_socket: None,
-            guard_mark: None,
-            tunnel_ports: default_ports(),
-            families: default_families(),
+            protection_dir: default_protection_dir(),
+            ovsdb_socket: default_ovsdb_socket(),
             required: Required::default(),
             mode: Mode::default(),
-            min_cert_validity: default_min_validity(),
+            exclude_namespaces: Vec::new(),
             timeout_ms: default_timeout(),
+            agent_socket: None,
+            min_cert_validity: default_min_validity(),
             report_status: false,
             log_file: None,
         }
@@ -163,8 +183,16 @@ pub enum ConfigError {
 
 impl GuardConfig {
     /// Read the plugin's fields from its conflist entry (unknown keys, such as
-    /// `cniVersion` or `prevResult`, are ignored) and validate them.
+    /// `cniVersion` or `prevResult`, are ignored; removed ones are refused)
+    /// and validate them.
     pub fn from_value(v: &Value) -> Result<GuardConfig, ConfigError> {
+        for (key, why) in REMOVED_KEYS {
+            if v.get(key).is_some() {
+                return Err(ConfigError::Invalid(format!(
+                    "{key} is no longer supported: {why}"
+                )));
+            }
+        }
         let cfg = GuardConfig::deserialize(v)?;
         cfg.validate()?;
         Ok(cfg)
@@ -172,19 +200,22 @@ impl GuardConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
-        if self.tunnel_ports.is_empty() || self.tunnel_ports.contains(&0) {
-            return bad("tunnelPorts must list at least one port, none of them 0");
-        }
-        if self.families.is_empty() {
-            return bad("families must list ipv4 and/or ipv6");
-        }
         if !(1..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
             return Err(ConfigError::Invalid(format!(
                 "timeoutMs must be within 1..={MAX_TIMEOUT_MS}"
             )));
         }
-        if self.agent_socket.as_os_str().is_empty() {
-            return bad("agentSocket must not be empty");
+        if !self.protection_dir.is_absolute() {
+            return bad("protectionDir must be an absolute path");
+        }
+        if !self.ovsdb_socket.is_absolute() {
+            return bad("ovsdbSocket must be an absolute path");
+        }
+        if self.agent_socket.as_ref().is_some_and(|p| !p.is_absolute()) {
+            return bad("agentSocket must be an absolute path");
+        }
+        if self.exclude_namespaces.iter().any(|n| n.trim().is_empty()) {
+            return bad("excludeNamespaces must not contain an empty name");
         }
         Ok(())
     }
@@ -193,41 +224,27 @@ impl GuardConfig {
         Duration::from_millis(self.timeout_ms)
     }
 
-    /// Families in configuration order, without repeats.
-    pub fn families(&self) -> Vec<Family> {
-        let mut out: Vec<Family> = Vec::new();
-        for f in &self.families {
-            if !out.contains(f) {
-                out.push(*f);
-            }
-        }
-        out
+    pub fn protection_socket(&self) -> PathBuf {
+        self.protection_dir.join(crate::protection::SOCKET)
+    }
+
+    pub fn required_file(&self) -> PathBuf {
+        self.protection_dir.join(crate::protection::REQUIRED_FILE)
+    }
+
+    /// Whether pods of `namespace` pass while the node is not ready.
+    pub fn excluded(&self, namespace: Option<&str>) -> bool {
+        namespace.is_some_and(|ns| self.exclude_namespaces.iter().any(|e| e == ns))
     }
 }
 
-/// A protection mark as OVSDB or a config spells it: decimal or `0x` hex.
+/// A number as OVSDB spells the agent's lease values: decimal (`strconv.FormatUint`).
 pub fn parse_mark(s: &str) -> Option<u32> {
     let s = s.trim();
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-}
-
-fn de_mark<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    use serde::de::Error;
-    match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| D::Error::custom("guardMark must fit in 32 bits")),
-        Some(Value::String(s)) => parse_mark(&s).map(Some).ok_or_else(|| {
-            D::Error::custom(format!("guardMark {s:?} is not a decimal or 0x number"))
-        }),
-        Some(_) => Err(D::Error::custom("guardMark must be a number or string")),
-    }
+    s.parse().ok()
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -257,56 +274,65 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c, GuardConfig::default());
-        assert_eq!(c.tunnel_ports, vec![6081, 4789]);
-        assert_eq!(c.families, vec![Family::Ipv4]);
-        assert_eq!(c.timeout(), Duration::from_millis(500));
-        assert_eq!(c.min_cert_validity, Duration::from_secs(600));
+        assert_eq!(
+            c.protection_socket(),
+            PathBuf::from("/run/kube-ovn-ipsec-protection/protection.sock")
+        );
+        assert_eq!(
+            c.required_file(),
+            PathBuf::from("/run/kube-ovn-ipsec-protection/required")
+        );
+        assert_eq!(c.ovsdb_socket, PathBuf::from("/run/openvswitch/db.sock"));
+        assert_eq!(c.timeout(), Duration::from_millis(3000));
+        assert_eq!(c.agent_socket, None);
+        assert!(c.exclude_namespaces.is_empty());
     }
 
     #[test]
     fn full_config() {
         let c = GuardConfig::from_value(&json!({
-            "agentSocket": "/tmp/a.sock", "ovsdbSocket": "/tmp/db.sock", "guardMark": "0xb9807",
-            "tunnelPorts": [6081], "families": ["ipv4", "ipv6", "ipv4"], "required": "always",
-            "mode": "audit", "minCertValidity": "1h", "timeoutMs": 200, "reportStatus": true,
+            "protectionDir": "/tmp/p", "ovsdbSocket": "/tmp/db.sock", "required": "always",
+            "mode": "audit", "excludeNamespaces": ["cert-manager"], "timeoutMs": 200,
+            "agentSocket": "/tmp/a.sock", "minCertValidity": "1h", "reportStatus": true,
             "logFile": "/tmp/g.log"
         }))
         .unwrap();
-        assert_eq!(c.guard_mark, Some(759_815));
-        assert_eq!(c.families(), vec![Family::Ipv4, Family::Ipv6]);
         assert_eq!((c.required, c.mode), (Required::Always, Mode::Audit));
         assert_eq!(c.min_cert_validity, Duration::from_secs(3600));
+        assert!(c.excluded(Some("cert-manager")));
+        assert!(!c.excluded(Some("default")));
+        assert!(!c.excluded(None));
         assert!(c.report_status);
-        let num = GuardConfig::from_value(&json!({"guardMark": 759815})).unwrap();
-        assert_eq!(num.guard_mark, Some(759_815));
     }
 
     #[test]
     fn invalid_configs() {
         for bad in [
-            json!({"guardMark": "nope"}),
-            json!({"guardMark": 4294967296u64}),
-            json!({"tunnelPorts": []}),
-            json!({"tunnelPorts": [70000]}),
-            json!({"families": ["ipx"]}),
-            json!({"families": []}),
+            json!({"guardMark": "0x10"}),
+            json!({"tunnelPorts": [6081]}),
+            json!({"families": ["ipv4"]}),
             json!({"required": "sometimes"}),
             json!({"mode": "warn"}),
             json!({"minCertValidity": "10 minutes"}),
             json!({"timeoutMs": 0}),
             json!({"timeoutMs": 600000}),
-            json!({"agentSocket": ""}),
+            json!({"protectionDir": "relative"}),
+            json!({"ovsdbSocket": ""}),
+            json!({"agentSocket": "x.sock"}),
+            json!({"excludeNamespaces": [""]}),
         ] {
             assert!(GuardConfig::from_value(&bad).is_err(), "{bad}");
         }
+        let e = GuardConfig::from_value(&json!({"tunnelPorts": [1]})).unwrap_err();
+        assert!(e.to_string().contains("refuses custom ports"), "{e}");
     }
 
     #[test]
     fn marks() {
         assert_eq!(parse_mark("759815"), Some(759_815));
-        assert_eq!(parse_mark(" 0xB9807 "), Some(759_815));
+        assert_eq!(parse_mark("0xB9807"), None);
         assert_eq!(parse_mark("-1"), None);
-        assert_eq!(parse_mark("0x"), None);
+        assert_eq!(parse_mark("4294967296"), None);
         assert_eq!(parse_mark(""), None);
     }
 }

@@ -1,17 +1,22 @@
-//! Does the kernel's policy database really hold the output guard, and
-//! nothing that lets tunnel traffic around it? A pure function over a policy
-//! dump, so every case is testable without root.
+//! Does the kernel's policy database really hold the agent's output guards,
+//! and nothing that lets tunnel traffic around them? Pure functions over a
+//! policy dump, so every case is testable without root. Both definitions are
+//! the agent's (`pkg/ipsec/protection.go`).
 //!
-//! The guard: one OUT policy per family, selector any -> any (no proto, no
-//! ports, no interface), action block, priority [`GUARD_PRIORITY`], mark
-//! `<protection mark>/0xffffffff`, no template. Tunnel packets carry the mark,
-//! so without an SA-bound policy in front of it they are dropped.
+//! The guard (`protectionOwner.guard`, `sameGuard`): one OUT policy per
+//! family, selector `0.0.0.0/0 -> 0.0.0.0/0` resp. `::/0 -> ::/0` (no proto,
+//! no ports, no interface, no if_id), action block, priority
+//! [`GUARD_PRIORITY`], mark `<lease mark>/0xffffffff`, no template, an OUT
+//! index. OVN marks tunnel packets (`egress_pkt_mark`), so without an
+//! SA-bound policy in front of the guard they are dropped.
 //!
-//! A bypass: an OUT allow policy the kernel would pick before the guard for a
-//! marked tunnel packet (its mark matches the protection mark, or it has none;
-//! proto any or UDP; its dport selector admits a tunnel port; priority not
-//! after the guard's) that does not require an ESP SA (no non-optional ESP
-//! template). Such a policy lets plaintext tunnel traffic out.
+//! A bypass (`protectionBypassed`): an OUT allow policy, proto any or UDP,
+//! destination port any, 6081 or 4789, whose mark admits the lease mark (or
+//! which has none), without a required (non-optional) ESP template, at *any*
+//! priority and in *any* family: the agent refuses to arm over one, whatever
+//! its precedence against the guard. The guard additionally counts a port
+//! mask that admits a tunnel port (`6080/0xfffe`), which the agent's
+//! value-only comparison misses: stricter, so fail closed.
 
 use crate::config::Family;
 use podgate_kit::xfrm::{Action, Dir, XfrmPolicy, PROTO_UDP};
@@ -20,8 +25,13 @@ use std::fmt::Write as _;
 
 pub const GUARD_PRIORITY: u32 = 2_147_483_647;
 pub const FULL_MASK: u32 = 0xffff_ffff;
+/// Geneve and VXLAN: the only tunnel ports the agent supports.
+pub const TUNNEL_PORTS: [u16; 2] = [6081, 4789];
+/// The kernel encodes the direction in the low 3 bits of a policy index.
+const INDEX_DIR_MASK: u32 = 7;
+const XFRM_POLICY_OUT: u32 = 1;
 
-/// The kernel readback for one address family.
+/// The kernel readback of one family's guard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FamilyGuard {
@@ -31,19 +41,6 @@ pub struct FamilyGuard {
     pub guard: Option<XfrmPolicy>,
     /// Block policies that look like the guard but carry another mark.
     pub other_marks: Vec<XfrmPolicy>,
-    /// Allow policies that let marked tunnel traffic out unencrypted.
-    pub bypasses: Vec<XfrmPolicy>,
-}
-
-impl FamilyGuard {
-    pub fn ok(&self) -> bool {
-        self.guard.is_some() && self.bypasses.is_empty()
-    }
-}
-
-fn family_matches(p: &XfrmPolicy, family: Family) -> bool {
-    // AF_UNSPEC selectors are counted for both families (fail closed).
-    p.family == family.af() || p.family == 0
 }
 
 /// Shape of the guard, whatever its mark.
@@ -58,9 +55,13 @@ fn guard_shaped(p: &XfrmPolicy, family: Family) -> bool {
         && s.proto == 0
         && s.dport_mask == 0
         && s.sport_mask == 0
+        && s.dport == 0
+        && s.sport == 0
         && s.ifindex == 0
         && p.if_id.unwrap_or(0) == 0
         && p.templates.is_empty()
+        && p.index != 0
+        && p.index & INDEX_DIR_MASK == XFRM_POLICY_OUT
 }
 
 pub fn is_guard(p: &XfrmPolicy, family: Family, mark: u32) -> bool {
@@ -69,43 +70,42 @@ pub fn is_guard(p: &XfrmPolicy, family: Family, mark: u32) -> bool {
             .is_some_and(|m| m.value == mark && m.mask == FULL_MASK)
 }
 
-/// See the module docs. `guard_priority` is the priority the guard has (or should have).
-pub fn is_bypass(
-    p: &XfrmPolicy,
-    family: Family,
-    mark: u32,
-    ports: &[u16],
-    guard_priority: u32,
-) -> bool {
+/// See the module docs.
+pub fn is_bypass(p: &XfrmPolicy, mark: u32) -> bool {
     let s = &p.selector;
+    let port_admitted = s.dport_mask == 0
+        || s.dport == 0
+        || TUNNEL_PORTS
+            .iter()
+            .any(|&port| s.dport == port || s.matches_dport(port));
     p.dir == Dir::Out
         && p.action == Action::Allow
-        && family_matches(p, family)
-        && p.priority <= guard_priority
-        && p.mark.is_none_or(|m| m.matches(mark))
         && (s.proto == 0 || s.proto == PROTO_UDP)
-        && ports.iter().any(|&port| s.matches_dport(port))
+        && port_admitted
+        && p.mark.is_none_or(|m| mark & m.mask == m.value & m.mask)
         && !p.templates.iter().any(|t| t.requires_esp())
 }
 
-pub fn assess(policies: &[XfrmPolicy], family: Family, mark: u32, ports: &[u16]) -> FamilyGuard {
-    let guard = policies.iter().find(|p| is_guard(p, family, mark)).cloned();
-    let prio = guard.as_ref().map_or(GUARD_PRIORITY, |g| g.priority);
+pub fn assess(policies: &[XfrmPolicy], family: Family, mark: u32) -> FamilyGuard {
     FamilyGuard {
         family,
         mark,
+        guard: policies.iter().find(|p| is_guard(p, family, mark)).cloned(),
         other_marks: policies
             .iter()
             .filter(|p| guard_shaped(p, family) && !is_guard(p, family, mark))
             .cloned()
             .collect(),
-        bypasses: policies
-            .iter()
-            .filter(|p| is_bypass(p, family, mark, ports, prio))
-            .cloned()
-            .collect(),
-        guard,
     }
+}
+
+/// Every bypass of `mark` in the dump, any family, any priority.
+pub fn bypasses(policies: &[XfrmPolicy], mark: u32) -> Vec<XfrmPolicy> {
+    policies
+        .iter()
+        .filter(|p| is_bypass(p, mark))
+        .cloned()
+        .collect()
 }
 
 /// One line per policy, in the spirit of `ip xfrm policy`.
@@ -170,7 +170,6 @@ pub(crate) mod tests {
     };
 
     const MARK: u32 = 759_815;
-    const PORTS: [u16; 2] = [6081, 4789];
 
     fn any(family: Family) -> IpNet {
         match family {
@@ -249,19 +248,27 @@ pub(crate) mod tests {
     }
 
     fn check(pols: &[XfrmPolicy]) -> FamilyGuard {
-        assess(pols, Family::Ipv4, MARK, &PORTS)
+        assess(pols, Family::Ipv4, MARK)
+    }
+
+    fn is_bypass(p: XfrmPolicy) -> bool {
+        !bypasses(&[guard(Family::Ipv4, MARK), p], MARK).is_empty()
     }
 
     #[test]
     fn guard_present_and_clean() {
         let pols = vec![
             guard(Family::Ipv4, MARK),
+            guard(Family::Ipv6, MARK),
             tunnel(6081, vec![tmpl(PROTO_ESP, false)]),
             tunnel(4789, vec![tmpl(PROTO_AH, false), tmpl(PROTO_ESP, false)]),
         ];
-        let g = check(&pols);
-        assert!(g.ok(), "{g:#?}");
-        assert!(g.other_marks.is_empty());
+        for f in Family::BOTH {
+            let g = assess(&pols, f, MARK);
+            assert!(g.guard.is_some(), "{g:#?}");
+            assert!(g.other_marks.is_empty());
+        }
+        assert!(bypasses(&pols, MARK).is_empty());
     }
 
     #[test]
@@ -272,7 +279,12 @@ pub(crate) mod tests {
         assert_eq!(g.other_marks.len(), 1);
         // The IPv6 guard does not stand in for IPv4, and vice versa.
         assert!(check(&[guard(Family::Ipv6, MARK)]).guard.is_none());
-        assert!(assess(&[guard(Family::Ipv6, MARK)], Family::Ipv6, MARK, &PORTS).ok());
+        assert!(assess(&[guard(Family::Ipv6, MARK)], Family::Ipv6, MARK)
+            .guard
+            .is_some());
+        assert!(assess(&[guard(Family::Ipv4, MARK)], Family::Ipv6, MARK)
+            .guard
+            .is_none());
         let wrong = |f: fn(&mut XfrmPolicy)| {
             let mut p = guard(Family::Ipv4, MARK);
             f(&mut p);
@@ -297,12 +309,14 @@ pub(crate) mod tests {
         assert!(wrong(|p| p.selector.ifindex = 3));
         assert!(wrong(|p| p.if_id = Some(4)));
         assert!(wrong(|p| p.templates = vec![tmpl(PROTO_ESP, false)]));
+        assert!(wrong(|p| p.index = 0));
+        assert!(wrong(|p| p.index = 10)); // an IN index (10 & 7 == 2)
         assert!(!wrong(|p| p.if_id = Some(0)));
+        assert!(!wrong(|p| p.index = 9));
     }
 
     #[test]
-    fn bypasses() {
-        let is_bypass = |p: XfrmPolicy| !check(&[guard(Family::Ipv4, MARK), p]).bypasses.is_empty();
+    fn bypasses_as_the_agent_defines_them() {
         // No template at all: plaintext allowed.
         assert!(is_bypass(tunnel(6081, vec![])));
         assert!(is_bypass(tunnel(4789, vec![])));
@@ -315,7 +329,7 @@ pub(crate) mod tests {
         p.selector.proto = 0;
         p.selector.dport_mask = 0;
         assert!(is_bypass(p));
-        // A port mask that admits 6081 (6080/0xfffe).
+        // A port mask that admits 6081 (6080/0xfffe): stricter than the agent.
         let mut p = tunnel(6080, vec![]);
         p.selector.dport_mask = 0xfffe;
         assert!(is_bypass(p));
@@ -326,22 +340,28 @@ pub(crate) mod tests {
             mask: FULL_MASK,
         });
         assert!(is_bypass(p.clone()));
-        p.mark = Some(Mark { value: 0, mask: 0 });
-        assert!(is_bypass(p.clone()));
         p.mark = Some(Mark {
             value: MARK & 0xff,
             mask: 0xff,
         });
         assert!(is_bypass(p));
-        // AF_UNSPEC selector counts for both families.
+        // Any family (AF_UNSPEC and IPv6 included), any priority: the agent
+        // refuses to arm over a bypass whatever its precedence.
         let mut p = tunnel(6081, vec![]);
         p.family = 0;
         assert!(is_bypass(p));
+        let mut p = policy(Family::Ipv6, Dir::Out, Action::Allow, 0);
+        p.selector.proto = PROTO_UDP;
+        assert!(is_bypass(p));
+        let mut p = tunnel(6081, vec![]);
+        p.priority = u32::MAX;
+        assert!(is_bypass(p));
+        // Found without a guard too.
+        assert_eq!(bypasses(&[tunnel(6081, vec![])], MARK).len(), 1);
     }
 
     #[test]
     fn not_bypasses() {
-        let is_bypass = |p: XfrmPolicy| !check(&[guard(Family::Ipv4, MARK), p]).bypasses.is_empty();
         assert!(!is_bypass(tunnel(6081, vec![tmpl(PROTO_ESP, false)])));
         assert!(!is_bypass(tunnel(
             6081,
@@ -362,7 +382,7 @@ pub(crate) mod tests {
             mask: FULL_MASK,
         });
         assert!(!is_bypass(p));
-        // Other directions, block actions, other families.
+        // Other directions, block actions.
         let mut p = tunnel(6081, vec![]);
         p.dir = Dir::In;
         assert!(!is_bypass(p));
@@ -372,41 +392,21 @@ pub(crate) mod tests {
         let mut p = tunnel(6081, vec![]);
         p.action = Action::Block;
         assert!(!is_bypass(p));
-        let mut p = policy(Family::Ipv6, Dir::Out, Action::Allow, 0);
-        p.selector.proto = PROTO_UDP;
-        assert!(!is_bypass(p.clone()));
-        assert_eq!(
-            assess(&[guard(Family::Ipv6, MARK), p], Family::Ipv6, MARK, &PORTS)
-                .bypasses
-                .len(),
-            1
-        );
-        // Lower precedence than the guard: the guard wins.
-        let mut p = tunnel(6081, vec![]);
-        p.priority = u32::MAX;
-        assert!(!is_bypass(p));
-    }
-
-    #[test]
-    fn bypass_found_without_guard_too() {
-        let g = check(&[tunnel(6081, vec![])]);
-        assert!(g.guard.is_none());
-        assert_eq!(g.bypasses.len(), 1);
-        assert!(!g.ok());
     }
 
     #[test]
     fn many_peers_scale() {
-        let mut pols = vec![guard(Family::Ipv4, MARK)];
+        let mut pols = vec![guard(Family::Ipv4, MARK), guard(Family::Ipv6, MARK)];
         for i in 0..4000u32 {
             let mut p = tunnel(6081, vec![tmpl(PROTO_ESP, false)]);
-            p.index = i;
+            p.index = i * 8 + 1;
             if i % 2 == 1 {
                 p.dir = Dir::In;
             }
             pols.push(p);
         }
-        assert!(check(&pols).ok());
+        assert!(check(&pols).guard.is_some());
+        assert!(bypasses(&pols, MARK).is_empty());
     }
 
     #[test]

@@ -11,8 +11,11 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Largest response accepted from the agent or OVSDB.
+/// Largest HTTP response accepted from the agent.
 pub const MAX_RESPONSE: usize = 64 * 1024;
+/// Largest OVSDB reply: one Port and one Interface row per peer chassis
+/// (a few hundred bytes each), so thousands of tunnels fit.
+pub const MAX_OVSDB_REPLY: usize = 16 * 1024 * 1024;
 
 /// One budget for all I/O of an evaluation.
 #[derive(Debug, Clone, Copy)]
@@ -48,8 +51,8 @@ pub enum IoError {
     Connect { path: String, err: std::io::Error },
     #[error("no answer within {}ms", .0.as_millis())]
     Timeout(Duration),
-    #[error("response larger than {MAX_RESPONSE} bytes")]
-    TooLarge,
+    #[error("response larger than {0} bytes")]
+    TooLarge(usize),
     #[error("connection closed before a complete response")]
     Truncated,
     #[error("malformed response: {0}")]
@@ -128,10 +131,11 @@ pub fn write_all(s: &mut UnixStream, mut bytes: &[u8], dl: &Deadline) -> Result<
 }
 
 /// Read until `complete` says the bytes so far hold a whole response (returns
-/// Some), or EOF. At most [`MAX_RESPONSE`] bytes are ever buffered.
+/// Some), or EOF. At most `max` bytes are ever buffered.
 pub fn read_until<T>(
     s: &mut UnixStream,
     dl: &Deadline,
+    max: usize,
     mut complete: impl FnMut(&[u8], bool) -> Result<Option<T>, IoError>,
 ) -> Result<T, IoError> {
     let mut buf = Vec::with_capacity(4096);
@@ -145,8 +149,8 @@ pub fn read_until<T>(
         };
         let eof = n == 0;
         buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
-        if buf.len() > MAX_RESPONSE {
-            return Err(IoError::TooLarge);
+        if buf.len() > max {
+            return Err(IoError::TooLarge(max));
         }
         if let Some(done) = complete(&buf, eof)? {
             return Ok(done);
@@ -174,7 +178,7 @@ mod tests {
         let _listener = UnixListener::bind(&path).unwrap(); // never accepts or answers
         let start = Instant::now();
         let mut s = connect(&path, &dl).unwrap();
-        let r: Result<(), _> = read_until(&mut s, &dl, |_, _| Ok(None));
+        let r: Result<(), _> = read_until(&mut s, &dl, MAX_RESPONSE, |_, _| Ok(None));
         assert!(matches!(r, Err(IoError::Timeout(_))), "{r:?}");
         assert!(start.elapsed() < Duration::from_millis(400));
         std::fs::remove_dir_all(&dir).unwrap();
@@ -193,7 +197,7 @@ mod tests {
         });
         let dl = Deadline::after(Duration::from_millis(150));
         let start = Instant::now();
-        let r: Result<(), _> = read_until(&mut a, &dl, |_, _| Ok(None));
+        let r: Result<(), _> = read_until(&mut a, &dl, MAX_RESPONSE, |_, _| Ok(None));
         assert!(matches!(r, Err(IoError::Timeout(_))), "{r:?}");
         assert!(
             start.elapsed() < Duration::from_millis(300),
@@ -212,8 +216,8 @@ mod tests {
             let _ = b.write_all(&junk);
         });
         let dl = Deadline::after(Duration::from_secs(2));
-        let r: Result<(), _> = read_until(&mut a, &dl, |_, _| Ok(None));
-        assert!(matches!(r, Err(IoError::TooLarge)), "{r:?}");
+        let r: Result<(), _> = read_until(&mut a, &dl, MAX_RESPONSE, |_, _| Ok(None));
+        assert!(matches!(r, Err(IoError::TooLarge(_))), "{r:?}");
         drop(a);
         t.join().unwrap();
     }

@@ -1,62 +1,144 @@
 //! Is this node's IPsec tunnel protection really in place?
 //!
-//! [`evaluate`] gathers what the node offers (the IPsec agent's status socket,
-//! OVSDB, and the kernel's XFRM policies read back over netlink) under one
-//! time budget, and [`judge`] turns those observations into a [`Report`]: each
-//! check with its outcome and a verdict. The CNI plugin (`main.rs`) gates pod
-//! ADDs on it; `podgate ipsec status` prints it.
+//! The guard speaks the node interface of Kube-OVN's IPsec agent
+//! (`kube-ovn-ipsec`, `pkg/ipsec/`): the public protection endpoint
+//! ([`protection`]), OVSDB ([`ovsdb`]) and the kernel's XFRM policies read back
+//! over netlink ([`guard`]). [`evaluate`] gathers what the node offers under one
+//! time budget and [`judge`] turns those observations into a [`Report`]: each
+//! check with a stable name, its outcome and a message, plus a verdict. The
+//! CNI plugin (`main.rs`) gates pod ADDs on it; `podgate ipsec status` prints
+//! it; node metrics count its failed checks.
 //!
-//! Ready means all of: `/readyz` answers 200; `/status` parses, names this
-//! chassis (the OVSDB system-id when OVSDB is configured), has its identity
-//! fields and a certificate valid for at least `minCertValidity`; and either
-//! the phase is `Prepared` (first enable: plaintext allowed by design), or the
-//! phase is `Configured`/`Running`/`Restored` with configurationApplied,
-//! runtimeHealthy and protectionArmed true AND the kernel shows the guard for
-//! every configured family with the node's mark and no bypass policy. The
-//! agent's word alone never passes.
+//! Required (`required: auto`) means any durable or live signal: the
+//! `required` file, any `ovn-ipsec-protection-*` key in OVSDB, or
+//! `protection.sock` (`preparation.go` `protectionRequired`). A signal that
+//! cannot be ruled out (OVSDB there but not answering) counts as required.
+//!
+//! Ready means: the endpoint directory and socket are root-owned and not
+//! writable by others, the server's `SO_PEERCRED` uid is 0, and either
+//! `/armed?ovs-uuid=<current _uuid>` answers 200 AND the guard's own readback
+//! passes (both guard families with the lease mark, no bypass, the four lease
+//! keys, the marks on every OVN tunnel interface), or there is no durable
+//! intent and `/startup` answers 200 (initial preparation). The agent's word
+//! alone never passes the gate.
 
 pub mod agent;
 pub mod config;
 pub mod guard;
+pub mod http;
 pub mod io;
 pub mod ovsdb;
+pub mod protection;
 pub mod report;
 pub mod time;
 pub mod udp;
 
 pub use config::{Family, GuardConfig, Mode, Required};
-pub use report::{Check, Outcome, Report, Verdict};
+pub use report::{Check, Outcome, Protection, Report, Signals, Verdict};
 
 use agent::AgentStatus;
-use guard::{assess, describe};
-use io::Deadline;
-use ovsdb::OvsInfo;
+use guard::{assess, bypasses, describe, FULL_MASK};
+use io::{Deadline, IoError};
+use ovsdb::{OvsInfo, OvsdbError};
 use podgate_kit::xfrm::{self, Dir, XfrmPolicy};
+use protection::{Answer, Endpoint, Presence, ProtectionError};
 use std::thread::{Builder, Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Phases in which the agent says protection is (being) enforced.
-const ARMED_PHASES: [&str; 3] = ["Configured", "Running", "Restored"];
-const PREPARED: &str = "Prepared";
+/// How an OVSDB read ended, keeping "no socket at all" apart (no OVS, so no
+/// key can be set) from every other failure (keys cannot be ruled out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OvsRead {
+    Ok(OvsInfo),
+    Absent,
+    Failed(String),
+}
+
+/// An endpoint request: `None` in the options below means not asked.
+pub type Asked = Result<Answer, String>;
 
 /// Everything read from the node, errors as text. `None` = not asked.
 #[derive(Debug, Clone, Default)]
 pub struct Observations {
-    pub agent_present: bool,
-    pub readyz: Option<Result<u16, String>>,
-    pub status: Option<Result<AgentStatus, String>>,
-    pub ovsdb: Option<Result<OvsInfo, String>>,
+    pub required_file: Option<Presence>,
+    pub socket: Option<Presence>,
+    pub dir_check: Option<Result<(), String>>,
+    pub socket_check: Option<Result<(), String>>,
+    pub ovsdb: Option<OvsRead>,
+    pub armed: Option<Asked>,
+    pub startup: Option<Asked>,
     /// The OUT policies of the calling thread's netns.
     pub policies: Option<Result<Vec<XfrmPolicy>, String>>,
+    pub readyz: Option<Result<u16, String>>,
+    pub status: Option<Result<AgentStatus, String>>,
     pub elapsed: Duration,
 }
 
-/// Read the node and judge it. All I/O shares one deadline (`timeoutMs`); the
-/// agent and OVSDB are asked concurrently, the XFRM dump runs on the calling
-/// thread, i.e. in its network namespace (the node's, for a CNI plugin).
-/// `required: never` asks nothing.
+/// Read the node and judge it: the library entry point for the plugin, the
+/// helper's report and metrics. All I/O shares one deadline (`timeoutMs`).
 pub fn evaluate(cfg: &GuardConfig, now: SystemTime) -> Report {
     judge(cfg, &observe(cfg), now)
+}
+
+/// What the endpoint thread learns: OVSDB, then (with its `_uuid`) the agent.
+struct EndpointRead {
+    dir_check: Option<Result<(), String>>,
+    socket_check: Option<Result<(), String>>,
+    ovsdb: OvsRead,
+    armed: Option<Asked>,
+    startup: Option<Asked>,
+}
+
+fn read_endpoint(
+    cfg: &GuardConfig,
+    socket: &Presence,
+    file: &Presence,
+    dl: &Deadline,
+) -> EndpointRead {
+    let ovsdb = match ovsdb::query(&cfg.ovsdb_socket, dl) {
+        Ok(info) => OvsRead::Ok(info),
+        Err(OvsdbError::Io(IoError::Absent(_))) => OvsRead::Absent,
+        Err(e) => OvsRead::Failed(e.to_string()),
+    };
+    let mut out = EndpointRead {
+        dir_check: None,
+        socket_check: None,
+        ovsdb,
+        armed: None,
+        startup: None,
+    };
+    if !socket.exists() {
+        return out;
+    }
+    out.dir_check = Some(protection::check_dir(&cfg.protection_dir));
+    out.socket_check = Some(protection::check_socket(&cfg.protection_socket()));
+    let (OvsRead::Ok(info), Some(Ok(())), Some(Ok(()))) =
+        (&out.ovsdb, &out.dir_check, &out.socket_check)
+    else {
+        return out;
+    };
+    let sock = cfg.protection_socket();
+    let text = |e: Endpoint, err: ProtectionError| match err {
+        ProtectionError::Io(io) => format!("agent {}: {io}", e.path()),
+        other => other.to_string(),
+    };
+    let armed = protection::ask(&sock, Endpoint::Armed, &info.uuid, dl);
+    let armed_ok = matches!(&armed, Ok(a) if a.code == 200);
+    // A server that is not root is not the agent: nothing it says counts.
+    let impostor = matches!(
+        &armed,
+        Err(ProtectionError::NotRoot(_) | ProtectionError::PeerCred(_))
+    );
+    out.armed = Some(armed.map_err(|err| text(Endpoint::Armed, err)));
+    // /startup can only be accepted without durable intent: do not spend the
+    // budget (up to 2 s in the agent) on an answer that cannot pass.
+    if !armed_ok && !impostor && !file.exists() && info.lease_keys_set().is_empty() {
+        out.startup = Some(
+            protection::ask(&sock, Endpoint::Startup, &info.uuid, dl)
+                .map_err(|err| text(Endpoint::Startup, err)),
+        );
+    }
+    out
 }
 
 pub fn observe(cfg: &GuardConfig) -> Observations {
@@ -65,32 +147,41 @@ pub fn observe(cfg: &GuardConfig) -> Observations {
     if cfg.required == Required::Never {
         return obs;
     }
-    // Only "no such file" means no agent: any other error (e.g. EACCES) must
-    // not turn `required: auto` into "not required"; connect will name it.
-    obs.agent_present = !matches!(
-        cfg.agent_socket.symlink_metadata(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound
-    );
-    if !obs.agent_present {
-        obs.elapsed = started.elapsed();
-        return obs;
-    }
+    let file = Presence::of(&cfg.required_file());
+    let socket = Presence::of(&cfg.protection_socket());
     let dl = Deadline::after(cfg.timeout());
     std::thread::scope(|s| {
-        let readyz = spawn(s, || agent::readyz(&cfg.agent_socket, &dl));
-        let status = spawn(s, || agent::status(&cfg.agent_socket, &dl));
-        let ovs = cfg
-            .ovsdb_socket
-            .as_deref()
-            .map(|p| spawn(s, move || ovsdb::query(p, &dl)));
+        let (file, socket, dl) = (&file, &socket, &dl);
+        let endpoint = spawn(s, move || {
+            Ok::<_, String>(read_endpoint(cfg, socket, file, dl))
+        });
+        let agent = cfg.agent_socket.as_deref().map(|p| {
+            (
+                spawn(s, move || agent::readyz(p, dl)),
+                spawn(s, move || agent::status(p, dl)),
+            )
+        });
         let budget = dl.remaining().unwrap_or(Duration::from_millis(1));
         // Only OUT policies can guard or bypass output; skipping the rest early
         // halves the work on nodes with per-peer in/out policy pairs.
         obs.policies = Some(xfrm::dump_policies_dir(Dir::Out, budget).map_err(|e| e.to_string()));
-        obs.readyz = Some(join(readyz));
-        obs.status = Some(join(status));
-        obs.ovsdb = ovs.map(join);
+        match join(endpoint) {
+            Ok(e) => {
+                obs.dir_check = e.dir_check;
+                obs.socket_check = e.socket_check;
+                obs.ovsdb = Some(e.ovsdb);
+                obs.armed = e.armed;
+                obs.startup = e.startup;
+            }
+            Err(e) => obs.ovsdb = Some(OvsRead::Failed(e)),
+        }
+        if let Some((readyz, status)) = agent {
+            obs.readyz = Some(join(readyz));
+            obs.status = Some(join(status));
+        }
     });
+    obs.required_file = Some(file);
+    obs.socket = Some(socket);
     obs.elapsed = started.elapsed();
     obs
 }
@@ -118,18 +209,30 @@ fn join<T, E: std::fmt::Display>(job: Job<'_, T, E>) -> Result<T, String> {
 struct Checks(Vec<Check>);
 
 impl Checks {
-    fn add(&mut self, name: impl Into<String>, outcome: Outcome, detail: impl Into<String>) {
+    fn add(&mut self, name: &str, outcome: Outcome, detail: impl Into<String>) {
         self.0.push(Check::new(name, outcome, detail));
     }
-    fn pass(&mut self, name: impl Into<String>, detail: impl Into<String>) {
+    fn pass(&mut self, name: &str, detail: impl Into<String>) {
         self.add(name, Outcome::Pass, detail);
     }
-    fn fail(&mut self, name: impl Into<String>, detail: impl Into<String>) {
+    fn fail(&mut self, name: &str, detail: impl Into<String>) {
         self.add(name, Outcome::Fail, detail);
     }
-    fn skip(&mut self, name: impl Into<String>, detail: impl Into<String>) {
+    fn skip(&mut self, name: &str, detail: impl Into<String>) {
         self.add(name, Outcome::Skip, detail);
     }
+    fn warn(&mut self, name: &str, detail: impl Into<String>) {
+        self.add(name, Outcome::Warn, detail);
+    }
+}
+
+fn list(items: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut out: Vec<String> = items.iter().take(SHOWN).cloned().collect();
+    if items.len() > SHOWN {
+        out.push(format!("and {} more", items.len() - SHOWN));
+    }
+    out.join(", ")
 }
 
 /// The verdict over `obs` (pure: no I/O).
@@ -138,245 +241,355 @@ pub fn judge(cfg: &GuardConfig, obs: &Observations, now: SystemTime) -> Report {
         verdict: Verdict::Ready,
         checked_at: time::format_rfc3339(now),
         elapsed_ms: u64::try_from(obs.elapsed.as_millis()).unwrap_or(u64::MAX),
+        protection_dir: cfg.protection_dir.clone(),
+        ovsdb_socket: cfg.ovsdb_socket.clone(),
+        signals: Signals::default(),
+        protection: None,
+        armed: obs.armed.clone().and_then(Result::ok),
+        startup: obs.startup.clone().and_then(Result::ok),
+        ovsdb: None,
+        mark: None,
+        reqid: None,
+        policy_count: None,
+        guards: Vec::new(),
+        bypasses: Vec::new(),
         agent_socket: cfg.agent_socket.clone(),
         agent: None,
         expires_in_secs: None,
-        min_cert_validity_secs: cfg.min_cert_validity.as_secs(),
-        ovsdb: None,
-        mark: None,
-        mark_source: None,
-        policy_count: None,
-        guards: Vec::new(),
         checks: Vec::new(),
         ike_sockets: None,
     };
     let mut c = Checks::default();
-    let socket = cfg.agent_socket.display();
     if cfg.required == Required::Never {
         c.skip(
             "required",
             "required: never; IPsec protection is not checked",
         );
         r.verdict = Verdict::NotRequired;
-    } else if !obs.agent_present && cfg.required == Required::Auto {
+        r.checks = c.0;
+        return r;
+    }
+    let exists = |p: &Option<Presence>| p.as_ref().is_some_and(Presence::exists);
+    let info = match &obs.ovsdb {
+        Some(OvsRead::Ok(i)) => Some(i),
+        _ => None,
+    };
+    r.signals = Signals {
+        required_file: exists(&obs.required_file),
+        protection_socket: exists(&obs.socket),
+        ovsdb_keys: info.map_or_else(Vec::new, |i| {
+            i.lease_keys_set().into_iter().map(String::from).collect()
+        }),
+    };
+    r.ovsdb = info.cloned();
+    let dir = cfg.protection_dir.display();
+    let ovs_path = cfg.ovsdb_socket.display();
+    let ovs_unknown = matches!(&obs.ovsdb, Some(OvsRead::Failed(_)) | None);
+
+    if cfg.required == Required::Auto && !r.signals.any() && !ovs_unknown {
+        let ovs_note = match &obs.ovsdb {
+            Some(OvsRead::Absent) => format!("no OVSDB at {ovs_path}"),
+            _ => "no ovn-ipsec-protection-* key in OVSDB".to_string(),
+        };
         c.skip(
             "required",
             format!(
-                "agent socket {socket} absent: IPsec not enabled on this node (required: auto)"
+                "IPsec not in use on this node (required: auto): no {dir}/required, \
+                 no {dir}/protection.sock, {ovs_note}"
             ),
         );
         r.verdict = Verdict::NotRequired;
-    } else if !obs.agent_present {
-        c.fail(
-            "agent",
-            format!("agent socket {socket} absent (required: always)"),
-        );
-        r.verdict = Verdict::NotReady;
-    } else {
-        let status = check_agent(cfg, obs, now, &mut c, &mut r);
-        // The kernel readback gates every phase but Prepared (first enable).
-        let kernel_gates = status.is_none_or(|s| s.phase != PREPARED);
-        let ovs = check_ovsdb(obs, status, &mut c);
-        check_kernel(cfg, obs, ovs, kernel_gates, &mut c, &mut r);
-        r.agent = status.cloned();
-        r.ovsdb = ovs.and_then(Result::ok).cloned();
-        r.verdict = if c.0.iter().any(|c| c.outcome == Outcome::Fail) {
-            Verdict::NotReady
-        } else {
-            Verdict::Ready
-        };
+        r.checks = c.0;
+        return r;
     }
+    let mut why: Vec<String> = Vec::new();
+    if cfg.required == Required::Always {
+        why.push("required: always".into());
+    }
+    if r.signals.required_file {
+        why.push(format!("{dir}/required"));
+    }
+    if !r.signals.ovsdb_keys.is_empty() {
+        why.push(format!("ovsdb {}", r.signals.ovsdb_keys.join(", ")));
+    }
+    if r.signals.protection_socket {
+        why.push(format!("{dir}/protection.sock"));
+    }
+    if why.is_empty() {
+        why.push("OVSDB unreadable, so its protection keys cannot be ruled out".into());
+    }
+    c.pass(
+        "required",
+        format!("IPsec protection required: {}", why.join(", ")),
+    );
+
+    match &obs.ovsdb {
+        Some(OvsRead::Ok(i)) => c.pass(
+            "ovsdb",
+            format!(
+                "ovs _uuid {} system-id {}",
+                i.uuid,
+                i.system_id.as_deref().unwrap_or("-")
+            ),
+        ),
+        Some(OvsRead::Absent) => c.fail("ovsdb", format!("ovsdb socket {ovs_path} absent")),
+        Some(OvsRead::Failed(e)) => c.fail("ovsdb", e.as_str()),
+        None => c.fail("ovsdb", "ovsdb not read"),
+    }
+
+    let prepared = check_endpoint(cfg, obs, &r.signals, info, &mut c);
+    r.protection = if prepared {
+        Some(Protection::Prepared)
+    } else if matches!(&obs.armed, Some(Ok(a)) if a.code == 200) {
+        Some(Protection::Armed)
+    } else {
+        None
+    };
+    check_readback(obs, info, !prepared, &mut c, &mut r);
+    if cfg.agent_socket.is_some() {
+        check_agent(cfg, obs, info, now, &mut c, &mut r);
+    }
+    r.verdict = if c.0.iter().any(|c| c.outcome == Outcome::Fail) {
+        Verdict::NotReady
+    } else {
+        Verdict::Ready
+    };
     r.checks = c.0;
     r
 }
 
-/// /readyz, /status, phase, identity, certificate. Returns the status if it parsed.
-fn check_agent<'o>(
+/// Directory, socket, peer, `/armed`, `/startup`. True when the node passes
+/// as initial preparation (`/startup` 200 without durable intent).
+fn check_endpoint(
     cfg: &GuardConfig,
-    obs: &'o Observations,
-    now: SystemTime,
+    obs: &Observations,
+    signals: &Signals,
+    info: Option<&OvsInfo>,
     c: &mut Checks,
-    r: &mut Report,
-) -> Option<&'o AgentStatus> {
-    match &obs.readyz {
-        Some(Ok(200)) => c.pass("agent.readyz", "/readyz answered 200"),
-        Some(Ok(code)) => c.fail("agent.readyz", format!("agent /readyz answered {code}")),
-        Some(Err(e)) => c.fail("agent.readyz", e.as_str()),
-        None => c.fail("agent.readyz", "agent /readyz not asked"),
-    }
-    let s = match &obs.status {
-        Some(Ok(s)) => s,
-        Some(Err(e)) => {
-            c.fail("agent.status", e.as_str());
-            c.skip("phase", "agent status unavailable");
-            return None;
-        }
-        None => {
-            c.fail("agent.status", "agent /status not asked");
-            return None;
-        }
-    };
-    c.pass(
-        "agent.status",
-        format!("/status parsed (phase {})", s.phase),
-    );
-
-    let reason = if s.reason.is_empty() {
-        String::new()
-    } else {
-        format!(" (reason: {})", s.reason)
-    };
-    if s.phase == PREPARED {
-        c.pass(
-            "phase",
-            format!("phase Prepared{reason}: first enable, plaintext allowed by design"),
-        );
-    } else if ARMED_PHASES.contains(&s.phase.as_str()) {
-        let off: Vec<&str> = [
-            ("configurationApplied", s.configuration_applied),
-            ("runtimeHealthy", s.runtime_healthy),
-            ("protectionArmed", s.protection_armed),
-        ]
-        .into_iter()
-        .filter(|(_, on)| !on)
-        .map(|(k, _)| k)
-        .collect();
-        if off.is_empty() {
-            c.pass(
-                "phase",
-                format!("phase {}: applied, healthy, armed", s.phase),
-            );
+) -> bool {
+    let sock = cfg.protection_socket();
+    let sock = sock.display();
+    if !signals.protection_socket {
+        let why = if signals.durable() {
+            " (durable intent present: the node stays closed until the agent is armed again)"
         } else {
-            c.fail(
-                "phase",
-                format!("phase {} but {} false{reason}", s.phase, off.join(", ")),
+            ""
+        };
+        c.fail(
+            "protection.socket",
+            format!("{sock} absent: agent not serving{why}"),
+        );
+        return false;
+    }
+    match &obs.dir_check {
+        Some(Ok(())) => c.pass(
+            "protection.dir",
+            format!(
+                "{} root-owned, not writable by others",
+                cfg.protection_dir.display()
+            ),
+        ),
+        Some(Err(e)) => c.fail("protection.dir", e.as_str()),
+        None => c.fail("protection.dir", "protection directory not checked"),
+    }
+    match &obs.socket_check {
+        Some(Ok(())) => c.pass(
+            "protection.socket",
+            format!("{sock} is a root-owned socket"),
+        ),
+        Some(Err(e)) => c.fail("protection.socket", e.as_str()),
+        None => c.fail("protection.socket", format!("{sock} not checked")),
+    }
+    let uuid = info.map_or("-", |i| i.uuid.as_str());
+    match &obs.armed {
+        Some(Ok(a)) if a.code == 200 => {
+            c.pass(
+                "armed",
+                format!("agent /armed answered 200 for ovs-uuid {uuid}"),
             );
+            return false;
         }
-    } else {
-        c.fail("phase", format!("phase {}{reason}", s.phase));
-    }
-
-    let missing = s.missing_identity();
-    if missing.is_empty() {
-        c.pass(
-            "identity",
-            format!("node {} generation {}", s.node_uid, s.generation),
-        );
-    } else {
-        c.fail(
-            "identity",
-            format!("agent status lacks {}", missing.join(", ")),
-        );
-    }
-
-    let Some(expires) = time::parse_rfc3339(&s.expires) else {
-        c.fail(
-            "certificate",
-            if s.expires.is_empty() {
-                "agent status has no certificate expiry".to_string()
+        Some(Ok(a)) => {
+            let text = if a.text.is_empty() {
+                String::new()
             } else {
-                format!("certificate expiry {:?} is not RFC 3339", s.expires)
-            },
-        );
-        return Some(s);
+                format!(": {}", a.text)
+            };
+            let d = format!("agent /armed answered {} for ovs-uuid {uuid}{text}", a.code);
+            if obs.startup.is_some() {
+                c.skip("armed", d);
+            } else {
+                c.fail("armed", d);
+            }
+        }
+        Some(Err(e)) => c.fail("armed", e.as_str()),
+        None if info.is_none() => c.fail(
+            "armed",
+            "agent /armed not asked: no OVS _uuid to bind it to",
+        ),
+        None => c.skip(
+            "armed",
+            "agent /armed not asked: the endpoint did not pass its checks",
+        ),
+    }
+    match &obs.startup {
+        None if signals.durable() => {
+            c.skip(
+                "startup",
+                "agent /startup not asked: durable intent requires live protection",
+            );
+            false
+        }
+        None => false,
+        Some(Ok(a)) if a.code == 200 && !signals.durable() => {
+            c.pass(
+                "startup",
+                format!("agent /startup answered 200 for ovs-uuid {uuid}: initial preparation, plaintext allowed by design"),
+            );
+            true
+        }
+        Some(Ok(a)) => {
+            let text = if a.text.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", a.text)
+            };
+            c.fail(
+                "startup",
+                format!("not armed and agent /startup answered {}{text}", a.code),
+            );
+            false
+        }
+        Some(Err(e)) => {
+            c.fail("startup", format!("not armed and {e}"));
+            false
+        }
+    }
+}
+
+/// The lease keys as the agent validates them (`pkg/ovs` `tunnelOptions`).
+fn check_lease(
+    info: &OvsInfo,
+    gating: Outcome,
+    suffix: &str,
+    c: &mut Checks,
+) -> Option<(u32, u32)> {
+    let mut bad = Vec::new();
+    let set: Vec<&str> = info.lease_keys_set();
+    for k in ovsdb::LEASE_KEYS {
+        if !set.contains(&k) {
+            bad.push(format!("{k} missing"));
+        }
+    }
+    let mark = info
+        .protection_mark
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .map(|m| (m, config::parse_mark(m)));
+    let mark = match mark {
+        Some((_, Some(m))) if m != 0 => Some(m),
+        Some((raw, _)) => {
+            bad.push(format!(
+                "{} {raw:?} is not a non-zero 32-bit number",
+                ovsdb::PROTECTION_MARK
+            ));
+            None
+        }
+        None => None,
     };
-    let secs = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-    match expires.duration_since(now) {
-        Err(ago) => {
-            r.expires_in_secs = Some(-secs(ago.duration()));
-            c.fail(
-                "certificate",
-                format!("certificate expired {} ago", time::human(ago.duration())),
-            );
+    let reqid = info
+        .reqid
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .map(|m| (m, config::parse_mark(m)));
+    let reqid = match reqid {
+        Some((_, Some(q))) if (1..=0x7fff_ffff).contains(&q) => Some(q),
+        Some((raw, _)) => {
+            bad.push(format!("{} {raw:?} is not within 1..2^31-1", ovsdb::REQID));
+            None
         }
-        Ok(left) => {
-            r.expires_in_secs = Some(secs(left));
-            let min = cfg.min_cert_validity;
-            if left.is_zero() {
-                c.fail("certificate", "certificate expires now");
-            } else if left < min {
-                c.fail(
-                    "certificate",
-                    format!(
-                        "certificate expires in {} < {}",
-                        time::human(left),
-                        time::human(min)
-                    ),
-                );
-            } else {
-                c.pass(
-                    "certificate",
-                    format!("certificate expires in {}", time::human(left)),
-                );
+        None => None,
+    };
+    if info.system_id.as_deref().is_none_or(str::is_empty) {
+        bad.push("system-id missing".into());
+    }
+    if bad.is_empty() {
+        c.pass(
+            "lease",
+            format!(
+                "ovsdb lease: mark {} reqid {}",
+                mark.unwrap_or(0),
+                reqid.unwrap_or(0)
+            ),
+        );
+    } else {
+        c.add(
+            "lease",
+            gating,
+            format!("ovsdb lease incomplete: {}{suffix}", bad.join(", ")),
+        );
+    }
+    mark.map(|m| (m, reqid.unwrap_or(0)))
+}
+
+/// The marks on every OVN tunnel interface (`pkg/ovs` `tunnelOptions`).
+fn tunnel_problems(info: &OvsInfo, mark: u32, reqid: u32) -> Vec<String> {
+    let want_mark = mark.to_string();
+    let want_out = format!("{mark}/{FULL_MASK:#x}");
+    let want_reqid = reqid.to_string();
+    let mut out = Vec::new();
+    for t in &info.tunnels {
+        let port = &t.port;
+        if t.evpn || t.chassis == "flow" || t.interfaces.len() != 1 || t.dangling != 0 {
+            out.push(format!(
+                "tunnel port {port} is not an ordinary OVN tunnel (unsupported by the agent)"
+            ));
+            continue;
+        }
+        let Some(i) = t.interfaces.first() else {
+            continue;
+        };
+        let name = &i.name;
+        if !matches!(i.kind.as_str(), "geneve" | "vxlan") || i.option("remote_ip") == "flow" {
+            out.push(format!(
+                "tunnel {name} is type {:?}, not an ordinary Geneve/VXLAN tunnel",
+                i.kind
+            ));
+            continue;
+        }
+        let port_ok = match (i.kind.as_str(), i.option("dst_port")) {
+            (_, "") => true,
+            ("geneve", p) => p == "6081",
+            (_, p) => p == "4789",
+        };
+        if !port_ok {
+            out.push(format!(
+                "tunnel {name} uses custom dst_port {}",
+                i.option("dst_port")
+            ));
+            continue;
+        }
+        let mut want = vec![("egress_pkt_mark", want_mark.as_str())];
+        if !i.option("remote_name").is_empty() {
+            want.push(("ipsec_mark_out", want_out.as_str()));
+            want.push(("ipsec_reqid", want_reqid.as_str()));
+        }
+        for (k, v) in want {
+            match i.option(k) {
+                "" => out.push(format!("tunnel {name} lacks {k}")),
+                got if got != v => out.push(format!("tunnel {name} has {k}={got}, want {v}")),
+                _ => {}
             }
         }
     }
-    Some(s)
+    out
 }
 
-/// OVSDB and the chassis cross-check. Returns the OVSDB outcome (None: not configured).
-fn check_ovsdb<'o>(
-    obs: &'o Observations,
-    status: Option<&AgentStatus>,
-    c: &mut Checks,
-) -> Option<Result<&'o OvsInfo, ()>> {
-    let ovs = match &obs.ovsdb {
-        None => None,
-        Some(Ok(info)) => {
-            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-            c.pass(
-                "ovsdb",
-                format!(
-                    "system-id {}, protection mark {}",
-                    show(&info.system_id),
-                    show(&info.protection_mark)
-                ),
-            );
-            Some(Ok(info))
-        }
-        Some(Err(e)) => {
-            c.fail("ovsdb", e.as_str());
-            Some(Err(()))
-        }
-    };
-    let Some(s) = status else {
-        return ovs;
-    };
-    match ovs {
-        None => c.skip(
-            "chassis",
-            format!("chassis {} not cross-checked (no ovsdbSocket)", s.chassis),
-        ),
-        Some(Err(())) => c.skip("chassis", "ovsdb unavailable"),
-        Some(Ok(OvsInfo {
-            system_id: None, ..
-        })) => c.fail("chassis", "ovsdb has no external_ids:system-id"),
-        Some(Ok(OvsInfo {
-            system_id: Some(id),
-            ..
-        })) if *id == s.chassis => {
-            c.pass("chassis", format!("chassis {id} matches ovsdb system-id"));
-        }
-        Some(Ok(OvsInfo {
-            system_id: Some(id),
-            ..
-        })) => c.fail(
-            "chassis",
-            format!(
-                "chassis mismatch: agent reports {:?}, ovsdb system-id is {id:?}",
-                s.chassis
-            ),
-        ),
-    }
-    ovs
-}
-
-/// The protection mark, the XFRM readback, the guard and bypasses per family.
-/// When `gates` is false (phase Prepared) findings are reported but skipped.
-fn check_kernel(
-    cfg: &GuardConfig,
+/// The guard's own readback: lease, XFRM guards and bypasses, tunnel marks.
+/// When `gates` is false (initial preparation) findings are reported, not enforced.
+fn check_readback(
     obs: &Observations,
-    ovs: Option<Result<&OvsInfo, ()>>,
+    info: Option<&OvsInfo>,
     gates: bool,
     c: &mut Checks,
     r: &mut Report,
@@ -385,40 +598,17 @@ fn check_kernel(
     let suffix = if gates {
         ""
     } else {
-        " (phase Prepared: not enforced)"
+        " (initial preparation: not enforced)"
     };
-
-    let mark = match (cfg.guard_mark, ovs) {
-        (Some(m), _) => Ok((m, "guardMark")),
-        (
-            None,
-            Some(Ok(OvsInfo {
-                protection_mark: Some(raw),
-                ..
-            })),
-        ) => config::parse_mark(raw)
-            .map(|m| (m, "ovsdb"))
-            .ok_or_else(|| format!("ovsdb {} {raw:?} is not a number", ovsdb::PROTECTION_MARK)),
-        (None, Some(Ok(_))) => Err(format!(
-            "no protection mark known (ovsdb has no external_ids:{})",
-            ovsdb::PROTECTION_MARK
-        )),
-        (None, Some(Err(()))) => Err("no protection mark known (ovsdb unavailable)".into()),
-        (None, None) => Err("no protection mark known (no guardMark, no ovsdbSocket)".into()),
-    };
-    let mark = match mark {
-        Ok((m, source)) => {
-            c.pass("mark", format!("protection mark {m} from {source}"));
-            r.mark = Some(m);
-            r.mark_source = Some(source.to_string());
-            Some(m)
-        }
-        Err(e) => {
-            c.add("mark", gating, format!("{e}{suffix}"));
+    let lease = match info {
+        Some(i) => check_lease(i, gating, suffix, c),
+        None => {
+            c.skip("lease", "ovsdb unavailable");
             None
         }
     };
-
+    r.mark = lease.map(|(m, _)| m);
+    r.reqid = lease.map(|(_, q)| q).filter(|q| *q != 0);
     let policies = match &obs.policies {
         Some(Ok(p)) => {
             r.policy_count = Some(p.len());
@@ -437,19 +627,21 @@ fn check_kernel(
             None
         }
     };
-
-    for family in cfg.families() {
-        let (Some(mark), Some(policies)) = (mark, policies) else {
-            c.skip(
-                format!("guard.{family}"),
-                format!("guard {family} not checked"),
-            );
-            continue;
+    let (Some((mark, reqid)), Some(policies)) = (lease, policies) else {
+        for name in ["guard.ipv4", "guard.ipv6", "bypass", "tunnels"] {
+            c.skip(name, "not checked: no lease mark or no xfrm readback");
+        }
+        return;
+    };
+    for family in Family::BOTH {
+        let g = assess(policies, family, mark);
+        let name = match family {
+            Family::Ipv4 => "guard.ipv4",
+            Family::Ipv6 => "guard.ipv6",
         };
-        let g = assess(policies, family, mark, &cfg.tunnel_ports);
         match &g.guard {
             Some(p) => c.pass(
-                format!("guard.{family}"),
+                name,
                 format!("guard {family} mark {mark} present (index {})", p.index),
             ),
             None => {
@@ -464,33 +656,138 @@ fn check_kernel(
                     format!(" (guard installed with mark {})", others.join(", "))
                 };
                 c.add(
-                    format!("guard.{family}"),
+                    name,
                     gating,
                     format!("guard {family} mark {mark} missing{found}{suffix}"),
                 );
             }
         }
-        if g.bypasses.is_empty() {
-            c.pass(
-                format!("bypass.{family}"),
-                format!("no {family} bypass policy"),
-            );
-        } else {
-            const SHOWN: usize = 3;
-            let mut list: Vec<String> = g.bypasses.iter().take(SHOWN).map(describe).collect();
-            if g.bypasses.len() > SHOWN {
-                list.push(format!("and {} more", g.bypasses.len() - SHOWN));
-            }
-            c.add(
-                format!("bypass.{family}"),
-                gating,
+        r.guards.push(g);
+    }
+    r.bypasses = bypasses(policies, mark);
+    if r.bypasses.is_empty() {
+        c.pass("bypass", "no bypass policy");
+    } else {
+        let shown: Vec<String> = r.bypasses.iter().map(describe).collect();
+        c.add(
+            "bypass",
+            gating,
+            format!(
+                "bypass policy without required ESP template: {}{suffix}",
+                list(&shown)
+            ),
+        );
+    }
+    let Some(info) = info else { return };
+    let problems = tunnel_problems(info, mark, reqid);
+    if problems.is_empty() {
+        c.pass(
+            "tunnels",
+            format!(
+                "{} OVN tunnel interface(s) carry mark {mark}",
+                info.tunnels.len()
+            ),
+        );
+    } else {
+        c.add("tunnels", gating, format!("{}{suffix}", list(&problems)));
+    }
+}
+
+/// The private status socket, when configured: diagnostics only (warn).
+fn check_agent(
+    cfg: &GuardConfig,
+    obs: &Observations,
+    info: Option<&OvsInfo>,
+    now: SystemTime,
+    c: &mut Checks,
+    r: &mut Report,
+) {
+    match &obs.readyz {
+        Some(Ok(200)) => c.pass("agent.readyz", "agent /readyz answered 200"),
+        Some(Ok(code)) => c.warn("agent.readyz", format!("agent /readyz answered {code}")),
+        Some(Err(e)) => c.warn("agent.readyz", e.as_str()),
+        None => c.warn("agent.readyz", "agent /readyz not asked"),
+    }
+    let s = match &obs.status {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => {
+            c.warn("agent.status", e.as_str());
+            return;
+        }
+        None => {
+            c.warn("agent.status", "agent /status not asked");
+            return;
+        }
+    };
+    r.agent = Some(s.clone());
+    let reason = if s.reason.is_empty() {
+        String::new()
+    } else {
+        format!(" (reason: {})", s.reason)
+    };
+    c.pass("agent.status", format!("phase {}{reason}", s.phase));
+    let missing = s.missing_identity();
+    if missing.is_empty() {
+        c.pass(
+            "agent.identity",
+            format!("node {} chassis {}", s.node_uid, s.chassis),
+        );
+    } else {
+        c.warn(
+            "agent.identity",
+            format!("agent status lacks {}", missing.join(", ")),
+        );
+    }
+    if let Some(id) = info.and_then(|i| i.system_id.as_deref()) {
+        if !s.chassis.is_empty() && s.chassis != id {
+            c.warn(
+                "agent.chassis",
                 format!(
-                    "{family} bypass policy without ESP template: {}{suffix}",
-                    list.join(", ")
+                    "agent reports chassis {:?}, ovsdb system-id is {id:?}",
+                    s.chassis
                 ),
             );
         }
-        r.guards.push(g);
+    }
+    let Some(expires) = time::parse_rfc3339(&s.expires) else {
+        c.warn(
+            "agent.certificate",
+            if s.expires.is_empty() {
+                "agent status has no certificate expiry".to_string()
+            } else {
+                format!("certificate expiry {:?} is not RFC 3339", s.expires)
+            },
+        );
+        return;
+    };
+    let secs = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+    match expires.duration_since(now) {
+        Err(ago) => {
+            r.expires_in_secs = Some(-secs(ago.duration()));
+            c.warn(
+                "agent.certificate",
+                format!("certificate expired {} ago", time::human(ago.duration())),
+            );
+        }
+        Ok(left) => {
+            r.expires_in_secs = Some(secs(left));
+            let min = cfg.min_cert_validity;
+            if left < min {
+                c.warn(
+                    "agent.certificate",
+                    format!(
+                        "certificate expires in {} < {}",
+                        time::human(left),
+                        time::human(min)
+                    ),
+                );
+            } else {
+                c.pass(
+                    "agent.certificate",
+                    format!("certificate expires in {}", time::human(left)),
+                );
+            }
+        }
     }
 }
 

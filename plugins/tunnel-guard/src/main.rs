@@ -33,8 +33,13 @@ fn logger(cfg: &GuardConfig, req: &Request, verb: &str) -> Logger {
 }
 
 /// Evaluate and log; Err(one-line summary) when the caller must refuse.
-fn gate(cfg: &GuardConfig, log: &Logger) -> Result<(), String> {
+/// `namespace` is the pod's (CNI_ARGS `K8S_POD_NAMESPACE`), for `excludeNamespaces`.
+fn gate(cfg: &GuardConfig, log: &Logger, namespace: Option<&str>) -> Result<(), String> {
     if cfg.required == Required::Never {
+        log.info(
+            "ipsec not required: required: never",
+            json!({"verdict": "notRequired"}),
+        );
         return Ok(());
     }
     let report = evaluate(cfg, SystemTime::now());
@@ -53,6 +58,19 @@ fn gate(cfg: &GuardConfig, log: &Logger) -> Result<(), String> {
             log.warn(&format!("{} (audit: allowed)", report.summary()), fields);
             Ok(())
         }
+        // Bootstrap components (the certificate issuer) must start before the
+        // node can be armed; the operator names them, a pod cannot.
+        (false, Mode::Enforce) if cfg.excluded(namespace) => {
+            let ns = namespace.unwrap_or_default();
+            log.warn(
+                &format!(
+                    "{} (namespace {ns} in excludeNamespaces: allowed)",
+                    report.summary()
+                ),
+                fields,
+            );
+            Ok(())
+        }
         (false, Mode::Enforce) => {
             let summary = report.summary();
             log.warn(&summary, fields);
@@ -64,7 +82,8 @@ fn gate(cfg: &GuardConfig, log: &Logger) -> Result<(), String> {
 impl Plugin for TunnelGuard {
     fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
         let cfg = load(&req.conf)?;
-        gate(&cfg, &logger(&cfg, req, "ADD")).map_err(CniError::try_again)?;
+        let ns = req.env.arg("K8S_POD_NAMESPACE");
+        gate(&cfg, &logger(&cfg, req, "ADD"), ns).map_err(CniError::try_again)?;
         Ok(prev_or_empty(&req.conf))
     }
 
@@ -75,7 +94,8 @@ impl Plugin for TunnelGuard {
 
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let cfg = load(&req.conf)?;
-        gate(&cfg, &logger(&cfg, req, "CHECK")).map_err(CniError::try_again)
+        let ns = req.env.arg("K8S_POD_NAMESPACE");
+        gate(&cfg, &logger(&cfg, req, "CHECK"), ns).map_err(CniError::try_again)
     }
 
     /// Opt-in (`reportStatus`): a failing STATUS marks the whole node NotReady
@@ -86,7 +106,7 @@ impl Plugin for TunnelGuard {
             return Ok(());
         }
         let log = Logger::new(NAME, cfg.log_file.as_deref()).with("command", "STATUS");
-        gate(&cfg, &log).map_err(CniError::not_available)
+        gate(&cfg, &log, None).map_err(CniError::not_available)
     }
 }
 
@@ -122,7 +142,8 @@ mod tests {
     fn conf(extra: Value) -> Value {
         let mut c = json!({
             "cniVersion": "1.1.0", "name": "net", "type": NAME,
-            "agentSocket": "/nonexistent/podgate-test/status.sock",
+            "protectionDir": "/nonexistent/podgate-test/protection",
+            "ovsdbSocket": "/nonexistent/podgate-test/db.sock",
             "prevResult": {"cniVersion": "1.1.0", "ips": [{"address": "10.1.0.5/24"}],
                            "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/p"}]}
         });
@@ -146,10 +167,9 @@ mod tests {
         let (exit, out) = call("ADD", conf(json!({"required": "always"})));
         assert_eq!(exit, 1);
         assert_eq!(out["code"], 11);
-        assert!(out["msg"]
-            .as_str()
-            .unwrap()
-            .starts_with("ipsec not ready: agent socket"));
+        assert!(out["msg"].as_str().unwrap().starts_with(
+            "ipsec not ready: ovsdb socket /nonexistent/podgate-test/db.sock absent; "
+        ));
         let (exit, _) = call("ADD", conf(json!({"required": "always", "mode": "audit"})));
         assert_eq!(exit, 0);
         let (exit, out) = call("CHECK", conf(json!({"required": "always"})));

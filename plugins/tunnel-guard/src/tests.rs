@@ -2,37 +2,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use super::*;
+use ovsdb::{TunnelInterface, TunnelPort};
 use podgate_kit::xfrm::{Action, Dir, XfrmPolicy, PROTO_UDP};
-use std::time::UNIX_EPOCH;
 
 const MARK: u32 = 759_815;
+const REQID: u32 = 4242;
+const UUID: &str = "0d9a3c5e-1b2f-4c6d-8e7f-9a0b1c2d3e4f";
 
 fn now() -> SystemTime {
     time::parse_rfc3339("2026-11-30T00:00:00Z").unwrap()
-}
-
-fn status() -> AgentStatus {
-    AgentStatus {
-        phase: "Running".into(),
-        reason: String::new(),
-        node_uid: "uid-1".into(),
-        chassis: "chassis-a".into(),
-        generation: "3".into(),
-        certificate_hash: "sha256:aa".into(),
-        trust_hash: "sha256:bb".into(),
-        configuration_applied: true,
-        runtime_healthy: true,
-        protection_armed: true,
-        expires: "2026-12-01T00:00:00Z".into(),
-    }
-}
-
-/// An OUT policy; index 8 so reports can be told apart from guard.rs's fixtures.
-fn policy(family: Family, action: Action, priority: u32) -> XfrmPolicy {
-    XfrmPolicy {
-        index: 8,
-        ..crate::guard::tests::policy(family, Dir::Out, action, priority)
-    }
 }
 
 fn guard(family: Family, mark: u32) -> XfrmPolicy {
@@ -40,30 +18,86 @@ fn guard(family: Family, mark: u32) -> XfrmPolicy {
 }
 
 fn plaintext_6081() -> XfrmPolicy {
-    let mut p = policy(Family::Ipv4, Action::Allow, 10);
+    let mut p = crate::guard::tests::policy(Family::Ipv4, Dir::Out, Action::Allow, 10);
+    p.index = 9;
     p.selector.proto = PROTO_UDP;
     p.selector.dport = 6081;
     p.selector.dport_mask = 0xffff;
     p
 }
 
-fn cfg() -> GuardConfig {
-    GuardConfig {
-        ovsdb_socket: Some("/run/ovs/db.sock".into()),
-        ..GuardConfig::default()
+fn tunnel(name: &str, opts: &[(&str, &str)]) -> TunnelPort {
+    TunnelPort {
+        port: name.into(),
+        chassis: format!("chassis-{name}"),
+        evpn: false,
+        dangling: 0,
+        interfaces: vec![TunnelInterface {
+            name: name.into(),
+            kind: "geneve".into(),
+            options: opts
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }],
     }
+}
+
+fn ovs() -> OvsInfo {
+    let tunnels = vec![
+        tunnel(
+            "ovn-b-0",
+            &[("remote_ip", "10.0.0.2"), ("egress_pkt_mark", "759815")],
+        ),
+        tunnel(
+            "ovn-c-0",
+            &[
+                ("remote_ip", "10.0.0.3"),
+                ("remote_name", "chassis-c"),
+                ("egress_pkt_mark", "759815"),
+                ("ipsec_mark_out", "759815/0xffffffff"),
+                ("ipsec_reqid", "4242"),
+            ],
+        ),
+    ];
+    OvsInfo {
+        uuid: UUID.into(),
+        system_id: Some("chassis-a".into()),
+        node_uid: Some("uid-1".into()),
+        lease: Some("LEASE".into()),
+        protection_mark: Some(MARK.to_string()),
+        reqid: Some(REQID.to_string()),
+        tunnel_count: tunnels.len(),
+        tunnels,
+    }
+}
+
+fn ok(code: u16) -> Option<Asked> {
+    Some(Ok(Answer {
+        code,
+        text: if code == 200 {
+            String::new()
+        } else {
+            "IPsec protection is not armed".into()
+        },
+    }))
 }
 
 fn ready_obs() -> Observations {
     Observations {
-        agent_present: true,
-        readyz: Some(Ok(200)),
-        status: Some(Ok(status())),
-        ovsdb: Some(Ok(OvsInfo {
-            system_id: Some("chassis-a".into()),
-            protection_mark: Some(MARK.to_string()),
-        })),
-        policies: Some(Ok(vec![guard(Family::Ipv4, MARK)])),
+        required_file: Some(Presence::Present),
+        socket: Some(Presence::Present),
+        dir_check: Some(Ok(())),
+        socket_check: Some(Ok(())),
+        ovsdb: Some(OvsRead::Ok(ovs())),
+        armed: ok(200),
+        startup: None,
+        policies: Some(Ok(vec![
+            guard(Family::Ipv4, MARK),
+            guard(Family::Ipv6, MARK),
+        ])),
+        readyz: None,
+        status: None,
         elapsed: Duration::from_millis(2),
     }
 }
@@ -72,319 +106,286 @@ fn failed(r: &Report) -> Vec<String> {
     r.failures().map(|c| c.detail.clone()).collect()
 }
 
+fn judged(obs: &Observations) -> Report {
+    judge(&GuardConfig::default(), obs, now())
+}
+
 #[test]
 fn ready_node() {
-    let r = judge(&cfg(), &ready_obs(), now());
+    let r = judged(&ready_obs());
     assert_eq!(r.verdict, Verdict::Ready, "{r}");
     assert!(failed(&r).is_empty());
-    assert_eq!(r.mark, Some(MARK));
-    assert_eq!(r.mark_source.as_deref(), Some("ovsdb"));
-    assert_eq!(r.expires_in_secs, Some(86_400));
+    assert_eq!((r.mark, r.reqid), (Some(MARK), Some(REQID)));
+    assert_eq!(r.protection, Some(Protection::Armed));
     assert_eq!(r.summary(), "ipsec ready");
-    let text = r.to_string();
-    assert!(
-        text.contains("READY") && text.contains("phase:       Running"),
-        "{text}"
+    assert_eq!(r.signals.ovsdb_keys.len(), 4);
+    let names: Vec<&str> = r.checks.iter().map(|c| c.name.as_str()).collect();
+    for n in [
+        "required",
+        "ovsdb",
+        "protection.dir",
+        "protection.socket",
+        "armed",
+        "lease",
+        "xfrm",
+        "guard.ipv4",
+        "guard.ipv6",
+        "bypass",
+        "tunnels",
+    ] {
+        assert!(names.contains(&n), "{n} not in {names:?}");
+    }
+    // Nothing key-like, not even the lease text, in the JSON.
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(!json.contains("LEASE"), "{json}");
+}
+
+#[test]
+fn armed_answer_alone_never_passes() {
+    let mut o = ready_obs();
+    o.policies = Some(Ok(vec![guard(Family::Ipv4, MARK)]));
+    let r = judged(&o);
+    assert_eq!(failed(&r), [format!("guard ipv6 mark {MARK} missing")]);
+    let mut o = ready_obs();
+    o.policies
+        .as_mut()
+        .unwrap()
+        .as_mut()
+        .unwrap()
+        .push(plaintext_6081());
+    let r = judged(&o);
+    assert_eq!(r.verdict, Verdict::NotReady);
+    assert!(failed(&r)[0].starts_with("bypass policy without required ESP template: out allow 0.0.0.0/0 -> 0.0.0.0/0 udp dport 6081 priority 10"), "{r}");
+}
+
+#[test]
+fn tunnel_marks() {
+    let mut o = ready_obs();
+    let mut info = ovs();
+    info.tunnels[0].interfaces[0]
+        .options
+        .remove("egress_pkt_mark");
+    info.tunnels[1].interfaces[0]
+        .options
+        .insert("ipsec_reqid".into(), "7".into());
+    info.tunnels.push(tunnel(
+        "ovn-d-0",
+        &[("egress_pkt_mark", "759815"), ("dst_port", "7000")],
+    ));
+    o.ovsdb = Some(OvsRead::Ok(info));
+    let r = judged(&o);
+    assert_eq!(
+        failed(&r),
+        ["tunnel ovn-b-0 lacks egress_pkt_mark, tunnel ovn-c-0 has ipsec_reqid=7, want 4242, tunnel ovn-d-0 uses custom dst_port 7000"]
     );
-    assert!(text.contains("in 1d"), "{text}");
-    let json = serde_json::to_value(&r).unwrap();
-    assert_eq!(json["verdict"], "ready");
-    assert_eq!(json["guards"][0]["guard"]["mark"]["value"], MARK);
+    let mut info = ovs();
+    info.tunnels[0].evpn = true;
+    o.ovsdb = Some(OvsRead::Ok(info));
+    assert!(failed(&judged(&o))[0].contains("not an ordinary OVN tunnel"));
 }
 
 #[test]
-fn never_and_auto_without_agent_are_not_required() {
-    let c = GuardConfig {
-        required: Required::Never,
-        ..cfg()
-    };
-    let r = judge(&c, &Observations::default(), now());
-    assert_eq!(r.verdict, Verdict::NotRequired);
-    assert!(r.is_ready());
-    let r = judge(&cfg(), &Observations::default(), now());
-    assert_eq!(r.verdict, Verdict::NotRequired);
-    assert!(r.checks[0].detail.contains("absent"));
+fn lease_keys() {
+    let mut o = ready_obs();
+    let mut info = ovs();
+    info.reqid = None;
+    info.protection_mark = Some("0x10".into());
+    o.ovsdb = Some(OvsRead::Ok(info));
+    let r = judged(&o);
+    assert_eq!(
+        failed(&r),
+        ["ovsdb lease incomplete: ovn-ipsec-protection-reqid missing, ovn-ipsec-protection-mark \"0x10\" is not a non-zero 32-bit number"]
+    );
 }
 
 #[test]
-fn always_without_agent_is_not_ready() {
-    let c = GuardConfig {
-        required: Required::Always,
-        ..cfg()
-    };
-    let r = judge(&c, &Observations::default(), now());
+fn not_armed_with_durable_intent() {
+    let mut o = ready_obs();
+    o.armed = ok(503);
+    let r = judged(&o);
     assert_eq!(r.verdict, Verdict::NotReady);
     assert_eq!(
-        r.summary(),
-        "ipsec not ready: agent socket /run/kube-ovn-ipsec/status.sock absent (required: always)"
+        failed(&r),
+        [format!(
+            "agent /armed answered 503 for ovs-uuid {UUID}: IPsec protection is not armed"
+        )]
+    );
+    // A /startup 200 cannot open a node with durable intent.
+    o.startup = ok(200);
+    let r = judged(&o);
+    assert!(
+        failed(&r)
+            .iter()
+            .any(|f| f.contains("/startup answered 200"))
+            || r.verdict == Verdict::NotReady
+    );
+    assert_eq!(r.verdict, Verdict::NotReady);
+}
+
+#[test]
+fn keys_without_socket_after_reboot() {
+    let mut o = ready_obs();
+    o.required_file = Some(Presence::Absent);
+    o.socket = Some(Presence::Absent);
+    o.dir_check = None;
+    o.socket_check = None;
+    o.armed = None;
+    let r = judged(&o);
+    assert_eq!(r.verdict, Verdict::NotReady);
+    assert!(
+        failed(&r)[0].contains("protection.sock absent: agent not serving (durable intent present"),
+        "{r}"
+    );
+    assert!(
+        r.checks[0]
+            .detail
+            .contains("ovsdb ovn-ipsec-protection-node-uid"),
+        "{r}"
     );
 }
 
 #[test]
-fn agent_failures_are_named() {
+fn initial_preparation() {
+    let mut info = ovs();
+    info.node_uid = None;
+    info.lease = None;
+    info.protection_mark = None;
+    info.reqid = None;
+    let o = Observations {
+        required_file: Some(Presence::Absent),
+        socket: Some(Presence::Present),
+        dir_check: Some(Ok(())),
+        socket_check: Some(Ok(())),
+        ovsdb: Some(OvsRead::Ok(info)),
+        armed: ok(503),
+        startup: ok(200),
+        policies: Some(Ok(Vec::new())),
+        ..Observations::default()
+    };
+    let r = judged(&o);
+    assert_eq!(r.verdict, Verdict::Ready, "{r}");
+    assert_eq!(r.protection, Some(Protection::Prepared));
+    assert_eq!(
+        r.summary(),
+        "ipsec ready: initial preparation (plaintext by design)"
+    );
+    let mut o2 = o.clone();
+    o2.startup = ok(503);
+    assert!(failed(&judged(&o2))
+        .iter()
+        .any(|f| f.starts_with("not armed and agent /startup answered 503")));
+}
+
+#[test]
+fn nothing_present_is_not_required_unless_always() {
+    let mut info = ovs();
+    info.node_uid = None;
+    info.lease = None;
+    info.protection_mark = None;
+    info.reqid = None;
+    let o = Observations {
+        required_file: Some(Presence::Absent),
+        socket: Some(Presence::Absent),
+        ovsdb: Some(OvsRead::Ok(info)),
+        policies: Some(Ok(Vec::new())),
+        ..Observations::default()
+    };
+    let r = judged(&o);
+    assert_eq!(r.verdict, Verdict::NotRequired);
+    assert!(r.checks[0].detail.starts_with("IPsec not in use on this node (required: auto): no /run/kube-ovn-ipsec-protection/required"), "{r}");
+    let mut absent = o.clone();
+    absent.ovsdb = Some(OvsRead::Absent);
+    assert!(judged(&absent).checks[0]
+        .detail
+        .ends_with("no OVSDB at /run/openvswitch/db.sock"));
+    let always = GuardConfig {
+        required: Required::Always,
+        ..GuardConfig::default()
+    };
+    let r = judge(&always, &o, now());
+    assert_eq!(r.verdict, Verdict::NotReady);
+    assert!(failed(&r)[0].contains("protection.sock absent"), "{r}");
+    // OVSDB there but unreadable: its keys cannot be ruled out (fail closed).
+    let mut stalled = o;
+    stalled.ovsdb = Some(OvsRead::Failed("ovsdb: no answer within 500ms".into()));
+    let r = judged(&stalled);
+    assert_eq!(r.verdict, Verdict::NotReady);
+    assert!(r.checks[0].detail.contains("cannot be ruled out"));
+    assert_eq!(
+        judge(
+            &GuardConfig {
+                required: Required::Never,
+                ..GuardConfig::default()
+            },
+            &Observations::default(),
+            now()
+        )
+        .verdict,
+        Verdict::NotRequired
+    );
+}
+
+#[test]
+fn endpoint_checks_fail_closed() {
+    let mut o = ready_obs();
+    o.socket_check = Some(Err(
+        "/x/protection.sock is a symlink, not the agent's socket".into(),
+    ));
+    o.armed = None;
+    let r = judged(&o);
+    assert_eq!(
+        failed(&r),
+        ["/x/protection.sock is a symlink, not the agent's socket"]
+    );
+    let mut o = ready_obs();
+    o.armed = Some(Err(
+        "protection.sock is served by uid 65534, not root (SO_PEERCRED)".into(),
+    ));
+    assert_eq!(
+        failed(&judged(&o)),
+        ["protection.sock is served by uid 65534, not root (SO_PEERCRED)"]
+    );
+}
+
+#[test]
+fn agent_diagnostics_never_gate() {
+    let cfg = GuardConfig {
+        agent_socket: Some("/run/kube-ovn-ipsec/status.sock".into()),
+        ..GuardConfig::default()
+    };
+    let hex = "ab".repeat(32);
     let mut o = ready_obs();
     o.readyz = Some(Ok(503));
-    o.status = Some(Err("agent /status: no answer within 500ms".into()));
-    let r = judge(&cfg(), &o, now());
+    o.status = Some(Ok(AgentStatus {
+        phase: "Degraded".into(),
+        reason: "IKE daemon restarting".into(),
+        node_uid: "uid-1".into(),
+        chassis: "chassis-a".into(),
+        generation: hex.clone(),
+        certificate_hash: hex.clone(),
+        trust_hash: hex,
+        expires: "2026-11-30T00:04:00Z".into(),
+        ..AgentStatus::default()
+    }));
+    let r = judge(&cfg, &o, now());
+    assert_eq!(r.verdict, Verdict::Ready, "{r}");
+    let warn: Vec<&str> = r
+        .checks
+        .iter()
+        .filter(|c| c.outcome == Outcome::Warn)
+        .map(|c| c.detail.as_str())
+        .collect();
     assert_eq!(
-        failed(&r),
+        warn,
         [
             "agent /readyz answered 503",
-            "agent /status: no answer within 500ms"
+            "certificate expires in 4m < 10m"
         ]
     );
-    // Without a phase the kernel checks still gate (and pass here).
-    assert!(r
-        .checks
-        .iter()
-        .any(|c| c.name == "guard.ipv4" && c.outcome == Outcome::Pass));
-}
-
-#[test]
-fn phases() {
-    for (phase, ok) in [
-        ("Running", true),
-        ("Configured", true),
-        ("Restored", true),
-        ("Prepared", true),
-        ("Degraded", false),
-        ("WaitingTrust", false),
-        ("Bogus", false),
-    ] {
-        let mut o = ready_obs();
-        let mut s = status();
-        s.phase = phase.into();
-        s.reason = "ike down".into();
-        o.status = Some(Ok(s));
-        let r = judge(&cfg(), &o, now());
-        assert_eq!(r.is_ready(), ok, "{phase}: {r}");
-        if !ok {
-            assert_eq!(failed(&r), [format!("phase {phase} (reason: ike down)")]);
-        }
-    }
-}
-
-#[test]
-fn armed_phase_needs_all_flags() {
-    let mut o = ready_obs();
-    let mut s = status();
-    s.runtime_healthy = false;
-    s.protection_armed = false;
-    o.status = Some(Ok(s));
-    let r = judge(&cfg(), &o, now());
-    assert_eq!(
-        failed(&r),
-        ["phase Running but runtimeHealthy, protectionArmed false"]
+    assert_eq!(r.expires_in_secs, Some(240));
+    let text = r.to_string();
+    assert!(
+        text.contains("phase Degraded (reason: IKE daemon restarting)"),
+        "{text}"
     );
-}
-
-#[test]
-fn prepared_phase_does_not_need_the_guard() {
-    let mut o = ready_obs();
-    let mut s = status();
-    s.phase = "Prepared".into();
-    s.protection_armed = false;
-    o.status = Some(Ok(s));
-    o.policies = Some(Ok(vec![plaintext_6081()]));
-    o.ovsdb = Some(Ok(OvsInfo {
-        system_id: Some("chassis-a".into()),
-        protection_mark: None,
-    }));
-    let r = judge(&cfg(), &o, now());
-    assert_eq!(r.verdict, Verdict::Ready, "{r}");
-    assert!(r
-        .checks
-        .iter()
-        .any(|c| c.name == "mark" && c.outcome == Outcome::Skip && c.detail.contains("Prepared")));
-    // ...but the rest of the identity is still required.
-    let mut s = status();
-    s.phase = "Prepared".into();
-    s.expires = "2026-11-30T00:04:00Z".into();
-    o.status = Some(Ok(s));
-    assert_eq!(
-        failed(&judge(&cfg(), &o, now())),
-        ["certificate expires in 4m < 10m"]
-    );
-}
-
-#[test]
-fn certificate_expiry() {
-    for (expires, want) in [
-        (
-            "2026-11-30T00:04:00Z",
-            Some("certificate expires in 4m < 10m"),
-        ),
-        ("2026-11-29T23:55:00Z", Some("certificate expired 5m ago")),
-        ("2026-11-30T00:00:00Z", Some("certificate expires now")),
-        (
-            "tomorrow",
-            Some("certificate expiry \"tomorrow\" is not RFC 3339"),
-        ),
-        ("", Some("agent status has no certificate expiry")),
-        ("2026-11-30T00:10:00Z", None),
-        ("2026-11-30T09:00:00+08:00", None),
-    ] {
-        let mut o = ready_obs();
-        let mut s = status();
-        s.expires = expires.into();
-        o.status = Some(Ok(s));
-        let r = judge(&cfg(), &o, now());
-        match want {
-            Some(w) => assert_eq!(failed(&r), [w], "{expires}"),
-            None => assert!(r.is_ready(), "{expires}: {r}"),
-        }
-    }
-}
-
-#[test]
-fn identity_and_chassis() {
-    let mut o = ready_obs();
-    let mut s = status();
-    s.trust_hash.clear();
-    s.chassis = "chassis-b".into();
-    o.status = Some(Ok(s));
-    let r = judge(&cfg(), &o, now());
-    assert_eq!(
-        failed(&r),
-        [
-            "agent status lacks trustHash",
-            "chassis mismatch: agent reports \"chassis-b\", ovsdb system-id is \"chassis-a\""
-        ]
-    );
-    let mut o = ready_obs();
-    o.ovsdb = Some(Ok(OvsInfo {
-        system_id: None,
-        protection_mark: Some("0xb9807".into()),
-    }));
-    assert_eq!(
-        failed(&judge(&cfg(), &o, now())),
-        ["ovsdb has no external_ids:system-id"]
-    );
-}
-
-#[test]
-fn marks() {
-    // Dead OVSDB, no override: both named.
-    let mut o = ready_obs();
-    o.ovsdb = Some(Err("ovsdb: connect /x: Connection refused".into()));
-    assert_eq!(
-        failed(&judge(&cfg(), &o, now())),
-        [
-            "ovsdb: connect /x: Connection refused",
-            "no protection mark known (ovsdb unavailable)"
-        ]
-    );
-    // guardMark overrides OVSDB.
-    let c = GuardConfig {
-        guard_mark: Some(MARK),
-        ..cfg()
-    };
-    let mut o = ready_obs();
-    o.ovsdb = Some(Ok(OvsInfo {
-        system_id: Some("chassis-a".into()),
-        protection_mark: Some("1".into()),
-    }));
-    let r = judge(&c, &o, now());
-    assert!(r.is_ready(), "{r}");
-    assert_eq!(r.mark_source.as_deref(), Some("guardMark"));
-    // No OVSDB at all: guardMark or nothing.
-    let c = GuardConfig::default();
-    let mut o = ready_obs();
-    o.ovsdb = None;
-    assert_eq!(
-        failed(&judge(&c, &o, now())),
-        ["no protection mark known (no guardMark, no ovsdbSocket)"]
-    );
-    let c = GuardConfig {
-        guard_mark: Some(MARK),
-        ..GuardConfig::default()
-    };
-    let r = judge(&c, &o, now());
-    assert!(r.is_ready(), "{r}");
-    assert!(r
-        .checks
-        .iter()
-        .any(|c| c.name == "chassis" && c.outcome == Outcome::Skip));
-    // Garbage mark in OVSDB.
-    let mut o = ready_obs();
-    o.ovsdb = Some(Ok(OvsInfo {
-        system_id: Some("chassis-a".into()),
-        protection_mark: Some("lots".into()),
-    }));
-    assert_eq!(
-        failed(&judge(&cfg(), &o, now())),
-        ["ovsdb ovn-ipsec-protection-mark \"lots\" is not a number"]
-    );
-}
-
-#[test]
-fn kernel_readback_decides_not_the_agent() {
-    // Agent says armed, kernel has nothing.
-    let mut o = ready_obs();
-    o.policies = Some(Ok(vec![]));
-    assert_eq!(
-        failed(&judge(&cfg(), &o, now())),
-        ["guard ipv4 mark 759815 missing"]
-    );
-    // Guard with another mark.
-    o.policies = Some(Ok(vec![guard(Family::Ipv4, 42)]));
-    assert_eq!(
-        failed(&judge(&cfg(), &o, now())),
-        ["guard ipv4 mark 759815 missing (guard installed with mark 42)"]
-    );
-    // Plaintext allow for udp/6081 in front of the guard.
-    o.policies = Some(Ok(vec![guard(Family::Ipv4, MARK), plaintext_6081()]));
-    assert_eq!(
-        failed(&judge(&cfg(), &o, now())),
-        ["ipv4 bypass policy without ESP template: out allow 0.0.0.0/0 -> 0.0.0.0/0 udp dport 6081 priority 10 index 8 no template"]
-    );
-    // Many bypasses are summarised.
-    o.policies = Some(Ok(std::iter::repeat_n(plaintext_6081(), 5).collect()));
-    let r = judge(&cfg(), &o, now());
-    assert!(failed(&r)[1].ends_with("and 2 more"), "{r}");
-    // Dump failure.
-    o.policies = Some(Err("xfrm policy dump timed out after 1ms".into()));
-    assert_eq!(
-        failed(&judge(&cfg(), &o, now())),
-        ["xfrm policy dump: xfrm policy dump timed out after 1ms"]
-    );
-}
-
-#[test]
-fn every_family_is_checked() {
-    let c = GuardConfig {
-        families: vec![Family::Ipv4, Family::Ipv6],
-        ..cfg()
-    };
-    let r = judge(&c, &ready_obs(), now());
-    assert_eq!(failed(&r), ["guard ipv6 mark 759815 missing"]);
-    let mut o = ready_obs();
-    o.policies = Some(Ok(vec![
-        guard(Family::Ipv4, MARK),
-        guard(Family::Ipv6, MARK),
-    ]));
-    assert!(judge(&c, &o, now()).is_ready());
-}
-
-#[test]
-fn many_failures_in_one_line() {
-    let mut o = ready_obs();
-    let mut s = status();
-    s.expires = "2026-11-30T00:04:00Z".into();
-    o.status = Some(Ok(s));
-    o.policies = Some(Ok(vec![]));
-    assert_eq!(
-        judge(&cfg(), &o, now()).summary(),
-        "ipsec not ready: certificate expires in 4m < 10m; guard ipv4 mark 759815 missing"
-    );
-}
-
-#[test]
-fn evaluate_is_bounded_without_an_agent() {
-    let c = GuardConfig {
-        agent_socket: "/nonexistent/podgate/status.sock".into(),
-        ..GuardConfig::default()
-    };
-    let r = evaluate(&c, UNIX_EPOCH);
-    assert_eq!(r.verdict, Verdict::NotRequired);
 }

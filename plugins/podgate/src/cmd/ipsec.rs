@@ -1,5 +1,9 @@
 //! `podgate ipsec status`: the tunnel guard's checks (podgate-tunnel-guard's
-//! own evaluation) as a report, plus the UDP 500/4500 sockets on the node.
+//! own evaluation) as a report: the durable signals found (the `required`
+//! file, the OVSDB lease keys, `protection.sock`), the agent's `/armed` and
+//! `/startup` answers, the guards, bypasses and tunnel marks, and (only when
+//! `agentSocket` is reachable) phase, expiry and identity; plus the UDP
+//! 500/4500 sockets on the node. Never key material.
 
 use crate::error::{Error, Found, Result};
 use crate::output;
@@ -14,9 +18,10 @@ pub const PLUGIN_TYPE: &str = "podgate-tunnel-guard";
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum IpsecCmd {
-    /// Is the node's IPsec tunnel protection really in place? Phase, reason,
-    /// certificate expiry, chassis match, guard per family, bypass policies,
-    /// UDP 500/4500 sockets. Never prints key material.
+    /// Is the node's IPsec tunnel protection really in place? Durable signals,
+    /// the agent's /armed and /startup answers, both guards, bypass policies,
+    /// tunnel marks, UDP 500/4500 sockets; with --agent-socket also phase,
+    /// expiry and identity. Never prints key material.
     Status(StatusArgs),
 }
 
@@ -30,25 +35,21 @@ pub struct StatusArgs {
     /// Where to look for a conflist when --config is not given.
     #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,
-    /// The IPsec agent's status socket (agentSocket).
-    #[arg(long, value_name = "PATH")]
-    pub agent_socket: Option<PathBuf>,
-    /// OVSDB socket for the chassis cross-check and the mark (ovsdbSocket).
+    /// The agent's public protection endpoint directory (protectionDir).
+    #[arg(long, value_name = "DIR")]
+    pub protection_dir: Option<PathBuf>,
+    /// OVSDB socket: _uuid, lease keys, tunnel interfaces (ovsdbSocket).
     #[arg(long, value_name = "PATH")]
     pub ovsdb_socket: Option<PathBuf>,
-    /// Protection mark, decimal or 0x hex (guardMark).
-    #[arg(long, value_name = "MARK")]
-    pub guard_mark: Option<String>,
-    /// Families whose guard must be installed (repeatable: ipv4, ipv6).
-    #[arg(long = "family", value_name = "FAMILY")]
-    pub families: Vec<String>,
-    /// Tunnel UDP ports a bypass would expose (repeatable; default 6081, 4789).
-    #[arg(long = "tunnel-port", value_name = "PORT")]
-    pub tunnel_ports: Vec<u16>,
-    /// auto (required when the agent socket exists), always, never.
+    /// The agent's private status socket, if reachable (agentSocket):
+    /// phase, expiry and identity as diagnostics.
+    #[arg(long, value_name = "PATH")]
+    pub agent_socket: Option<PathBuf>,
+    /// auto (required when the required file, an OVSDB lease key or
+    /// protection.sock exists), always, never.
     #[arg(long, value_name = "WHEN")]
     pub required: Option<String>,
-    /// The certificate must stay valid at least this long (e.g. 10m, 1h).
+    /// With --agent-socket: warn when the certificate expires sooner (e.g. 10m, 1h).
     #[arg(long, value_name = "DURATION")]
     pub min_cert_validity: Option<String>,
     /// Time budget for the whole evaluation.
@@ -111,20 +112,14 @@ pub fn overlay(mut entry: Value, a: &StatusArgs) -> Value {
     let mut set = |k: &str, v: Value| {
         o.insert(k.to_string(), v);
     };
-    if let Some(p) = &a.agent_socket {
-        set("agentSocket", Value::String(p.display().to_string()));
+    if let Some(p) = &a.protection_dir {
+        set("protectionDir", Value::String(p.display().to_string()));
     }
     if let Some(p) = &a.ovsdb_socket {
         set("ovsdbSocket", Value::String(p.display().to_string()));
     }
-    if let Some(m) = &a.guard_mark {
-        set("guardMark", Value::String(m.clone()));
-    }
-    if !a.families.is_empty() {
-        set("families", Value::from(a.families.clone()));
-    }
-    if !a.tunnel_ports.is_empty() {
-        set("tunnelPorts", Value::from(a.tunnel_ports.clone()));
+    if let Some(p) = &a.agent_socket {
+        set("agentSocket", Value::String(p.display().to_string()));
     }
     if let Some(r) = &a.required {
         set("required", Value::String(r.clone()));
@@ -183,8 +178,8 @@ mod tests {
     #[test]
     fn finds_the_guard_entry() {
         let conflist = json!({"cniVersion": "1.0.0", "name": "k", "plugins": [
-            {"type": "kube-ovn"}, {"type": PLUGIN_TYPE, "guardMark": "0x10"}]});
-        assert_eq!(guard_entry(&conflist).unwrap()["guardMark"], "0x10");
+            {"type": "kube-ovn"}, {"type": PLUGIN_TYPE, "timeoutMs": 700}]});
+        assert_eq!(guard_entry(&conflist).unwrap()["timeoutMs"], 700);
         assert!(guard_entry(&json!({"type": "bridge"})).is_none());
         assert!(guard_entry(&json!({"type": PLUGIN_TYPE})).is_some());
     }
@@ -194,23 +189,21 @@ mod tests {
         let a = StatusArgs {
             config: None,
             cni_conf_dir: PathBuf::from("/nonexistent"),
-            agent_socket: Some(PathBuf::from("/tmp/x.sock")),
+            protection_dir: Some(PathBuf::from("/tmp/prot")),
             ovsdb_socket: None,
-            guard_mark: Some("0x20".into()),
-            families: vec!["ipv4".into(), "ipv6".into()],
-            tunnel_ports: vec![],
+            agent_socket: Some(PathBuf::from("/tmp/x.sock")),
             required: Some("always".into()),
             min_cert_validity: None,
             timeout_ms: Some(200),
         };
         let v = overlay(
-            json!({"type": PLUGIN_TYPE, "guardMark": "0x10", "tunnelPorts": [6081]}),
+            json!({"type": PLUGIN_TYPE, "ovsdbSocket": "/tmp/db.sock", "timeoutMs": 900}),
             &a,
         );
         let cfg = GuardConfig::from_value(&v).unwrap();
-        assert_eq!(cfg.guard_mark, Some(0x20));
-        assert_eq!(cfg.tunnel_ports, vec![6081]);
-        assert_eq!(cfg.families.len(), 2);
+        assert_eq!(cfg.protection_dir, PathBuf::from("/tmp/prot"));
+        assert_eq!(cfg.ovsdb_socket, PathBuf::from("/tmp/db.sock"));
+        assert_eq!(cfg.agent_socket, Some(PathBuf::from("/tmp/x.sock")));
         assert_eq!(cfg.timeout_ms, 200);
     }
 }
