@@ -8,6 +8,7 @@
 )]
 
 mod cmd;
+mod cri;
 mod diagnose;
 mod error;
 mod install;
@@ -26,10 +27,12 @@ use select::Common;
 const AFTER_HELP: &str = "\
 Selecting a namespace (after the command name; default: the namespace podgate runs in, i.e. the node's):
   --netns /var/run/netns/NAME | --netns /proc/PID/ns/net | --pid PID | --container ID [--state-dir DIR]
+  --k8s-pod NAMESPACE/NAME [--runtime-endpoint unix:///run/containerd/containerd.sock]
 
 Examples:
   podgate sysctl get --pid 4242 net.ipv4.ip_forward
   podgate sysctl diff --container 3f9a
+  podgate sysctl get --k8s-pod vpn/openvpn-0 net.ipv4.ip_forward
   podgate sysctl set --netns /var/run/netns/vpn net.ipv4.ip_forward=1
   podgate route list --netns /var/run/netns/vpn table all
   podgate route add 10.8.0.0/24 via 10.22.0.5          (on the node)
