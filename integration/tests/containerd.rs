@@ -674,3 +674,219 @@ fn openvpn_scenario_through_containerd() {
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
     assert!(!node_routes(node).contains("proto 94"));
 }
+
+/// `podgate install --watch` as the DaemonSet runs it, stopped by its PID
+/// (SIGTERM on `stop`, SIGKILL on drop).
+struct Installer {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Installer {
+    fn start(c: &Containerd, plugins: &Path) -> Installer {
+        let node = c.node();
+        let log = node.root().join("installer.log");
+        let child = Command::new(bin_dir().join("podgate"))
+            .arg("install")
+            .arg("--watch")
+            .args(["--debounce-ms", "50"])
+            .arg("--cni-conf-dir")
+            .arg(node.conf_dir())
+            .arg("--cni-bin-dir")
+            .arg(node.cni_bin_dir())
+            .arg("--source-dir")
+            .arg(bin_dir())
+            .arg("--plugins")
+            .arg(plugins)
+            .arg("--state-dir")
+            .arg(node.root().join("installer"))
+            .arg("--ready-file")
+            .arg(node.root().join("installer.ready"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Installer { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn stop(mut self) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: signalling our own child by pid.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let ok = vpn::wait_for(|| self.child.try_wait().unwrap().is_some(), 10);
+        assert!(ok, "installer did not stop:\n{}", self.log());
+    }
+}
+
+impl Drop for Installer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// First IPv4 address of eth0 in a sandbox netns.
+fn sandbox_ip(netns: &Path) -> String {
+    let out = in_netns(netns, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"]);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(3)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no IPv4 on eth0: {}", output_text(&out)))
+}
+
+/// Never a pod without the chain: the node reboots, the primary's installer
+/// rewrites its conflist before podgate's DaemonSet is back (as Calico and
+/// Cilium do at start); containerd still wires a new pod through podgate
+/// (podgate's own conflist sorts first); podgate's installer comes back and
+/// re-renders from the primary's new content.
+#[test]
+fn primary_rewrites_its_conflist_while_the_installer_is_down() {
+    require_root();
+    podgate_integration::built(
+        &["podgate", "podgate-router", "podgate-tunnel-guard"],
+        &[
+            "-p",
+            "podgate",
+            "-p",
+            "podgate-router",
+            "-p",
+            "podgate-tunnel-guard",
+        ],
+    );
+    let node = TestNode::new("ctd-reboot");
+    // Its new content after the "reboot": another subnet on another bridge
+    // (the bridge plugin refuses a second gateway address on one bridge).
+    let primary = |node: &TestNode, subnet: &str| {
+        let mut list = node.bridge_conflist(
+            NET,
+            "1.0.0",
+            subnet,
+            vec![json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true})],
+        );
+        if subnet != "10.23.0.0/16" {
+            list["plugins"][0]["bridge"] = json!("pgbr-rebooted");
+        }
+        list
+    };
+    // What the primary CNI wrote: no podgate in it.
+    node.write_conflist("10-podnet", &primary(&node, "10.23.0.0/16"));
+    let plugins = node.root().join("plugins.json");
+    std::fs::write(
+        &plugins,
+        json!([
+            {"type": "podgate-tunnel-guard", "required": "never"},
+            router_entry(&node)
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let c = Containerd::start(node);
+    let node = c.node();
+    let own = node.conf_dir().join("00-podgate.conflist");
+    let ready = node.root().join("installer.ready");
+    let installer = Installer::start(&c, &plugins);
+    assert!(
+        vpn::wait_for(|| ready.exists(), 20),
+        "installer never ready:\n{}",
+        installer.log()
+    );
+    let mut cri = Cri::connect(&c);
+    let vpn_pod = |name: &'static str| Pod {
+        annotations: &[("podgate.dev/profile", "vpn-gateway")],
+        ..Pod::new("vpn", name)
+    };
+    let first = cri
+        .run(&c, &vpn_pod("openvpn-0"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let first_ns = cri.netns(&first);
+    assert_eq!(sysctl_in(&first_ns, "net.ipv4.ip_forward"), "1");
+
+    // Reboot: the installer is down; the primary's installer rewrites its
+    // file (temp + rename) with new content.
+    installer.stop();
+    assert!(
+        own.exists(),
+        "podgate's file stays while its installer is down"
+    );
+    let primary_file = node.conf_dir().join("10-podnet.conflist");
+    let tmp = node.conf_dir().join(".10-podnet.tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&primary(node, "10.24.0.0/16")).unwrap(),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, &primary_file).unwrap();
+    // A pod created now is still wired through podgate.
+    std::thread::sleep(Duration::from_millis(500));
+    let during = cri.run(&c, &vpn_pod("openvpn-1")).unwrap();
+    let during_ns = cri.netns(&during);
+    assert_eq!(
+        sysctl_in(&during_ns, "net.ipv4.ip_forward"),
+        "1",
+        "a pod created while the installer was down missed podgate"
+    );
+    assert!(pod_nft(&during_ns).is_some());
+    assert!(
+        sandbox_ip(&during_ns).starts_with("10.23."),
+        "podgate's copy still holds the primary's previous content"
+    );
+
+    // The installer comes back: podgate's file is rendered from the
+    // primary's new content, and new pods get it.
+    let installer = Installer::start(&c, &plugins);
+    assert!(
+        vpn::wait_for(
+            || std::fs::read_to_string(&own).is_ok_and(|t| t.contains("10.24.0.0/16")),
+            20
+        ),
+        "podgate's file not re-rendered:\n{}",
+        installer.log()
+    );
+    let primary_now: Value =
+        serde_json::from_slice(&std::fs::read(&primary_file).unwrap()).unwrap();
+    assert_eq!(
+        primary_now,
+        primary(node, "10.24.0.0/16"),
+        "primary untouched"
+    );
+    let mut after = None;
+    // containerd reloads its CNI config on the file event; give it a moment.
+    for _ in 0..50 {
+        let id = cri.run(&c, &vpn_pod("openvpn-2")).unwrap();
+        let ns = cri.netns(&id);
+        if sandbox_ip(&ns).starts_with("10.24.") {
+            after = Some((id, ns));
+            break;
+        }
+        cri.stop_and_remove(&id);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (after, after_ns) = after.expect("containerd never used the re-rendered chain");
+    assert_eq!(sysctl_in(&after_ns, "net.ipv4.ip_forward"), "1");
+    installer.stop();
+
+    for id in [&first, &during, &after] {
+        cri.stop_and_remove(id);
+    }
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+    assert!(!node_routes(node).contains("proto 94"));
+    let out = Command::new(bin_dir().join("podgate"))
+        .arg("uninstall")
+        .arg("--cni-conf-dir")
+        .arg(node.conf_dir())
+        .arg("--cni-bin-dir")
+        .arg(node.cni_bin_dir())
+        .arg("--state-dir")
+        .arg(node.root().join("installer"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(!own.exists());
+}
