@@ -296,6 +296,43 @@ fn podgate(c: &Containerd, args: &[&str]) -> Run {
     }
 }
 
+/// The helper as `kubectl exec` runs it in the DaemonSet's container
+/// (conf/kubernetes/podgate.yaml): the runtime's dir mounted read-only
+/// (recursively, as the runtime mounts a hostPath, so the netns mounts below
+/// it stay visible), and only the capabilities the manifest adds (SYS_ADMIN,
+/// NET_ADMIN, NET_RAW), in a private mount namespace of its own.
+fn podgate_as_daemonset(c: &Containerd, args: &[&str]) -> Run {
+    let script = r#"d="$1"; shift
+mount --rbind "$d" "$d" && mount -o remount,bind,ro "$d" || exit 99
+if touch "$d/.rw-probe" 2>/dev/null; then rm -f "$d/.rw-probe"; exit 98; fi
+exec setpriv --bounding-set=-all,+sys_admin,+net_admin,+net_raw -- "$@""#;
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(c.dir())
+        .arg(bin_dir().join("podgate"))
+        .args(args)
+        .arg("--runtime-endpoint")
+        .arg(c.endpoint())
+        .arg("--state-dir")
+        .arg(c.node().state_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// The node's state once every pod is gone: nothing of podgate's (routes,
 /// records), nothing of containerd's pods (netns mounts, cgroups).
 fn assert_clean(c: &Containerd, before: &Snapshot) {
@@ -520,6 +557,40 @@ fn pods_through_containerd_cri() {
     let v: Value = serde_json::from_str(&r.out).unwrap();
     assert_eq!(v["attachments"].as_array().unwrap().len(), 1, "{r:?}");
     assert_eq!(v["attachments"][0]["key"]["containerID"], a, "{r:?}");
+
+    // The same from the DaemonSet's container (read-only CRI socket, its
+    // capabilities only). Its netns is the node's (hostNetwork).
+    let r = podgate_as_daemonset(
+        &c,
+        &[
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "vpn/openvpn-0",
+            "net.ipv4.ip_forward",
+        ],
+    );
+    assert_eq!(
+        (r.code, r.out.as_str()),
+        (0, "net.ipv4.ip_forward = 1\n"),
+        "{r:?}"
+    );
+    let r = podgate_as_daemonset(
+        &c,
+        &[
+            "diagnose",
+            "--k8s-pod",
+            "vpn/openvpn-0",
+            "--node-netns",
+            c.node().ns.path().to_str().unwrap(),
+        ],
+    );
+    assert!(
+        r.out
+            .lines()
+            .any(|l| l.starts_with("return path 10.8.0.0/24") && l.contains(" ok ")),
+        "nf_tables readable with the DaemonSet's capabilities: {r:?}"
+    );
 
     // Everything deleted as the kubelet deletes pods.
     for id in [&gw, &plain, &a] {
