@@ -139,9 +139,11 @@ Exit codes: 0 everything holds; 2 drift, a netns gone or a corrupt record; 1 err
     Inspect(Inspect),
     /// IPsec tunnel protection on this node.
     Ipsec(Ipsec),
-    /// Chain podgate into the node's primary CNI conflist.
+    /// Chain podgate after the node's primary CNI: a conflist of its own
+    /// (00-podgate.conflist) that sorts first, rendered from the primary's.
     Install(install::InstallArgs),
-    /// Remove podgate from the node's primary CNI conflist.
+    /// Remove podgate's conflist (and podgate entries an earlier version put
+    /// into other conflists).
     Uninstall(install::UninstallArgs),
 }
 
