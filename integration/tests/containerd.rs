@@ -557,6 +557,14 @@ fn pods_through_containerd_cri() {
     let v: Value = serde_json::from_str(&r.out).unwrap();
     assert_eq!(v["attachments"].as_array().unwrap().len(), 1, "{r:?}");
     assert_eq!(v["attachments"][0]["key"]["containerID"], a, "{r:?}");
+    let r = podgate(&c, &["inspect", "--k8s-pod", "default/web-0", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v: Value = serde_json::from_str(&r.out).unwrap();
+    assert_eq!(
+        v["attachments"],
+        json!([]),
+        "a plain pod has no record: {r:?}"
+    );
 
     // The same from the DaemonSet's container (read-only CRI socket, its
     // capabilities only). Its netns is the node's (hostNetwork).

@@ -543,6 +543,51 @@ fn in_place_chains_of_earlier_installs_are_given_back() {
     );
 }
 
+/// An earlier podgate converted a single-plugin `.conf` into a conflist and
+/// renamed the `.conf` away: install gives the `.conf` back and renders from
+/// it.
+#[test]
+fn conversions_of_earlier_installs_are_given_back() {
+    let d = Dirs::new("migrateconf");
+    let conf = fixture("10-mynet.conf");
+    let mut converted: Value = serde_json::from_slice(&conf).unwrap();
+    let plugin = {
+        let mut p = converted.clone();
+        p.as_object_mut().unwrap().remove("cniVersion");
+        p.as_object_mut().unwrap().remove("name");
+        p
+    };
+    converted = json!({
+        "cniVersion": converted["cniVersion"],
+        "name": converted["name"],
+        "plugins": [plugin, {"type": "podgate-router", "generation": "old"}],
+    });
+    let written = serde_json::to_string_pretty(&converted).unwrap();
+    d.put("10-mynet.conflist", written.as_bytes());
+    d.put("10-mynet.conf.podgate-orig", &conf);
+    let state = d.root().join("state");
+    fs::create_dir_all(&state).unwrap();
+    fs::write(
+        state.join("10-mynet.conflist.podgate-backup"),
+        serde_json::to_vec(&json!({
+            "file": "10-mynet.conflist",
+            "written": written,
+            "original": String::from_utf8(conf.clone()).unwrap(),
+            "convertedFrom": "10-mynet.conf",
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    d.install_ok();
+    assert_eq!(d.files(), vec![OWN, "10-mynet.conf"]);
+    assert_eq!(d.read("10-mynet.conf"), conf);
+    assert_rendered_from(&d, &conf, "migrated .conf");
+    assert!(d.check());
+    d.uninstall_ok();
+    assert_eq!(d.files(), vec!["10-mynet.conf"]);
+    assert_eq!(d.read("10-mynet.conf"), conf);
+}
+
 #[test]
 fn binaries_are_replaced_only_when_their_content_changes() {
     let d = Dirs::new("bins");
