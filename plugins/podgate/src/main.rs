@@ -233,6 +233,32 @@ mod tests {
         .unwrap();
         let Cmd::Inspect(i) = i.cmd else { panic!() };
         assert_eq!(i.common.target.state_dir, std::path::PathBuf::from("/s"));
+        let k = Cli::try_parse_from([
+            "podgate",
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "vpn/openvpn-0",
+            "--runtime-endpoint",
+            "unix:///run/k3s/containerd/containerd.sock",
+            "net.ipv4.ip_forward",
+        ])
+        .unwrap();
+        let Cmd::Sysctl(k) = k.cmd else { panic!() };
+        assert_eq!(k.common.target.k8s_pod.as_deref(), Some("vpn/openvpn-0"));
+        assert_eq!(
+            k.common.target.runtime_endpoint.as_deref(),
+            Some("unix:///run/k3s/containerd/containerd.sock")
+        );
+        for other in [["--netns", "/x"], ["--pid", "1"], ["--container", "abc"]] {
+            let mut args = vec!["podgate", "diagnose", "--k8s-pod", "vpn/openvpn-0"];
+            args.extend(other);
+            assert!(Cli::try_parse_from(args).is_err(), "{other:?}");
+        }
+        assert!(
+            Cli::try_parse_from(["podgate", "inspect", "--all", "--k8s-pod", "vpn/openvpn-0"])
+                .is_err()
+        );
         let c = Cli::try_parse_from(["podgate", "route", "add", "-6", "default", "via", "fd00::1"])
             .unwrap();
         assert!(matches!(
