@@ -427,6 +427,28 @@ fn corrupt_or_empty_primaries_are_refused_untouched() {
     let out = d.uninstall(&["--conflist-name", "0-podgate.conflist"]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(d.files(), vec!["00-aaa.conflist"]);
+    // A meta-plugin's file first (Multus): render from the real primary.
+    let d = Dirs::new("multus");
+    let multus = br#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus","kubeconfig":"/etc/cni/net.d/multus.d/multus.kubeconfig"}"#;
+    d.put("00-multus.conf", multus);
+    d.put("10-calico.conflist", &fixture("10-calico.conflist"));
+    let out = d.install(&[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("00-multus.conf sorts before it"),
+        "{}",
+        text(&out)
+    );
+    let out = d.install(&["--primary", "10-calico.conflist"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        d.loaded(),
+        vec!["00-multus.conf", OWN, "10-calico.conflist"]
+    );
+    assert_rendered_from(&d, &fixture("10-calico.conflist"), "behind multus");
+    assert_eq!(d.read("00-multus.conf"), multus);
+    d.uninstall_ok();
+    assert_eq!(d.loaded(), vec!["00-multus.conf", "10-calico.conflist"]);
     for bad in [
         "x.conf",
         ".00-podgate.conflist",
