@@ -1,8 +1,8 @@
 # podgate installer image: podgate, podgate-router and podgate-tunnel-guard,
 # statically linked, on an empty distroless base. Its DaemonSet
 # (conf/kubernetes/podgate.yaml) runs `podgate install --watch`, which copies
-# the two plugins into the host's CNI bin dir and chains them into the
-# primary CNI's conflist.
+# the two plugins into the host's CNI bin dir and writes podgate's own
+# conflist (the primary CNI's chain plus podgate's, sorting first).
 #
 #   docker build -t registry.example.com/podgate/podgate:0.1.0 .
 

@@ -29,6 +29,12 @@ packages=(
     gcc
     libc6-dev
     strace
+    # tests/containerd.rs: containerd (with ctr and the runc v2 shim) in a node
+    # netns; protoc builds the k8s-cri bindings (helper and tests)
+    containerd
+    runc
+    protobuf-compiler
+    tar
 )
 
 log="$(mktemp)"

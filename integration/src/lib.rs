@@ -12,11 +12,14 @@
 //! * [`snapshot`] / [`assert_same`]: before/after equality of routes, rules,
 //!   nftables ruleset, links and addresses.
 //! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`]: traffic between namespaces.
+//! * [`containerd::Containerd`]: a real containerd (CRI) running inside a
+//!   node's netns, with a locally built pause image.
 //!
 //! Tests using it must run as root; call [`require_root`] first.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod containerd;
 mod netns;
 mod node;
 mod snapshot;

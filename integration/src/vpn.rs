@@ -77,7 +77,22 @@ fn log_path(key: &Path, server: bool) -> PathBuf {
 
 /// The server (in the VPN pod): `--ifconfig 10.8.0.1 10.8.0.2`, port 1194.
 pub fn server(ns: &Netns, key: &Path) -> Child {
-    spawn(ns, key, true, 0, &[])
+    let args = openvpn_args(key, true, 0, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ns.spawn(&args)
+}
+
+/// [`server`] in a netns that is only a file (a runtime's sandbox netns):
+/// `nsenter --net=<path> openvpn ...`, null stdio.
+pub fn server_in(netns: &Path, key: &Path) -> Child {
+    Command::new("nsenter")
+        .arg(format!("--net={}", netns.display()))
+        .args(openvpn_args(key, true, 0, &[]))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawning nsenter openvpn")
 }
 
 /// The client: connects to the node's hostPort from local port `lport` (use a
@@ -85,10 +100,12 @@ pub fn server(ns: &Netns, key: &Path) -> Child {
 /// pod) and routes each of `routes` (`("10.22.0.0", "255.255.0.0")`) into the
 /// tunnel, as a server would push them.
 pub fn connect(ns: &Netns, key: &Path, lport: u16, routes: &[(&str, &str)]) -> Child {
-    spawn(ns, key, false, lport, routes)
+    let args = openvpn_args(key, false, lport, routes);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ns.spawn(&args)
 }
 
-fn spawn(ns: &Netns, key: &Path, server: bool, lport: u16, routes: &[(&str, &str)]) -> Child {
+fn openvpn_args(key: &Path, server: bool, lport: u16, routes: &[(&str, &str)]) -> Vec<String> {
     let log = log_path(key, server);
     let log = log.to_str().expect("utf-8 temp path");
     let key = key.to_str().expect("utf-8 temp path");
@@ -129,7 +146,7 @@ fn spawn(ns: &Netns, key: &Path, server: bool, lport: u16, routes: &[(&str, &str
             args.extend(["--route", net, mask]);
         }
     }
-    ns.spawn(&args)
+    args.into_iter().map(String::from).collect()
 }
 
 /// Both logs, for assertion messages.

@@ -1,7 +1,10 @@
 //! `podgate install` / `uninstall` against copies of real-world primary
-//! configs (integration/fixtures/primaries/) in temp dirs, `--watch` while a
-//! primary rewrites its file, and a pod wired through the merged chain by the
-//! real libcni. Never touches the machine's /etc/cni or /opt/cni.
+//! configs (integration/fixtures/primaries/) in temp dirs: podgate's own
+//! conflist (`00-podgate.conflist`) rendered from the primary, `--watch`
+//! while a primary rewrites or removes its file, and a pod wired through the
+//! chain by the real libcni. Never touches the machine's /etc/cni or /opt/cni.
+//! The reboot case (installer down while the primary rewrites its file) runs
+//! under containerd in `tests/containerd.rs`.
 //!
 //! Needs the binaries built first (`cargo build --bins`).
 
@@ -216,8 +219,52 @@ fn replace_atomically(path: &Path, bytes: &[u8]) {
     fs::rename(&tmp, path).unwrap();
 }
 
+/// podgate's own conflist.
+const OWN: &str = "00-podgate.conflist";
+
+/// The chain a runtime gets from podgate's file: the primary's plugins
+/// (a `.conf` as a one-plugin list), then podgate's two entries.
+fn assert_rendered_from(d: &Dirs, primary: &[u8], what: &str) {
+    let own = d.json(OWN);
+    let orig: Value = serde_json::from_slice(primary).unwrap();
+    let mut want_types = match orig.get("plugins") {
+        Some(_) => types(&orig),
+        None => vec![orig["type"].as_str().unwrap().to_string()],
+    };
+    want_types.extend(["podgate-tunnel-guard".into(), "podgate-router".into()]);
+    assert_eq!(
+        types(&own),
+        want_types,
+        "{what}: the primary's plugins, then podgate's"
+    );
+    assert_eq!(own["cniVersion"], orig["cniVersion"], "{what}: cniVersion");
+    assert_eq!(own["name"], orig["name"], "{what}: same network name");
+    for p in own["plugins"].as_array().unwrap() {
+        if p["type"].as_str().unwrap().starts_with("podgate-") {
+            assert!(
+                p.get("cniVersion").is_none(),
+                "{what}: entries inherit cniVersion"
+            );
+        }
+    }
+    if let Some(plugins) = orig.get("plugins") {
+        // The primary's own plugins, and the top-level key order, as it wrote them.
+        let n = plugins.as_array().unwrap().len();
+        assert_eq!(
+            &own["plugins"].as_array().unwrap()[..n],
+            plugins.as_array().unwrap()
+        );
+        assert_eq!(top_keys(&d.read(OWN)), top_keys(primary), "{what}");
+    } else {
+        let mut plugin = orig.clone();
+        plugin.as_object_mut().unwrap().remove("cniVersion");
+        plugin.as_object_mut().unwrap().remove("name");
+        assert_eq!(own["plugins"][0], plugin, "{what}: .conf as a list");
+    }
+}
+
 #[test]
-fn install_into_each_real_world_primary_then_uninstall_restores_bytes() {
+fn install_renders_its_own_conflist_from_each_real_world_primary() {
     for name in PRIMARIES {
         let d = Dirs::new("each");
         let original = fixture(name);
@@ -226,53 +273,15 @@ fn install_into_each_real_world_primary_then_uninstall_restores_bytes() {
         assert!(!d.check(), "{name}: --check before install");
 
         d.install_ok();
-        let chained = if name.ends_with(".conf") {
-            name.replace(".conf", ".conflist")
-        } else {
-            name.to_string()
-        };
-        // What a runtime loads now: only the chained conflist.
-        assert_eq!(d.loaded(), vec![chained.clone()], "{name}");
-        let merged = d.json(&chained);
-        let orig: Value = serde_json::from_slice(&original).unwrap();
-        let mut want_types = match orig.get("plugins") {
-            Some(_) => types(&orig),
-            None => vec![orig["type"].as_str().unwrap().to_string()],
-        };
-        want_types.extend(["podgate-tunnel-guard".into(), "podgate-router".into()]);
+        // What a runtime loads first now: podgate's file; the primary's file
+        // is exactly as its owner wrote it.
         assert_eq!(
-            types(&merged),
-            want_types,
-            "{name}: podgate appended after the primary"
+            d.loaded(),
+            vec![OWN.to_string(), name.to_string()],
+            "{name}"
         );
-        assert_eq!(
-            merged["cniVersion"], orig["cniVersion"],
-            "{name}: cniVersion kept"
-        );
-        assert_eq!(merged["name"], orig["name"], "{name}: name kept");
-        for p in merged["plugins"].as_array().unwrap() {
-            if p["type"].as_str().unwrap().starts_with("podgate-") {
-                assert!(
-                    p.get("cniVersion").is_none(),
-                    "{name}: entries inherit cniVersion"
-                );
-            }
-        }
-        if let Some(plugins) = orig.get("plugins") {
-            // The primary's own plugins, and the top-level key order, untouched.
-            let n = plugins.as_array().unwrap().len();
-            assert_eq!(
-                &merged["plugins"].as_array().unwrap()[..n],
-                plugins.as_array().unwrap()
-            );
-            assert_eq!(top_keys(&d.read(&chained)), top_keys(&original), "{name}");
-        } else {
-            let mut plugin = orig.clone();
-            plugin.as_object_mut().unwrap().remove("cniVersion");
-            plugin.as_object_mut().unwrap().remove("name");
-            assert_eq!(merged["plugins"][0], plugin, "{name}: converted .conf");
-            assert_eq!(d.read(&format!("{name}.podgate-orig")), original);
-        }
+        assert_eq!(d.read(name), original, "{name}: primary untouched");
+        assert_rendered_from(&d, &original, name);
         for bin in ["podgate-router", "podgate-tunnel-guard"] {
             let p = d.bin().join(bin);
             assert_eq!(
@@ -287,22 +296,14 @@ fn install_into_each_real_world_primary_then_uninstall_restores_bytes() {
         assert!(d.check(), "{name}: --check after install");
 
         // Install twice = install once.
-        let once = d.read(&chained);
+        let once = d.read(OWN);
         let files = d.files();
         d.install_ok();
-        assert_eq!(
-            d.read(&chained),
-            once,
-            "{name}: second install changed the file"
-        );
+        assert_eq!(d.read(OWN), once, "{name}: second install changed the file");
         assert_eq!(d.files(), files, "{name}");
 
         d.uninstall_ok();
-        assert_eq!(
-            d.read(name),
-            original,
-            "{name}: uninstall restores the original bytes"
-        );
+        assert_eq!(d.read(name), original, "{name}: primary untouched");
         assert_eq!(d.loaded(), vec![name.to_string()], "{name}");
         assert!(
             !d.files().iter().any(|f| f.contains("podgate")),
@@ -329,29 +330,30 @@ fn install_into_each_real_world_primary_then_uninstall_restores_bytes() {
 fn the_first_file_in_lexical_order_is_the_primary() {
     let d = Dirs::new("order");
     d.put("10-calico.conflist", &fixture("10-calico.conflist"));
-    d.put(
-        "99-loopback.conf",
-        br#"{"cniVersion":"0.3.1","name":"lo","type":"loopback"}"#,
-    );
+    let lo = br#"{"cniVersion":"0.3.1","name":"lo","type":"loopback"}"#;
+    d.put("99-loopback.conf", lo);
     d.put("00-disabled.conflist.bak", b"{not json");
     d.put("calico-kubeconfig", b"apiVersion: v1\n");
     d.install_ok();
-    assert!(d.read("10-calico.conflist") != fixture("10-calico.conflist"));
-    assert_eq!(d.loaded(), vec!["10-calico.conflist", "99-loopback.conf"]);
+    assert_rendered_from(&d, &fixture("10-calico.conflist"), "10-calico");
+    assert_eq!(
+        d.loaded(),
+        vec![OWN, "10-calico.conflist", "99-loopback.conf"]
+    );
     assert_eq!(d.read("00-disabled.conflist.bak"), b"{not json");
 
-    // --primary picks another file; the previous one is given back.
+    // --primary picks another file.
     let out = d.install(&["--primary", "99-loopback.conf"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(d.read("10-calico.conflist"), fixture("10-calico.conflist"));
-    assert_eq!(types(&d.json("99-loopback.conflist"))[0], "loopback");
+    assert_eq!(types(&d.json(OWN))[0], "loopback");
     let check = d.install(&["--check", "--primary", "99-loopback.conf"]);
     assert!(check.status.success(), "{}", text(&check));
+    assert!(!d.check(), "without --primary the chain is not current");
+    let out = d.install(&["--primary", OWN]);
+    assert!(!out.status.success(), "podgate's own file is no primary");
     d.uninstall_ok();
-    assert_eq!(
-        d.read("99-loopback.conf"),
-        br#"{"cniVersion":"0.3.1","name":"lo","type":"loopback"}"#
-    );
+    assert_eq!(d.read("99-loopback.conf"), lo);
+    assert_eq!(d.read("10-calico.conflist"), fixture("10-calico.conflist"));
     assert_eq!(d.loaded(), vec!["10-calico.conflist", "99-loopback.conf"]);
 }
 
@@ -395,18 +397,72 @@ fn corrupt_or_empty_primaries_are_refused_untouched() {
     let out = d.install(&[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no CNI config"));
-    // A .conf whose .conflist name is taken by someone else.
-    let d = Dirs::new("conflict");
-    d.put("10-mynet.conf", &fixture("10-mynet.conf"));
-    d.put("10-mynet.conflist", &fixture("10-flannel.conflist"));
+
+    // podgate's name taken by a file podgate did not write.
+    let d = Dirs::new("taken");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    d.put(OWN, &fixture("05-cilium.conflist"));
     let out = d.install(&[]);
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("already exists"),
+        text(&out).contains("was not written by podgate"),
         "{}",
         text(&out)
     );
-    assert_eq!(d.read("10-mynet.conflist"), fixture("10-flannel.conflist"));
+    assert_eq!(d.read(OWN), fixture("05-cilium.conflist"));
+    d.uninstall_ok();
+    assert_eq!(d.read(OWN), fixture("05-cilium.conflist"), "not podgate's");
+
+    // A primary that sorts before podgate's file: refused (the runtime would
+    // never load podgate's chain), until a name that sorts earlier is given.
+    let d = Dirs::new("sorts");
+    d.put("00-aaa.conflist", &fixture("10-flannel.conflist"));
+    let out = d.install(&[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("sorts before it"), "{}", text(&out));
+    assert_eq!(d.files(), vec!["00-aaa.conflist"]);
+    let out = d.install(&["--conflist-name", "0-podgate.conflist"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(d.loaded(), vec!["0-podgate.conflist", "00-aaa.conflist"]);
+    let out = d.uninstall(&["--conflist-name", "0-podgate.conflist"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(d.files(), vec!["00-aaa.conflist"]);
+    // A meta-plugin's file first (Multus): render from the real primary.
+    let d = Dirs::new("multus");
+    let multus = br#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus","kubeconfig":"/etc/cni/net.d/multus.d/multus.kubeconfig"}"#;
+    d.put("00-multus.conf", multus);
+    d.put("10-calico.conflist", &fixture("10-calico.conflist"));
+    let out = d.install(&[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("00-multus.conf sorts before it"),
+        "{}",
+        text(&out)
+    );
+    let out = d.install(&["--primary", "10-calico.conflist"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        d.loaded(),
+        vec!["00-multus.conf", OWN, "10-calico.conflist"]
+    );
+    assert_rendered_from(&d, &fixture("10-calico.conflist"), "behind multus");
+    assert_eq!(d.read("00-multus.conf"), multus);
+    d.uninstall_ok();
+    assert_eq!(d.loaded(), vec!["00-multus.conf", "10-calico.conflist"]);
+    for bad in [
+        "x.conf",
+        ".00-podgate.conflist",
+        "a/b.conflist",
+        ".conflist",
+    ] {
+        let out = d.install(&["--conflist-name", bad]);
+        assert!(!out.status.success(), "{bad}");
+        assert!(
+            text(&out).contains("--conflist-name"),
+            "{bad}: {}",
+            text(&out)
+        );
+    }
 }
 
 #[test]
@@ -433,6 +489,7 @@ fn bad_plugins_file_is_refused_before_touching_anything() {
             "{entries}: {}",
             text(&out)
         );
+        assert_eq!(d.files(), vec!["10-flannel.conflist"]);
         assert_eq!(
             d.read("10-flannel.conflist"),
             fixture("10-flannel.conflist")
@@ -441,51 +498,116 @@ fn bad_plugins_file_is_refused_before_touching_anything() {
     }
 }
 
+/// An earlier podgate chained into the primary's file in place (and kept
+/// its original bytes in the state dir); a primary may also hold podgate
+/// entries nobody recorded. Install moves the chain into podgate's file
+/// and gives the primary back.
 #[test]
-fn old_podgate_entries_are_replaced_not_duplicated() {
-    let d = Dirs::new("old");
-    let mut stale: Value = serde_json::from_slice(&fixture("10-calico.conflist")).unwrap();
-    let plugins = stale["plugins"].as_array_mut().unwrap();
+fn in_place_chains_of_earlier_installs_are_given_back() {
+    let d = Dirs::new("migrate");
+    let original = fixture("10-calico.conflist");
+    let mut old: Value = serde_json::from_slice(&original).unwrap();
+    let plugins = old["plugins"].as_array_mut().unwrap();
     plugins.insert(
         1,
         json!({"type": "podgate-router", "profiles": {}, "generation": "old"}),
     );
     plugins.push(json!({"type": "podgate-tunnel-guard", "generation": "old"}));
-    d.put(
-        "10-calico.conflist",
-        &serde_json::to_vec_pretty(&stale).unwrap(),
-    );
+    let written = serde_json::to_string_pretty(&old).unwrap();
+    d.put("10-calico.conflist", written.as_bytes());
+    // The record an in-place install left.
+    let state = d.root().join("state");
+    fs::create_dir_all(&state).unwrap();
+    fs::write(
+        state.join("10-calico.conflist.podgate-backup"),
+        serde_json::to_vec(&json!({
+            "file": "10-calico.conflist",
+            "written": written,
+            "original": String::from_utf8(original.clone()).unwrap(),
+        }))
+        .unwrap(),
+    )
+    .unwrap();
     d.install_ok();
-    let merged = d.json("10-calico.conflist");
     assert_eq!(
-        types(&merged),
-        [
-            "calico",
-            "portmap",
-            "bandwidth",
-            "podgate-tunnel-guard",
-            "podgate-router"
-        ]
+        d.read("10-calico.conflist"),
+        original,
+        "the primary's own bytes are back"
     );
-    assert!(!merged.to_string().contains("\"old\""));
+    assert_rendered_from(&d, &original, "migrated");
+    assert!(!d.json(OWN).to_string().contains("\"old\""));
+    assert!(d.check());
 
     // New entries from an updated plugins file replace the current ones.
     d.set_plugins(&json!([router_entry(&d.root().join("router2"))]));
     assert!(!d.check(), "--check must notice the plugins file changed");
     d.install_ok();
-    let merged = d.json("10-calico.conflist");
     assert_eq!(
-        types(&merged),
+        types(&d.json(OWN)),
         ["calico", "portmap", "bandwidth", "podgate-router"]
     );
-    assert!(merged.to_string().contains("router2"));
-
-    // The file held podgate entries before install: no byte backup, so
-    // uninstall removes podgate's entries and keeps everything else.
+    assert!(d.json(OWN).to_string().contains("router2"));
     d.uninstall_ok();
-    let back = d.json("10-calico.conflist");
-    let orig: Value = serde_json::from_slice(&fixture("10-calico.conflist")).unwrap();
-    assert_eq!(back, orig);
+    assert_eq!(d.files(), vec!["10-calico.conflist"]);
+
+    // Unrecorded podgate entries in a primary (state dir lost): podgate's
+    // file never carries them twice, and uninstall takes them out.
+    d.put("10-calico.conflist", written.as_bytes());
+    d.install_ok();
+    assert_eq!(
+        types(&d.json(OWN)),
+        ["calico", "portmap", "bandwidth", "podgate-router"]
+    );
+    d.uninstall_ok();
+    assert_eq!(
+        d.json("10-calico.conflist"),
+        serde_json::from_slice::<Value>(&original).unwrap()
+    );
+}
+
+/// An earlier podgate converted a single-plugin `.conf` into a conflist and
+/// renamed the `.conf` away: install gives the `.conf` back and renders from
+/// it.
+#[test]
+fn conversions_of_earlier_installs_are_given_back() {
+    let d = Dirs::new("migrateconf");
+    let conf = fixture("10-mynet.conf");
+    let mut converted: Value = serde_json::from_slice(&conf).unwrap();
+    let plugin = {
+        let mut p = converted.clone();
+        p.as_object_mut().unwrap().remove("cniVersion");
+        p.as_object_mut().unwrap().remove("name");
+        p
+    };
+    converted = json!({
+        "cniVersion": converted["cniVersion"],
+        "name": converted["name"],
+        "plugins": [plugin, {"type": "podgate-router", "generation": "old"}],
+    });
+    let written = serde_json::to_string_pretty(&converted).unwrap();
+    d.put("10-mynet.conflist", written.as_bytes());
+    d.put("10-mynet.conf.podgate-orig", &conf);
+    let state = d.root().join("state");
+    fs::create_dir_all(&state).unwrap();
+    fs::write(
+        state.join("10-mynet.conflist.podgate-backup"),
+        serde_json::to_vec(&json!({
+            "file": "10-mynet.conflist",
+            "written": written,
+            "original": String::from_utf8(conf.clone()).unwrap(),
+            "convertedFrom": "10-mynet.conf",
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    d.install_ok();
+    assert_eq!(d.files(), vec![OWN, "10-mynet.conf"]);
+    assert_eq!(d.read("10-mynet.conf"), conf);
+    assert_rendered_from(&d, &conf, "migrated .conf");
+    assert!(d.check());
+    d.uninstall_ok();
+    assert_eq!(d.files(), vec!["10-mynet.conf"]);
+    assert_eq!(d.read("10-mynet.conf"), conf);
 }
 
 #[test]
@@ -574,13 +696,15 @@ impl Drop for Watcher {
     }
 }
 
-fn chained(d: &Dirs, name: &str) -> bool {
-    fs::read(d.conf().join(name))
+/// podgate's file holds a chain of `first_type` ... then podgate's two entries.
+fn chained(d: &Dirs, first_type: &str) -> bool {
+    fs::read(d.conf().join(OWN))
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .is_some_and(|v| {
             let t = types(&v);
-            t.last().map(String::as_str) == Some("podgate-router")
+            t.first().map(String::as_str) == Some(first_type)
+                && t.last().map(String::as_str) == Some("podgate-router")
                 && t.iter().filter(|x| x.starts_with("podgate-")).count() == 2
         })
 }
@@ -588,12 +712,12 @@ fn chained(d: &Dirs, name: &str) -> bool {
 const WAIT: Duration = Duration::from_secs(10);
 
 #[test]
-fn watch_rechains_when_the_primary_rewrites_its_file() {
+fn watch_rerenders_when_the_primary_rewrites_its_file() {
     let d = Dirs::new("watch");
     d.put("10-calico.conflist", &fixture("10-calico.conflist"));
     let w = Watcher::start(&d, &[]);
     wait_for("first chain", WAIT, || {
-        chained(&d, "10-calico.conflist") && d.ready().exists()
+        chained(&d, "calico") && d.ready().exists()
     });
     assert!(d.check());
 
@@ -602,13 +726,18 @@ fn watch_rechains_when_the_primary_rewrites_its_file() {
         .unwrap()
         .replace("\"mtu\": 0", "\"mtu\": 1440");
     replace_atomically(&d.conf().join("10-calico.conflist"), v2.as_bytes());
-    wait_for("re-chain after rename", WAIT, || {
-        chained(&d, "10-calico.conflist")
+    wait_for("re-render after rename", WAIT, || {
+        d.json(OWN)["plugins"][0]["mtu"] == 1440
     });
-    assert_eq!(d.json("10-calico.conflist")["plugins"][0]["mtu"], 1440);
+    assert_eq!(
+        d.read("10-calico.conflist"),
+        v2.as_bytes(),
+        "primary untouched"
+    );
 
     // A writer that truncates and writes in place, in two steps: the
-    // half-written file is waited out, the complete one re-chained.
+    // half-written file is waited out (podgate's last good chain stays, the
+    // installer reports unready), the complete one rendered.
     let v3 = v2.replace("\"mtu\": 1440", "\"mtu\": 1400");
     let (head, tail) = v3.split_at(v3.len() / 2);
     let mut f = fs::File::create(d.conf().join("10-calico.conflist")).unwrap();
@@ -616,33 +745,17 @@ fn watch_rechains_when_the_primary_rewrites_its_file() {
     wait_for("unready while the file is half-written", WAIT, || {
         !d.ready().exists()
     });
+    assert!(chained(&d, "calico"), "the last good chain stays in place");
     f.write_all(tail.as_bytes()).unwrap();
     drop(f);
-    wait_for("re-chain after in-place write", WAIT, || {
-        chained(&d, "10-calico.conflist") && d.ready().exists()
+    wait_for("re-render after in-place write", WAIT, || {
+        d.ready().exists() && d.json(OWN)["plugins"][0]["mtu"] == 1400
     });
-    assert_eq!(d.json("10-calico.conflist")["plugins"][0]["mtu"], 1400);
+    assert_eq!(d.read("10-calico.conflist"), v3.as_bytes());
 
-    // Another component drops podgate's entries from the file.
-    let mut v: Value = d.json("10-calico.conflist");
-    v["plugins"].as_array_mut().unwrap().truncate(3);
-    let v4 = serde_json::to_vec_pretty(&v).unwrap();
-    d.put("10-calico.conflist", &v4);
-    wait_for("re-chain after removal", WAIT, || {
-        chained(&d, "10-calico.conflist")
-    });
-
-    // Another component re-serialises the chained file (sorted keys, same
-    // content): that is not fought over.
-    let resorted = serde_json::to_vec_pretty(&d.json("10-calico.conflist")).unwrap();
-    replace_atomically(&d.conf().join("10-calico.conflist"), &resorted);
-    std::thread::sleep(Duration::from_millis(600));
-    assert_eq!(
-        d.read("10-calico.conflist"),
-        resorted,
-        "watcher rewrote a chained file"
-    );
-    assert!(d.ready().exists());
+    // Someone deletes podgate's file: it comes back.
+    fs::remove_file(d.conf().join(OWN)).unwrap();
+    wait_for("podgate's file back", WAIT, || chained(&d, "calico"));
 
     // A deleted plugin binary comes back.
     fs::remove_file(d.bin().join("podgate-router")).unwrap();
@@ -654,15 +767,10 @@ fn watch_rechains_when_the_primary_rewrites_its_file() {
     assert!(status.success(), "watcher exit {status}:\n{log}");
     assert!(!d.ready().exists(), "ready file left after exit");
     // Default: the chain stays in place when the installer stops.
-    assert!(chained(&d, "10-calico.conflist"));
-    // Uninstall gives back the latest content written by someone else (as
-    // JSON: the file was edited after podgate's last write, so only
-    // podgate's entries are taken out).
+    assert!(chained(&d, "calico"));
     d.uninstall_ok();
-    assert_eq!(
-        d.json("10-calico.conflist"),
-        serde_json::from_slice::<Value>(&v4).unwrap()
-    );
+    assert_eq!(d.files(), vec!["10-calico.conflist"]);
+    assert_eq!(d.read("10-calico.conflist"), v3.as_bytes());
 }
 
 #[test]
@@ -670,38 +778,55 @@ fn watch_follows_a_rewritten_conf_and_a_new_first_file() {
     let d = Dirs::new("watchconf");
     d.put("10-mynet.conf", &fixture("10-mynet.conf"));
     let w = Watcher::start(&d, &[]);
-    wait_for("conversion", WAIT, || chained(&d, "10-mynet.conflist"));
-    assert_eq!(d.loaded(), vec!["10-mynet.conflist"]);
+    wait_for("chain", WAIT, || chained(&d, "bridge"));
+    assert_eq!(d.loaded(), vec![OWN, "10-mynet.conf"]);
 
-    // The primary's installer runs again and writes its .conf anew: the
-    // runtime would load it first, so it is converted again.
+    // The primary's installer writes its .conf anew.
     let v2 = String::from_utf8(fixture("10-mynet.conf"))
         .unwrap()
         .replace("10.22.0.0/16", "10.23.0.0/16");
     replace_atomically(&d.conf().join("10-mynet.conf"), v2.as_bytes());
-    wait_for("re-conversion", WAIT, || {
-        d.loaded() == vec!["10-mynet.conflist"] && chained(&d, "10-mynet.conflist")
-    });
-    assert!(d
-        .json("10-mynet.conflist")
-        .to_string()
-        .contains("10.23.0.0/16"));
-    assert_eq!(d.read("10-mynet.conf.podgate-orig"), v2.as_bytes());
-
-    // A new primary sorts first (Cilium installed): the chain moves there
-    // and the old file is given back.
-    d.put("05-cilium.conflist", &fixture("05-cilium.conflist"));
-    wait_for("chain moved", WAIT, || {
-        chained(&d, "05-cilium.conflist")
-            && d.loaded() == vec!["05-cilium.conflist", "10-mynet.conf"]
+    wait_for("re-render", WAIT, || {
+        d.json(OWN).to_string().contains("10.23.0.0/16")
     });
     assert_eq!(d.read("10-mynet.conf"), v2.as_bytes());
+
+    // A new primary sorts first (Cilium installed): podgate's file follows.
+    d.put("05-cilium.conflist", &fixture("05-cilium.conflist"));
+    wait_for("chain moved", WAIT, || chained(&d, "cilium-cni"));
+    assert_eq!(d.loaded(), vec![OWN, "05-cilium.conflist", "10-mynet.conf"]);
 
     let (status, log) = w.stop();
     assert!(status.success(), "{log}");
     d.uninstall_ok();
     assert_eq!(d.read("05-cilium.conflist"), fixture("05-cilium.conflist"));
     assert_eq!(d.loaded(), vec!["05-cilium.conflist", "10-mynet.conf"]);
+}
+
+#[test]
+fn watch_withdraws_its_copy_when_the_primary_disappears() {
+    let d = Dirs::new("withdraw");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    let w = Watcher::start(&d, &[]);
+    wait_for("chain", WAIT, || {
+        chained(&d, "flannel") && d.ready().exists()
+    });
+    // The primary CNI is uninstalled: a copy of its chain must not outlive it.
+    fs::remove_file(d.conf().join("10-flannel.conflist")).unwrap();
+    wait_for("podgate's copy removed", WAIT, || {
+        d.files().is_empty() && !d.ready().exists()
+    });
+    // It comes back.
+    replace_atomically(
+        &d.conf().join("10-flannel.conflist"),
+        &fixture("10-flannel.conflist"),
+    );
+    wait_for("chain again", WAIT, || {
+        chained(&d, "flannel") && d.ready().exists()
+    });
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("removed 00-podgate.conflist"), "{log}");
 }
 
 #[test]
@@ -717,53 +842,53 @@ fn watch_waits_for_the_primary_and_reports_readiness() {
         &fixture("01-kube-ovn.conflist"),
     );
     wait_for("chain", WAIT, || {
-        chained(&d, "01-kube-ovn.conflist") && d.ready().exists()
+        chained(&d, "kube-ovn") && d.ready().exists()
     });
     assert!(d.check());
     assert_eq!(
         fs::read_to_string(d.ready()).unwrap(),
-        "chained 01-kube-ovn.conflist\n"
+        format!("chained {OWN}\n")
     );
 
-    // A ConfigMap update (kubelet swaps the ..data symlink) re-chains.
+    // A ConfigMap update (kubelet swaps the ..data symlink) re-renders.
     d.set_plugins(&json!([router_entry(&d.root().join("router-v2"))]));
     wait_for("new entries", WAIT, || {
-        d.json("01-kube-ovn.conflist")
-            .to_string()
-            .contains("router-v2")
+        d.json(OWN).to_string().contains("router-v2")
     });
     // An invalid update keeps the chain but is unready until fixed.
     d.set_plugins(&json!([{"type": "podgate-router", "assign": [{"profile": "missing"}]}]));
     wait_for("unready on a bad plugins file", WAIT, || {
         !d.ready().exists()
     });
-    assert!(d
-        .json("01-kube-ovn.conflist")
-        .to_string()
-        .contains("router-v2"));
+    assert!(d.json(OWN).to_string().contains("router-v2"));
     d.set_plugins(&json!([
         guard_entry(),
         router_entry(&d.root().join("router"))
     ]));
     wait_for("ready again", WAIT, || {
-        chained(&d, "01-kube-ovn.conflist") && d.ready().exists()
+        chained(&d, "kube-ovn") && d.ready().exists()
     });
 
     let (status, log) = w.stop();
     assert!(status.success(), "{log}");
     assert!(log.contains("not chained, waiting"), "{log}");
+    assert_eq!(
+        d.read("01-kube-ovn.conflist"),
+        fixture("01-kube-ovn.conflist")
+    );
 }
 
 #[test]
-fn watch_uninstall_on_exit_restores_the_primary() {
+fn watch_uninstall_on_exit_removes_its_file() {
     let d = Dirs::new("onexit");
     d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
     let w = Watcher::start(&d, &["--uninstall-on-exit"]);
     wait_for("chain", WAIT, || {
-        chained(&d, "10-flannel.conflist") && d.ready().exists()
+        chained(&d, "flannel") && d.ready().exists()
     });
     let (status, log) = w.stop();
     assert!(status.success(), "{log}");
+    assert_eq!(d.files(), vec!["10-flannel.conflist"]);
     assert_eq!(
         d.read("10-flannel.conflist"),
         fixture("10-flannel.conflist")
@@ -793,9 +918,9 @@ fn pod_args(ns: &str, name: &str) -> String {
     )
 }
 
-/// The installer's merged chain, run by the real libcni: the bridge primary
-/// wires the pod, podgate-router (appended by `podgate install`) makes the
-/// assigned pod a router; DEL undoes it; uninstall gives the file back.
+/// The installer's chain, run by the real libcni: the bridge primary wires
+/// the pod, podgate-router (from podgate's own conflist) makes the assigned
+/// pod a router; DEL undoes it; the primary's file is never touched.
 fn wire_pod_through_installed_chain(single_conf: bool) {
     require_root();
     let node = TestNode::new(if single_conf {
@@ -844,6 +969,7 @@ fn wire_pod_through_installed_chain(single_conf: bool) {
             plugins.as_os_str(),
         ],
     );
+    assert_eq!(fs::read(&file).unwrap(), original, "primary untouched");
 
     let gw = node.pod("openvpn-gw-0");
     gw.set_forwarding(false);
@@ -895,11 +1021,8 @@ fn wire_pod_through_installed_chain(single_conf: bool) {
         "DEL left router state"
     );
     run("uninstall", &[]);
-    assert_eq!(
-        fs::read(&file).unwrap(),
-        original,
-        "uninstall gives the primary its bytes back"
-    );
+    assert!(!node.conf_dir().join(OWN).exists());
+    assert_eq!(fs::read(&file).unwrap(), original, "primary untouched");
 }
 
 #[test]
@@ -908,29 +1031,28 @@ fn libcni_wires_a_pod_through_the_installed_chain() {
 }
 
 #[test]
-fn libcni_wires_a_pod_through_a_converted_conf() {
+fn libcni_wires_a_pod_through_a_single_plugin_conf() {
     wire_pod_through_installed_chain(true);
 }
 
 #[test]
-fn watch_warns_when_a_writer_keeps_taking_podgate_out() {
+fn watch_warns_when_a_writer_keeps_removing_podgates_file() {
     let d = Dirs::new("fight");
-    let path = d.conf().join("10-flannel.conflist");
     d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
     let w = Watcher::start(&d, &[]);
-    // A primary that insists on its exact bytes (rewrites on every change).
+    // A component that removes every CNI config it does not own.
     for round in 0..6 {
         wait_for(&format!("chain, round {round}"), WAIT, || {
-            chained(&d, "10-flannel.conflist")
+            chained(&d, "flannel")
         });
-        replace_atomically(&path, &fixture("10-flannel.conflist"));
+        fs::remove_file(d.conf().join(OWN)).unwrap();
     }
-    wait_for("last chain", WAIT, || chained(&d, "10-flannel.conflist"));
+    wait_for("last chain", WAIT, || chained(&d, "flannel"));
     let (status, log) = w.stop();
     assert!(status.success(), "{log}");
-    assert!(log.contains("keeps rewriting"), "{log}");
+    assert!(log.contains("keeps removing"), "{log}");
     assert_eq!(
-        log.matches("keeps rewriting").count(),
+        log.matches("keeps removing").count(),
         1,
         "warned once a minute"
     );

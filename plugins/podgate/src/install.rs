@@ -1,12 +1,14 @@
 //! `podgate install` / `podgate uninstall`: put podgate's plugin binaries into
-//! the node's CNI bin dir and chain podgate's entries at the end of the
-//! primary network's conflist (the file the runtime loads first), keeping
-//! every other byte of it the primary's; and take both out again.
+//! the node's CNI bin dir and write podgate's own conflist, sorting before the
+//! primary network's file: the primary's plugins followed by podgate's,
+//! re-rendered whenever the primary's file changes (the primary's file itself
+//! is never written); and take both out again.
 //!
 //! * [`chain`]: pure conflist transformations (merge, strip, `.conf`
 //!   conversion); [`json`]: a key-order-preserving JSON value for them.
 //! * [`reconcile`]: one install / check / uninstall pass over the dirs.
-//! * [`state`]: the primary's original bytes, for a byte-exact uninstall.
+//! * [`state`]: what was written (and, for files an earlier podgate chained
+//!   in place, the primary's original bytes).
 //! * [`watch`]: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
 //! * [`validate`]: podgate's entries checked by the plugins' own config code.
 
@@ -30,6 +32,9 @@ pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/podgate/installer";
 /// Where the DaemonSet mounts the ConfigMap's `plugins.json`.
 pub const DEFAULT_PLUGINS_FILE: &str = "/etc/podgate/plugins.json";
+/// podgate's own conflist: `00-` sorts before every primary we know of
+/// (Kube-OVN `01-`, Cilium `05-`, Calico/Flannel `10-`).
+pub const DEFAULT_CONFLIST_NAME: &str = "00-podgate.conflist";
 
 #[derive(Debug, Clone, Args)]
 pub struct InstallArgs {
@@ -47,10 +52,15 @@ pub struct InstallArgs {
     /// podgate-*), e.g. a mounted ConfigMap key. Re-read on every pass.
     #[arg(long, default_value = DEFAULT_PLUGINS_FILE, value_name = "FILE")]
     pub plugins: PathBuf,
-    /// Chain into this file of --cni-conf-dir instead of the first
-    /// .conflist/.conf/.json in lexical order (the one runtimes load).
+    /// Render from this file of --cni-conf-dir instead of the first
+    /// .conflist/.conf/.json in lexical order besides podgate's own (the one
+    /// runtimes would load).
     #[arg(long, value_name = "FILE")]
     pub primary: Option<String>,
+    /// podgate's own conflist in --cni-conf-dir; must sort before the
+    /// primary's file (runtimes load the first file in lexical order).
+    #[arg(long, default_value = DEFAULT_CONFLIST_NAME, value_name = "NAME")]
+    pub conflist_name: String,
     /// Where the primary's original bytes are kept for uninstall.
     #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
     pub state_dir: PathBuf,
@@ -86,9 +96,12 @@ pub struct UninstallArgs {
     /// Where the container runtime looks for CNI configs.
     #[arg(long, default_value = DEFAULT_CONF_DIR, value_name = "DIR")]
     pub cni_conf_dir: PathBuf,
-    /// Where install kept the primary's original bytes.
+    /// Where install kept its records.
     #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
     pub state_dir: PathBuf,
+    /// podgate's own conflist, as given to install.
+    #[arg(long, default_value = DEFAULT_CONFLIST_NAME, value_name = "NAME")]
+    pub conflist_name: String,
     /// Also remove podgate-router and podgate-tunnel-guard from --cni-bin-dir
     /// (only once no pod on the node still needs them for its DEL).
     #[arg(long)]
@@ -113,16 +126,18 @@ pub enum InstallError {
     BadPrimary(String),
     #[error("{0} vanished while being read (its writer is replacing it)")]
     Vanished(String),
-    #[error("{0} is not UTF-8 text")]
-    NotUtf8(String),
-    #[error("cannot convert {conf}: {target} already exists and was not written by podgate")]
-    Conflict { conf: String, target: String },
     #[error("encoding JSON: {0}")]
     Encode(serde_json::Error),
     #[error("--source-dir not given and this executable's directory is unknown: {0}")]
     SourceDir(std::io::Error),
     #[error("not chained: {0}")]
     NotChained(String),
+    #[error("--conflist-name {0:?}: give a file name ending in .conflist (no path, not hidden)")]
+    BadConflistName(String),
+    #[error("podgate's {own} would not be loaded first: the primary {primary} sorts before it; pass --conflist-name with a name that sorts earlier")]
+    SortsAfter { own: String, primary: String },
+    #[error("{0} exists and was not written by podgate; pass another --conflist-name")]
+    OwnTaken(String),
     #[error("watch: {0}")]
     Watch(String),
 }
@@ -138,8 +153,6 @@ impl InstallError {
                 | InstallError::NoPrimary(_)
                 | InstallError::PrimaryMissing { .. }
                 | InstallError::Vanished(_)
-                | InstallError::NotUtf8(_)
-                | InstallError::Conflict { .. }
         )
     }
 }
@@ -200,16 +213,31 @@ fn source_of(args: &InstallArgs) -> Result<Source, InstallError> {
     })
 }
 
-fn node_of(bin: &std::path::Path, conf: &std::path::Path, state: &std::path::Path) -> Node {
-    Node {
+fn node_of(
+    bin: &std::path::Path,
+    conf: &std::path::Path,
+    state: &std::path::Path,
+    own: &str,
+) -> Result<Node, InstallError> {
+    let plain = !own.contains('/') && !own.starts_with('.') && own.len() > ".conflist".len();
+    if !plain || chain::kind_of(own) != Some(chain::Kind::List) {
+        return Err(InstallError::BadConflistName(own.into()));
+    }
+    Ok(Node {
         conf_dir: conf.into(),
         bin_dir: bin.into(),
         state: state::StateDir::new(state),
-    }
+        own_file: own.into(),
+    })
 }
 
 pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
-    let node = node_of(&args.cni_bin_dir, &args.cni_conf_dir, &args.state_dir);
+    let node = node_of(
+        &args.cni_bin_dir,
+        &args.cni_conf_dir,
+        &args.state_dir,
+        &args.conflist_name,
+    )?;
     let src = source_of(args)?;
     if args.check {
         let entries = reconcile::load_entries(&src.plugins_file)?;
@@ -249,7 +277,12 @@ pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
 }
 
 pub fn uninstall(args: &UninstallArgs) -> Result<(), InstallError> {
-    let node = node_of(&args.cni_bin_dir, &args.cni_conf_dir, &args.state_dir);
+    let node = node_of(
+        &args.cni_bin_dir,
+        &args.cni_conf_dir,
+        &args.state_dir,
+        &args.conflist_name,
+    )?;
     for msg in reconcile::unchain_all(&node)? {
         log(msg);
     }

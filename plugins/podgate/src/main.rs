@@ -8,6 +8,7 @@
 )]
 
 mod cmd;
+mod cri;
 mod diagnose;
 mod error;
 mod install;
@@ -26,10 +27,12 @@ use select::Common;
 const AFTER_HELP: &str = "\
 Selecting a namespace (after the command name; default: the namespace podgate runs in, i.e. the node's):
   --netns /var/run/netns/NAME | --netns /proc/PID/ns/net | --pid PID | --container ID [--state-dir DIR]
+  --k8s-pod NAMESPACE/NAME [--runtime-endpoint unix:///run/containerd/containerd.sock]
 
 Examples:
   podgate sysctl get --pid 4242 net.ipv4.ip_forward
   podgate sysctl diff --container 3f9a
+  podgate sysctl get --k8s-pod vpn/openvpn-0 net.ipv4.ip_forward
   podgate sysctl set --netns /var/run/netns/vpn net.ipv4.ip_forward=1
   podgate route list --netns /var/run/netns/vpn table all
   podgate route add 10.8.0.0/24 via 10.22.0.5          (on the node)
@@ -136,9 +139,11 @@ Exit codes: 0 everything holds; 2 drift, a netns gone or a corrupt record; 1 err
     Inspect(Inspect),
     /// IPsec tunnel protection on this node.
     Ipsec(Ipsec),
-    /// Chain podgate into the node's primary CNI conflist.
+    /// Chain podgate after the node's primary CNI: a conflist of its own
+    /// (00-podgate.conflist) that sorts first, rendered from the primary's.
     Install(install::InstallArgs),
-    /// Remove podgate from the node's primary CNI conflist.
+    /// Remove podgate's conflist (and podgate entries an earlier version put
+    /// into other conflists).
     Uninstall(install::UninstallArgs),
 }
 
@@ -228,6 +233,32 @@ mod tests {
         .unwrap();
         let Cmd::Inspect(i) = i.cmd else { panic!() };
         assert_eq!(i.common.target.state_dir, std::path::PathBuf::from("/s"));
+        let k = Cli::try_parse_from([
+            "podgate",
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "vpn/openvpn-0",
+            "--runtime-endpoint",
+            "unix:///run/k3s/containerd/containerd.sock",
+            "net.ipv4.ip_forward",
+        ])
+        .unwrap();
+        let Cmd::Sysctl(k) = k.cmd else { panic!() };
+        assert_eq!(k.common.target.k8s_pod.as_deref(), Some("vpn/openvpn-0"));
+        assert_eq!(
+            k.common.target.runtime_endpoint.as_deref(),
+            Some("unix:///run/k3s/containerd/containerd.sock")
+        );
+        for other in [["--netns", "/x"], ["--pid", "1"], ["--container", "abc"]] {
+            let mut args = vec!["podgate", "diagnose", "--k8s-pod", "vpn/openvpn-0"];
+            args.extend(other);
+            assert!(Cli::try_parse_from(args).is_err(), "{other:?}");
+        }
+        assert!(
+            Cli::try_parse_from(["podgate", "inspect", "--all", "--k8s-pod", "vpn/openvpn-0"])
+                .is_err()
+        );
         let c = Cli::try_parse_from(["podgate", "route", "add", "-6", "default", "via", "fd00::1"])
             .unwrap();
         assert!(matches!(

@@ -1,6 +1,8 @@
 //! Which network namespace a command works in: `--netns PATH`, `--pid PID`,
-//! `--container ID` (from podgate's state store), or the current (node) one.
+//! `--container ID` (from podgate's state store), `--k8s-pod NS/NAME` (from
+//! the node's CRI runtime), or the current (node) one.
 
+use crate::cri::{self, PodName};
 use crate::error::{Error, Result};
 use clap::Args;
 use podgate_kit::netns::NetNs;
@@ -25,15 +27,29 @@ pub struct Common {
 #[derive(Debug, Clone, Args)]
 pub struct Target {
     /// Work in this network namespace file (/var/run/netns/NAME, /proc/PID/ns/net).
-    #[arg(long, global = true, value_name = "PATH", conflicts_with_all = ["pid", "container"])]
+    #[arg(long, global = true, value_name = "PATH", conflicts_with_all = ["pid", "container", "k8s_pod"])]
     pub netns: Option<PathBuf>,
     /// Work in the network namespace of this process.
-    #[arg(long, global = true, value_name = "PID", conflicts_with = "container")]
+    #[arg(long, global = true, value_name = "PID", conflicts_with_all = ["container", "k8s_pod"])]
     pub pid: Option<u32>,
     /// Work in the netns of this container (sandbox) ID, as podgate-router
     /// recorded it; a unique prefix is enough.
-    #[arg(long, global = true, value_name = "ID")]
+    #[arg(long, global = true, value_name = "ID", conflicts_with = "k8s_pod")]
     pub container: Option<String>,
+    /// Work in the netns of this Kubernetes pod's ready sandbox on this node,
+    /// found through the container runtime (CRI); any pod, with or without a
+    /// podgate profile.
+    #[arg(long, global = true, value_name = "NAMESPACE/NAME")]
+    pub k8s_pod: Option<String>,
+    /// CRI socket for --k8s-pod [default: unix:///run/containerd/containerd.sock,
+    /// then unix:///var/run/crio/crio.sock, as crictl].
+    #[arg(
+        long,
+        global = true,
+        value_name = "unix:///PATH",
+        env = "CONTAINER_RUNTIME_ENDPOINT"
+    )]
+    pub runtime_endpoint: Option<String>,
     /// podgate-router's state directory (its `stateDir`).
     #[arg(long, global = true, value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
@@ -47,11 +63,14 @@ pub struct Target {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Chosen {
-    /// `node`, `netns`, `pid` or `container`.
+    /// `node`, `netns`, `pid`, `container` or `k8s-pod`.
     pub by: &'static str,
     pub path: PathBuf,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// `NAMESPACE/NAME`, when chosen by `--k8s-pod`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 impl Chosen {
@@ -60,6 +79,12 @@ impl Chosen {
             "node" => "node (current netns)".to_string(),
             "container" => format!(
                 "container {} (netns {})",
+                self.container.as_deref().unwrap_or("?"),
+                self.path.display()
+            ),
+            "k8s-pod" => format!(
+                "pod {} (sandbox {}, netns {})",
+                self.pod.as_deref().unwrap_or("?"),
                 self.container.as_deref().unwrap_or("?"),
                 self.path.display()
             ),
@@ -95,6 +120,7 @@ impl Target {
                     by: "netns",
                     path: p.clone(),
                     container: None,
+                    pod: None,
                 },
                 records: Vec::new(),
                 pid: None,
@@ -108,10 +134,14 @@ impl Target {
                     by: "pid",
                     path: p,
                     container: None,
+                    pod: None,
                 },
                 records: Vec::new(),
                 pid: Some(pid),
             });
+        }
+        if let Some(spec) = &self.k8s_pod {
+            return self.select_k8s_pod(spec);
         }
         if let Some(id) = &self.container {
             let records = self.records_of(id)?;
@@ -141,6 +171,7 @@ impl Target {
                     by: "container",
                     path,
                     container: Some(full),
+                    pod: None,
                 },
                 records,
                 pid: None,
@@ -152,10 +183,43 @@ impl Target {
                 by: "node",
                 path: PathBuf::from("/proc/thread-self/ns/net"),
                 container: None,
+                pod: None,
             },
             records: Vec::new(),
             pid: None,
         })
+    }
+
+    /// `--k8s-pod`: the pod's sandbox through CRI, then podgate's records of
+    /// that sandbox if it has any (a pod podgate never touched has none).
+    fn select_k8s_pod(&self, spec: &str) -> Result<Selected> {
+        let name = PodName::parse(spec).map_err(|e| Error::usage(e.to_string()))?;
+        let found = cri::find_pod(self.runtime_endpoint.as_deref(), &name)
+            .map_err(|e| Error::msg(e.to_string()))?;
+        let ns = open(&found.netns, &format!("pod {name}"))?;
+        let records = self.records_of(&found.sandbox_id).unwrap_or_default();
+        Ok(Selected {
+            ns,
+            chosen: Chosen {
+                by: "k8s-pod",
+                path: found.netns,
+                container: Some(found.sandbox_id),
+                pod: Some(name.to_string()),
+            },
+            records,
+            pid: found.pid,
+        })
+    }
+
+    /// The sandbox ID of `--k8s-pod`, if given (for record lookups).
+    pub fn k8s_sandbox_id(&self) -> Result<Option<String>> {
+        let Some(spec) = &self.k8s_pod else {
+            return Ok(None);
+        };
+        let name = PodName::parse(spec).map_err(|e| Error::usage(e.to_string()))?;
+        let found = cri::find_pod(self.runtime_endpoint.as_deref(), &name)
+            .map_err(|e| Error::msg(e.to_string()))?;
+        Ok(Some(found.sandbox_id))
     }
 
     /// The node's namespace: `--node-netns`, else the current one.

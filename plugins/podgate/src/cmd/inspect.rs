@@ -17,7 +17,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Args)]
 pub struct InspectArgs {
     /// Every attachment in the state store (the default without --container).
-    #[arg(long, conflicts_with = "container")]
+    #[arg(long, conflicts_with_all = ["container", "k8s_pod"])]
     pub all: bool,
 }
 
@@ -86,11 +86,16 @@ fn status_of(
     }
 }
 
-pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
+pub fn run(_a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
     let (all, corrupt) = target.all_records()?;
-    let mut records = match (&target.container, a.all) {
+    let mut records = match (&target.container, target.k8s_sandbox_id()?) {
         (Some(id), _) => pick_container(all, id).map_err(Error::Msg)?,
-        (None, _) => all,
+        // A pod podgate never touched has no records: an empty report.
+        (None, Some(sandbox)) => all
+            .into_iter()
+            .filter(|r| r.key.container_id == sandbox)
+            .collect(),
+        (None, None) => all,
     };
     records.sort_by(|x, y| {
         (&x.key.network, &x.key.container_id, &x.key.ifname).cmp(&(

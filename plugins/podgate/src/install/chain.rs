@@ -179,13 +179,6 @@ impl List {
         self.has_podgate().then(|| self.with_plugins(self.others()))
     }
 
-    /// Exactly `entries` at the end, no other podgate entry anywhere
-    /// (compared as JSON: a file someone re-serialised with other key order
-    /// is not rewritten, so two writers never fight over formatting).
-    pub fn is_chained(&self, entries: &[Json]) -> bool {
-        self.merged(entries).same(self)
-    }
-
     /// Equal as JSON values.
     pub fn same(&self, other: &List) -> bool {
         self.0.same(&other.0)
@@ -298,8 +291,8 @@ mod tests {
             .collect();
         assert_eq!(types, ["calico", "bandwidth", "portmap", "podgate-router"]);
         assert_eq!(m.merged(&e), m);
-        assert!(m.is_chained(&e));
-        assert!(!l.is_chained(&e));
+        assert!(m.merged(&e).same(&m));
+        assert!(!l.merged(&e).same(&l));
         assert_eq!(m.stripped().unwrap(), l);
         assert!(l.stripped().is_none());
         let text = m.to_text().unwrap();

@@ -1,7 +1,15 @@
 //! One pass of install, check or uninstall over a node's CNI dirs.
 //!
+//! podgate's chain is a conflist of its own (`--conflist-name`, default
+//! `00-podgate.conflist`) that sorts before the primary's file: the primary's
+//! plugins followed by podgate's, rendered from the primary's current
+//! content on every pass. The primary's file is never written. When the
+//! primary's file disappears, podgate's copy is withdrawn with it.
+//!
 //! Install order: binaries first, then the chain, so a chain never names a
-//! plugin the runtime cannot find. Uninstall goes the other way round.
+//! plugin the runtime cannot find. Uninstall goes the other way round. Files
+//! an earlier podgate chained in place (recorded in the state dir) are given
+//! back once podgate's own file is in place.
 
 use super::chain::{self, converted_name, kind_of, Kind, List, ORIG_SUFFIX};
 use super::fsx;
@@ -17,6 +25,8 @@ pub struct Node {
     pub conf_dir: PathBuf,
     pub bin_dir: PathBuf,
     pub state: StateDir,
+    /// podgate's own conflist in `conf_dir`.
+    pub own_file: String,
 }
 
 /// What the installer chains, from where.
@@ -31,46 +41,41 @@ pub struct Source {
 /// What one install pass did to the chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
-    Unchanged {
+    /// podgate's file already held the primary's chain plus podgate's.
+    Unchanged { file: String, from: String },
+    /// podgate's file (re-)rendered from the primary `from`; `fresh`: it was
+    /// missing (first install, or someone deleted it).
+    Rendered {
         file: String,
-    },
-    /// `fresh`: the file held no podgate entries (new, or rewritten by its owner).
-    Updated {
-        file: String,
-        fresh: bool,
-    },
-    Converted {
         from: String,
-        to: String,
+        fresh: bool,
     },
 }
 
 impl Applied {
+    /// podgate's own conflist.
     pub fn file(&self) -> &str {
         match self {
-            Applied::Unchanged { file } | Applied::Updated { file, .. } => file,
-            Applied::Converted { to, .. } => to,
+            Applied::Unchanged { file, .. } | Applied::Rendered { file, .. } => file,
         }
     }
 
-    /// Whether podgate's entries had to be put back into a primary's own write.
+    /// Whether podgate's file had to be put back (it was gone).
     pub fn fresh(&self) -> bool {
-        match self {
-            Applied::Unchanged { .. } => false,
-            Applied::Updated { fresh, .. } => *fresh,
-            Applied::Converted { .. } => true,
-        }
+        matches!(self, Applied::Rendered { fresh: true, .. })
     }
 }
 
 impl std::fmt::Display for Applied {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Applied::Unchanged { file } => write!(f, "{file} already chained"),
-            Applied::Updated { file, .. } => write!(f, "chained podgate into {file}"),
-            Applied::Converted { from, to } => write!(
+            Applied::Unchanged { file, from } => {
+                write!(f, "{file} is current (the chain of {from} plus podgate)")
+            }
+            Applied::Rendered { file, from, fresh } => write!(
                 f,
-                "converted {from} into {to} with podgate chained ({from} kept as {from}{ORIG_SUFFIX})"
+                "{} {file} from {from}: its plugins, then podgate's ({from} left as its owner wrote it)",
+                if *fresh { "wrote" } else { "re-rendered" }
             ),
         }
     }
@@ -127,11 +132,15 @@ pub fn remove_binaries(node: &Node) -> Result<Vec<&'static str>, InstallError> {
     Ok(removed)
 }
 
-/// The file a runtime loads first: the first `.conflist`/`.conf`/`.json` in
-/// bytewise order (libcni's `ConfFiles`, as containerd and CRI-O use it), or
-/// `--primary` (followed to its conversion once podgate converted it).
+/// The primary: the file a runtime would load first without podgate's own,
+/// i.e. the first `.conflist`/`.conf`/`.json` in bytewise order (libcni's
+/// `ConfFiles`, as containerd and CRI-O use it) other than podgate's file, or
+/// `--primary` (followed to the conversion an earlier podgate made of it).
 fn find_primary(node: &Node, src: &Source) -> Result<String, InstallError> {
     if let Some(name) = &src.primary {
+        if *name == node.own_file {
+            return Err(InstallError::BadPrimary(name.clone()));
+        }
         if node.conf_dir.join(name).exists() {
             return Ok(name.clone());
         }
@@ -152,7 +161,7 @@ fn find_primary(node: &Node, src: &Source) -> Result<String, InstallError> {
     }
     fsx::list_files(&node.conf_dir)?
         .into_iter()
-        .find(|n| kind_of(n).is_some())
+        .find(|n| kind_of(n).is_some() && *n != node.own_file)
         .ok_or_else(|| InstallError::NoPrimary(node.conf_dir.clone()))
 }
 
@@ -172,119 +181,146 @@ fn mode_or_default(path: &Path) -> u32 {
     fsx::mode_of(path).unwrap_or(0o644)
 }
 
-/// Put `entries` at the end of the primary's chain (converting a single
-/// `.conf` first), then give back any file chained before that is no longer
-/// the primary.
+/// Render podgate's own conflist from the primary, then give back any file
+/// an earlier podgate chained in place (and render again if that changed
+/// which file is the primary).
 pub fn apply(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, InstallError> {
-    let name = find_primary(node, src)?;
-    let text = read_listed(node, &name)?;
-    let applied = match kind_of(&name) {
-        Some(Kind::Single) => convert(node, &name, &text, entries)?,
-        _ => chain_list(node, &name, &text, entries)?,
-    };
+    let applied = render(node, src, entries)?;
+    let mut migrated = false;
     for b in node.state.list()? {
-        if b.file != applied.file() {
-            restore(node, &b)?;
+        if b.file != node.own_file {
+            super::log(restore(node, &b)?);
+            migrated = true;
         }
+    }
+    if migrated {
+        let again = render(node, src, entries)?;
+        // Report the first pass's freshness: that is when the file appeared.
+        return Ok(match (applied.fresh(), again) {
+            (true, Applied::Unchanged { file, from } | Applied::Rendered { file, from, .. }) => {
+                Applied::Rendered {
+                    file,
+                    from,
+                    fresh: true,
+                }
+            }
+            (false, a) => a,
+        });
     }
     Ok(applied)
 }
 
-fn chain_list(
-    node: &Node,
-    name: &str,
-    text: &[u8],
-    entries: &[Json],
-) -> Result<Applied, InstallError> {
-    let list = List::parse(name, text)?;
-    list.check_chainable(name)?;
-    if list.is_chained(entries) {
-        return Ok(Applied::Unchanged { file: name.into() });
-    }
-    let out = list
-        .merged(entries)
-        .to_text()
-        .map_err(InstallError::Encode)?;
-    // Rewriting our own earlier write (new entries): keep the real original.
-    let (original, converted_from) = match node.state.load(name)? {
-        Some(b) if b.written.as_bytes() == text => (b.original, b.converted_from),
-        // Still our conversion, edited by someone: the `.conf` stays what
-        // uninstall restores (if the rest still matches it then).
-        Some(b) if b.converted_from.is_some() => (b.original, b.converted_from),
-        _ if list.has_podgate() => (None, None),
-        _ => (Some(utf8(name, text)?), None),
+/// The primary's chain with podgate's entries after it, as a conflist.
+fn chain_of(node: &Node, name: &str, entries: &[Json]) -> Result<List, InstallError> {
+    let text = read_listed(node, name)?;
+    let list = match kind_of(name) {
+        Some(Kind::Single) => List::from_single(name, &text)?,
+        _ => List::parse(name, &text)?,
     };
-    let path = node.conf_dir.join(name);
-    // The record goes first: a crash before the write leaves a record that
-    // does not match the file, which uninstall then handles semantically.
-    node.state.save(&Backup {
-        file: name.into(),
-        written: out.clone(),
-        original,
-        converted_from,
-    })?;
-    fsx::atomic_write(&path, out.as_bytes(), mode_or_default(&path))?;
-    Ok(Applied::Updated {
-        file: name.into(),
-        fresh: !list.has_podgate(),
-    })
+    list.check_chainable(name)?;
+    Ok(list.merged(entries))
 }
 
-/// A single-plugin `.conf` becomes `<stem>.conflist` with podgate chained;
-/// the `.conf` is then renamed to `<name>.podgate-orig` so the runtime does
-/// not load it first. Writing the conflist before renaming means the runtime
-/// always finds a config (the unchained `.conf` sorts first meanwhile).
-fn convert(
-    node: &Node,
-    name: &str,
-    text: &[u8],
-    entries: &[Json],
-) -> Result<Applied, InstallError> {
-    let list = List::from_single(name, text)?;
-    list.check_chainable(name)?;
-    let target = converted_name(name);
-    let target_path = node.conf_dir.join(&target);
-    if let Some(existing) = fsx::read_opt(&target_path)? {
-        let ours = node
+/// The runtime must load podgate's file first.
+fn check_order(node: &Node, primary: &str) -> Result<(), InstallError> {
+    if node.own_file.as_str() < primary {
+        Ok(())
+    } else {
+        Err(InstallError::SortsAfter {
+            own: node.own_file.clone(),
+            primary: primary.into(),
+        })
+    }
+}
+
+/// Whether the file named like podgate's is podgate's: recorded as rendered,
+/// or a conflist holding podgate entries (state dir lost).
+fn own_is_ours(node: &Node, text: &[u8]) -> Result<bool, InstallError> {
+    let recorded = node
+        .state
+        .load(&node.own_file)?
+        .is_some_and(|b| b.rendered_from.is_some());
+    Ok(recorded || List::parse(&node.own_file, text).is_ok_and(|l| l.has_podgate()))
+}
+
+fn render(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, InstallError> {
+    let name = match find_primary(node, src) {
+        Ok(n) => n,
+        Err(e @ (InstallError::NoPrimary(_) | InstallError::PrimaryMissing { .. })) => {
+            // Never leave a copy of a primary that is gone: the runtime would
+            // go on wiring pods with a network nobody provides any more.
+            if let Some(msg) = withdraw_own(node)? {
+                super::log(msg);
+            }
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    check_order(node, &name)?;
+    let out = chain_of(node, &name, entries)?
+        .to_text()
+        .map_err(InstallError::Encode)?;
+    let path = node.conf_dir.join(&node.own_file);
+    let current = fsx::read_opt(&path)?;
+    if let Some(cur) = &current {
+        if !own_is_ours(node, cur)? {
+            return Err(InstallError::OwnTaken(node.own_file.clone()));
+        }
+        // Only podgate writes this file: byte equality, so it always reads
+        // exactly as the primary's current file does (key order included).
+        let recorded_from = node
             .state
-            .load(&target)?
-            .is_some_and(|b| b.converted_from.as_deref() == Some(name))
-            || List::parse(&target, &existing).is_ok_and(|l| l.has_podgate());
-        if !ours {
-            return Err(InstallError::Conflict {
-                conf: name.into(),
-                target,
+            .load(&node.own_file)?
+            .and_then(|b| b.rendered_from);
+        if *cur == out.as_bytes() && recorded_from.as_deref() == Some(name.as_str()) {
+            return Ok(Applied::Unchanged {
+                file: node.own_file.clone(),
+                from: name,
             });
         }
     }
-    let out = list
-        .merged(entries)
-        .to_text()
-        .map_err(InstallError::Encode)?;
-    let conf_path = node.conf_dir.join(name);
+    // The record goes first: a crash before the write leaves a record for a
+    // file that is not there yet, which uninstall handles.
     node.state.save(&Backup {
-        file: target.clone(),
+        file: node.own_file.clone(),
         written: out.clone(),
-        original: Some(utf8(name, text)?),
-        converted_from: Some(name.into()),
+        original: None,
+        converted_from: None,
+        rendered_from: Some(name.clone()),
     })?;
-    fsx::atomic_write(&target_path, out.as_bytes(), mode_or_default(&conf_path))?;
-    fsx::rename(
-        &conf_path,
-        &node.conf_dir.join(format!("{name}{ORIG_SUFFIX}")),
+    fsx::atomic_write(
+        &path,
+        out.as_bytes(),
+        mode_or_default(&node.conf_dir.join(&name)),
     )?;
-    Ok(Applied::Converted {
-        from: name.into(),
-        to: target,
+    Ok(Applied::Rendered {
+        file: node.own_file.clone(),
+        from: name,
+        fresh: current.is_none(),
     })
 }
 
-fn utf8(name: &str, text: &[u8]) -> Result<String, InstallError> {
-    String::from_utf8(text.to_vec()).map_err(|_| InstallError::NotUtf8(name.into()))
+/// Remove podgate's own file (when it is podgate's) and its record.
+fn withdraw_own(node: &Node) -> Result<Option<String>, InstallError> {
+    let path = node.conf_dir.join(&node.own_file);
+    let msg = match fsx::read_opt(&path)? {
+        Some(cur) if own_is_ours(node, &cur)? => {
+            fsx::remove(&path)?;
+            Some(format!("removed {}", node.own_file))
+        }
+        Some(_) => Some(format!(
+            "left {} alone: it was not written by podgate",
+            node.own_file
+        )),
+        None => None,
+    };
+    node.state.remove(&node.own_file)?;
+    Ok(msg)
 }
 
-/// Ok(file) when the chain is in place with exactly these entries and the
-/// binaries are current; Err(reason) otherwise.
+/// Ok(file) when podgate's file holds exactly the primary's current chain
+/// plus these entries, sorts first, and the binaries are current;
+/// Err(reason) otherwise.
 pub fn status(
     node: &Node,
     src: &Source,
@@ -302,24 +338,27 @@ pub fn status(
         Err(e) if e.is_transient() => return Ok(Err(e.to_string())),
         Err(e) => return Err(e),
     };
-    if kind_of(&name) == Some(Kind::Single) {
-        return Ok(Err(format!(
-            "{name} is a single-plugin config: not converted and chained yet"
-        )));
+    if let Err(e) = check_order(node, &name) {
+        return Ok(Err(e.to_string()));
     }
-    let text = match read_listed(node, &name) {
-        Ok(t) => t,
+    let chain = match chain_of(node, &name, entries) {
+        Ok(c) => c,
         Err(e) if e.is_transient() => return Ok(Err(e.to_string())),
         Err(e) => return Err(e),
     };
-    Ok(match List::parse(&name, &text) {
-        Err(e) => Err(e.to_string()),
-        Ok(list) if list.is_chained(entries) => Ok(name),
-        Ok(list) if list.has_podgate() => Err(format!(
-            "{name} holds other podgate entries than {}",
-            src.plugins_file.display()
+    let own = &node.own_file;
+    Ok(match fsx::read_opt(&node.conf_dir.join(own))? {
+        None => Err(format!(
+            "{own} is missing: the runtime wires pods with {name} alone, without podgate"
         )),
-        Ok(_) => Err(format!("{name} has no podgate entries")),
+        Some(cur) => match List::parse(own, &cur) {
+            Ok(l) if l.same(&chain) => Ok(own.clone()),
+            Ok(_) => Err(format!(
+                "{own} is not the current chain of {name} plus {}",
+                src.plugins_file.display()
+            )),
+            Err(e) => Err(e.to_string()),
+        },
     })
 }
 
@@ -401,14 +440,18 @@ fn strip_file(node: &Node, name: &str, text: &[u8]) -> Result<String, InstallErr
     Ok(format!("removed podgate entries from {name}"))
 }
 
-/// Take podgate out of every conflist in the conf dir: recorded files get
-/// their original bytes back, converted `.conf` files return, and any other
-/// conflist holding podgate entries loses just those.
+/// Take podgate out of the conf dir: its own file goes; files an earlier
+/// podgate chained in place get their original bytes back, converted `.conf`
+/// files return, and any other conflist holding podgate entries loses just
+/// those.
 pub fn unchain_all(node: &Node) -> Result<Vec<String>, InstallError> {
     let _lock = node.state.lock()?;
     let mut msgs = Vec::new();
+    msgs.extend(withdraw_own(node)?);
     for b in node.state.list()? {
-        msgs.push(restore(node, &b)?);
+        if b.file != node.own_file {
+            msgs.push(restore(node, &b)?);
+        }
     }
     let files = match fsx::list_files(&node.conf_dir) {
         Ok(f) => f,
@@ -416,7 +459,7 @@ pub fn unchain_all(node: &Node) -> Result<Vec<String>, InstallError> {
         Err(e) => return Err(e.into()),
     };
     for name in &files {
-        if kind_of(name) == Some(Kind::List) {
+        if kind_of(name) == Some(Kind::List) && *name != node.own_file {
             if let Some(text) = fsx::read_opt(&node.conf_dir.join(name))? {
                 if List::parse(name, &text).is_ok_and(|l| l.has_podgate()) {
                     msgs.push(strip_file(node, name, &text)?);

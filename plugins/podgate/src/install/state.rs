@@ -1,9 +1,9 @@
-//! What the installer wrote, so uninstall can give the primary back its own
-//! bytes: one record per conflist podgate chained into, holding the exact
-//! text written and the primary's original text. Uninstall restores the
-//! original only while the file still holds exactly what was written;
-//! otherwise (the primary rewrote it since) it removes podgate's entries and
-//! keeps everything else.
+//! What the installer wrote: one record per conf-dir file it wrote, holding
+//! the exact text written. podgate's own conflist's record names the primary
+//! it was rendered from. Records of files an earlier podgate chained in place
+//! also hold the primary's original text: they are given back by restoring
+//! the original while the file still holds exactly what was written, else by
+//! removing podgate's entries and keeping everything else.
 
 use super::fsx::{self, IoError};
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,9 @@ pub struct Backup {
     /// The single-plugin `.conf` this conflist was converted from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub converted_from: Option<String>,
+    /// For podgate's own conflist: the primary's file it was rendered from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendered_from: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +149,7 @@ mod tests {
             written: "w".into(),
             original: Some("o".into()),
             converted_from: None,
+            rendered_from: None,
         };
         s.save(&b).unwrap();
         assert_eq!(s.load("10-x.conflist").unwrap(), Some(b.clone()));

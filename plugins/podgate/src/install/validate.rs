@@ -92,7 +92,7 @@ mod tests {
             let ours = podgate_entries(&list);
             assert!(!ours.is_empty(), "{name}: no podgate entry");
             assert!(
-                list.is_chained(&ours),
+                list.merged(&ours).same(&list),
                 "{name}: podgate entries must come last, after the primary's plugins"
             );
             validate_entries(&ours).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -236,9 +236,8 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallErr
     result
 }
 
-/// Re-chains of a file that podgate had chained (someone took podgate out
-/// again) this many times within `FIGHT_WINDOW` are reported: the primary
-/// probably insists on its exact content.
+/// podgate's file put back after someone removed it this many times within
+/// `FIGHT_WINDOW` is reported: another component keeps deleting it.
 const FIGHT_COUNT: usize = 5;
 const FIGHT_WINDOW: Duration = Duration::from_secs(60);
 
@@ -297,9 +296,9 @@ impl Passes {
         if self.rechains.len() >= FIGHT_COUNT && quiet {
             self.warned = Some(now);
             log(format!(
-                "warning: {file} lost podgate's entries {} times in the last minute: \
-                 another component keeps rewriting it; if that is the primary, put \
-                 podgate's entries into the primary's own config template instead",
+                "warning: {file} was removed {} times in the last minute: another \
+                 component keeps removing CNI configs it does not own (e.g. Cilium's \
+                 cni.exclusive); configure it to leave {file} alone",
                 self.rechains.len()
             ));
         }

@@ -1,0 +1,971 @@
+//! podgate under the runtime Kubernetes drives: a real containerd (Debian's,
+//! CRI plugin) inside a throwaway node netns, driven over CRI with `k8s-cri`
+//! exactly as the kubelet does (RunPodSandbox -> CNI ADD with the pod's
+//! annotations through `io.kubernetes.cri.pod-annotations`; StopPodSandbox ->
+//! DEL; RemovePodSandbox -> DEL without netns). Conflist: bridge + host-local
+//! + portmap + podgate-tunnel-guard + podgate-router.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::{
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceOption, PodSandboxConfig,
+    PodSandboxMetadata, PodSandboxStatusRequest, PortMapping, RemovePodSandboxRequest,
+    RunPodSandboxRequest, StopPodSandboxRequest,
+};
+use podgate_integration::containerd::{cgroup_tree_exists, Containerd};
+use podgate_integration::{
+    assert_same, bin_dir, output_text, require_root, vpn, Netns, Snapshot, TestNode, Verb,
+};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+const NET: &str = "podnet";
+const SUBNET: &str = "10.23.0.0/16";
+const CRI_TIMEOUT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- CRI client
+
+/// A blocking CRI client (one current-thread tokio runtime per client).
+struct Cri {
+    rt: tokio::runtime::Runtime,
+    client: RuntimeServiceClient<Channel>,
+}
+
+/// A pod as the kubelet describes it.
+struct Pod<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    annotations: &'a [(&'a str, &'a str)],
+    /// (hostPort, containerPort) UDP mappings.
+    udp_ports: &'a [(i32, i32)],
+}
+
+impl<'a> Pod<'a> {
+    fn new(namespace: &'a str, name: &'a str) -> Pod<'a> {
+        Pod {
+            namespace,
+            name,
+            annotations: &[],
+            udp_ports: &[],
+        }
+    }
+}
+
+impl Cri {
+    fn connect(c: &Containerd) -> Cri {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let sock = c.socket();
+        let channel = rt
+            .block_on(
+                Endpoint::from_static("http://cri.invalid")
+                    .timeout(CRI_TIMEOUT)
+                    .connect_with_connector(tower::service_fn(move |_: Uri| {
+                        let sock = sock.clone();
+                        async move {
+                            let s = tokio::net::UnixStream::connect(sock).await?;
+                            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+                        }
+                    })),
+            )
+            .expect("connecting to containerd's CRI socket");
+        Cri {
+            rt,
+            client: RuntimeServiceClient::new(channel),
+        }
+    }
+
+    /// RunPodSandbox; the sandbox ID, or the runtime's error message.
+    fn run(&mut self, c: &Containerd, pod: &Pod) -> Result<String, String> {
+        let uid = format!("uid-{}-{}", pod.namespace, pod.name);
+        let config = PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: pod.name.into(),
+                uid,
+                namespace: pod.namespace.into(),
+                attempt: 0,
+            }),
+            hostname: pod.name.into(),
+            port_mappings: pod
+                .udp_ports
+                .iter()
+                .map(|&(host, container)| PortMapping {
+                    protocol: k8s_cri::v1::Protocol::Udp as i32,
+                    container_port: container,
+                    host_port: host,
+                    host_ip: String::new(),
+                })
+                .collect(),
+            labels: HashMap::from([
+                ("io.kubernetes.pod.name".into(), pod.name.into()),
+                ("io.kubernetes.pod.namespace".into(), pod.namespace.into()),
+            ]),
+            annotations: pod
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            linux: Some(LinuxPodSandboxConfig {
+                cgroup_parent: c.cgroup_parent().into(),
+                security_context: Some(LinuxSandboxSecurityContext {
+                    namespace_options: Some(NamespaceOption::default()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.rt
+            .block_on(self.client.run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            }))
+            .map(|r| r.into_inner().pod_sandbox_id)
+            .map_err(|s| s.message().to_string())
+    }
+
+    /// The sandbox's netns path, from PodSandboxStatus(verbose).
+    fn netns(&mut self, id: &str) -> PathBuf {
+        let info = self
+            .rt
+            .block_on(self.client.pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: true,
+            }))
+            .unwrap()
+            .into_inner()
+            .info;
+        let v: Value = serde_json::from_str(&info["info"]).unwrap();
+        let path = v["runtimeSpec"]["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["type"] == "network")
+            .and_then(|n| n["path"].as_str())
+            .unwrap();
+        PathBuf::from(path)
+    }
+
+    fn stop(&mut self, id: &str) {
+        self.rt
+            .block_on(self.client.stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }))
+            .unwrap_or_else(|s| panic!("StopPodSandbox {id}: {s}"));
+    }
+
+    fn remove(&mut self, id: &str) {
+        self.rt
+            .block_on(self.client.remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }))
+            .unwrap_or_else(|s| panic!("RemovePodSandbox {id}: {s}"));
+    }
+
+    /// What the kubelet does when a pod is deleted.
+    fn stop_and_remove(&mut self, id: &str) {
+        self.stop(id);
+        self.remove(id);
+    }
+}
+
+// ------------------------------------------------------------------ the node
+
+fn router_entry(node: &TestNode) -> Value {
+    json!({
+        "type": "podgate-router",
+        "stateDir": node.state_dir(),
+        "logFile": node.root().join("router.log"),
+        "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+        "profiles": {
+            "vpn-gateway": {"sysctls": {"net.ipv4.ip_forward": "1"}, "masquerade": [{"source": "10.8.0.0/24"}]},
+            "vpn-routed":  {"sysctls": {"net.ipv4.ip_forward": "1"}, "returnRoutes": [{"dst": "10.8.0.0/24"}]},
+            "pool-router": {"sysctls": {"net.ipv4.ip_forward": "1"}}
+        },
+        "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.9.0.0/16"]}
+    })
+}
+
+fn chain(node: &TestNode) -> Vec<Value> {
+    vec![
+        json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),
+        json!({"type": "podgate-tunnel-guard", "required": "never"}),
+        router_entry(node),
+    ]
+}
+
+/// A node with the chain in `net.d/` and containerd running in it.
+fn start(prefix: &str) -> Containerd {
+    require_root();
+    podgate_integration::built(
+        &["podgate", "podgate-router", "podgate-tunnel-guard"],
+        &[
+            "-p",
+            "podgate",
+            "-p",
+            "podgate-router",
+            "-p",
+            "podgate-tunnel-guard",
+        ],
+    );
+    let node = TestNode::new(prefix);
+    node.refresh_cni_bin();
+    node.write_conflist(
+        "10-podnet",
+        &node.bridge_conflist(NET, "1.0.0", SUBNET, chain(&node)),
+    );
+    Containerd::start(node)
+}
+
+fn in_netns(netns: &Path, args: &[&str]) -> Output {
+    Command::new("nsenter")
+        .arg(format!("--net={}", netns.display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn sysctl_in(netns: &Path, key: &str) -> String {
+    let out = in_netns(
+        netns,
+        &["cat", &format!("/proc/sys/{}", key.replace('.', "/"))],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// podgate's nf_tables table in the pod, if any (`nft list table`).
+fn pod_nft(netns: &Path) -> Option<String> {
+    let out = in_netns(netns, &["nft", "list", "table", "inet", "podgate-eth0"]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Forwarding of a fresh netns on this machine (what a sandbox starts with:
+/// a new netns copies the initial netns' value).
+fn fresh_forwarding() -> String {
+    Netns::new("ctd-probe").sysctl_get("net.ipv4.ip_forward")
+}
+
+fn node_routes(node: &TestNode) -> String {
+    node.ns.exec_ok(&["ip", "route", "show", "table", "all"])
+}
+
+struct Run {
+    code: i32,
+    out: String,
+    err: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.code, self.out, self.err
+        )
+    }
+}
+
+/// The helper, pointed at this containerd and node.
+fn podgate(c: &Containerd, args: &[&str]) -> Run {
+    let out = Command::new(bin_dir().join("podgate"))
+        .args(args)
+        .arg("--runtime-endpoint")
+        .arg(c.endpoint())
+        .arg("--state-dir")
+        .arg(c.node().state_dir())
+        .arg("--node-netns")
+        .arg(c.node().ns.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The helper as `kubectl exec` runs it in the DaemonSet's container
+/// (conf/kubernetes/podgate.yaml): the runtime's dir mounted read-only
+/// (recursively, as the runtime mounts a hostPath, so the netns mounts below
+/// it stay visible), and only the capabilities the manifest adds (SYS_ADMIN,
+/// NET_ADMIN, NET_RAW), in a private mount namespace of its own.
+fn podgate_as_daemonset(c: &Containerd, args: &[&str]) -> Run {
+    let script = r#"d="$1"; shift
+mount --rbind "$d" "$d" && mount -o remount,bind,ro "$d" || exit 99
+if touch "$d/.rw-probe" 2>/dev/null; then rm -f "$d/.rw-probe"; exit 98; fi
+exec setpriv --bounding-set=-all,+sys_admin,+net_admin,+net_raw -- "$@""#;
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(c.dir())
+        .arg(bin_dir().join("podgate"))
+        .args(args)
+        .arg("--runtime-endpoint")
+        .arg(c.endpoint())
+        .arg("--state-dir")
+        .arg(c.node().state_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The node's state once every pod is gone: nothing of podgate's (routes,
+/// records), nothing of containerd's pods (netns mounts, cgroups).
+fn assert_clean(c: &Containerd, before: &Snapshot) {
+    let node = c.node();
+    let after = node.settled_snapshot();
+    // The bridge stays (the bridge plugin never deletes it), as on a real node.
+    let mut after_links = after.clone();
+    after_links.links.retain(|l| !l.starts_with("pgbr"));
+    after_links.addrs.retain(|a| !a.starts_with("pgbr"));
+    after_links
+        .routes4
+        .retain(|r| !r.contains("\"dev\":\"pgbr"));
+    after_links
+        .routes6
+        .retain(|r| !r.contains("\"dev\":\"pgbr"));
+    let mut before = before.clone();
+    before.links.retain(|l| !l.starts_with("pgbr"));
+    before.addrs.retain(|a| !a.starts_with("pgbr"));
+    before.routes4.retain(|r| !r.contains("\"dev\":\"pgbr"));
+    before.routes6.retain(|r| !r.contains("\"dev\":\"pgbr"));
+    assert_same(&before, &after_links);
+    assert!(
+        !node_routes(node).contains("proto 94"),
+        "{}",
+        node_routes(node)
+    );
+    assert!(
+        node.state_files().is_empty(),
+        "podgate records left: {:?}",
+        node.state_files()
+    );
+    let netns_dir = c.state_dir().join("io.containerd.grpc.v1.cri/netns");
+    let left: Vec<_> = std::fs::read_dir(&netns_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "sandbox netns left: {left:?}");
+}
+
+// ------------------------------------------------------------------- tests
+
+/// Profile pod, plain pod, refused annotation, pool claims, the helper by pod
+/// name, and Stop + Remove leaving nothing.
+#[test]
+fn pods_through_containerd_cri() {
+    let c = start("ctd-pods");
+    let mut cri = Cri::connect(&c);
+    let before = c.node().settled_snapshot();
+    let baseline = fresh_forwarding();
+
+    // A pod in an allowed namespace that asks for a profile.
+    let gw = cri
+        .run(
+            &c,
+            &Pod {
+                annotations: &[("podgate.dev/profile", "vpn-gateway")],
+                ..Pod::new("vpn", "openvpn-0")
+            },
+        )
+        .unwrap_or_else(|e| panic!("RunPodSandbox vpn/openvpn-0: {e}\n{}", c.log()));
+    let gw_ns = cri.netns(&gw);
+    assert_eq!(sysctl_in(&gw_ns, "net.ipv4.ip_forward"), "1");
+    let nft = pod_nft(&gw_ns).expect("podgate's nft table in the sandbox");
+    assert!(
+        nft.contains("ip saddr 10.8.0.0/24 oifname \"eth0\" masquerade"),
+        "{nft}"
+    );
+    assert_eq!(c.node().state_files().len(), 1, "one record");
+
+    // A plain pod: untouched.
+    let plain = cri.run(&c, &Pod::new("default", "web-0")).unwrap();
+    let plain_ns = cri.netns(&plain);
+    assert_eq!(sysctl_in(&plain_ns, "net.ipv4.ip_forward"), baseline);
+    assert_eq!(pod_nft(&plain_ns), None);
+    assert_eq!(c.node().state_files().len(), 1, "no record for a plain pod");
+
+    // An annotation from a namespace outside policy: the sandbox fails with
+    // podgate's reason in the runtime's error, and nothing is left.
+    let err = cri
+        .run(
+            &c,
+            &Pod {
+                annotations: &[("podgate.dev/profile", "vpn-gateway")],
+                ..Pod::new("default", "sneaky-0")
+            },
+        )
+        .expect_err("an annotation outside allow.annotationNamespaces must fail the sandbox");
+    assert!(
+        err.contains("refused by allow.annotationNamespaces"),
+        "runtime error must carry podgate's reason: {err}"
+    );
+
+    // A return-route pool claimed by annotation, then a second claim refused.
+    let pool = Pod {
+        annotations: &[
+            ("podgate.dev/profile", "pool-router"),
+            ("podgate.dev/return-routes", "10.9.1.0/24"),
+        ],
+        ..Pod::new("vpn", "router-a")
+    };
+    let a = cri.run(&c, &pool).unwrap();
+    let routes = node_routes(c.node());
+    assert!(
+        routes
+            .lines()
+            .any(|l| l.starts_with("10.9.1.0/24 via ") && l.contains("proto 94")),
+        "{routes}"
+    );
+    let err = cri
+        .run(
+            &c,
+            &Pod {
+                name: "router-b",
+                ..pool
+            },
+        )
+        .expect_err("a pool already routed to another pod must be refused");
+    assert!(
+        err.contains("10.9.1.0/24") && err.contains("refused"),
+        "runtime error must name the pool: {err}"
+    );
+
+    // The helper by pod name, for the profile pod and for a pod podgate
+    // never touched.
+    let r = podgate(
+        &c,
+        &[
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "vpn/openvpn-0",
+            "net.ipv4.ip_forward",
+        ],
+    );
+    assert_eq!(
+        (r.code, r.out.as_str()),
+        (0, "net.ipv4.ip_forward = 1\n"),
+        "{r:?}"
+    );
+    let r = podgate(
+        &c,
+        &[
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "default/web-0",
+            "net.ipv4.ip_forward",
+        ],
+    );
+    assert_eq!(
+        (r.code, r.out.clone()),
+        (0, format!("net.ipv4.ip_forward = {baseline}\n")),
+        "{r:?}"
+    );
+    let r = podgate(&c, &["diagnose", "--k8s-pod", "vpn/openvpn-0"]);
+    assert!(
+        r.out.contains(&format!("pod vpn/openvpn-0 (sandbox {gw}")),
+        "{r:?}"
+    );
+    assert!(
+        r.out.contains("pools: 10.8.0.0/24"),
+        "pools from the record: {r:?}"
+    );
+    assert!(
+        r.out
+            .lines()
+            .any(|l| l.starts_with("forwarding ipv4") && l.contains(" ok ")),
+        "{r:?}"
+    );
+    assert!(
+        r.out
+            .lines()
+            .any(|l| l.starts_with("return path 10.8.0.0/24") && l.contains(" ok ")),
+        "{r:?}"
+    );
+    let r = podgate(
+        &c,
+        &[
+            "diagnose",
+            "--k8s-pod",
+            "default/web-0",
+            "--pool",
+            "10.8.0.0/24",
+        ],
+    );
+    assert!(
+        r.out
+            .contains(&format!("pod default/web-0 (sandbox {plain}")),
+        "{r:?}"
+    );
+    if baseline == "0" {
+        assert_eq!(r.code, 2, "a plain pod is not a router: {r:?}");
+        assert!(
+            r.out
+                .lines()
+                .any(|l| l.starts_with("forwarding ipv4") && l.contains("FAIL")),
+            "{r:?}"
+        );
+    }
+    assert!(
+        r.out
+            .lines()
+            .any(|l| l.starts_with("return path 10.8.0.0/24") && l.contains("FAIL")),
+        "{r:?}"
+    );
+    let r = podgate(
+        &c,
+        &[
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "vpn/nope",
+            "net.ipv4.ip_forward",
+        ],
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.err.contains("pod vpn/nope: no ready sandbox"), "{r:?}");
+    let r = podgate(&c, &["inspect", "--k8s-pod", "vpn/router-a", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v: Value = serde_json::from_str(&r.out).unwrap();
+    assert_eq!(v["attachments"].as_array().unwrap().len(), 1, "{r:?}");
+    assert_eq!(v["attachments"][0]["key"]["containerID"], a, "{r:?}");
+    let r = podgate(&c, &["inspect", "--k8s-pod", "default/web-0", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v: Value = serde_json::from_str(&r.out).unwrap();
+    assert_eq!(
+        v["attachments"],
+        json!([]),
+        "a plain pod has no record: {r:?}"
+    );
+
+    // The same from the DaemonSet's container (read-only CRI socket, its
+    // capabilities only). Its netns is the node's (hostNetwork).
+    let r = podgate_as_daemonset(
+        &c,
+        &[
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "vpn/openvpn-0",
+            "net.ipv4.ip_forward",
+        ],
+    );
+    assert_eq!(
+        (r.code, r.out.as_str()),
+        (0, "net.ipv4.ip_forward = 1\n"),
+        "{r:?}"
+    );
+    let r = podgate_as_daemonset(
+        &c,
+        &[
+            "diagnose",
+            "--k8s-pod",
+            "vpn/openvpn-0",
+            "--node-netns",
+            c.node().ns.path().to_str().unwrap(),
+        ],
+    );
+    assert!(
+        r.out
+            .lines()
+            .any(|l| l.starts_with("return path 10.8.0.0/24") && l.contains(" ok ")),
+        "nf_tables readable with the DaemonSet's capabilities: {r:?}"
+    );
+
+    // Everything deleted as the kubelet deletes pods.
+    for id in [&gw, &plain, &a] {
+        cri.stop_and_remove(id);
+    }
+    assert!(!gw_ns.exists() && !plain_ns.exists());
+    assert_clean(&c, &before);
+}
+
+/// containerd restarted while pods run (its CNI state must carry over), then
+/// the pods deleted: still clean.
+#[test]
+fn containerd_restart_while_pods_run() {
+    let mut c = start("ctd-restart");
+    let before = c.node().settled_snapshot();
+    let mut cri = Cri::connect(&c);
+    let routed = cri
+        .run(
+            &c,
+            &Pod {
+                annotations: &[("podgate.dev/profile", "vpn-routed")],
+                ..Pod::new("vpn", "openvpn-1")
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let gw = cri
+        .run(
+            &c,
+            &Pod {
+                annotations: &[("podgate.dev/profile", "vpn-gateway")],
+                ..Pod::new("vpn", "openvpn-2")
+            },
+        )
+        .unwrap();
+    let gw_ns = cri.netns(&gw);
+    assert!(node_routes(c.node()).contains("10.8.0.0/24 via"));
+    drop(cri);
+
+    let old = c.pid();
+    c.restart();
+    assert_ne!(old, c.pid());
+    let mut cri = Cri::connect(&c);
+    // The pods survived the restart, podgate's state with them.
+    assert_eq!(sysctl_in(&gw_ns, "net.ipv4.ip_forward"), "1");
+    assert_eq!(c.node().state_files().len(), 2);
+    let r = podgate(
+        &c,
+        &[
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "vpn/openvpn-2",
+            "net.ipv4.ip_forward",
+        ],
+    );
+    assert_eq!(
+        (r.code, r.out.as_str()),
+        (0, "net.ipv4.ip_forward = 1\n"),
+        "{r:?}"
+    );
+    for id in [&routed, &gw] {
+        cri.stop_and_remove(id);
+    }
+    assert_clean(&c, &before);
+    drop(cri);
+    let parent = c.cgroup_parent().to_string();
+    drop(c);
+    assert!(!cgroup_tree_exists(&parent), "cgroups of {parent} left");
+}
+
+/// The seed article's scenario once through containerd: an OpenVPN server in
+/// a CRI sandbox with `vpn-gateway`; the client reaches the pod behind it.
+#[test]
+fn openvpn_scenario_through_containerd() {
+    let c = start("ctd-ovpn");
+    let node = c.node();
+    let vpn = vpn::client(node, "k");
+    // The backend pod is wired by libcni into the same network (same conf
+    // dir, same host-local store), so containerd's sandbox can reach it.
+    let backend = node.pod("backend");
+    let b = node.cni(
+        Verb::Add,
+        NET,
+        &backend,
+        "backend",
+        "eth0",
+        Some("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=backend"),
+        None,
+    );
+    b.assert_ok();
+    let backend_ip = b.first_ip().unwrap();
+    let _srv = podgate_integration::tcp_listen_peer_echo(&backend, 8080);
+
+    let mut cri = Cri::connect(&c);
+    let id = cri
+        .run(
+            &c,
+            &Pod {
+                annotations: &[("podgate.dev/profile", "vpn-gateway")],
+                udp_ports: &[(vpn::OPENVPN_PORT as i32, vpn::OPENVPN_PORT as i32)],
+                ..Pod::new("vpn", "openvpn-0")
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let netns = cri.netns(&id);
+    let addr = in_netns(&netns, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"]);
+    let vpn_ip = String::from_utf8_lossy(&addr.stdout)
+        .split_whitespace()
+        .nth(3)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_string)
+        .unwrap();
+
+    let server = vpn::server_in(&netns, &vpn.key);
+    let client = vpn::connect(
+        &vpn.client,
+        &vpn.key,
+        42001,
+        &[("10.23.0.0", "255.255.0.0")],
+    );
+    let up = vpn::wait_for(|| podgate_integration::ping(&vpn.client, "10.8.0.1", 1), 30);
+    let seen = up
+        .then(|| {
+            podgate_integration::tcp_request(&vpn.client, &backend_ip, 8080, Duration::from_secs(3))
+                .ok()
+        })
+        .flatten()
+        .map(|s| s.trim().to_string());
+    vpn::stop(client);
+    vpn::stop(server);
+    assert!(
+        up,
+        "client never reached the tunnel peer\n{}",
+        vpn::logs(&vpn.key)
+    );
+    assert_eq!(
+        seen.as_deref(),
+        Some(vpn_ip.as_str()),
+        "the backend sees the client masqueraded to the VPN pod's address"
+    );
+    cri.stop_and_remove(&id);
+    node.cni(
+        Verb::Del,
+        NET,
+        &backend,
+        "backend",
+        "eth0",
+        Some("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=backend"),
+        None,
+    )
+    .assert_ok();
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+    assert!(!node_routes(node).contains("proto 94"));
+}
+
+/// `podgate install --watch` as the DaemonSet runs it, stopped by its PID
+/// (SIGTERM on `stop`, SIGKILL on drop).
+struct Installer {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Installer {
+    fn start(c: &Containerd, plugins: &Path) -> Installer {
+        let node = c.node();
+        let log = node.root().join("installer.log");
+        let child = Command::new(bin_dir().join("podgate"))
+            .arg("install")
+            .arg("--watch")
+            .args(["--debounce-ms", "50"])
+            .arg("--cni-conf-dir")
+            .arg(node.conf_dir())
+            .arg("--cni-bin-dir")
+            .arg(node.cni_bin_dir())
+            .arg("--source-dir")
+            .arg(bin_dir())
+            .arg("--plugins")
+            .arg(plugins)
+            .arg("--state-dir")
+            .arg(node.root().join("installer"))
+            .arg("--ready-file")
+            .arg(node.root().join("installer.ready"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Installer { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn stop(mut self) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: signalling our own child by pid.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let ok = vpn::wait_for(|| self.child.try_wait().unwrap().is_some(), 10);
+        assert!(ok, "installer did not stop:\n{}", self.log());
+    }
+}
+
+impl Drop for Installer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// First IPv4 address of eth0 in a sandbox netns.
+fn sandbox_ip(netns: &Path) -> String {
+    let out = in_netns(netns, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"]);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(3)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no IPv4 on eth0: {}", output_text(&out)))
+}
+
+/// Never a pod without the chain: the node reboots, the primary's installer
+/// rewrites its conflist before podgate's DaemonSet is back (as Calico and
+/// Cilium do at start); containerd still wires a new pod through podgate
+/// (podgate's own conflist sorts first); podgate's installer comes back and
+/// re-renders from the primary's new content.
+#[test]
+fn primary_rewrites_its_conflist_while_the_installer_is_down() {
+    require_root();
+    podgate_integration::built(
+        &["podgate", "podgate-router", "podgate-tunnel-guard"],
+        &[
+            "-p",
+            "podgate",
+            "-p",
+            "podgate-router",
+            "-p",
+            "podgate-tunnel-guard",
+        ],
+    );
+    let node = TestNode::new("ctd-reboot");
+    // Its new content after the "reboot": another subnet on another bridge
+    // (the bridge plugin refuses a second gateway address on one bridge).
+    let primary = |node: &TestNode, subnet: &str| {
+        let mut list = node.bridge_conflist(
+            NET,
+            "1.0.0",
+            subnet,
+            vec![json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true})],
+        );
+        if subnet != "10.23.0.0/16" {
+            list["plugins"][0]["bridge"] = json!("pgbr-rebooted");
+        }
+        list
+    };
+    // What the primary CNI wrote: no podgate in it.
+    node.write_conflist("10-podnet", &primary(&node, "10.23.0.0/16"));
+    let plugins = node.root().join("plugins.json");
+    std::fs::write(
+        &plugins,
+        json!([
+            {"type": "podgate-tunnel-guard", "required": "never"},
+            router_entry(&node)
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let c = Containerd::start(node);
+    let node = c.node();
+    let own = node.conf_dir().join("00-podgate.conflist");
+    let ready = node.root().join("installer.ready");
+    let installer = Installer::start(&c, &plugins);
+    assert!(
+        vpn::wait_for(|| ready.exists(), 20),
+        "installer never ready:\n{}",
+        installer.log()
+    );
+    let mut cri = Cri::connect(&c);
+    let vpn_pod = |name: &'static str| Pod {
+        annotations: &[("podgate.dev/profile", "vpn-gateway")],
+        ..Pod::new("vpn", name)
+    };
+    let first = cri
+        .run(&c, &vpn_pod("openvpn-0"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    let first_ns = cri.netns(&first);
+    assert_eq!(sysctl_in(&first_ns, "net.ipv4.ip_forward"), "1");
+
+    // Reboot: the installer is down; the primary's installer rewrites its
+    // file (temp + rename) with new content.
+    installer.stop();
+    assert!(
+        own.exists(),
+        "podgate's file stays while its installer is down"
+    );
+    let primary_file = node.conf_dir().join("10-podnet.conflist");
+    let tmp = node.conf_dir().join(".10-podnet.tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&primary(node, "10.24.0.0/16")).unwrap(),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, &primary_file).unwrap();
+    // A pod created now is still wired through podgate.
+    std::thread::sleep(Duration::from_millis(500));
+    let during = cri.run(&c, &vpn_pod("openvpn-1")).unwrap();
+    let during_ns = cri.netns(&during);
+    assert_eq!(
+        sysctl_in(&during_ns, "net.ipv4.ip_forward"),
+        "1",
+        "a pod created while the installer was down missed podgate"
+    );
+    assert!(pod_nft(&during_ns).is_some());
+    assert!(
+        sandbox_ip(&during_ns).starts_with("10.23."),
+        "podgate's copy still holds the primary's previous content"
+    );
+
+    // The installer comes back: podgate's file is rendered from the
+    // primary's new content, and new pods get it.
+    let installer = Installer::start(&c, &plugins);
+    assert!(
+        vpn::wait_for(
+            || std::fs::read_to_string(&own).is_ok_and(|t| t.contains("10.24.0.0/16")),
+            20
+        ),
+        "podgate's file not re-rendered:\n{}",
+        installer.log()
+    );
+    let primary_now: Value =
+        serde_json::from_slice(&std::fs::read(&primary_file).unwrap()).unwrap();
+    assert_eq!(
+        primary_now,
+        primary(node, "10.24.0.0/16"),
+        "primary untouched"
+    );
+    let mut after = None;
+    // containerd reloads its CNI config on the file event; give it a moment.
+    for _ in 0..50 {
+        let id = cri.run(&c, &vpn_pod("openvpn-2")).unwrap();
+        let ns = cri.netns(&id);
+        if sandbox_ip(&ns).starts_with("10.24.") {
+            after = Some((id, ns));
+            break;
+        }
+        cri.stop_and_remove(&id);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (after, after_ns) = after.expect("containerd never used the re-rendered chain");
+    assert_eq!(sysctl_in(&after_ns, "net.ipv4.ip_forward"), "1");
+    installer.stop();
+
+    for id in [&first, &during, &after] {
+        cri.stop_and_remove(id);
+    }
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+    assert!(!node_routes(node).contains("proto 94"));
+    let out = Command::new(bin_dir().join("podgate"))
+        .arg("uninstall")
+        .arg("--cni-conf-dir")
+        .arg(node.conf_dir())
+        .arg("--cni-bin-dir")
+        .arg(node.cni_bin_dir())
+        .arg("--state-dir")
+        .arg(node.root().join("installer"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(!own.exists());
+}

@@ -1,0 +1,411 @@
+//! A pod's network namespace by Kubernetes name, from the node's container
+//! runtime over CRI (containerd, CRI-O): the helper only, never the plugins
+//! (they stay small, synchronous and API-free).
+//!
+//! `ListPodSandbox` (ready sandboxes) picks the pod by its sandbox metadata
+//! (namespace + name, what the kubelet sets); `PodSandboxStatus` (verbose)
+//! gives the netns path in `info`: `runtimeSpec.linux.namespaces[type=network].path`
+//! (containerd and CRI-O both report the OCI spec there), else the sandbox's
+//! `pid` (its `/proc/PID/ns/net`).
+
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::{
+    ListPodSandboxRequest, PodSandbox, PodSandboxFilter, PodSandboxState, PodSandboxStateValue,
+    PodSandboxStatusRequest,
+};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// crictl's default endpoints, tried in this order when none is given.
+pub const DEFAULT_ENDPOINTS: [&str; 2] = [
+    "unix:///run/containerd/containerd.sock",
+    "unix:///var/run/crio/crio.sock",
+];
+/// One budget per CRI call (connect, list, status).
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    #[error("--runtime-endpoint {0:?}: only unix:///PATH (or a plain socket path) is supported")]
+    BadEndpoint(String),
+    #[error("no CRI runtime found (tried {tried}); pass --runtime-endpoint")]
+    NoRuntime { tried: String },
+    #[error("CRI runtime at {endpoint}: connecting: {msg}")]
+    Connect { endpoint: String, msg: String },
+    #[error("CRI runtime at {endpoint}: {call}: {msg}")]
+    Call {
+        endpoint: String,
+        call: &'static str,
+        msg: String,
+    },
+    #[error("--k8s-pod {0:?}: give NAMESPACE/NAME")]
+    BadPod(String),
+    #[error("pod {pod}: no ready sandbox on this node's runtime ({endpoint}){hint}")]
+    NotFound {
+        pod: String,
+        endpoint: String,
+        hint: String,
+    },
+    #[error("pod {pod}: sandbox {id} uses the node's network namespace (hostNetwork)")]
+    HostNetwork { pod: String, id: String },
+    #[error("pod {pod}: sandbox {id}: the runtime reports neither a netns path nor a pid")]
+    NoNetns { pod: String, id: String },
+    #[error("starting the CRI client: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// `NAMESPACE/NAME` of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl PodName {
+    pub fn parse(s: &str) -> Result<PodName, CriError> {
+        match s.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(PodName {
+                    namespace: ns.into(),
+                    name: name.into(),
+                })
+            }
+            _ => Err(CriError::BadPod(s.into())),
+        }
+    }
+}
+
+impl std::fmt::Display for PodName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where a pod's sandbox is.
+#[derive(Debug, Clone)]
+pub struct PodNetns {
+    pub sandbox_id: String,
+    /// The netns file, or `/proc/<pid>/ns/net` when the runtime gave no path.
+    pub netns: PathBuf,
+    pub pid: Option<u32>,
+}
+
+/// The socket path of `unix:///PATH` (or a bare absolute path, as crictl
+/// accepts).
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
+    let p = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if p.starts_with('/') {
+        Ok(PathBuf::from(p))
+    } else {
+        Err(CriError::BadEndpoint(endpoint.into()))
+    }
+}
+
+/// Finds the ready sandbox of `pod` through `endpoint`, or through the first
+/// default endpoint whose socket exists and answers.
+pub fn find_pod(endpoint: Option<&str>, pod: &PodName) -> Result<PodNetns, CriError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(CriError::Runtime)?;
+    rt.block_on(async {
+        let (endpoint, mut client) = match endpoint {
+            Some(e) => (e.to_string(), connect(e).await?),
+            None => connect_default().await?,
+        };
+        lookup(&mut client, &endpoint, pod).await
+    })
+}
+
+async fn connect_default() -> Result<(String, RuntimeServiceClient<Channel>), CriError> {
+    let mut tried = Vec::new();
+    for e in DEFAULT_ENDPOINTS {
+        let exists = socket_path(e).is_ok_and(|p| p.exists());
+        if !exists {
+            tried.push(format!("{e}: no socket"));
+            continue;
+        }
+        match connect(e).await {
+            Ok(c) => return Ok((e.to_string(), c)),
+            Err(err) => tried.push(err.to_string()),
+        }
+    }
+    Err(CriError::NoRuntime {
+        tried: tried.join("; "),
+    })
+}
+
+async fn connect(endpoint: &str) -> Result<RuntimeServiceClient<Channel>, CriError> {
+    let path = socket_path(endpoint)?;
+    let fail = |msg: String| CriError::Connect {
+        endpoint: endpoint.into(),
+        msg,
+    };
+    // The URI is a placeholder: the connector below always dials the socket.
+    let channel = Endpoint::from_static("http://cri.invalid")
+        .connect_timeout(TIMEOUT)
+        .timeout(TIMEOUT)
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let s = tokio::net::UnixStream::connect(&path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+            }
+        }))
+        .await
+        .map_err(|e| fail(error_chain(&e)))?;
+    Ok(RuntimeServiceClient::new(channel))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let part = c.to_string();
+        // tonic's messages often repeat their source's.
+        if !s.contains(&part) {
+            s.push_str(": ");
+            s.push_str(&part);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+async fn lookup(
+    client: &mut RuntimeServiceClient<Channel>,
+    endpoint: &str,
+    pod: &PodName,
+) -> Result<PodNetns, CriError> {
+    let call_err = |call: &'static str, s: tonic::Status| CriError::Call {
+        endpoint: endpoint.into(),
+        call,
+        msg: s.message().to_string(),
+    };
+    let items = client
+        .list_pod_sandbox(ListPodSandboxRequest {
+            filter: Some(PodSandboxFilter {
+                state: Some(PodSandboxStateValue {
+                    state: PodSandboxState::SandboxReady as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(|s| call_err("ListPodSandbox", s))?
+        .into_inner()
+        .items;
+    let Some(sandbox) = pick_sandbox(&items, pod) else {
+        let others = items
+            .iter()
+            .filter_map(|s| s.metadata.as_ref())
+            .filter(|m| m.namespace == pod.namespace)
+            .count();
+        let hint = if others > 0 {
+            format!(
+                "; {others} other ready pod(s) in namespace {}",
+                pod.namespace
+            )
+        } else {
+            "; is it scheduled on this node? (kubectl get pod -o wide)".to_string()
+        };
+        return Err(CriError::NotFound {
+            pod: pod.to_string(),
+            endpoint: endpoint.into(),
+            hint,
+        });
+    };
+    let id = sandbox.id.clone();
+    let info = client
+        .pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: id.clone(),
+            verbose: true,
+        })
+        .await
+        .map_err(|s| call_err("PodSandboxStatus", s))?
+        .into_inner()
+        .info;
+    match netns_from_info(&info) {
+        Netns::Path(p, pid) => Ok(PodNetns {
+            sandbox_id: id,
+            netns: p,
+            pid,
+        }),
+        Netns::Pid(pid) => Ok(PodNetns {
+            sandbox_id: id,
+            netns: PathBuf::from(format!("/proc/{pid}/ns/net")),
+            pid: Some(pid),
+        }),
+        Netns::Host => Err(CriError::HostNetwork {
+            pod: pod.to_string(),
+            id,
+        }),
+        Netns::Unknown => Err(CriError::NoNetns {
+            pod: pod.to_string(),
+            id,
+        }),
+    }
+}
+
+/// The newest ready sandbox whose metadata names `pod` (a pod restarting
+/// briefly has two).
+fn pick_sandbox<'a>(items: &'a [PodSandbox], pod: &PodName) -> Option<&'a PodSandbox> {
+    items
+        .iter()
+        .filter(|s| s.state == PodSandboxState::SandboxReady as i32)
+        .filter(|s| {
+            s.metadata
+                .as_ref()
+                .is_some_and(|m| m.namespace == pod.namespace && m.name == pod.name)
+        })
+        .max_by_key(|s| s.created_at)
+}
+
+#[derive(Debug, PartialEq)]
+enum Netns {
+    Path(PathBuf, Option<u32>),
+    Pid(u32),
+    Host,
+    Unknown,
+}
+
+/// The verbose `info["info"]` JSON: `runtimeSpec.linux.namespaces`, `pid`.
+fn netns_from_info(info: &HashMap<String, String>) -> Netns {
+    let Some(v) = info
+        .get("info")
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+    else {
+        return Netns::Unknown;
+    };
+    let pid = v
+        .get("pid")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|&p| p > 0);
+    let namespaces = v
+        .pointer("/runtimeSpec/linux/namespaces")
+        .and_then(serde_json::Value::as_array);
+    if let Some(nss) = namespaces {
+        let net = nss
+            .iter()
+            .find(|n| n.get("type").and_then(serde_json::Value::as_str) == Some("network"));
+        match net {
+            // An OCI spec without a network namespace entry shares the node's.
+            None => return Netns::Host,
+            Some(n) => {
+                if let Some(p) = n
+                    .get("path")
+                    .and_then(serde_json::Value::as_str)
+                    .filter(|p| !p.is_empty())
+                {
+                    return Netns::Path(PathBuf::from(p), pid);
+                }
+            }
+        }
+    }
+    match pid {
+        Some(p) => Netns::Pid(p),
+        None => Netns::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_cri::v1::PodSandboxMetadata;
+
+    fn sb(id: &str, ns: &str, name: &str, created: i64, ready: bool) -> PodSandbox {
+        PodSandbox {
+            id: id.into(),
+            metadata: Some(PodSandboxMetadata {
+                name: name.into(),
+                namespace: ns.into(),
+                uid: format!("uid-{id}"),
+                attempt: 0,
+            }),
+            state: if ready {
+                PodSandboxState::SandboxReady as i32
+            } else {
+                PodSandboxState::SandboxNotready as i32
+            },
+            created_at: created,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pod_names() {
+        assert_eq!(
+            PodName::parse("vpn/openvpn-0").unwrap(),
+            PodName {
+                namespace: "vpn".into(),
+                name: "openvpn-0".into()
+            }
+        );
+        for bad in ["vpn", "/x", "vpn/", "a/b/c", ""] {
+            assert!(PodName::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            socket_path("unix:///run/containerd/containerd.sock").unwrap(),
+            PathBuf::from("/run/containerd/containerd.sock")
+        );
+        assert_eq!(
+            socket_path("/var/run/crio/crio.sock").unwrap(),
+            PathBuf::from("/var/run/crio/crio.sock")
+        );
+        assert!(socket_path("tcp://127.0.0.1:1234").is_err());
+        assert!(socket_path("unix://relative.sock").is_err());
+    }
+
+    #[test]
+    fn newest_ready_sandbox_of_that_pod() {
+        let items = vec![
+            sb("old", "vpn", "openvpn-0", 1, true),
+            sb("new", "vpn", "openvpn-0", 5, true),
+            sb("dead", "vpn", "openvpn-0", 9, false),
+            sb("other-ns", "default", "openvpn-0", 10, true),
+        ];
+        let pod = PodName::parse("vpn/openvpn-0").unwrap();
+        assert_eq!(pick_sandbox(&items, &pod).unwrap().id, "new");
+        assert!(pick_sandbox(&items, &PodName::parse("vpn/x").unwrap()).is_none());
+    }
+
+    fn info(v: serde_json::Value) -> HashMap<String, String> {
+        HashMap::from([("info".to_string(), v.to_string())])
+    }
+
+    #[test]
+    fn netns_from_verbose_info() {
+        let containerd = info(serde_json::json!({
+            "pid": 4242,
+            "runtimeSpec": {"linux": {"namespaces": [
+                {"type": "pid"},
+                {"type": "network", "path": "/var/run/netns/cni-1234"}
+            ]}}
+        }));
+        assert_eq!(
+            netns_from_info(&containerd),
+            Netns::Path(PathBuf::from("/var/run/netns/cni-1234"), Some(4242))
+        );
+        let host = info(serde_json::json!({
+            "pid": 7, "runtimeSpec": {"linux": {"namespaces": [{"type": "pid"}]}}
+        }));
+        assert_eq!(netns_from_info(&host), Netns::Host);
+        let no_path = info(serde_json::json!({
+            "pid": 7, "runtimeSpec": {"linux": {"namespaces": [{"type": "network"}]}}
+        }));
+        assert_eq!(netns_from_info(&no_path), Netns::Pid(7));
+        assert_eq!(netns_from_info(&HashMap::new()), Netns::Unknown);
+        assert_eq!(
+            netns_from_info(&HashMap::from([("info".into(), "not json".into())])),
+            Netns::Unknown
+        );
+    }
+}
