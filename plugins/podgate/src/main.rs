@@ -12,6 +12,7 @@ mod diagnose;
 mod error;
 mod install;
 mod ipargs;
+mod metrics;
 mod names;
 mod output;
 mod probe;

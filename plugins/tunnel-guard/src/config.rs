@@ -117,6 +117,9 @@ pub struct GuardConfig {
     /// JSON-lines log; without it only warnings and errors go to stderr.
     #[serde(default)]
     pub log_file: Option<PathBuf>,
+    /// `logLevel`, `logMaxBytes`, `eventFile`.
+    #[serde(flatten)]
+    pub telemetry: podgate_cni::log::Telemetry,
 }
 
 fn default_agent_socket() -> PathBuf {
@@ -149,6 +152,7 @@ impl Default for GuardConfig {
             timeout_ms: default_timeout(),
             report_status: false,
             log_file: None,
+            telemetry: podgate_cni::log::Telemetry::default(),
         }
     }
 }
