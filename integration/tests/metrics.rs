@@ -86,7 +86,11 @@ impl Agent {
                 "1",
                 "--log-level",
                 "debug",
+                "--log-max-bytes",
+                "65536",
             ])
+            .arg("--log-file")
+            .arg(node.root().join("agent.jsonl"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)

@@ -46,6 +46,7 @@ pub struct Snapshot {
     pub pending: u64,
     pub corrupt: u64,
     pub drift: u64,
+    pub drift_unchecked: u64,
     pub ipsec: Option<IpsecState>,
     /// Collection problems by source (bounded label set).
     pub errors: BTreeMap<&'static str, u64>,
@@ -130,7 +131,7 @@ fn collect_once(probe: &ChainProbe, spool: &mut events::Spool) -> Snapshot {
         }
     }
     match collect::drifted(&live) {
-        Ok(n) => snap.drift = n,
+        Ok((d, u)) => (snap.drift, snap.drift_unchecked) = (d, u),
         Err(e) => errs.push(error("drift", e)),
     }
     // One guard per chain; with several entries the first one counts.
@@ -215,6 +216,16 @@ pub fn render(s: &Snapshot) -> String {
         "Live attachments whose recorded state no longer holds (periodic CHECK).",
     );
     t.sample("podgate_attachment_drift", &[], s.drift as f64);
+    t.family(
+        "podgate_attachment_drift_unchecked",
+        "gauge",
+        "Live attachments the periodic CHECK could not examine (netns not enterable, netlink error).",
+    );
+    t.sample(
+        "podgate_attachment_drift_unchecked",
+        &[],
+        s.drift_unchecked as f64,
+    );
 
     t.family(
         "podgate_cni_requests_total",

@@ -64,27 +64,29 @@ pub fn scan_records(state_dir: &Path) -> Result<RecordScan, String> {
     Ok(scan)
 }
 
-/// How many live records no longer hold (the CNI CHECK of each, from the
-/// record, as `podgate inspect` does). Records that cannot be checked count
-/// as drifted: a gauge that hides what it could not see would lie.
-pub fn drifted(records: &[Record]) -> Result<u64, String> {
+/// `(drifted, unchecked)` of the live records: the CNI CHECK of each, from
+/// the record, as `podgate inspect` does. A record that cannot be checked
+/// (its netns cannot be entered, a netlink read fails) is counted apart:
+/// neither "holds" nor "drifted" would be true of it.
+pub fn drifted(records: &[Record]) -> Result<(u64, u64), String> {
     if records.is_empty() {
-        return Ok(0);
+        return Ok((0, 0));
     }
     let mut node = RouteSocket::new().map_err(|e| format!("node netlink: {e}"))?;
-    let mut n = 0;
+    let (mut drifted, mut unchecked) = (0, 0);
     for rec in records {
-        let holds = rec
+        let checked = rec
             .netns
             .as_deref()
             .and_then(|p| NetNs::open(p).ok())
-            .and_then(|ns| apply::check(rec, &mut node, &ns).ok())
-            .is_some_and(|d| d.is_empty());
-        if !holds {
-            n += 1;
+            .and_then(|ns| apply::check(rec, &mut node, &ns).ok());
+        match checked {
+            Some(d) if d.is_empty() => {}
+            Some(_) => drifted += 1,
+            None => unchecked += 1,
         }
     }
-    Ok(n)
+    Ok((drifted, unchecked))
 }
 
 #[derive(Debug, Default)]
