@@ -29,6 +29,8 @@ packages=(
     gcc
     libc6-dev
     strace
+    # tests/metrics.rs: `promtool check metrics` on the agent's /metrics
+    prometheus
 )
 
 log="$(mktemp)"

@@ -208,6 +208,9 @@ impl Plugin for Router {
                 return Err(e);
             }
         };
+        if log.enabled(podgate_cni::log::Level::Debug) {
+            log.debug("plan", json!({"plan": plan}));
+        }
         let rec = Record {
             key: key.clone(),
             netns: req.env.netns.clone(),
