@@ -34,8 +34,9 @@ const MAX_LOG_TAIL: u64 = 16 << 20;
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// Where to write: a path ending in .tar is an archive, anything else a
-    /// new directory [default: ./podgate-report-<host>-<time>.tar].
+    /// Where to write: a path ending in .tar is an archive, `-` the archive
+    /// on stdout, anything else a new directory
+    /// [default: ./podgate-report-<host>-<time>.tar].
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// The CNI conf dir (conflists are copied, podgate's entries read).
@@ -536,17 +537,26 @@ pub fn run(a: &ReportArgs) -> Result<Found> {
                 .replace(".000", "")
         ))
     });
+    let summary = |shown: String| {
+        format!(
+            "{shown} ({} files{})",
+            parts.files.len(),
+            if parts.problems.is_empty() {
+                String::new()
+            } else {
+                format!("; {} parts missing, see README.txt", parts.problems.len())
+            }
+        )
+    };
+    if output.as_os_str() == "-" {
+        // The archive itself on stdout (kubectl exec ... > report.tar).
+        let mut out = std::io::stdout().lock();
+        tar::write(&mut out, &parts.files, now).map_err(Error::msg)?;
+        podgate_cni::log::stderr_line(&summary("tar on stdout".into()));
+        return Ok(Found::Ok);
+    }
     write_out(&output, &parts.files, now)?;
-    println!(
-        "{} ({} files{})",
-        output.display(),
-        parts.files.len(),
-        if parts.problems.is_empty() {
-            String::new()
-        } else {
-            format!("; {} parts missing, see README.txt", parts.problems.len())
-        }
-    );
+    println!("{}", summary(output.display().to_string()));
     Ok(Found::Ok)
 }
 
