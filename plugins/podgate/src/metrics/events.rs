@@ -454,6 +454,54 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// Writers append while the agent drains, rotates (more than 1 MiB of
+    /// events) and restarts (a fresh Spool from disk every few passes):
+    /// every event is counted exactly once and nothing is taken for a crash.
+    #[test]
+    fn concurrent_writers_rotation_and_restarts_count_exactly() {
+        let d = tmp("concurrent");
+        let ev = d.join("events.jsonl");
+        Spool::open(&d).unwrap().drain(std::slice::from_ref(&ev));
+        const THREADS: u64 = 4;
+        const EACH: u64 = 3000;
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let mut generations = std::collections::BTreeSet::new();
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    for _ in 0..EACH {
+                        let r =
+                            Recorder::start(&ev, "podgate-router", "ADD", Instant::now()).unwrap();
+                        r.finish(0, "");
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                });
+            }
+            let mut passes = 0;
+            while done.load(std::sync::atomic::Ordering::SeqCst) < THREADS {
+                let mut spool = Spool::open(&d).unwrap();
+                for _ in 0..3 {
+                    assert!(spool.drain(std::slice::from_ref(&ev)).is_empty());
+                    passes += 1;
+                }
+                let mut f = File::open(&ev).unwrap();
+                generations.insert(read_header(&mut f).unwrap().0);
+            }
+            assert!(passes > 0);
+        });
+        let mut spool = Spool::open(&d).unwrap();
+        spool.drain(std::slice::from_ref(&ev));
+        assert_eq!(
+            spool.counters().requests.get("podgate-router|ADD|ok"),
+            Some(&(THREADS * EACH)),
+            "{:?}",
+            spool.counters().requests
+        );
+        assert_eq!(total(&spool), THREADS * EACH, "no crashes");
+        assert!(generations.len() > 1, "the file was rotated at least once");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn an_unheld_mark_without_an_event_is_a_crash() {
         let d = tmp("crash");
