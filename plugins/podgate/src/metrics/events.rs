@@ -466,6 +466,7 @@ mod tests {
         const EACH: u64 = 3000;
         let done = std::sync::atomic::AtomicU64::new(0);
         let mut generations = std::collections::BTreeSet::new();
+        generations.insert(read_header(&mut File::open(&ev).unwrap()).unwrap().0);
         std::thread::scope(|s| {
             for _ in 0..THREADS {
                 s.spawn(|| {
@@ -491,6 +492,7 @@ mod tests {
         });
         let mut spool = Spool::open(&d).unwrap();
         spool.drain(std::slice::from_ref(&ev));
+        generations.insert(read_header(&mut File::open(&ev).unwrap()).unwrap().0);
         assert_eq!(
             spool.counters().requests.get("podgate-router|ADD|ok"),
             Some(&(THREADS * EACH)),
