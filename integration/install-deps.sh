@@ -35,6 +35,8 @@ packages=(
     runc
     protobuf-compiler
     tar
+    # tests/metrics.rs: `promtool check metrics` on the agent's /metrics
+    prometheus
 )
 
 log="$(mktemp)"

@@ -383,6 +383,34 @@ def cmd_series(args):
             raise RuntimeError(f"router {profile}: state left: {os.listdir(os.path.join(tmp, 'state'))}")
         pod.close()
 
+    # vpn-routed again with the node agent's event channel in place (what a
+    # node running `podgate install --watch --metrics-address` pays): the
+    # in-flight mark and the event line per request. No agent drains it here;
+    # the file stays far below its cap for these runs.
+    pod = Pod(tag, index)
+    index += 1
+    events = os.path.join(tmp, "events", "events.jsonl")
+    os.makedirs(events + ".inflight")
+    with open(events, "w") as f:
+        f.write('{"podgateEvents":1,"id":"bench"}\n')
+    conf = router_conf(tmp, pod.prev_result())
+    conf["eventFile"] = events
+    stdin = write_json(os.path.join(tmp, "router-events.json"), conf)
+    add = Call([router], cni_env("ADD", "bench-events", pod, "vpn-routed"), stdin)
+    dele = Call([router], cni_env("DEL", "bench-events", pod, "vpn-routed"), stdin)
+    sp.must(add, "router vpn-routed ADD with events")
+    sp.must(dele, "router vpn-routed DEL with events")
+    with open(events) as f:
+        if sum(1 for _ in f) != 3:
+            raise RuntimeError("router with the event channel: expected one event per request")
+    a_ms, a_rss, d_ms, d_rss = alternate(sp, add, dele, runs, warmup, "router events", rss_n)
+    what = "vpn-routed with the agent's event channel (in-flight mark + event line)"
+    record("router_events_add", "podgate-router ADD vpn-routed + events", what, a_ms, a_rss)
+    record("router_events_del", "podgate-router DEL vpn-routed + events", what, d_ms, d_rss)
+    if os.listdir(events + ".inflight"):
+        raise RuntimeError(f"in-flight marks left: {os.listdir(events + '.inflight')}")
+    pod.close()
+
     # Debian's tuning plugin setting only ip_forward.
     pod = Pod(tag, index)
     index += 1
@@ -641,6 +669,8 @@ def cmd_report(args):
         ("router_vpn-routed_del", "podgate-router DEL vpn-routed"),
         ("router_vpn-full_add", "podgate-router ADD sysctl+masq+route"),
         ("router_vpn-full_del", "podgate-router DEL sysctl+masq+route"),
+        ("router_events_add", "podgate-router ADD vpn-routed + agent events"),
+        ("router_events_del", "podgate-router DEL vpn-routed + agent events"),
         ("tuning_add", "tuning ADD (ip_forward only)"),
         ("tuning_del", "tuning DEL"),
         ("nft_add", "nsenter --net + nft -f (masquerade)"),

@@ -190,3 +190,36 @@ pub fn tcp_connect_ok(from: &Netns, ip: &str, port: u16, timeout: Duration) -> b
     })
     .is_ok()
 }
+
+/// `GET path` over HTTP/1.1 from inside `from` to `ip:port`; returns
+/// `(status code, body)`. Reads until the server closes (the request says
+/// `Connection: close`).
+pub fn http_get(
+    from: &Netns,
+    ip: &str,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+) -> io::Result<(u16, String)> {
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{ip}: {e}")))?;
+    let addr = SocketAddr::new(ip, port);
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let raw = in_netns(from.path().to_path_buf(), move || {
+        let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.write_all(request.as_bytes())?;
+        let mut buf = String::new();
+        stream.read_to_string(&mut buf)?;
+        Ok(buf)
+    })?;
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "not an HTTP response");
+    let (head, body) = raw.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    Ok((status, body.to_string()))
+}

@@ -623,3 +623,82 @@ fn test_mounts_stay_private() {
         assert!(!mounts.contains(tag), "{tag} leaked:\n{mounts}");
     }
 }
+
+/// The agent's event channel and the log on a full disk (a 16 KiB tmpfs
+/// filled to the last block, in a private mount namespace of that one
+/// process), and a log on /dev/full: a refused ADD and an idle DEL answer
+/// exactly as they do with no channel and no log.
+#[test]
+fn full_disk_under_the_event_channel_and_log_does_not_change_the_answer() {
+    let rig = Rig::new(1);
+    let r = router();
+    let refused_env = |cmd: &str| {
+        let mut env = rig.env(cmd, 0, "ctr-refused");
+        env.retain(|(k, _)| k != "CNI_ARGS");
+        env.push((
+            "CNI_ARGS".into(),
+            "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web".into(),
+        ));
+        env
+    };
+    let conf_with_log = |log: &str| {
+        let mut c: Value = serde_json::from_slice(&rig.conf(0, "10.8.7.0/24")).unwrap();
+        c["logFile"] = json!(log);
+        serde_json::to_vec(&c).unwrap()
+    };
+    let plain = |cmd: &str| {
+        rig.spawn(
+            &[r.to_str().unwrap()],
+            &refused_env(cmd),
+            &rig.conf(0, "10.8.7.0/24"),
+            Stdio::null(),
+        )
+    };
+    let expected_add = plain("ADD");
+    let expected_del = plain("DEL");
+    assert_eq!(expected_add.code, Some(1));
+    assert_eq!(expected_del.code, Some(0));
+
+    let state = rig.state_dir();
+    let log_in_state = state.join("router.log");
+    let full = r#"mkdir -p "$d"; mount -t tmpfs -o size=16k podgate-full "$d"; \
+        printf '{"podgateEvents":1,"id":"t"}\n' > "$d/events.jsonl"; \
+        mkdir "$d/events.jsonl.inflight"; \
+        dd if=/dev/zero of="$d/fill" bs=4k 2>/dev/null || true"#;
+    let script = format!(
+        "set -e; d=\"$1\"; shift; {full}; set +e; \"$@\"; rc=$?; \
+         ls -A \"$d\" | sed 's/^/STATE-LS: /' >&2; exit $rc"
+    );
+    for (cmd, expected) in [("ADD", &expected_add), ("DEL", &expected_del)] {
+        for log in [log_in_state.to_str().unwrap(), "/dev/full"] {
+            let run = rig.spawn(
+                &[
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    &script,
+                    "sh",
+                    state.to_str().unwrap(),
+                    r.to_str().unwrap(),
+                ],
+                &refused_env(cmd),
+                &conf_with_log(log),
+                Stdio::piped(),
+            );
+            assert!(
+                state_ls(&run).iter().any(|f| f == "events.jsonl"),
+                "the channel was in place: {run:?}"
+            );
+            assert_eq!(
+                (run.code, run.stdout.trim()),
+                (expected.code, expected.stdout.trim()),
+                "{cmd} with log {log} on a full disk: {run:?}"
+            );
+        }
+    }
+    assert_eq!(rig.pod_state(0), ("0".to_string(), String::new()));
+    assert!(rig.records().is_empty());
+}

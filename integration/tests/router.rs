@@ -627,3 +627,67 @@ fn pod_routes_and_rollback_on_half_way_failure() {
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
     del(&node, &b, "broken", &pod_args("default", "broken-0")).assert_ok();
 }
+
+/// 32 concurrent ADDs against a log one line short of `logMaxBytes`: they all
+/// race to rotate it. The filler must be the whole rotated copy (rotated
+/// once, nothing written into it after the rename) and every ADD's line must
+/// be in the new file exactly once, whole.
+#[test]
+fn log_rotation_under_thirty_two_concurrent_adds_loses_no_line() {
+    require_root();
+    let node = TestNode::new("logrot");
+    let log = node.root().join("router.log");
+    let max: usize = 64 * 1024;
+    let mut entry = router_entry(&node);
+    entry["logFile"] = json!(log);
+    entry["logMaxBytes"] = json!(max);
+    node.write_conflist(
+        NET,
+        &node.bridge_conflist(NET, "1.0.0", SUBNET, vec![entry]),
+    );
+    let filler = format!("{{\"filler\":\"{}\"}}", "f".repeat(max - 64));
+    std::fs::write(&log, format!("{filler}\n")).unwrap();
+
+    let pods: Vec<Netns> = (0..32).map(|i| pod(&node, &format!("r{i}"))).collect();
+    all_at_once(&pods, |i, p| {
+        add(
+            &node,
+            p,
+            &format!("c{i}"),
+            &pod_args("vpn", &format!("openvpn-gw-{i}")),
+            None,
+        )
+    });
+    let rotated = std::fs::read_to_string(node.root().join("router.log.1")).unwrap();
+    assert!(
+        rotated == format!("{filler}\n"),
+        "rotated copy holds the filler only"
+    );
+    let current = std::fs::read_to_string(&log).unwrap();
+    let mut applied = std::collections::BTreeMap::new();
+    for line in current.lines() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("torn or interleaved line ({e}): {line}"));
+        if v["msg"] == "applied" {
+            *applied
+                .entry(v["containerID"].as_str().unwrap().to_string())
+                .or_insert(0) += 1;
+        }
+    }
+    let want: std::collections::BTreeMap<String, i32> =
+        (0..32).map(|i| (format!("c{i}"), 1)).collect();
+    assert_eq!(applied, want, "every ADD's line exactly once");
+    assert!(
+        current.len() <= max,
+        "{} bytes > logMaxBytes",
+        current.len()
+    );
+    all_at_once(&pods, |i, p| {
+        del(
+            &node,
+            p,
+            &format!("c{i}"),
+            &pod_args("vpn", &format!("openvpn-gw-{i}")),
+        )
+    });
+}

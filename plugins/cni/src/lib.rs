@@ -12,6 +12,7 @@
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod event;
 pub mod log;
 pub mod result;
 pub mod skel;
@@ -21,4 +22,4 @@ pub use config::{Attachment, NetConf};
 pub use env::{Command, Env};
 pub use error::{code, CniError};
 pub use result::{CniResult, PrevResult};
-pub use skel::{dispatch, prev_or_empty, run, Plugin, Request};
+pub use skel::{dispatch, dispatch_observed, prev_or_empty, run, Plugin, Request};

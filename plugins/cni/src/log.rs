@@ -1,27 +1,140 @@
 //! JSON-lines logging to a file (`logFile`) or stderr. Never stdout: stdout
 //! belongs to the CNI protocol.
+//!
+//! Bounded: a line below the configured level (`logLevel`) is not written,
+//! and the file is rotated to `<logFile>.1` (one copy) before a line would
+//! take it past `logMaxBytes`. Many plugin processes write the same file at
+//! once, so rotation is coordinated through `flock` on the file itself (see
+//! [`append_line`]): appends hold a shared lock, the rename an exclusive one,
+//! and an append only goes to the inode the path names while it holds its
+//! lock. Two processes rotating at once therefore rotate once, no line is
+//! lost or torn, and nobody writes into a file that was renamed or deleted.
+//! Logging is best effort: a full disk or an unwritable file falls back to
+//! stderr and never changes a CNI answer.
 
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Map, Value};
-use std::fs::OpenOptions;
-use std::io::Write;
+use std::fs::{File, OpenOptions};
+use std::io::{self, ErrorKind, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// `logMaxBytes` when the config does not say (10 MiB).
+pub const DEFAULT_MAX_BYTES: u64 = 10 << 20;
+/// Smallest `logMaxBytes` accepted: below this a single pod's lines rotate.
+pub const MIN_MAX_BYTES: u64 = 4096;
+/// Bound on waiting for another writer's lock: a stopped process holding it
+/// must not hold up pod creation; the line then goes to stderr.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// Rotations by others between our open and our lock before giving up.
+const MAX_REOPEN: usize = 16;
+
+/// Severity, most severe first: a logger at `Info` writes error, warn, info.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Level> {
+        match s {
+            "error" => Some(Level::Error),
+            "warn" => Some(Level::Warn),
+            "info" => Some(Level::Info),
+            "debug" => Some(Level::Debug),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The log and event settings every podgate plugin takes from its conflist
+/// entry (`#[serde(flatten)]` into the plugin's config): `logLevel`,
+/// `logMaxBytes`, `eventFile` (see [`crate::event`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Telemetry {
+    #[serde(default)]
+    pub log_level: Level,
+    #[serde(default = "default_max_bytes", deserialize_with = "de_max_bytes")]
+    pub log_max_bytes: u64,
+    /// The node agent's event channel; default [`crate::event::file_for_entry`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_file: Option<PathBuf>,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            log_level: Level::default(),
+            log_max_bytes: DEFAULT_MAX_BYTES,
+            event_file: None,
+        }
+    }
+}
+
+fn default_max_bytes() -> u64 {
+    DEFAULT_MAX_BYTES
+}
+
+fn de_max_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n < MIN_MAX_BYTES {
+        return Err(serde::de::Error::custom(format!(
+            "logMaxBytes {n} is below the minimum {MIN_MAX_BYTES}"
+        )));
+    }
+    Ok(n)
+}
 
 #[derive(Debug, Clone)]
 pub struct Logger {
     file: Option<PathBuf>,
     base: Map<String, Value>,
+    level: Level,
+    max_bytes: u64,
 }
 
 impl Logger {
-    /// `file` None logs warnings and errors to stderr only.
+    /// `file` None logs warnings and errors to stderr only. Level `info` and
+    /// [`DEFAULT_MAX_BYTES`] until [`Logger::limits`] says otherwise.
     pub fn new(plugin: &str, file: Option<&Path>) -> Logger {
         let mut base = Map::new();
         base.insert("plugin".into(), Value::String(plugin.into()));
         Logger {
             file: file.map(Path::to_path_buf),
             base,
+            level: Level::default(),
+            max_bytes: DEFAULT_MAX_BYTES,
         }
+    }
+
+    /// The operator's `logLevel` and `logMaxBytes`.
+    pub fn limits(mut self, t: &Telemetry) -> Logger {
+        self.level = t.log_level;
+        self.max_bytes = t.log_max_bytes.max(MIN_MAX_BYTES);
+        self
     }
 
     /// Add a field carried by every line (container ID, command, pod).
@@ -30,20 +143,30 @@ impl Logger {
         self
     }
 
-    pub fn info(&self, msg: &str, fields: Value) {
-        self.write("info", msg, fields);
-    }
-    pub fn warn(&self, msg: &str, fields: Value) {
-        self.write("warn", msg, fields);
-    }
-    pub fn error(&self, msg: &str, fields: Value) {
-        self.write("error", msg, fields);
+    pub fn enabled(&self, level: Level) -> bool {
+        level <= self.level
     }
 
-    fn write(&self, level: &str, msg: &str, fields: Value) {
+    pub fn debug(&self, msg: &str, fields: Value) {
+        self.write(Level::Debug, msg, fields);
+    }
+    pub fn info(&self, msg: &str, fields: Value) {
+        self.write(Level::Info, msg, fields);
+    }
+    pub fn warn(&self, msg: &str, fields: Value) {
+        self.write(Level::Warn, msg, fields);
+    }
+    pub fn error(&self, msg: &str, fields: Value) {
+        self.write(Level::Error, msg, fields);
+    }
+
+    fn write(&self, level: Level, msg: &str, fields: Value) {
+        if !self.enabled(level) {
+            return;
+        }
         let mut line = self.base.clone();
         line.insert("ts".into(), Value::String(rfc3339_now()));
-        line.insert("level".into(), Value::String(level.into()));
+        line.insert("level".into(), Value::String(level.as_str().into()));
         line.insert("msg".into(), Value::String(msg.into()));
         if let Value::Object(f) = fields {
             line.extend(f);
@@ -51,20 +174,125 @@ impl Logger {
         let text = Value::Object(line).to_string();
         match &self.file {
             Some(path) => {
-                // Append-only single write per line: concurrent plugin processes
-                // interleave whole lines, not fragments.
-                let res = OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .and_then(|mut f| f.write_all(format!("{text}\n").as_bytes()));
-                if let Err(e) = res {
+                if let Err(e) = append_line(path, &text, Limit::Rotate(self.max_bytes)) {
                     stderr_line(&format!("log file {}: {e}; {text}", path.display()));
                 }
             }
-            None if level != "info" => stderr_line(&text),
+            None if level <= Level::Warn => stderr_line(&text),
             None => {}
         }
+    }
+}
+
+/// What [`append_line`] does when the file is full or missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// A log: create the file if missing; before a line would take it past
+    /// the limit, rename it to `<path>.1` (replacing the older copy).
+    Rotate(u64),
+    /// A channel someone else owns and drains: never create it; past the
+    /// limit, drop the line.
+    Drop(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    Written,
+    /// [`Limit::Drop`] and the file is full.
+    Dropped,
+    /// [`Limit::Drop`] and the file does not exist.
+    Absent,
+}
+
+/// `<path>.1`: the one rotated copy.
+pub fn rotated_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".1");
+    PathBuf::from(s)
+}
+
+/// Append one line (a newline is added) in a single `write` on an
+/// `O_APPEND` descriptor, under a shared `flock` of the file, to the file
+/// `path` names at that moment. Rotation renames under an exclusive lock,
+/// so: lines never interleave or tear, a rotation waits for appends in
+/// progress, an append that raced a rotation re-opens the new file, and two
+/// writers that both see the file full rotate it once.
+pub fn append_line(path: &Path, line: &str, limit: Limit) -> io::Result<Appended> {
+    let mut buf = Vec::with_capacity(line.len() + 1);
+    buf.extend_from_slice(line.as_bytes());
+    buf.push(b'\n');
+    let len = buf.len() as u64;
+    for _ in 0..MAX_REOPEN {
+        let create = matches!(limit, Limit::Rotate(_));
+        let file = match OpenOptions::new()
+            .append(true)
+            .create(create)
+            .mode(0o640)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound && !create => return Ok(Appended::Absent),
+            Err(e) => return Err(e),
+        };
+        flock(&file, libc::LOCK_SH)?;
+        if !names(path, &file)? {
+            continue; // rotated (or replaced) between our open and our lock
+        }
+        let size = file.metadata()?.len();
+        match limit {
+            Limit::Drop(max) if size + len > max => return Ok(Appended::Dropped),
+            Limit::Rotate(max) if size > 0 && size + len > max => {
+                flock(&file, libc::LOCK_UN)?;
+                flock(&file, libc::LOCK_EX)?;
+                // Someone else may have rotated while we waited.
+                if names(path, &file)? && file.metadata()?.len() + len > max {
+                    std::fs::rename(path, rotated_path(path))?;
+                }
+                continue; // closing drops the lock; the next round appends
+            }
+            _ => {}
+        }
+        (&file).write_all(&buf)?;
+        return Ok(Appended::Written);
+    }
+    Err(io::Error::other(
+        "the file was rotated under every attempt to append",
+    ))
+}
+
+/// Whether `path` still names the file `f` is open on.
+fn names(path: &Path, f: &File) -> io::Result<bool> {
+    let open = f.metadata()?;
+    match std::fs::metadata(path) {
+        Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `flock(op)` with a bounded wait (non-blocking attempts with back-off).
+pub fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(200);
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(err);
+        }
+        if start.elapsed() > LOCK_WAIT {
+            return Err(io::Error::new(
+                ErrorKind::TimedOut,
+                format!("lock held by another writer for more than {LOCK_WAIT:?}"),
+            ));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(10));
     }
 }
 
@@ -125,5 +353,128 @@ mod tests {
         assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
         assert_eq!(format_rfc3339(1_796_000_000, 5), "2026-11-30T00:53:20.005Z");
         assert_eq!(format_rfc3339(951_782_400, 0), "2000-02-29T00:00:00.000Z");
+    }
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("podgate-log-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn lines(p: &Path) -> Vec<String> {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn level_filters_lines() {
+        let d = tmp("level");
+        let f = d.join("x.log");
+        let t = Telemetry {
+            log_level: Level::Warn,
+            ..Telemetry::default()
+        };
+        let log = Logger::new("p", Some(&f)).limits(&t);
+        log.debug("d", json!({}));
+        log.info("i", json!({}));
+        log.warn("w", json!({}));
+        log.error("e", json!({}));
+        let got: Vec<String> = lines(&f)
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["msg"].to_string())
+            .collect();
+        assert_eq!(got, vec!["\"w\"", "\"e\""]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn settings_parse_and_refuse_tiny_limits() {
+        let t: Telemetry = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(t, Telemetry::default());
+        let t: Telemetry =
+            serde_json::from_value(json!({"logLevel": "debug", "logMaxBytes": 8192})).unwrap();
+        assert_eq!((t.log_level, t.log_max_bytes), (Level::Debug, 8192));
+        assert!(serde_json::from_value::<Telemetry>(json!({"logMaxBytes": 10})).is_err());
+        assert!(serde_json::from_value::<Telemetry>(json!({"logLevel": "loud"})).is_err());
+    }
+
+    /// Threads with their own descriptors contend on flock exactly as
+    /// processes do. With room for everything in the file plus one rotated
+    /// copy, every line must be found exactly once, whole.
+    #[test]
+    fn concurrent_rotation_loses_and_duplicates_nothing() {
+        let d = tmp("rotate");
+        let f = d.join("x.log");
+        // Almost full: the first appends of every thread race to rotate.
+        const LIMIT: u64 = 24 * 1024;
+        let filler = "p".repeat(LIMIT as usize - 40);
+        std::fs::write(&f, format!("{filler}\n")).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let f = &f;
+                s.spawn(move || {
+                    for i in 0..40 {
+                        let line =
+                            format!("{{\"t\":{t},\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(30));
+                        assert_eq!(
+                            append_line(f, &line, Limit::Rotate(LIMIT)).unwrap(),
+                            Appended::Written
+                        );
+                    }
+                });
+            }
+        });
+        let mut all = lines(&rotated_path(&f));
+        assert!(all == vec![filler], "rotated exactly once, the filler only");
+        all = lines(&f);
+        assert_eq!(all.len(), 320);
+        let mut seen = std::collections::BTreeSet::new();
+        for l in &all {
+            let v: Value = serde_json::from_str(l).unwrap();
+            assert!(
+                seen.insert((v["t"].as_u64(), v["i"].as_u64())),
+                "duplicate {l}"
+            );
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn drop_limit_never_creates_and_drops_when_full() {
+        let d = tmp("drop");
+        let f = d.join("events");
+        assert_eq!(
+            append_line(&f, "a", Limit::Drop(10)).unwrap(),
+            Appended::Absent
+        );
+        assert!(!f.exists());
+        std::fs::write(&f, "").unwrap();
+        assert_eq!(
+            append_line(&f, "12345678", Limit::Drop(10)).unwrap(),
+            Appended::Written
+        );
+        assert_eq!(
+            append_line(&f, "12345678", Limit::Drop(10)).unwrap(),
+            Appended::Dropped
+        );
+        assert_eq!(lines(&f), vec!["12345678"]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn small_limit_keeps_one_copy() {
+        let d = tmp("small");
+        let f = d.join("x.log");
+        for i in 0..100 {
+            append_line(&f, &format!("{i:0>100}"), Limit::Rotate(MIN_MAX_BYTES)).unwrap();
+        }
+        let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+        assert!(size(&f) <= MIN_MAX_BYTES && size(&rotated_path(&f)) <= MIN_MAX_BYTES);
+        assert_eq!(lines(&f).last().unwrap(), &format!("{:0>100}", 99));
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

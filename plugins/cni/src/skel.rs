@@ -4,6 +4,7 @@
 use crate::config::{Attachment, NetConf};
 use crate::env::{self, Command, Env};
 use crate::error::CniError;
+use crate::event;
 use crate::result;
 use crate::version::{self, Version, LATEST, SUPPORTED_VERSIONS};
 use serde_json::{json, Map, Value};
@@ -70,6 +71,17 @@ pub fn dispatch<P: Plugin>(
     plugin: &P,
     vars: impl Fn(&str) -> Option<String>,
     stdin: impl Read,
+) -> Outcome {
+    dispatch_observed(plugin, vars, stdin, &mut |_| {})
+}
+
+/// [`dispatch`], calling `on_request` once the request is valid and before
+/// the verb runs (where [`run`] starts recording the event).
+pub fn dispatch_observed<P: Plugin>(
+    plugin: &P,
+    vars: impl Fn(&str) -> Option<String>,
+    stdin: impl Read,
+    on_request: &mut dyn FnMut(&Request),
 ) -> Outcome {
     let Some(cmd_str) = vars("CNI_COMMAND").filter(|s| !s.is_empty()) else {
         return fail(
@@ -154,6 +166,7 @@ pub fn dispatch<P: Plugin>(
         conf,
         version,
     };
+    on_request(&req);
     let res = match command {
         Command::Add => plugin
             .add(&req)
@@ -206,17 +219,53 @@ pub fn install_panic_hook(plugin_name: &'static str) {
     }));
 }
 
+/// `(code, msg)` of an answer: 0 on success, else the error JSON's.
+fn answer_code(o: &Outcome) -> (u32, String) {
+    if o.exit == 0 {
+        return (0, String::new());
+    }
+    let v: Value = serde_json::from_str(&o.stdout).unwrap_or(Value::Null);
+    let code = v
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u32::try_from(c).ok())
+        .unwrap_or(crate::error::code::INTERNAL);
+    let msg = v
+        .get("msg")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    (code, msg)
+}
+
 /// The whole main of a plugin binary.
 pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
     install_panic_hook(plugin_name);
     if std::env::var_os("CNI_COMMAND").is_none() {
         crate::log::stderr_line(about);
     }
-    let outcome = dispatch(&plugin, |k| std::env::var(k).ok(), std::io::stdin().lock());
+    let started = std::time::Instant::now();
+    let mut recorder = None;
+    let outcome = dispatch_observed(
+        &plugin,
+        |k| std::env::var(k).ok(),
+        std::io::stdin().lock(),
+        &mut |req| {
+            let command = format!("{:?}", req.command).to_uppercase();
+            recorder =
+                event::Recorder::start(&event::file_for(&req.conf), plugin_name, &command, started);
+        },
+    );
     let mut out = std::io::stdout().lock();
     if !outcome.stdout.is_empty() {
         let _ = writeln!(out, "{}", outcome.stdout);
     }
     let _ = out.flush();
+    drop(out);
+    // After the answer: recording is best effort and must not delay it.
+    if let Some(r) = recorder {
+        let (code, msg) = answer_code(&outcome);
+        r.finish(code, &msg);
+    }
     std::process::exit(outcome.exit)
 }

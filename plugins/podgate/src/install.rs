@@ -13,7 +13,7 @@
 //! * [`validate`]: podgate's entries checked by the plugins' own config code.
 
 mod chain;
-mod fsx;
+pub(crate) mod fsx;
 mod json;
 mod reconcile;
 mod state;
@@ -86,7 +86,32 @@ pub struct InstallArgs {
     /// With --watch: re-check this often even without events.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     pub resync_secs: u64,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
+    #[command(flatten)]
+    pub log: AgentLogArgs,
 }
+
+/// The installer's own log: always stderr (the container log), optionally
+/// also a size-bounded JSON-lines file.
+#[derive(Debug, Clone, Args)]
+pub struct AgentLogArgs {
+    /// error, warn, info or debug.
+    #[arg(long, default_value = "info", value_parser = parse_level, value_name = "LEVEL")]
+    pub log_level: podgate_cni::log::Level,
+    /// Also write JSON lines here, rotated to FILE.1 at --log-max-bytes.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    #[arg(long, default_value_t = podgate_cni::log::DEFAULT_MAX_BYTES, value_name = "BYTES")]
+    pub log_max_bytes: u64,
+}
+
+fn parse_level(s: &str) -> Result<podgate_cni::log::Level, String> {
+    podgate_cni::log::Level::parse(s)
+        .ok_or_else(|| format!("{s:?}: use error, warn, info or debug"))
+}
+
+static AGENT_LOG: std::sync::OnceLock<AgentLogArgs> = std::sync::OnceLock::new();
 
 #[derive(Debug, Clone, Args)]
 pub struct UninstallArgs {
@@ -157,12 +182,61 @@ impl InstallError {
     }
 }
 
-/// One line on stderr: `<RFC 3339 time> podgate installer: <msg>`.
+/// One line on stderr: `<RFC 3339 time> podgate installer: <msg>`, and in
+/// `--log-file` if given; messages starting with `warning` are level warn.
 pub(crate) fn log(msg: impl std::fmt::Display) {
-    eprintln!(
-        "{} podgate installer: {msg}",
-        podgate_cni::log::rfc3339_now()
-    );
+    let msg = msg.to_string();
+    let level = if msg.starts_with("warning") {
+        podgate_cni::log::Level::Warn
+    } else {
+        podgate_cni::log::Level::Info
+    };
+    log_at(level, &msg);
+}
+
+pub(crate) fn log_at(level: podgate_cni::log::Level, msg: &str) {
+    use podgate_cni::log::{append_line, rfc3339_now, Limit};
+    let cfg = AGENT_LOG.get();
+    if level > cfg.map_or(podgate_cni::log::Level::Info, |c| c.log_level) {
+        return;
+    }
+    let ts = rfc3339_now();
+    podgate_cni::log::stderr_line(&format!("{ts} podgate installer: {msg}"));
+    if let Some((file, max)) = cfg.and_then(|c| c.log_file.as_ref().map(|f| (f, c.log_max_bytes))) {
+        let line = serde_json::json!({"ts": ts, "level": level.as_str(), "component": "podgate-installer", "msg": msg});
+        let max = max.max(podgate_cni::log::MIN_MAX_BYTES);
+        if let Err(e) = append_line(file, &line.to_string(), Limit::Rotate(max)) {
+            podgate_cni::log::stderr_line(&format!(
+                "{ts} podgate installer: log file {}: {e}",
+                file.display()
+            ));
+        }
+    }
+}
+
+/// What the metrics read from the installer: whether the chain is in place
+/// as configured (the same test as `--check`) and podgate's entries.
+#[derive(Debug, Clone)]
+pub(crate) struct ChainProbe {
+    node: Node,
+    src: Source,
+}
+
+impl ChainProbe {
+    /// Ok(chained file) or Err(why not).
+    pub fn ready(&self) -> Result<String, String> {
+        let entries = reconcile::load_entries(&self.src.plugins_file).map_err(|e| e.to_string())?;
+        reconcile::status(&self.node, &self.src, &entries).map_err(|e| e.to_string())?
+    }
+
+    /// podgate's plugin entries as configured (the plugins file).
+    pub fn entries(&self) -> Result<Vec<serde_json::Value>, String> {
+        reconcile::load_entries(&self.src.plugins_file)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|j| j.to_value().map_err(|e| e.to_string()))
+            .collect()
+    }
 }
 
 /// The running executable's directory: /proc/self/exe, else argv[0] when it
@@ -232,6 +306,7 @@ fn node_of(
 }
 
 pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
+    let _ = AGENT_LOG.set(args.log.clone());
     let node = node_of(
         &args.cni_bin_dir,
         &args.cni_conf_dir,
@@ -250,6 +325,14 @@ pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
         };
     }
     if args.watch {
+        if let Some(addr) = &args.metrics.metrics_address {
+            let probe = ChainProbe {
+                node: node.clone(),
+                src: src.clone(),
+            };
+            crate::metrics::start(addr, &args.metrics, &args.state_dir, probe)
+                .map_err(InstallError::Watch)?;
+        }
         let opts = watch::WatchOpts {
             debounce: Duration::from_millis(args.debounce_ms),
             max_delay: Duration::from_millis(args.debounce_ms.saturating_mul(10).max(1000)),

@@ -13,10 +13,12 @@ mod diagnose;
 mod error;
 mod install;
 mod ipargs;
+mod metrics;
 mod names;
 mod output;
 mod probe;
 mod progress;
+mod report;
 mod select;
 mod sock;
 
@@ -145,6 +147,16 @@ Exit codes: 0 everything holds; 2 drift, a netns gone or a corrupt record; 1 err
     /// Remove podgate's conflist (and podgate entries an earlier version put
     /// into other conflists).
     Uninstall(install::UninstallArgs),
+    /// Write one archive for a bug report: versions, CNI configs, installer
+    /// state, records with drift, IPsec status, podgate's routes, rules and
+    /// nf_tables, recent logs. Never key material.
+    #[command(after_help = "Examples:
+  podgate report                              (./podgate-report-<host>-<time>.tar)
+  podgate report --output /tmp/report.tar --log /var/log/podgate-installer.log
+  podgate report --output /tmp/report-dir     (a directory instead)
+
+Progress goes to stderr when it is a terminal; the path written is printed on stdout.")]
+    Report(report::ReportArgs),
 }
 
 fn dispatch(cli: &Cli) -> Result<Found, Error> {
@@ -156,6 +168,7 @@ fn dispatch(cli: &Cli) -> Result<Found, Error> {
         Cmd::Inspect(c) => cmd::inspect::run(&c.args, &c.common.target, c.common.json),
         Cmd::Ipsec(c) => cmd::ipsec::run(&c.cmd, &c.common.target, c.common.json),
         Cmd::Install(a) => install::install(a).map(|()| Found::Ok).map_err(Error::from),
+        Cmd::Report(a) => report::run(a),
         Cmd::Uninstall(a) => install::uninstall(a)
             .map(|()| Found::Ok)
             .map_err(Error::from),

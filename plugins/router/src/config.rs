@@ -19,6 +19,9 @@ pub struct RouterConfig {
     pub state_dir: PathBuf,
     #[serde(default)]
     pub log_file: Option<PathBuf>,
+    /// `logLevel`, `logMaxBytes`, `eventFile`.
+    #[serde(flatten)]
+    pub telemetry: podgate_cni::log::Telemetry,
     #[serde(default)]
     pub profiles: BTreeMap<String, Profile>,
     #[serde(default)]

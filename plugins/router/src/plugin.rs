@@ -27,6 +27,7 @@ fn load(conf: &NetConf) -> Result<RouterConfig, CniError> {
 
 fn logger(cfg: &RouterConfig, req: &Request) -> Logger {
     Logger::new("podgate-router", cfg.log_file.as_deref())
+        .limits(&cfg.telemetry)
         .with("cmd", format!("{:?}", req.command).to_uppercase())
         .with("containerID", req.env.container_id.clone())
         .with("ifname", req.env.ifname.clone())
@@ -207,6 +208,9 @@ impl Plugin for Router {
                 return Err(e);
             }
         };
+        if log.enabled(podgate_cni::log::Level::Debug) {
+            log.debug("plan", json!({"plan": plan}));
+        }
         let rec = Record {
             key: key.clone(),
             netns: req.env.netns.clone(),
@@ -358,7 +362,9 @@ impl Plugin for Router {
         let Some(store) = StateStore::existing(&cfg.state_dir) else {
             return Ok(());
         };
-        let log = Logger::new("podgate-router", cfg.log_file.as_deref()).with("cmd", "GC");
+        let log = Logger::new("podgate-router", cfg.log_file.as_deref())
+            .limits(&cfg.telemetry)
+            .with("cmd", "GC");
         let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
         let (records, _) = store
             .list::<Record>()

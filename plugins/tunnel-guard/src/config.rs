@@ -141,6 +141,9 @@ pub struct GuardConfig {
     /// JSON-lines log; without it only warnings and errors go to stderr.
     #[serde(default)]
     pub log_file: Option<PathBuf>,
+    /// `logLevel`, `logMaxBytes`, `eventFile`.
+    #[serde(flatten)]
+    pub telemetry: podgate_cni::log::Telemetry,
 }
 
 fn default_protection_dir() -> PathBuf {
@@ -169,6 +172,7 @@ impl Default for GuardConfig {
             min_cert_validity: default_min_validity(),
             report_status: false,
             log_file: None,
+            telemetry: podgate_cni::log::Telemetry::default(),
         }
     }
 }

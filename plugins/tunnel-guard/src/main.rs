@@ -19,6 +19,7 @@ fn load(conf: &NetConf) -> Result<GuardConfig, CniError> {
 
 fn logger(cfg: &GuardConfig, req: &Request, verb: &str) -> Logger {
     let mut log = Logger::new(NAME, cfg.log_file.as_deref())
+        .limits(&cfg.telemetry)
         .with("command", verb)
         .with("containerID", req.env.container_id.as_str());
     for (key, field) in [
@@ -105,7 +106,9 @@ impl Plugin for TunnelGuard {
         if !cfg.report_status {
             return Ok(());
         }
-        let log = Logger::new(NAME, cfg.log_file.as_deref()).with("command", "STATUS");
+        let log = Logger::new(NAME, cfg.log_file.as_deref())
+            .limits(&cfg.telemetry)
+            .with("command", "STATUS");
         gate(&cfg, &log, None).map_err(CniError::not_available)
     }
 }

@@ -1,0 +1,436 @@
+//! The node agent's metrics end to end: `podgate install --watch
+//! --metrics-address` inside a test node netns chains podgate into a bridge
+//! primary; pods are ADDed through the real libcni and the real plugins
+//! (applied, refused, passed through) and one router ADD is killed half-way;
+//! `/metrics` must show each, pass `promtool check metrics`, follow drift and
+//! stale records, and keep its counters across a SIGKILLed agent.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use podgate_integration::{bin_dir, http_get, require_root, Netns, TestNode, Verb};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NET: &str = "metricsnet";
+const PORT: u16 = 9750;
+
+fn ensure_built() {
+    podgate_integration::built(
+        &["podgate", "podgate-router", "podgate-tunnel-guard"],
+        &[
+            "-p",
+            "podgate",
+            "-p",
+            "podgate-router",
+            "-p",
+            "podgate-tunnel-guard",
+        ],
+    );
+}
+
+fn pod_args(ns: &str, name: &str) -> String {
+    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}")
+}
+
+fn entries(node: &TestNode) -> Value {
+    json!([
+        {"type": "podgate-tunnel-guard", "required": "always", "mode": "audit",
+         "agentSocket": node.root().join("no-agent/status.sock"),
+         "eventFile": node.state_dir().join("events.jsonl")},
+        {"type": "podgate-router", "stateDir": node.state_dir(),
+         "logFile": node.root().join("router.log"),
+         "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+         "profiles": {"vpn-gateway": {"sysctls": {"net.ipv4.ip_forward": "1"},
+                                      "masquerade": [{"source": "10.8.0.0/24"}]}},
+         "assign": [{"namespace": "vpn", "podNamePrefix": "openvpn-gw", "profile": "vpn-gateway"}],
+         "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]}}
+    ])
+}
+
+/// The agent, in the node netns; SIGKILLed on drop.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(node: &TestNode) -> Agent {
+        let log = node.root().join("agent.log");
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = node
+            .ns
+            .command(bin_dir().join("podgate").to_str().unwrap())
+            .arg("install")
+            .arg("--watch")
+            .arg("--cni-conf-dir")
+            .arg(node.conf_dir())
+            .arg("--cni-bin-dir")
+            .arg(node.cni_bin_dir())
+            .arg("--source-dir")
+            .arg(bin_dir())
+            .arg("--plugins")
+            .arg(node.root().join("plugins.json"))
+            .arg("--state-dir")
+            .arg(node.root().join("installer"))
+            .args([
+                "--metrics-address",
+                &format!("127.0.0.1:{PORT}"),
+                "--metrics-interval-secs",
+                "1",
+                "--log-level",
+                "debug",
+                "--log-max-bytes",
+                "65536",
+            ])
+            .arg("--log-file")
+            .arg(node.root().join("agent.jsonl"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        Agent { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn scrape(node: &TestNode) -> Option<String> {
+    match http_get(
+        &node.ns,
+        "127.0.0.1",
+        PORT,
+        "/metrics",
+        Duration::from_secs(5),
+    ) {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    }
+}
+
+/// The value of the sample `series` (name plus labels exactly as rendered).
+fn value(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Scrape until `want` holds (the agent collects every second).
+fn wait_for(node: &TestNode, agent: &Agent, what: &str, want: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < Duration::from_secs(60) {
+        if let Some(b) = scrape(node) {
+            if want(&b) {
+                return b;
+            }
+            last = b;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!(
+        "timed out waiting for {what}\n--- last /metrics ---\n{last}\n--- agent log ---\n{}",
+        agent.log()
+    );
+}
+
+fn requests(plugin: &str, command: &str, outcome: &str) -> String {
+    format!(
+        "podgate_cni_requests_total{{plugin=\"{plugin}\",command=\"{command}\",outcome=\"{outcome}\"}}"
+    )
+}
+
+/// podgate-router ADD run directly (as libcni runs it) under strace, killed
+/// at its second rename(2): the first renames its in-flight mark into place,
+/// the second would put the state record in place after everything was
+/// applied. Returns the signal that ended it.
+fn router_add_killed_half_way(node: &TestNode, pod: &Netns) -> Option<i32> {
+    let mut conf = entries(node)[1].clone();
+    conf["cniVersion"] = json!("1.0.0");
+    conf["name"] = json!(NET);
+    conf["prevResult"] = json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.24.9.5/24", "interface": 0}]});
+    let mut child = node
+        .ns
+        .command("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=rename,renameat,renameat2",
+            "-e",
+            "inject=rename,renameat,renameat2:signal=KILL:when=2",
+        ])
+        .arg(bin_dir().join("podgate-router"))
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "crashed-1")
+        .env("CNI_NETNS", pod.path())
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", node.cni_bin_dir())
+        .env("CNI_ARGS", pod_args("vpn", "openvpn-gw-crash"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    // strace exits with the tracee's signal re-raised or as 128+signal.
+    out.status
+        .signal()
+        .or_else(|| out.status.code().filter(|c| *c > 128).map(|c| c - 128))
+}
+
+#[test]
+fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
+    require_root();
+    ensure_built();
+    let node = TestNode::new("metrics");
+    // The primary alone: the agent chains podgate after it.
+    node.write_conflist(
+        &format!("10-{NET}"),
+        &node.bridge_conflist(NET, "1.0.0", "10.24.0.0/16", vec![]),
+    );
+    std::fs::write(
+        node.root().join("plugins.json"),
+        serde_json::to_vec(&entries(&node)).unwrap(),
+    )
+    .unwrap();
+    let agent = Agent::start(&node);
+    wait_for(&node, &agent, "install ready", |b| {
+        value(b, "podgate_install_ready") == Some(1.0)
+    });
+    assert!(
+        node.state_dir().join("events.jsonl").is_file(),
+        "the agent makes the channel"
+    );
+
+    let gw = node.pod("openvpn-gw-0");
+    gw.set_forwarding(false);
+    let plain = node.pod("plain");
+    let other = node.pod("other");
+    let add = |pod: &Netns, cid: &str, ns: &str, name: &str, cap: Option<Value>| {
+        node.cni(
+            Verb::Add,
+            NET,
+            pod,
+            cid,
+            "eth0",
+            Some(&pod_args(ns, name)),
+            cap,
+        )
+    };
+    add(&gw, "gw", "vpn", "openvpn-gw-0", None).assert_ok();
+    add(&plain, "plain", "vpn", "plain", None).assert_ok();
+    // A pod outside allow.annotationNamespaces asking for a profile.
+    add(
+        &other,
+        "other",
+        "default",
+        "other",
+        Some(json!({"io.kubernetes.cri.pod-annotations": {"podgate.dev/profile": "vpn-gateway"}})),
+    )
+    .assert_cni_error(100);
+    let crash_pod = node.pod("crash");
+    assert_eq!(
+        router_add_killed_half_way(&node, &crash_pod),
+        Some(libc::SIGKILL),
+        "the router ADD must die at the injected point"
+    );
+
+    let router = "podgate-router";
+    let guard = "podgate-tunnel-guard";
+    let body = wait_for(&node, &agent, "every ADD counted", |b| {
+        value(b, &requests(router, "ADD", "crashed")) == Some(1.0)
+            && value(b, &requests(router, "ADD", "ok")) == Some(2.0)
+    });
+    assert_eq!(
+        value(&body, &requests(router, "ADD", "refused")),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        value(&body, &requests(guard, "ADD", "ok")),
+        Some(3.0),
+        "{body}"
+    );
+    assert_eq!(
+        value(
+            &body,
+            "podgate_refusals_total{rule=\"allow.annotationNamespaces\"}"
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        value(
+            &body,
+            "podgate_cni_request_duration_seconds_count{plugin=\"podgate-router\",command=\"ADD\"}"
+        ),
+        Some(3.0),
+        "crashed requests have no duration: {body}"
+    );
+    assert_eq!(
+        value(
+            &body,
+            &format!(
+                "podgate_attachments{{network=\"{NET}\",profile=\"vpn-gateway\",routing=\"none\"}}"
+            )
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(value(&body, "podgate_records_stale"), Some(0.0), "{body}");
+    assert_eq!(
+        value(&body, "podgate_attachment_drift"),
+        Some(0.0),
+        "{body}"
+    );
+    assert_eq!(value(&body, "podgate_ipsec_ready"), Some(0.0), "{body}");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("podgate_ipsec_checks_failed{check=") && l.ends_with(" 1")),
+        "the missing agent is a failed check: {body}"
+    );
+
+    // promtool, from Debian's prometheus package.
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus)");
+    p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Only GET /metrics.
+    let (status, _) = http_get(
+        &node.ns,
+        "127.0.0.1",
+        PORT,
+        "/debug",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(status, 404);
+
+    // Drift: someone turns forwarding back off in the router pod.
+    gw.sysctl_set("net.ipv4.ip_forward", "0");
+    wait_for(&node, &agent, "drift 1", |b| {
+        value(b, "podgate_attachment_drift") == Some(1.0)
+    });
+    gw.sysctl_set("net.ipv4.ip_forward", "1");
+
+    // A SIGKILLed agent comes back with the same counters, then counts on.
+    agent.kill();
+    let agent = Agent::start(&node);
+    let after = wait_for(&node, &agent, "restarted agent", |b| {
+        value(b, "podgate_install_ready") == Some(1.0)
+    });
+    let counters = |b: &str| -> Vec<String> {
+        b.lines()
+            .filter(|l| {
+                l.starts_with("podgate_cni_requests_total")
+                    || l.starts_with("podgate_refusals_total")
+                    || l.starts_with("podgate_cni_request_duration_seconds_count")
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        counters(&body),
+        counters(&after),
+        "no double count after a restart"
+    );
+    node.cni(
+        Verb::Del,
+        NET,
+        &gw,
+        "gw",
+        "eth0",
+        Some(&pod_args("vpn", "openvpn-gw-0")),
+        None,
+    )
+    .assert_ok();
+    let del = wait_for(&node, &agent, "DEL counted", |b| {
+        value(b, &requests(router, "DEL", "ok")) == Some(1.0)
+    });
+    assert_eq!(
+        value(&del, &requests(router, "ADD", "ok")),
+        Some(2.0),
+        "{del}"
+    );
+    assert_eq!(
+        value(&del, &requests(router, "ADD", "crashed")),
+        Some(1.0),
+        "{del}"
+    );
+
+    // Stale: a pod's netns is deleted before its DEL.
+    add(&gw, "gw2", "vpn", "openvpn-gw-0", None).assert_ok();
+    let gw_path = gw.path().to_path_buf();
+    drop(gw);
+    assert!(!gw_path.exists());
+    wait_for(&node, &agent, "stale 1", |b| {
+        value(b, "podgate_records_stale") == Some(1.0)
+    });
+    node.cni_with_netns_path(
+        Verb::Del,
+        NET,
+        &gw_path,
+        "gw2",
+        "eth0",
+        Some(&pod_args("vpn", "openvpn-gw-0")),
+        None,
+    )
+    .assert_ok();
+    for (pod, cid, ns) in [(&plain, "plain", "vpn"), (&other, "other", "default")] {
+        node.cni(
+            Verb::Del,
+            NET,
+            pod,
+            cid,
+            "eth0",
+            Some(&pod_args(ns, cid)),
+            None,
+        )
+        .assert_ok();
+    }
+    agent.kill();
+}
