@@ -38,7 +38,7 @@ pub fn ping(from: &Netns, ip: &str, count: u32) -> bool {
 
 /// Runs `f` on a fresh thread that has joined the network namespace at
 /// `ns_path`.
-fn in_netns<T, F>(ns_path: PathBuf, f: F) -> io::Result<T>
+pub(crate) fn in_netns<T, F>(ns_path: PathBuf, f: F) -> io::Result<T>
 where
     T: Send + 'static,
     F: FnOnce() -> io::Result<T> + Send + 'static,

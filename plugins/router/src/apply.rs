@@ -168,7 +168,8 @@ fn apply_steps(
         undo.push(Undo::NodeRoute(r.clone()));
     }
 
-    if let Some(rp) = &plan.routing {
+    // `rec.plan`: applying fills in what the host-side interface held before.
+    if let Some(rp) = rec.plan.routing.as_mut() {
         if rp.mode == RoutingMode::Strict && routing::ensure_node(store, node, rp)? {
             undo.push(Undo::NodeShared {
                 v6: !rp.pod_ip.addr().is_ipv4(),

@@ -61,6 +61,49 @@ pub struct Profile {
     /// Give the pod a routing boundary through the node's uplink.
     #[serde(default)]
     pub routing: Option<Routing>,
+    /// Clamp the MSS of TCP SYNs forwarded between the client pools and the
+    /// pod interface: `"pmtu"` or a fixed MSS.
+    #[serde(default)]
+    pub mss_clamp: Option<MssClamp>,
+}
+
+/// `mssClamp`: the forward-hook chain in the pod's podgate table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum MssClamp {
+    /// The MTU of the route the SYN leaves by and of the route back to its
+    /// sender, whichever is smaller, minus the IP and TCP headers.
+    Pmtu,
+    /// A fixed MSS (never raises a smaller one).
+    Fixed(u16),
+}
+
+/// Smallest MSS an IPv4 host must accept (RFC 1122); anything lower is a typo.
+pub const MSS_MIN: u16 = 536;
+/// 65535 minus the IPv4 and TCP headers.
+pub const MSS_MAX: u16 = 65495;
+
+impl<'de> Deserialize<'de> for MssClamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => u16::try_from(n)
+                .ok()
+                .filter(|n| (MSS_MIN..=MSS_MAX).contains(n))
+                .map(MssClamp::Fixed)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!("mssClamp {n} is outside {MSS_MIN}-{MSS_MAX}"))
+                }),
+            Raw::S(s) if s == "pmtu" => Ok(MssClamp::Pmtu),
+            Raw::S(s) => Err(serde::de::Error::custom(format!(
+                "mssClamp must be \"pmtu\" or a number, not {s:?}"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -111,6 +154,10 @@ pub struct Routing {
     pub gateway: IpAddr,
     #[serde(default = "table_auto")]
     pub table: TableChoice,
+    /// strict: destinations on the node itself (NodeLocal DNSCache, link-local
+    /// node agents) that the pod reaches without crossing the boundary.
+    #[serde(default)]
+    pub exempt: Vec<IpNet>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -195,6 +242,33 @@ impl RouterConfig {
                     if t == 0 || (253..=255).contains(&t) {
                         return Err(CniError::invalid_config(format!(
                             "profiles.{name}.routing.table {t} is reserved (unspec/default/main/local)"
+                        )));
+                    }
+                }
+                if r.mode == RoutingMode::Strict && !r.gateway.is_ipv4() {
+                    return Err(CniError::invalid_config(format!(
+                        "profiles.{name}.routing: strict routing supports IPv4 pods only; gateway {} is IPv6",
+                        r.gateway
+                    )));
+                }
+                if !r.exempt.is_empty() && r.mode != RoutingMode::Strict {
+                    return Err(CniError::invalid_config(format!(
+                        "profiles.{name}.routing.exempt applies to strict mode only (standard pods reach the node's own addresses directly)"
+                    )));
+                }
+                for e in &r.exempt {
+                    let why = if !e.addr().is_ipv4() {
+                        Some("is IPv6 (strict routing is IPv4 only)".to_string())
+                    } else if e.prefix_len() == 0 {
+                        Some("is a default route".to_string())
+                    } else if e.contains(&r.gateway) {
+                        Some(format!("covers the uplink gateway {}", r.gateway))
+                    } else {
+                        None
+                    };
+                    if let Some(why) = why {
+                        return Err(CniError::invalid_config(format!(
+                            "profiles.{name}.routing.exempt {e} {why}"
                         )));
                     }
                 }

@@ -220,6 +220,12 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
                 rp.pod_ip
             )];
             v.extend(rp.rules.iter().map(|r| format!("rule {}", r.describe())));
+            v.extend(rp.host_if_sysctls.iter().map(|s| {
+                match rp.host_if_previous.get(&s.name) {
+                    Some(prev) => format!("node sysctl {} = {} (was {prev})", s.name, s.value),
+                    None => format!("node sysctl {} = {} (already so)", s.name, s.value),
+                }
+            }));
             v.extend(
                 rp.table_routes
                     .iter()
