@@ -25,7 +25,7 @@ impl UdpServer {
         self.port
     }
 
-    /// Datagrams answered so far.
+    /// Datagrams answered so far (counted when the answer is sent).
     pub fn answered(&self) -> usize {
         self.answered.load(Ordering::SeqCst)
     }
@@ -40,11 +40,16 @@ impl Drop for UdpServer {
     }
 }
 
-/// Listens on `0.0.0.0:port` inside `ns` (port 0: any free port).
-pub fn udp_answer(ns: &Netns, port: u16) -> UdpServer {
+/// Listens on `bind:port` inside `ns` (port 0: any free port). Bind to a
+/// specific address where the answer must come from it, as DNS servers do
+/// (an answer from `0.0.0.0` takes whatever source its route picks).
+pub fn udp_answer(ns: &Netns, bind: &str, port: u16) -> UdpServer {
     let name = ns.name().to_string();
+    let bind: IpAddr = bind
+        .parse()
+        .unwrap_or_else(|e| panic!("udp_answer: bind address {bind}: {e}"));
     let sock = in_netns(ns.path().to_path_buf(), move || {
-        let s = UdpSocket::bind(("0.0.0.0", port))?;
+        let s = UdpSocket::bind((bind, port))?;
         s.set_read_timeout(Some(Duration::from_millis(50)))?;
         Ok(s)
     })
@@ -59,9 +64,9 @@ pub fn udp_answer(ns: &Netns, port: u16) -> UdpServer {
             while !stop.load(Ordering::SeqCst) {
                 if let Ok((_, peer)) = sock.recv_from(&mut buf) {
                     let text = format!("{name} {}\n", peer.ip());
-                    if sock.send_to(text.as_bytes(), peer).is_ok() {
-                        answered.fetch_add(1, Ordering::SeqCst);
-                    }
+                    // Counted before sending: a client that got the answer sees the count.
+                    answered.fetch_add(1, Ordering::SeqCst);
+                    let _ = sock.send_to(text.as_bytes(), peer);
                 }
             }
         })

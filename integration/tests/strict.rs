@@ -16,6 +16,10 @@ use std::time::Duration;
 const NET: &str = "routed";
 
 const OUTSIDE: &str = "198.51.100.7";
+/// NodeLocal DNSCache's address, on a node-side veth end standing in for its
+/// `nodelocaldns` dummy interface.
+const NODE_LOCAL_DNS: &str = "169.254.20.10";
+const NODE_LOCAL_DNS_NET: &str = "169.254.20.10/32";
 
 struct Lab {
     node: TestNode,
@@ -82,13 +86,19 @@ fn lab(prefix: &str) -> Lab {
             {"type": "podgate-router", "stateDir": node.state_dir(), "logFile": node.root().join("router.log"),
              "profiles": {
                  "protected-strict": {"routing": routing("strict")},
+                 "protected-exempt": {"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254",
+                                                  "exempt": [NODE_LOCAL_DNS_NET]}},
                  "protected-standard": {"routing": routing("standard")},
-                 "strict-masq": {"routing": routing("strict"), "masquerade": [{"source": "10.8.0.0/24"}]}
+                 "strict-masq": {"routing": routing("strict"), "masquerade": [{"source": "10.8.0.0/24"}]},
+                 "strict-wide": {"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254",
+                                             "exempt": ["10.30.0.0/16"]}}
              },
              "assign": [
                  {"podNamePrefix": "b-strict", "profile": "protected-strict"},
+                 {"podNamePrefix": "b-exempt", "profile": "protected-exempt"},
                  {"podNamePrefix": "b-standard", "profile": "protected-standard"},
-                 {"podNamePrefix": "b-masq", "profile": "strict-masq"}
+                 {"podNamePrefix": "b-masq", "profile": "strict-masq"},
+                 {"podNamePrefix": "b-wide", "profile": "strict-wide"}
              ]}
         ]
     });
@@ -268,7 +278,7 @@ fn strict_pod_starts_connections_right_after_add() {
     let b_ip = ip_of(&out_b);
     fabric_filter(&lab.fabric, &b_ip);
     let web = tcp_listen(&lab.outside, 7070);
-    let dns = udp_answer(&lab.outside, 5353);
+    let dns = udp_answer(&lab.outside, "0.0.0.0", 5353);
 
     // The very first traffic of the pod, before anything else reaches it.
     let c0 = crossed_from(&lab.fabric);
@@ -350,6 +360,94 @@ fn strict_pod_starts_connections_right_after_add() {
 
     del(&lab, &b, "b-strict-0");
     assert!(lab.node.state_files().is_empty());
+    assert_same(&before, &lab.node.settled_snapshot());
+}
+
+/// Issue 15: `routing.exempt` keeps traffic to node-local services (and its
+/// replies) on the node; everything else still crosses the fabric.
+#[test]
+fn strict_exempt_destinations_stay_on_the_node() {
+    let lab = lab("strictexempt");
+    let before = lab.node.settled_snapshot();
+    let b = lab.node.pod("b-exempt");
+    let out_b = add(&lab, &b, "b-exempt-0");
+    out_b.assert_ok();
+    let b_ip = ip_of(&out_b);
+    fabric_filter(&lab.fabric, &b_ip);
+    let rules = lab.node.ns.exec_ok(&["ip", "rule"]);
+    assert!(
+        rules.contains(&format!("90:\tfrom all to {NODE_LOCAL_DNS} iif ")),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(&format!("90:\tfrom {NODE_LOCAL_DNS} to {b_ip} lookup ")),
+        "{rules}"
+    );
+
+    // NodeLocal DNSCache stand-in: the address on a node-side veth, a DNS-style
+    // server bound to it (as node-local-dns binds its IPs) and a TCP service.
+    lab.node.ns.exec_ok(&[
+        "ip", "link", "add", "pgdns0", "type", "veth", "peer", "name", "pgdns1",
+    ]);
+    lab.node
+        .ns
+        .exec_ok(&["ip", "addr", "add", NODE_LOCAL_DNS_NET, "dev", "pgdns0"]);
+    lab.node.ns.exec_ok(&["ip", "link", "set", "pgdns0", "up"]);
+    lab.node.ns.exec_ok(&["ip", "link", "set", "pgdns1", "up"]);
+    let dns = udp_answer(&lab.node.ns, NODE_LOCAL_DNS, 53);
+    let _tcp = tcp_listen(&lab.node.ns, 7373);
+
+    let (to0, from0) = (crossed(&lab.fabric), crossed_from(&lab.fabric));
+    let answer = udp_request(&b, NODE_LOCAL_DNS, 53, T)
+        .unwrap_or_else(|e| panic!("strict pod to node-local DNS {NODE_LOCAL_DNS}: {e}"));
+    assert!(answer.ends_with(&format!(" {b_ip}\n")), "{answer}");
+    assert_eq!(dns.answered(), 1);
+    assert!(
+        tcp_connect_ok(&b, NODE_LOCAL_DNS, 7373, T),
+        "strict pod to node-local TCP {NODE_LOCAL_DNS}:7373"
+    );
+    assert_eq!(
+        (crossed(&lab.fabric), crossed_from(&lab.fabric)),
+        (to0, from0),
+        "exempt traffic (and its replies) must not cross the fabric"
+    );
+    // Everything else still does.
+    let _web = tcp_listen(&lab.outside, 7070);
+    assert!(tcp_connect_ok(&b, OUTSIDE, 7070, T));
+    assert!(
+        crossed_from(&lab.fabric) > from0,
+        "non-exempt traffic must cross the fabric"
+    );
+    assert!(
+        crossed(&lab.fabric) > to0,
+        "its replies come back through the fabric"
+    );
+
+    del(&lab, &b, "b-exempt-0");
+    lab.node.ns.exec_ok(&["ip", "link", "del", "pgdns0"]);
+    let rules = lab.node.ns.exec_ok(&["ip", "rule"]);
+    assert!(
+        !rules.contains(NODE_LOCAL_DNS),
+        "DEL removes the exemption rules: {rules}"
+    );
+    assert!(lab.node.state_files().is_empty());
+    assert_same(&before, &lab.node.settled_snapshot());
+}
+
+/// An exemption that would cover the pod's own subnet is refused per pod.
+#[test]
+fn strict_exempt_covering_the_pod_subnet_is_refused() {
+    let lab = lab("strictexempt2");
+    let before = lab.node.settled_snapshot();
+    let b = lab.node.pod("b-wide");
+    let out = add(&lab, &b, "b-wide-0");
+    out.assert_cni_error(100);
+    let msg = out.error_msg().unwrap();
+    assert!(
+        msg.contains("refused by routing.exempt") && msg.contains("10.30.0.0/24"),
+        "{msg}"
+    );
+    del(&lab, &b, "b-wide-0");
     assert_same(&before, &lab.node.settled_snapshot());
 }
 

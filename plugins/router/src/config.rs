@@ -310,3 +310,72 @@ impl RouterConfig {
         format!("{}-{ifname}", self.nft_table)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn cfg(profile: serde_json::Value) -> Result<RouterConfig, String> {
+        let c: RouterConfig =
+            serde_json::from_value(serde_json::json!({"profiles": {"p": profile}}))
+                .map_err(|e| e.to_string())?;
+        c.validate().map_err(|e| e.msg)?;
+        Ok(c)
+    }
+
+    fn strict(extra: serde_json::Value) -> serde_json::Value {
+        let mut r =
+            serde_json::json!({"mode": "strict", "uplink": "eth1", "gateway": "192.0.2.254"});
+        if let (Some(o), Some(e)) = (r.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        serde_json::json!({"routing": r})
+    }
+
+    #[test]
+    fn mss_clamp_values() {
+        let p = |v| cfg(serde_json::json!({"mssClamp": v}));
+        assert_eq!(
+            p(serde_json::json!("pmtu")).unwrap().profiles["p"].mss_clamp,
+            Some(MssClamp::Pmtu)
+        );
+        assert_eq!(
+            p(serde_json::json!(1360)).unwrap().profiles["p"].mss_clamp,
+            Some(MssClamp::Fixed(1360))
+        );
+        for bad in [
+            serde_json::json!(0),
+            serde_json::json!(535),
+            serde_json::json!(65496),
+            serde_json::json!(-1),
+            serde_json::json!("auto"),
+            serde_json::json!(1360.5),
+        ] {
+            assert!(p(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn strict_exempt_and_family_checks() {
+        assert!(cfg(strict(serde_json::json!({"exempt": ["169.254.20.10/32"]}))).is_ok());
+        for (exempt, want) in [
+            ("0.0.0.0/0", "default route"),
+            ("192.0.2.0/24", "uplink gateway"),
+            ("fd00::/64", "IPv6"),
+        ] {
+            let e = cfg(strict(serde_json::json!({"exempt": [exempt]}))).unwrap_err();
+            assert!(
+                e.contains(want) && e.contains("routing.exempt"),
+                "{exempt}: {e}"
+            );
+        }
+        let e = cfg(strict(serde_json::json!({"gateway": "2001:db8::1"}))).unwrap_err();
+        assert!(e.contains("IPv4 pods only"), "{e}");
+        let e = cfg(strict(
+            serde_json::json!({"mode": "standard", "exempt": ["169.254.20.10/32"]}),
+        ))
+        .unwrap_err();
+        assert!(e.contains("strict mode only"), "{e}");
+    }
+}

@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+/// `routing.exempt`: before the strict rules, so they win.
+pub const PRIO_EXEMPT: u32 = 90;
 /// Strict rules sit above the local table, which strict mode moves down here.
 pub const PRIO_STRICT: u32 = 100;
 pub const PRIO_LOCAL_MOVED: u32 = 1000;
@@ -164,6 +166,17 @@ pub fn plan(
                 cfg.max_strict_pods
             )));
         }
+        for e in &routing.exempt {
+            if let Some(own) = key_pod_ips
+                .iter()
+                .find(|ip| crate::plan::overlaps(&ip.trunc(), e))
+            {
+                return Err(refuse(format!(
+                    "refused by routing.exempt: {e} overlaps the pod's own subnet {} (its gateway included)",
+                    own.trunc()
+                )));
+            }
+        }
         if let Some(found) = view.node_snat.iter().find(|d| snat_matters(d)) {
             return Err(refuse(format!(
                 "strict routing refused: node SNAT would rewrite the pod's egress: {found}"
@@ -253,11 +266,29 @@ pub fn plan(
             value: v.to_string(),
         })
         .collect();
+        // Exempt destinations: only the node's own addresses (`lookup
+        // local`): one that is not local falls through to the strict rules
+        // and crosses the boundary, so an exemption never opens a path off
+        // the node. Replies sent from an exempt address go straight back to
+        // the pod's veth (the pod's table has its host route).
+        let mut rules = Vec::new();
+        for e in &routing.exempt {
+            let e = e.trunc();
+            rules.push(rule(
+                PRIO_EXEMPT,
+                None,
+                Some(e),
+                Some(&host_if),
+                TABLE_LOCAL,
+            ));
+            rules.push(rule(PRIO_EXEMPT, Some(e), Some(pod_ip), None, table));
+        }
+        rules.extend([
+            rule(PRIO_STRICT, None, None, Some(&host_if), table),
+            rule(PRIO_STRICT, None, Some(pod_ip), Some(up), table),
+        ]);
         (
-            vec![
-                rule(PRIO_STRICT, None, None, Some(&host_if), table),
-                rule(PRIO_STRICT, None, Some(pod_ip), Some(up), table),
-            ],
+            rules,
             Some(original),
             Some(replacement),
             node_sysctls,
