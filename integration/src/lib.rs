@@ -35,7 +35,9 @@ use std::sync::Once;
 pub use netns::Netns;
 pub use node::{bridge_name, CniOutcome, TestNode, Verb, SYSTEM_CNI_DIR};
 pub use snapshot::{assert_same, snapshot, state_files, state_files_in, Snapshot};
-pub use tcp::{ping, tcp_connect_ok, tcp_listen, tcp_listen_peer_echo, tcp_request, TcpServer};
+pub use tcp::{
+    ping, tcp_connect_ok, tcp_listen, tcp_listen_bulk, tcp_listen_peer_echo, tcp_request, TcpServer,
+};
 pub use udp::{udp_answer, udp_request, UdpServer};
 
 /// Newest modification time of any file below `dir` (recursively).

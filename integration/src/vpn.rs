@@ -77,7 +77,12 @@ fn log_path(key: &Path, server: bool) -> PathBuf {
 
 /// The server (in the VPN pod): `--ifconfig 10.8.0.1 10.8.0.2`, port 1194.
 pub fn server(ns: &Netns, key: &Path) -> Child {
-    spawn(ns, key, true, 0, &[])
+    spawn(ns, key, true, 0, &[], &[])
+}
+
+/// [`server`] with extra `openvpn` options (e.g. `["--mssfix", "0"]`).
+pub fn server_with(ns: &Netns, key: &Path, extra: &[&str]) -> Child {
+    spawn(ns, key, true, 0, &[], extra)
 }
 
 /// The client: connects to the node's hostPort from local port `lport` (use a
@@ -85,10 +90,28 @@ pub fn server(ns: &Netns, key: &Path) -> Child {
 /// pod) and routes each of `routes` (`("10.22.0.0", "255.255.0.0")`) into the
 /// tunnel, as a server would push them.
 pub fn connect(ns: &Netns, key: &Path, lport: u16, routes: &[(&str, &str)]) -> Child {
-    spawn(ns, key, false, lport, routes)
+    spawn(ns, key, false, lport, routes, &[])
 }
 
-fn spawn(ns: &Netns, key: &Path, server: bool, lport: u16, routes: &[(&str, &str)]) -> Child {
+/// [`connect`] with extra `openvpn` options.
+pub fn connect_with(
+    ns: &Netns,
+    key: &Path,
+    lport: u16,
+    routes: &[(&str, &str)],
+    extra: &[&str],
+) -> Child {
+    spawn(ns, key, false, lport, routes, extra)
+}
+
+fn spawn(
+    ns: &Netns,
+    key: &Path,
+    server: bool,
+    lport: u16,
+    routes: &[(&str, &str)],
+    extra: &[&str],
+) -> Child {
     let log = log_path(key, server);
     let log = log.to_str().expect("utf-8 temp path");
     let key = key.to_str().expect("utf-8 temp path");
@@ -129,6 +152,7 @@ fn spawn(ns: &Netns, key: &Path, server: bool, lport: u16, routes: &[(&str, &str
             args.extend(["--route", net, mask]);
         }
     }
+    args.extend(extra);
     ns.spawn(&args)
 }
 

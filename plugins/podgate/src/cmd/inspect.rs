@@ -198,6 +198,17 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
             )
         })
         .collect();
+    let mss: Vec<String> = p
+        .mss_clamp
+        .iter()
+        .map(|m| {
+            format!(
+                "inet {} forward: {}",
+                p.nft_table.as_deref().unwrap_or("?"),
+                podgate_kit::nft::describe_mss(m)
+            )
+        })
+        .collect();
     let node_routes: Vec<String> = p
         .node_routes
         .iter()
@@ -236,7 +247,7 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
             }
         };
     format!(
-        "attachment {}/{}/{}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
+        "attachment {}/{}/{}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  mss clamp:   {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
         r.key.network,
         r.key.container_id,
         r.key.ifname,
@@ -247,6 +258,7 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
         list_or_dash(ips),
         list_or_dash(sysctls),
         list_or_dash(masq),
+        list_or_dash(mss),
         list_or_dash(node_routes),
         list_or_dash(pod_routes),
         list_or_dash(routing),
