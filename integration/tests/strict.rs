@@ -361,6 +361,27 @@ fn strict_pod_starts_connections_right_after_add() {
     del(&lab, &b, "b-strict-0");
     assert!(lab.node.state_files().is_empty());
     assert_same(&before, &lab.node.settled_snapshot());
+
+    // The pod's netns (and with it the host-side veth) gone before DEL: DEL
+    // still removes the rules and routes, and the vanished proxy-ARP knob is
+    // not an error.
+    let c = lab.node.pod("b-strict");
+    add(&lab, &c, "b-strict-1").assert_ok();
+    let path = c.path().to_path_buf();
+    drop(c);
+    lab.node
+        .cni_with_netns_path(
+            Verb::Del,
+            NET,
+            &path,
+            "b-strict-1",
+            "eth0",
+            Some(&args("b-strict-1")),
+            None,
+        )
+        .assert_ok();
+    assert!(lab.node.state_files().is_empty());
+    assert_same(&before, &lab.node.settled_snapshot());
 }
 
 /// Issue 15: `routing.exempt` keeps traffic to node-local services (and its
