@@ -396,6 +396,7 @@ fn strict_exempt_destinations_stay_on_the_node() {
     let b_ip = ip_of(&out_b);
     fabric_filter(&lab.fabric, &b_ip);
     let rules = lab.node.ns.exec_ok(&["ip", "rule"]);
+    assert_eq!(rules.matches(NODE_LOCAL_DNS).count(), 2, "{rules}");
     assert!(
         rules.contains(&format!("90:\tfrom all to {NODE_LOCAL_DNS} iif ")),
         "{rules}"
