@@ -1143,9 +1143,9 @@ pub fn describe_mss(rule: &MssRule) -> String {
         IpNet::V4(_) => "ip",
         IpNet::V6(_) => "ip6",
     };
-    let m = match (rule.direction, rule.mss) {
-        (_, MssValue::Pmtu) => "rt mtu".to_string(),
-        (_, MssValue::Fixed(v)) => v.to_string(),
+    let m = match rule.mss {
+        MssValue::Pmtu => "rt mtu".to_string(),
+        MssValue::Fixed(v) => v.to_string(),
     };
     match rule.direction {
         MssDirection::FromPool => format!(
