@@ -11,7 +11,8 @@
 //!   inside the node netns, so bridges, routes and nftables rules land there.
 //! * [`snapshot`] / [`assert_same`]: before/after equality of routes, rules,
 //!   nftables ruleset, links and addresses.
-//! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`]: traffic between namespaces.
+//! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`], [`udp_answer`],
+//!   [`udp_request`]: traffic between namespaces.
 //! * [`containerd::Containerd`]: a real containerd (CRI) running inside a
 //!   node's netns, with a locally built pause image.
 //!
@@ -24,6 +25,7 @@ mod netns;
 mod node;
 mod snapshot;
 mod tcp;
+mod udp;
 pub mod vpn;
 
 use std::fs::{self, File};
@@ -37,8 +39,10 @@ pub use netns::Netns;
 pub use node::{bridge_name, CniOutcome, TestNode, Verb, SYSTEM_CNI_DIR};
 pub use snapshot::{assert_same, snapshot, state_files, state_files_in, Snapshot};
 pub use tcp::{
-    http_get, ping, tcp_connect_ok, tcp_listen, tcp_listen_peer_echo, tcp_request, TcpServer,
+    http_get, ping, tcp_connect_ok, tcp_listen, tcp_listen_bulk, tcp_listen_peer_echo, tcp_request,
+    TcpServer,
 };
+pub use udp::{udp_answer, udp_request, UdpServer};
 
 /// Newest modification time of any file below `dir` (recursively).
 fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {

@@ -38,7 +38,7 @@ pub fn ping(from: &Netns, ip: &str, count: u32) -> bool {
 
 /// Runs `f` on a fresh thread that has joined the network namespace at
 /// `ns_path`.
-fn in_netns<T, F>(ns_path: PathBuf, f: F) -> io::Result<T>
+pub(crate) fn in_netns<T, F>(ns_path: PathBuf, f: F) -> io::Result<T>
 where
     T: Send + 'static,
     F: FnOnce() -> io::Result<T> + Send + 'static,
@@ -101,16 +101,29 @@ impl Drop for TcpServer {
 /// Listens on `[::]:port` (dual-stack; falls back to `0.0.0.0:port`) inside
 /// `ns`. Port 0 picks a free port, see [`TcpServer::port`].
 pub fn tcp_listen(ns: &Netns, port: u16) -> TcpServer {
-    listen(ns, port, false)
+    listen(ns, port, Reply::Greeting)
+}
+
+/// Like [`tcp_listen`], but every client gets `bytes` bytes of `x` (a bulk
+/// transfer: full-size segments towards the client).
+pub fn tcp_listen_bulk(ns: &Netns, port: u16, bytes: usize) -> TcpServer {
+    listen(ns, port, Reply::Bulk(bytes))
+}
+
+#[derive(Clone, Copy)]
+enum Reply {
+    Greeting,
+    PeerEcho,
+    Bulk(usize),
 }
 
 /// Like [`tcp_listen`], but every client is answered with the source address
 /// the server saw (`"10.8.0.2\n"`): shows whether traffic was masqueraded.
 pub fn tcp_listen_peer_echo(ns: &Netns, port: u16) -> TcpServer {
-    listen(ns, port, true)
+    listen(ns, port, Reply::PeerEcho)
 }
 
-fn listen(ns: &Netns, port: u16, echo_peer: bool) -> TcpServer {
+fn listen(ns: &Netns, port: u16, reply: Reply) -> TcpServer {
     let greeting = format!("{}\n", ns.name());
     let listener = in_netns(ns.path().to_path_buf(), move || {
         let l =
@@ -131,17 +144,19 @@ fn listen(ns: &Netns, port: u16, echo_peer: bool) -> TcpServer {
                         accepted.fetch_add(1, Ordering::SeqCst);
                         let _ = conn.set_nonblocking(false);
                         let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-                        let text = if echo_peer {
-                            let ip = match peer.ip() {
-                                std::net::IpAddr::V6(v6) => v6
-                                    .to_ipv4_mapped()
-                                    .map(std::net::IpAddr::V4)
-                                    .unwrap_or(peer.ip()),
-                                v4 => v4,
-                            };
-                            format!("{ip}\n")
-                        } else {
-                            greeting.clone()
+                        let text = match reply {
+                            Reply::PeerEcho => {
+                                let ip = match peer.ip() {
+                                    std::net::IpAddr::V6(v6) => v6
+                                        .to_ipv4_mapped()
+                                        .map(std::net::IpAddr::V4)
+                                        .unwrap_or(peer.ip()),
+                                    v4 => v4,
+                                };
+                                format!("{ip}\n")
+                            }
+                            Reply::Greeting => greeting.clone(),
+                            Reply::Bulk(n) => "x".repeat(n),
                         };
                         let _ = conn.write_all(text.as_bytes());
                     }

@@ -77,9 +77,12 @@ fn log_path(key: &Path, server: bool) -> PathBuf {
 
 /// The server (in the VPN pod): `--ifconfig 10.8.0.1 10.8.0.2`, port 1194.
 pub fn server(ns: &Netns, key: &Path) -> Child {
-    let args = openvpn_args(key, true, 0, &[]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    ns.spawn(&args)
+    spawn(ns, key, true, 0, &[], &[])
+}
+
+/// [`server`] with extra `openvpn` options (e.g. `["--mssfix", "0"]`).
+pub fn server_with(ns: &Netns, key: &Path, extra: &[&str]) -> Child {
+    spawn(ns, key, true, 0, &[], extra)
 }
 
 /// [`server`] in a netns that is only a file (a runtime's sandbox netns):
@@ -87,7 +90,7 @@ pub fn server(ns: &Netns, key: &Path) -> Child {
 pub fn server_in(netns: &Path, key: &Path) -> Child {
     Command::new("nsenter")
         .arg(format!("--net={}", netns.display()))
-        .args(openvpn_args(key, true, 0, &[]))
+        .args(openvpn_args(key, true, 0, &[], &[]))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -100,12 +103,40 @@ pub fn server_in(netns: &Path, key: &Path) -> Child {
 /// pod) and routes each of `routes` (`("10.22.0.0", "255.255.0.0")`) into the
 /// tunnel, as a server would push them.
 pub fn connect(ns: &Netns, key: &Path, lport: u16, routes: &[(&str, &str)]) -> Child {
-    let args = openvpn_args(key, false, lport, routes);
+    spawn(ns, key, false, lport, routes, &[])
+}
+
+/// [`connect`] with extra `openvpn` options.
+pub fn connect_with(
+    ns: &Netns,
+    key: &Path,
+    lport: u16,
+    routes: &[(&str, &str)],
+    extra: &[&str],
+) -> Child {
+    spawn(ns, key, false, lport, routes, extra)
+}
+
+fn spawn(
+    ns: &Netns,
+    key: &Path,
+    server: bool,
+    lport: u16,
+    routes: &[(&str, &str)],
+    extra: &[&str],
+) -> Child {
+    let args = openvpn_args(key, server, lport, routes, extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ns.spawn(&args)
 }
 
-fn openvpn_args(key: &Path, server: bool, lport: u16, routes: &[(&str, &str)]) -> Vec<String> {
+fn openvpn_args(
+    key: &Path,
+    server: bool,
+    lport: u16,
+    routes: &[(&str, &str)],
+    extra: &[&str],
+) -> Vec<String> {
     let log = log_path(key, server);
     let log = log.to_str().expect("utf-8 temp path");
     let key = key.to_str().expect("utf-8 temp path");
@@ -146,6 +177,7 @@ fn openvpn_args(key: &Path, server: bool, lport: u16, routes: &[(&str, &str)]) -
             args.extend(["--route", net, mask]);
         }
     }
+    args.extend(extra);
     args.into_iter().map(String::from).collect()
 }
 

@@ -1118,3 +1118,101 @@ while True:
         .assert_ok();
     }
 }
+
+/// Issue 15: a pool routed back to the pod (`returnRoutes`) keeps the client's
+/// source address, which the primary's anti-spoofing must allow: diagnose
+/// names the setting for the node's primary (Calico here, from a copy of a
+/// real Calico conflist), says so when it cannot recognise the primary, and
+/// says nothing about spoofing under bridge.
+#[test]
+fn diagnose_names_the_primarys_anti_spoofing_for_routed_pools() {
+    let node = setup("cli-primary", false);
+    let sd = node.state_dir();
+    let (sd, nn) = (s(&sd), p(&node.ns));
+    let routed = node.pod("routed");
+    let ann = json!({"io.kubernetes.cri.pod-annotations": {"podgate.dev/profile": "vpn-routed"}});
+    node.cni(
+        Verb::Add,
+        NET,
+        &routed,
+        "cid-routed",
+        "eth0",
+        Some(&pod_args("vpn", "web")),
+        Some(ann.clone()),
+    )
+    .assert_ok();
+    let diagnose = |conf_dir: &Path, json: bool| {
+        let mut args = vec![
+            "diagnose",
+            "--container",
+            "cid-routed",
+            "--state-dir",
+            sd,
+            "--node-netns",
+            nn,
+            "--cni-conf-dir",
+            conf_dir.to_str().unwrap(),
+        ];
+        if json {
+            args.push("--json");
+        }
+        podgate(&args)
+    };
+
+    // The node's own primary: bridge, which filters no sources.
+    let r = diagnose(&node.conf_dir(), false);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.out.contains("return path 10.8.0.0/24  ok"), "{r:?}");
+    assert!(!r.out.contains("anti-spoofing"), "{r:?}");
+
+    let calico = podgate_integration::TempDir::new("calico-net.d");
+    std::fs::copy(
+        podgate_integration::workspace_root()
+            .join("integration/fixtures/primaries/10-calico.conflist"),
+        calico.path().join("10-calico.conflist"),
+    )
+    .unwrap();
+    let r = diagnose(calico.path(), false);
+    assert_eq!(r.code, 0, "{r:?}");
+    let spoof = row(&r.out, "anti-spoofing 10.8.0.0/24");
+    for needle in [
+        "warn",
+        "primary calico (10-calico.conflist)",
+        "`workloadSourceSpoofing: Any` in the FelixConfiguration named default",
+        "`cni.projectcalico.org/allowedSourcePrefixes: '[\"10.8.0.0/24\"]'`",
+    ] {
+        assert!(spoof.contains(needle), "{needle:?} missing in {spoof}");
+    }
+    let j = diagnose(calico.path(), true).json();
+    assert_eq!(j["facts"]["primary"]["plugin"], "calico", "{j}");
+    keep(
+        "diagnose-calico",
+        &["diagnose", "--container", "cid-routed"],
+        &r,
+    );
+
+    // A primary podgate does not know: said so, no guess.
+    std::fs::write(
+        calico.path().join("05-weave.conflist"),
+        r#"{"cniVersion": "0.3.1", "name": "weave", "plugins": [{"type": "weave-net"}]}"#,
+    )
+    .unwrap();
+    let r = diagnose(calico.path(), false);
+    let spoof = row(&r.out, "anti-spoofing 10.8.0.0/24");
+    assert!(
+        spoof.contains("does not recognise the primary weave-net"),
+        "{spoof}"
+    );
+    assert!(!spoof.contains("calico"), "{spoof}");
+
+    node.cni(
+        Verb::Del,
+        NET,
+        &routed,
+        "cid-routed",
+        "eth0",
+        Some(&pod_args("vpn", "web")),
+        Some(ann),
+    )
+    .assert_ok();
+}

@@ -67,6 +67,7 @@ mod sys {
     pub const NFPROTO_NETDEV: u8 = 5;
     pub const NFPROTO_BRIDGE: u8 = 7;
     pub const NFPROTO_IPV6: u8 = 10;
+    pub const NF_INET_FORWARD: u32 = 2;
     pub const NF_INET_POST_ROUTING: u32 = 4;
     pub const NF_ACCEPT: u32 = 1;
 
@@ -121,6 +122,19 @@ mod sys {
     pub const NFTA_MASQ_FLAGS: u16 = 1;
     pub const NFTA_MASQ_REG_PROTO_MIN: u16 = 2;
     pub const NFTA_NAT_TYPE: u16 = 1;
+    pub const NFTA_RT_DREG: u16 = 1;
+    pub const NFTA_RT_KEY: u16 = 2;
+    pub const NFTA_BYTEORDER_SREG: u16 = 1;
+    pub const NFTA_BYTEORDER_DREG: u16 = 2;
+    pub const NFTA_BYTEORDER_OP: u16 = 3;
+    pub const NFTA_BYTEORDER_LEN: u16 = 4;
+    pub const NFTA_BYTEORDER_SIZE: u16 = 5;
+    pub const NFTA_EXTHDR_DREG: u16 = 1;
+    pub const NFTA_EXTHDR_TYPE: u16 = 2;
+    pub const NFTA_EXTHDR_OFFSET: u16 = 3;
+    pub const NFTA_EXTHDR_LEN: u16 = 4;
+    pub const NFTA_EXTHDR_OP: u16 = 6;
+    pub const NFTA_EXTHDR_SREG: u16 = 7;
     // linux/netfilter/nf_tables_compat.h (iptables-nft's xt targets)
     pub const NFTA_TARGET_NAME: u16 = 1;
 
@@ -129,8 +143,20 @@ mod sys {
     pub const NFT_CMP_EQ: u32 = 0;
     pub const NFT_BITWISE_MASK_XOR: u32 = 0;
     pub const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+    pub const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
+    pub const NFT_META_IIFNAME: u32 = 6;
     pub const NFT_META_OIFNAME: u32 = 7;
     pub const NFT_META_NFPROTO: u32 = 15;
+    pub const NFT_META_L4PROTO: u32 = 16;
+    /// `rt mtu` in nft syntax: the MSS the route MTU allows (host order).
+    pub const NFT_RT_TCPMSS: u32 = 3;
+    pub const NFT_BYTEORDER_HTON: u32 = 1;
+    pub const NFT_EXTHDR_OP_TCPOPT: u32 = 1;
+    /// linux/tcp.h TCPOPT_MAXSEG: kind 2, the 16-bit value at offset 2.
+    pub const TCPOPT_MAXSEG: u8 = 2;
+    pub const IPPROTO_TCP: u8 = 6;
+    pub const TCP_FLAG_SYN: u8 = 0x02;
+    pub const TCP_FLAG_RST: u8 = 0x04;
     pub const NFT_NAT_SNAT: u32 = 0;
     pub const NFT_JUMP: i32 = -3;
     pub const NFT_GOTO: i32 = -4;
@@ -151,6 +177,10 @@ mod sys {
 const CHAIN: &str = "postrouting";
 /// `srcnat` priority; masquerade belongs there so filter chains see pod IPs.
 const SRCNAT_PRIORITY: i32 = 100;
+/// The MSS-clamp chain (filter, hook forward).
+const MSS_CHAIN: &str = "forward";
+/// `mangle` priority: before any filter chain at 0 sees the SYN.
+const MANGLE_PRIORITY: i32 = -150;
 /// Upper bound on one batch. It must fit in one `sendmsg` (the kernel commits
 /// a batch only if it arrives in a single skb), which the default socket send
 /// buffer (~208 KiB) allows comfortably.
@@ -275,6 +305,47 @@ pub struct MasqRule {
     pub source: IpNet,
     /// Exact outgoing interface name (no wildcards), at most 15 bytes.
     pub oifname: String,
+}
+
+/// Which way the clamped SYN travels relative to the pod interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MssDirection {
+    /// From the pool, leaving by the interface (`ip saddr <pool> oifname <if>`).
+    FromPool,
+    /// Arriving by the interface, to the pool (`iifname <if> ip daddr <pool>`).
+    ToPool,
+}
+
+/// What the MSS option is lowered to (the kernel never raises it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MssValue {
+    /// `rt mtu`: the smaller MTU of the route the SYN leaves by and of the
+    /// route back to its sender, minus the IP and TCP headers.
+    Pmtu,
+    Fixed(u16),
+}
+
+/// One clamp rule in chain `forward`: `<pool match> <if match> tcp flags
+/// syn / syn,rst tcp option maxseg size set <mss>`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MssRule {
+    /// Pool prefix, host bits clear (as for [`MasqRule::source`]).
+    pub pool: IpNet,
+    /// Exact interface name, at most 15 bytes.
+    pub ifname: String,
+    pub direction: MssDirection,
+    pub mss: MssValue,
+}
+
+/// An MSS rule read back from chain `forward`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedMss {
+    /// `None` when the rule is not exactly the shape we write.
+    pub rule: Option<MssRule>,
+    pub tag: Option<String>,
+    pub handle: u64,
 }
 
 /// A rule read back from our chain.
@@ -427,6 +498,26 @@ enum Expr {
         dreg: u32,
         verdict: Option<(i32, Option<String>)>,
     },
+    /// `immediate reg <dreg> <data>` (a value, not a verdict).
+    ImmediateData { dreg: u32, data: Vec<u8> },
+    /// `rt load <key> => reg <dreg>`
+    Rt { key: u32, dreg: u32 },
+    /// `byteorder reg <dreg> = <op>(reg <sreg>, <size>, <len>)`
+    Byteorder {
+        sreg: u32,
+        dreg: u32,
+        op: u32,
+        len: u32,
+        size: u32,
+    },
+    /// `exthdr write <op> reg <sreg> => <len>b @ <type> + <offset>`
+    ExthdrWrite {
+        op: u32,
+        kind: u8,
+        offset: u32,
+        len: u32,
+        sreg: u32,
+    },
     /// iptables-nft's xtables compat target (`MASQUERADE`, `SNAT`, …).
     Target { name: String },
     /// Anything else (or a known expression in a form we do not model).
@@ -443,7 +534,10 @@ impl Expr {
             Expr::Bitwise { .. } => "bitwise",
             Expr::Masq { .. } => "masq",
             Expr::Nat { .. } => "nat",
-            Expr::Immediate { .. } => "immediate",
+            Expr::Immediate { .. } | Expr::ImmediateData { .. } => "immediate",
+            Expr::Rt { .. } => "rt",
+            Expr::Byteorder { .. } => "byteorder",
+            Expr::ExthdrWrite { .. } => "exthdr",
             Expr::Target { .. } => "target",
             Expr::Other { name } => name.as_str(),
         };
@@ -503,6 +597,40 @@ impl Expr {
                     w.end_nest(v);
                     w.end_nest(d);
                 }
+            }
+            Expr::ImmediateData { dreg, data } => {
+                w.attr_u32(sys::NFTA_IMMEDIATE_DREG, *dreg);
+                w.data_value(sys::NFTA_IMMEDIATE_DATA, data);
+            }
+            Expr::Rt { key, dreg } => {
+                w.attr_u32(sys::NFTA_RT_DREG, *dreg);
+                w.attr_u32(sys::NFTA_RT_KEY, *key);
+            }
+            Expr::Byteorder {
+                sreg,
+                dreg,
+                op,
+                len,
+                size,
+            } => {
+                w.attr_u32(sys::NFTA_BYTEORDER_SREG, *sreg);
+                w.attr_u32(sys::NFTA_BYTEORDER_DREG, *dreg);
+                w.attr_u32(sys::NFTA_BYTEORDER_OP, *op);
+                w.attr_u32(sys::NFTA_BYTEORDER_LEN, *len);
+                w.attr_u32(sys::NFTA_BYTEORDER_SIZE, *size);
+            }
+            Expr::ExthdrWrite {
+                op,
+                kind,
+                offset,
+                len,
+                sreg,
+            } => {
+                w.attr_u32(sys::NFTA_EXTHDR_SREG, *sreg);
+                w.attr(sys::NFTA_EXTHDR_TYPE, &[*kind]);
+                w.attr_u32(sys::NFTA_EXTHDR_OFFSET, *offset);
+                w.attr_u32(sys::NFTA_EXTHDR_LEN, *len);
+                w.attr_u32(sys::NFTA_EXTHDR_OP, *op);
             }
             Expr::Target { name } => w.attr_str(sys::NFTA_TARGET_NAME, name),
             Expr::Other { .. } => {}
@@ -586,12 +714,55 @@ impl Expr {
                 Some(nat_type) => Expr::Nat { nat_type },
                 None => other(),
             },
-            "immediate" => match u32_of(sys::NFTA_IMMEDIATE_DREG) {
-                Some(dreg) => Expr::Immediate {
+            "immediate" => match (
+                u32_of(sys::NFTA_IMMEDIATE_DREG),
+                value_of(sys::NFTA_IMMEDIATE_DATA),
+            ) {
+                (Some(dreg), Some(data)) => Expr::ImmediateData { dreg, data },
+                (Some(dreg), None) => Expr::Immediate {
                     dreg,
                     verdict: data.get(sys::NFTA_IMMEDIATE_DATA).and_then(decode_verdict),
                 },
-                None => other(),
+                (None, _) => other(),
+            },
+            "rt" => match (u32_of(sys::NFTA_RT_KEY), u32_of(sys::NFTA_RT_DREG)) {
+                (Some(key), Some(dreg)) => Expr::Rt { key, dreg },
+                _ => other(),
+            },
+            "byteorder" => match (
+                u32_of(sys::NFTA_BYTEORDER_SREG),
+                u32_of(sys::NFTA_BYTEORDER_DREG),
+                u32_of(sys::NFTA_BYTEORDER_OP),
+                u32_of(sys::NFTA_BYTEORDER_LEN),
+                u32_of(sys::NFTA_BYTEORDER_SIZE),
+            ) {
+                (Some(sreg), Some(dreg), Some(op), Some(len), Some(size)) => Expr::Byteorder {
+                    sreg,
+                    dreg,
+                    op,
+                    len,
+                    size,
+                },
+                _ => other(),
+            },
+            "exthdr" => match (
+                u32_of(sys::NFTA_EXTHDR_SREG),
+                data.get(sys::NFTA_EXTHDR_TYPE),
+                u32_of(sys::NFTA_EXTHDR_OFFSET),
+                u32_of(sys::NFTA_EXTHDR_LEN),
+                u32_of(sys::NFTA_EXTHDR_OP),
+                data.get(sys::NFTA_EXTHDR_DREG),
+            ) {
+                (Some(sreg), Some([kind]), Some(offset), Some(len), Some(op), None) => {
+                    Expr::ExthdrWrite {
+                        op,
+                        kind: *kind,
+                        offset,
+                        len,
+                        sreg,
+                    }
+                }
+                _ => other(), // exthdr loads (matches), or a shape we do not write
             },
             "target" => match data.get(sys::NFTA_TARGET_NAME) {
                 Some(n) => Expr::Target {
@@ -619,53 +790,13 @@ fn decode_verdict(data: &[u8]) -> Option<(i32, Option<String>)> {
 /// that we always load the full address and mask it, instead of nft's
 /// byte-aligned shortcut, which keeps one code path for every prefix length).
 fn masq_exprs(rule: &MasqRule) -> Vec<Expr> {
-    let (nfproto, offset, addr): (u8, u32, Vec<u8>) = match rule.source.network() {
-        // Offsets of the source address in the IPv4 / IPv6 header.
-        IpAddr::V4(a) => (sys::NFPROTO_IPV4, 12, a.octets().to_vec()),
-        IpAddr::V6(a) => (sys::NFPROTO_IPV6, 8, a.octets().to_vec()),
-    };
-    let len = addr.len() as u32;
-    let mut exprs = vec![
-        // In an inet table the same chain sees IPv4 and IPv6; without this
-        // dependency a payload load at offset 12 would match IPv6 bytes.
-        Expr::Meta {
-            key: sys::NFT_META_NFPROTO,
-            dreg: sys::NFT_REG_1,
-        },
-        Expr::Cmp {
-            sreg: sys::NFT_REG_1,
-            op: sys::NFT_CMP_EQ,
-            data: vec![nfproto],
-        },
-        Expr::Payload {
-            base: sys::NFT_PAYLOAD_NETWORK_HEADER,
-            offset,
-            len,
-            dreg: sys::NFT_REG_1,
-        },
-    ];
-    if rule.source.prefix_len() < rule.source.max_prefix_len() {
-        let mask = match rule.source.netmask() {
-            IpAddr::V4(m) => m.octets().to_vec(),
-            IpAddr::V6(m) => m.octets().to_vec(),
-        };
-        exprs.push(Expr::Bitwise {
-            sreg: sys::NFT_REG_1,
-            dreg: sys::NFT_REG_1,
-            len,
-            xor: vec![0; mask.len()],
-            mask,
-        });
-    }
+    // In an inet table the same chain sees IPv4 and IPv6; the nfproto
+    // dependency keeps a load at offset 12 from matching IPv6 bytes.
+    let mut exprs = prefix_match(&rule.source, true);
     let mut ifname = rule.oifname.as_bytes().to_vec();
     // nft compares the whole IFNAMSIZ buffer for exact (non-wildcard) names.
     ifname.resize(sys::IFNAMSIZ, 0);
     exprs.extend([
-        Expr::Cmp {
-            sreg: sys::NFT_REG_1,
-            op: sys::NFT_CMP_EQ,
-            data: addr,
-        },
         Expr::Meta {
             key: sys::NFT_META_OIFNAME,
             dreg: sys::NFT_REG_1,
@@ -711,6 +842,191 @@ fn rule_from_exprs(exprs: &[Expr]) -> Option<MasqRule> {
     let oifname = String::from_utf8(ifname.get(..name_len)?.to_vec()).ok()?;
     let rule = MasqRule { source, oifname };
     (validate_rule(&rule).is_ok() && masq_exprs(&rule) == exprs).then_some(rule)
+}
+
+/// `meta nfproto <family>; <payload address> [& mask] == <prefix>`: the
+/// family dependency plus a prefix match of the source (`saddr`) or
+/// destination address, as masquerade rules load it.
+fn prefix_match(net: &IpNet, saddr: bool) -> Vec<Expr> {
+    let (nfproto, offset, addr): (u8, u32, Vec<u8>) = match net.network() {
+        IpAddr::V4(a) => (
+            sys::NFPROTO_IPV4,
+            if saddr { 12 } else { 16 },
+            a.octets().to_vec(),
+        ),
+        IpAddr::V6(a) => (
+            sys::NFPROTO_IPV6,
+            if saddr { 8 } else { 24 },
+            a.octets().to_vec(),
+        ),
+    };
+    let len = addr.len() as u32;
+    let mut exprs = vec![
+        Expr::Meta {
+            key: sys::NFT_META_NFPROTO,
+            dreg: sys::NFT_REG_1,
+        },
+        Expr::Cmp {
+            sreg: sys::NFT_REG_1,
+            op: sys::NFT_CMP_EQ,
+            data: vec![nfproto],
+        },
+        Expr::Payload {
+            base: sys::NFT_PAYLOAD_NETWORK_HEADER,
+            offset,
+            len,
+            dreg: sys::NFT_REG_1,
+        },
+    ];
+    if net.prefix_len() < net.max_prefix_len() {
+        let mask = match net.netmask() {
+            IpAddr::V4(m) => m.octets().to_vec(),
+            IpAddr::V6(m) => m.octets().to_vec(),
+        };
+        exprs.push(Expr::Bitwise {
+            sreg: sys::NFT_REG_1,
+            dreg: sys::NFT_REG_1,
+            len,
+            xor: vec![0; mask.len()],
+            mask,
+        });
+    }
+    exprs.push(Expr::Cmp {
+        sreg: sys::NFT_REG_1,
+        op: sys::NFT_CMP_EQ,
+        data: addr,
+    });
+    exprs
+}
+
+/// The expressions of one MSS clamp rule, mirroring what `nft` generates for
+/// `ip saddr 10.8.0.0/24 oifname "eth0" tcp flags syn / syn,rst tcp option
+/// maxseg size set rt mtu` (`ip daddr … iifname …` for [`MssDirection::ToPool`];
+/// `set 1360` loads an immediate instead of `rt` + `byteorder`).
+fn mss_exprs(rule: &MssRule) -> Vec<Expr> {
+    let from_pool = rule.direction == MssDirection::FromPool;
+    let mut exprs = prefix_match(&rule.pool, from_pool);
+    let mut ifname = rule.ifname.as_bytes().to_vec();
+    ifname.resize(sys::IFNAMSIZ, 0);
+    exprs.extend([
+        Expr::Meta {
+            key: if from_pool {
+                sys::NFT_META_OIFNAME
+            } else {
+                sys::NFT_META_IIFNAME
+            },
+            dreg: sys::NFT_REG_1,
+        },
+        Expr::Cmp {
+            sreg: sys::NFT_REG_1,
+            op: sys::NFT_CMP_EQ,
+            data: ifname,
+        },
+        // tcp flags & (syn|rst) == syn: SYN and SYN-ACK, never a reset.
+        Expr::Meta {
+            key: sys::NFT_META_L4PROTO,
+            dreg: sys::NFT_REG_1,
+        },
+        Expr::Cmp {
+            sreg: sys::NFT_REG_1,
+            op: sys::NFT_CMP_EQ,
+            data: vec![sys::IPPROTO_TCP],
+        },
+        Expr::Payload {
+            base: sys::NFT_PAYLOAD_TRANSPORT_HEADER,
+            offset: 13,
+            len: 1,
+            dreg: sys::NFT_REG_1,
+        },
+        Expr::Bitwise {
+            sreg: sys::NFT_REG_1,
+            dreg: sys::NFT_REG_1,
+            len: 1,
+            mask: vec![sys::TCP_FLAG_SYN | sys::TCP_FLAG_RST],
+            xor: vec![0],
+        },
+        Expr::Cmp {
+            sreg: sys::NFT_REG_1,
+            op: sys::NFT_CMP_EQ,
+            data: vec![sys::TCP_FLAG_SYN],
+        },
+    ]);
+    match rule.mss {
+        MssValue::Pmtu => exprs.extend([
+            Expr::Rt {
+                key: sys::NFT_RT_TCPMSS,
+                dreg: sys::NFT_REG_1,
+            },
+            // rt stores the MSS in host order; the option is big-endian.
+            Expr::Byteorder {
+                sreg: sys::NFT_REG_1,
+                dreg: sys::NFT_REG_1,
+                op: sys::NFT_BYTEORDER_HTON,
+                len: 2,
+                size: 2,
+            },
+        ]),
+        MssValue::Fixed(v) => exprs.push(Expr::ImmediateData {
+            dreg: sys::NFT_REG_1,
+            data: v.to_be_bytes().to_vec(),
+        }),
+    }
+    exprs.push(Expr::ExthdrWrite {
+        op: sys::NFT_EXTHDR_OP_TCPOPT,
+        kind: sys::TCPOPT_MAXSEG,
+        offset: 2,
+        len: 2,
+        sreg: sys::NFT_REG_1,
+    });
+    exprs
+}
+
+/// Recovers an [`MssRule`] only if re-encoding yields exactly `exprs`.
+fn mss_from_exprs(exprs: &[Expr]) -> Option<MssRule> {
+    let [_, Expr::Cmp { data: nfproto, .. }, Expr::Payload { offset, .. }, rest @ ..] = exprs
+    else {
+        return None;
+    };
+    let (mask, rest) = match rest {
+        [Expr::Bitwise { mask, .. }, rest @ ..] => (Some(mask), rest),
+        rest => (None, rest),
+    };
+    let [Expr::Cmp { data: addr, .. }, Expr::Meta { key: if_key, .. }, Expr::Cmp { data: ifname, .. }, rest @ ..] =
+        rest
+    else {
+        return None;
+    };
+    let addr = match (nfproto.as_slice(), addr.len()) {
+        ([sys::NFPROTO_IPV4], 4) => IpAddr::from(<[u8; 4]>::try_from(addr.as_slice()).ok()?),
+        ([sys::NFPROTO_IPV6], 16) => IpAddr::from(<[u8; 16]>::try_from(addr.as_slice()).ok()?),
+        _ => return None,
+    };
+    let direction = match (*if_key, *offset) {
+        (sys::NFT_META_OIFNAME, 12 | 8) => MssDirection::FromPool,
+        (sys::NFT_META_IIFNAME, 16 | 24) => MssDirection::ToPool,
+        _ => return None,
+    };
+    let prefix = match mask {
+        Some(mask) => mask.iter().map(|b| b.count_ones()).sum::<u32>(),
+        None => addr_bits(&addr),
+    };
+    let pool = IpNet::new(addr, u8::try_from(prefix).ok()?).ok()?;
+    let name_len = ifname.iter().position(|&b| b == 0).unwrap_or(ifname.len());
+    let ifname = String::from_utf8(ifname.get(..name_len)?.to_vec()).ok()?;
+    let mss = match rest.iter().rev().nth(1)? {
+        Expr::ImmediateData { data, .. } => MssValue::Fixed(u16::from_be_bytes(
+            <[u8; 2]>::try_from(data.as_slice()).ok()?,
+        )),
+        Expr::Byteorder { .. } => MssValue::Pmtu,
+        _ => return None,
+    };
+    let rule = MssRule {
+        pool,
+        ifname,
+        direction,
+        mss,
+    };
+    (validate_mss(&rule).is_ok() && mss_exprs(&rule) == exprs).then_some(rule)
 }
 
 fn addr_bits(addr: &IpAddr) -> u32 {
@@ -798,6 +1114,49 @@ fn validate_rule(rule: &MasqRule) -> Result<(), NftError> {
         object: format!("rule {}", describe_rule(rule)),
         reason,
     })
+}
+
+fn validate_mss(rule: &MssRule) -> Result<(), NftError> {
+    let reason = if rule.pool != rule.pool.trunc() {
+        format!("pool has host bits set; use {} instead", rule.pool.trunc())
+    } else if rule.ifname.is_empty() || rule.ifname.len() >= sys::IFNAMSIZ {
+        format!(
+            "interface name must be 1 to {} bytes long",
+            sys::IFNAMSIZ - 1
+        )
+    } else if rule.ifname.contains('\0') {
+        "interface name contains a NUL byte".to_string()
+    } else if rule.mss == MssValue::Fixed(0) {
+        "MSS 0".to_string()
+    } else {
+        return Ok(());
+    };
+    Err(NftError::Invalid {
+        object: format!("rule {}", describe_mss(rule)),
+        reason,
+    })
+}
+
+/// The rule in `nft` syntax.
+pub fn describe_mss(rule: &MssRule) -> String {
+    let proto = match rule.pool {
+        IpNet::V4(_) => "ip",
+        IpNet::V6(_) => "ip6",
+    };
+    let m = match rule.mss {
+        MssValue::Pmtu => "rt mtu".to_string(),
+        MssValue::Fixed(v) => v.to_string(),
+    };
+    match rule.direction {
+        MssDirection::FromPool => format!(
+            "{proto} saddr {} oifname {:?} tcp flags syn / syn,rst tcp option maxseg size set {m}",
+            rule.pool, rule.ifname
+        ),
+        MssDirection::ToPool => format!(
+            "{proto} daddr {} iifname {:?} tcp flags syn / syn,rst tcp option maxseg size set {m}",
+            rule.pool, rule.ifname
+        ),
+    }
 }
 
 fn describe_rule(rule: &MasqRule) -> String {
@@ -933,9 +1292,30 @@ impl BatchBuilder {
     }
 }
 
+/// What podgate's table in a pod holds. A chain exists only for what is
+/// asked for (`masquerade: None` = no nat chain at all), because creating a
+/// nat chain is the most expensive part of an ADD.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TableRules<'a> {
+    /// Chain `postrouting` (nat) with these rules; `Some(&[])` = empty chain.
+    pub masquerade: Option<&'a [MasqRule]>,
+    /// Chain `forward` (filter, priority mangle) when not empty.
+    pub mss: &'a [MssRule],
+}
+
+impl TableRules<'_> {
+    /// Messages in a replace batch (begin, ensure, delete, table, chains,
+    /// rules, end), for reserving sequence numbers.
+    fn messages(&self) -> usize {
+        5 + self.masquerade.map_or(0, |m| m.len() + 1)
+            + self.mss.len()
+            + usize::from(!self.mss.is_empty())
+    }
+}
+
 fn build_replace_batch(
     table: &str,
-    rules: &[MasqRule],
+    rules: &TableRules<'_>,
     tag: &str,
     first_seq: u32,
 ) -> Result<Batch, NftError> {
@@ -949,15 +1329,18 @@ fn build_replace_batch(
 /// netns uses the create-only form.
 fn build_table_batch(
     table: &str,
-    rules: &[MasqRule],
+    spec: &TableRules<'_>,
     tag: &str,
     first_seq: u32,
     replace: bool,
 ) -> Result<Batch, NftError> {
     validate_name("table", table)?;
     validate_tag(tag)?;
-    for rule in rules {
+    for rule in spec.masquerade.unwrap_or_default() {
         validate_rule(rule)?;
+    }
+    for rule in spec.mss {
+        validate_mss(rule)?;
     }
     let table_obj = format!("table inet {table}");
     let mut b = BatchBuilder::new(
@@ -1001,47 +1384,93 @@ fn build_table_batch(
             w.attr(sys::NFTA_TABLE_USERDATA, &encode_comment_udata(tag));
         },
     );
+    let udata = encode_comment_udata(tag);
+    if let Some(rules) = spec.masquerade {
+        base_chain(
+            &mut b,
+            table,
+            CHAIN,
+            sys::NF_INET_POST_ROUTING,
+            SRCNAT_PRIORITY,
+            "nat",
+        );
+        for (i, rule) in rules.iter().enumerate() {
+            b.msg(
+                sys::NFT_MSG_NEWRULE,
+                // APPEND keeps the rules in the caller's order.
+                sys::NLM_F_CREATE | sys::NLM_F_APPEND,
+                sys::NFPROTO_INET,
+                format!(
+                    "rule #{} ({}) in chain inet {table} {CHAIN}",
+                    i + 1,
+                    describe_rule(rule)
+                ),
+                |w| {
+                    w.attr_str(sys::NFTA_RULE_TABLE, table);
+                    w.attr_str(sys::NFTA_RULE_CHAIN, CHAIN);
+                    let list = w.begin_nest(sys::NFTA_RULE_EXPRESSIONS);
+                    for expr in masq_exprs(rule) {
+                        expr.encode(w);
+                    }
+                    w.end_nest(list);
+                    w.attr(sys::NFTA_RULE_USERDATA, &udata);
+                },
+            );
+        }
+    }
+    if !spec.mss.is_empty() {
+        base_chain(
+            &mut b,
+            table,
+            MSS_CHAIN,
+            sys::NF_INET_FORWARD,
+            MANGLE_PRIORITY,
+            "filter",
+        );
+        for (i, rule) in spec.mss.iter().enumerate() {
+            b.msg(
+                sys::NFT_MSG_NEWRULE,
+                sys::NLM_F_CREATE | sys::NLM_F_APPEND,
+                sys::NFPROTO_INET,
+                format!(
+                    "rule #{} ({}) in chain inet {table} {MSS_CHAIN}",
+                    i + 1,
+                    describe_mss(rule)
+                ),
+                |w| {
+                    w.attr_str(sys::NFTA_RULE_TABLE, table);
+                    w.attr_str(sys::NFTA_RULE_CHAIN, MSS_CHAIN);
+                    let list = w.begin_nest(sys::NFTA_RULE_EXPRESSIONS);
+                    for expr in mss_exprs(rule) {
+                        expr.encode(w);
+                    }
+                    w.end_nest(list);
+                    w.attr(sys::NFTA_RULE_USERDATA, &udata);
+                },
+            );
+        }
+    }
+    b.finish()
+}
+
+/// `chain inet <table> <name> { type <ty> hook <hook> priority <prio>; policy accept; }`
+fn base_chain(b: &mut BatchBuilder, table: &str, name: &str, hook: u32, prio: i32, ty: &str) {
     b.msg(
         sys::NFT_MSG_NEWCHAIN,
         sys::NLM_F_CREATE,
         sys::NFPROTO_INET,
-        format!("chain inet {table} {CHAIN}"),
+        format!("chain inet {table} {name}"),
         |w| {
             w.attr_str(sys::NFTA_CHAIN_TABLE, table);
-            w.attr_str(sys::NFTA_CHAIN_NAME, CHAIN);
-            let hook = w.begin_nest(sys::NFTA_CHAIN_HOOK);
-            w.attr_u32(sys::NFTA_HOOK_HOOKNUM, sys::NF_INET_POST_ROUTING);
-            w.attr(sys::NFTA_HOOK_PRIORITY, &SRCNAT_PRIORITY.to_be_bytes());
-            w.end_nest(hook);
+            w.attr_str(sys::NFTA_CHAIN_NAME, name);
+            let h = w.begin_nest(sys::NFTA_CHAIN_HOOK);
+            w.attr_u32(sys::NFTA_HOOK_HOOKNUM, hook);
+            w.attr(sys::NFTA_HOOK_PRIORITY, &prio.to_be_bytes());
+            w.end_nest(h);
             w.attr_u32(sys::NFTA_CHAIN_POLICY, sys::NF_ACCEPT);
-            w.attr_str(sys::NFTA_CHAIN_TYPE, "nat");
+            w.attr_str(sys::NFTA_CHAIN_TYPE, ty);
         },
     );
-    let udata = encode_comment_udata(tag);
-    for (i, rule) in rules.iter().enumerate() {
-        b.msg(
-            sys::NFT_MSG_NEWRULE,
-            // APPEND keeps the rules in the caller's order.
-            sys::NLM_F_CREATE | sys::NLM_F_APPEND,
-            sys::NFPROTO_INET,
-            format!(
-                "rule #{} ({}) in chain inet {table} {CHAIN}",
-                i + 1,
-                describe_rule(rule)
-            ),
-            |w| {
-                w.attr_str(sys::NFTA_RULE_TABLE, table);
-                w.attr_str(sys::NFTA_RULE_CHAIN, CHAIN);
-                let list = w.begin_nest(sys::NFTA_RULE_EXPRESSIONS);
-                for expr in masq_exprs(rule) {
-                    expr.encode(w);
-                }
-                w.end_nest(list);
-                w.attr(sys::NFTA_RULE_USERDATA, &udata);
-            },
-        );
-    }
-    b.finish()
 }
 
 fn build_delete_batch(table: &str, first_seq: u32) -> Result<Batch, NftError> {
@@ -1064,6 +1493,25 @@ fn build_delete_batch(table: &str, first_seq: u32) -> Result<Batch, NftError> {
 pub fn encode_masquerade_batch(
     table: &str,
     rules: &[MasqRule],
+    tag: &str,
+    first_seq: u32,
+) -> Result<Vec<u8>, NftError> {
+    encode_table_batch(
+        table,
+        &TableRules {
+            masquerade: Some(rules),
+            mss: &[],
+        },
+        tag,
+        first_seq,
+    )
+}
+
+/// Encodes the batch [`NftSocket::replace_table`] sends when the table
+/// exists (delete and recreate), for unit tests of the wire format.
+pub fn encode_table_batch(
+    table: &str,
+    rules: &TableRules<'_>,
     tag: &str,
     first_seq: u32,
 ) -> Result<Vec<u8>, NftError> {
@@ -1377,12 +1825,31 @@ impl NftSocket {
         rules: &[MasqRule],
         tag: &str,
     ) -> Result<(), NftError> {
-        let first = self.reserve_seqs(rules.len() + 6);
+        self.replace_table(
+            table,
+            &TableRules {
+                masquerade: Some(rules),
+                mss: &[],
+            },
+            tag,
+        )
+    }
+
+    /// Like [`NftSocket::replace_masquerade_table`] for a table holding any
+    /// of podgate's chains: `postrouting` (masquerade) and `forward` (MSS
+    /// clamp, type filter, hook forward, priority mangle/-150), in one batch.
+    pub fn replace_table(
+        &mut self,
+        table: &str,
+        rules: &TableRules<'_>,
+        tag: &str,
+    ) -> Result<(), NftError> {
+        let first = self.reserve_seqs(rules.messages());
         let fresh = build_table_batch(table, rules, tag, first, false)?;
         match self.run_batch(&fresh) {
             Err(NftError::Kernel { errno, .. }) if errno == libc::EEXIST => {
                 // The table is there already (a repeated ADD): replace it atomically.
-                let first = self.reserve_seqs(rules.len() + 6);
+                let first = self.reserve_seqs(rules.messages());
                 let batch = build_replace_batch(table, rules, tag, first)?;
                 self.run_batch(&batch)
             }
@@ -1406,26 +1873,57 @@ impl NftSocket {
     /// order. Returns `Ok(None)` if the table does not exist, and an empty
     /// list if the table exists without that chain.
     pub fn list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, NftError> {
+        Ok(self.list_chain(table, CHAIN)?.map(|rules| {
+            rules
+                .iter()
+                .map(|rule| ListedRule {
+                    rule: rule_from_exprs(&rule.exprs),
+                    tag: rule.userdata.as_deref().and_then(decode_comment_udata),
+                    handle: rule.handle,
+                })
+                .collect()
+        }))
+    }
+
+    /// Lists the rules of chain `forward` (MSS clamp) in `inet <table>`;
+    /// `Ok(None)` if the table does not exist, empty without that chain.
+    pub fn list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, NftError> {
+        Ok(self.list_chain(table, MSS_CHAIN)?.map(|rules| {
+            rules
+                .iter()
+                .map(|rule| ListedMss {
+                    rule: mss_from_exprs(&rule.exprs),
+                    tag: rule.userdata.as_deref().and_then(decode_comment_udata),
+                    handle: rule.handle,
+                })
+                .collect()
+        }))
+    }
+
+    fn list_chain(&mut self, table: &str, chain: &str) -> Result<Option<Vec<RuleInfo>>, NftError> {
         validate_name("table", table)?;
         if !self.table_exists(sys::NFPROTO_INET, table)? {
             return Ok(None);
         }
-        let object = format!("list rules of chain inet {table} {CHAIN}");
+        let object = format!("list rules of chain inet {table} {chain}");
         let msgs = self.dump(sys::NFT_MSG_GETRULE, sys::NFPROTO_INET, &object, |w| {
             w.attr_str(sys::NFTA_RULE_TABLE, table);
-            w.attr_str(sys::NFTA_RULE_CHAIN, CHAIN);
-        })?;
+            w.attr_str(sys::NFTA_RULE_CHAIN, chain);
+        });
+        let msgs = match msgs {
+            // The table exists without this chain.
+            Err(NftError::Kernel { errno, .. }) if errno == libc::ENOENT => {
+                return Ok(Some(Vec::new()))
+            }
+            other => other?,
+        };
         let mut out = Vec::with_capacity(msgs.len());
         for msg in &msgs {
             let rule = decode_rule(msg).map_err(protocol_err(&object))?;
-            if rule.chain != CHAIN {
+            if rule.chain != chain {
                 continue; // old kernels may ignore the chain filter
             }
-            out.push(ListedRule {
-                rule: rule_from_exprs(&rule.exprs),
-                tag: rule.userdata.as_deref().and_then(decode_comment_udata),
-                handle: rule.handle,
-            });
+            out.push(rule);
         }
         Ok(Some(out))
     }
@@ -2259,5 +2757,203 @@ mod tests {
                 verdict: Some((-3, Some("KUBE-POSTROUTING".into())))
             }
         );
+    }
+
+    fn mss(pool: &str, dir: MssDirection, v: MssValue) -> MssRule {
+        MssRule {
+            pool: pool.parse().unwrap(),
+            ifname: "eth0".into(),
+            direction: dir,
+            mss: v,
+        }
+    }
+
+    #[test]
+    fn mss_rule_matches_what_nft_generates() {
+        // `nft --debug=netlink` for `ip saddr 10.8.0.0/24 oifname "eth0" tcp
+        // flags syn / syn,rst tcp option maxseg size set rt mtu` (nft 1.0.6),
+        // except the address: we load 4 bytes and mask, nft loads 3.
+        let r = mss("10.8.0.0/24", MssDirection::FromPool, MssValue::Pmtu);
+        let mut eth0 = b"eth0".to_vec();
+        eth0.resize(16, 0);
+        let meta = |key| Expr::Meta { key, dreg: 1 };
+        let want = vec![
+            meta(15),
+            cmp_eq(&[2]),
+            payload(12, 4),
+            Expr::Bitwise {
+                sreg: 1,
+                dreg: 1,
+                len: 4,
+                mask: vec![255, 255, 255, 0],
+                xor: vec![0; 4],
+            },
+            cmp_eq(&[10, 8, 0, 0]),
+            meta(7),
+            cmp_eq(&eth0),
+            meta(16),
+            cmp_eq(&[6]),
+            Expr::Payload {
+                base: 2,
+                offset: 13,
+                len: 1,
+                dreg: 1,
+            },
+            Expr::Bitwise {
+                sreg: 1,
+                dreg: 1,
+                len: 1,
+                mask: vec![0x06],
+                xor: vec![0],
+            },
+            cmp_eq(&[0x02]),
+            Expr::Rt { key: 3, dreg: 1 },
+            Expr::Byteorder {
+                sreg: 1,
+                dreg: 1,
+                op: 1,
+                len: 2,
+                size: 2,
+            },
+            Expr::ExthdrWrite {
+                op: 1,
+                kind: 2,
+                offset: 2,
+                len: 2,
+                sreg: 1,
+            },
+        ];
+        assert_eq!(mss_exprs(&r), want);
+        // The other direction matches iifname and the destination (offset 16);
+        // a fixed value is an immediate of 2 big-endian bytes.
+        let back = mss_exprs(&mss(
+            "10.8.0.0/24",
+            MssDirection::ToPool,
+            MssValue::Fixed(1300),
+        ));
+        assert_eq!(back[2], payload(16, 4));
+        assert_eq!(back[5], meta(6));
+        assert_eq!(
+            back[back.len() - 2],
+            Expr::ImmediateData {
+                dreg: 1,
+                data: vec![0x05, 0x14]
+            }
+        );
+        // IPv6 pools: saddr at 8, daddr at 24.
+        let v6 = mss_exprs(&mss("fd00::/64", MssDirection::ToPool, MssValue::Pmtu));
+        assert_eq!(v6[2], payload(24, 16));
+    }
+
+    #[test]
+    fn mss_expression_bytes() {
+        let nla = |ty: u16, len: u16| [len.to_ne_bytes(), ty.to_ne_bytes()].concat();
+        let u32_attr = |ty: u16, v: u32| [nla(ty, 8), v.to_be_bytes().to_vec()].concat();
+        // exthdr: SREG 1, TYPE u8 2 (padded), OFFSET 2, LEN 2, OP tcpopt.
+        let mut w = MsgWriter::default();
+        Expr::ExthdrWrite {
+            op: 1,
+            kind: 2,
+            offset: 2,
+            len: 2,
+            sreg: 1,
+        }
+        .encode(&mut w);
+        let mut data = u32_attr(7, 1);
+        data.extend(nla(2, 5));
+        data.extend([2, 0, 0, 0]);
+        data.extend(u32_attr(3, 2));
+        data.extend(u32_attr(4, 2));
+        data.extend(u32_attr(6, 1));
+        let mut expect = nla(1 | 0x8000, (4 + 12 + 4 + data.len()) as u16);
+        expect.extend(nla(1, 11));
+        expect.extend(b"exthdr\0\0");
+        expect.extend(nla(2 | 0x8000, (4 + data.len()) as u16));
+        expect.extend(&data);
+        assert_eq!(w.buf, expect);
+        // rt: DREG 1, KEY tcpmss (3).
+        let mut w = MsgWriter::default();
+        Expr::Rt { key: 3, dreg: 1 }.encode(&mut w);
+        assert!(w.buf.ends_with(&[u32_attr(1, 1), u32_attr(2, 3)].concat()));
+        // immediate data: DREG 1, DATA{ VALUE 05 14 }.
+        let mut w = MsgWriter::default();
+        Expr::ImmediateData {
+            dreg: 1,
+            data: vec![0x05, 0x14],
+        }
+        .encode(&mut w);
+        let tail = [
+            u32_attr(1, 1),
+            nla(2 | 0x8000, 12),
+            nla(1, 6),
+            vec![5, 0x14, 0, 0],
+        ]
+        .concat();
+        assert!(w.buf.ends_with(&tail), "{:?}", w.buf);
+    }
+
+    #[test]
+    fn mss_rules_round_trip_and_table_layout() {
+        let rules = vec![
+            mss("10.8.0.0/24", MssDirection::FromPool, MssValue::Pmtu),
+            mss("10.8.0.0/24", MssDirection::ToPool, MssValue::Pmtu),
+            mss("10.9.0.7/32", MssDirection::FromPool, MssValue::Fixed(1360)),
+            mss("fd00::/64", MssDirection::ToPool, MssValue::Fixed(1220)),
+        ];
+        for r in &rules {
+            assert_eq!(mss_from_exprs(&mss_exprs(r)).as_ref(), Some(r));
+            // A masquerade rule is not an MSS rule and vice versa.
+            assert_eq!(rule_from_exprs(&mss_exprs(r)), None);
+        }
+        assert_eq!(
+            mss_from_exprs(&masq_exprs(&rule("10.8.0.0/24", "eth0"))),
+            None
+        );
+        // MSS only: table, chain forward, rules; no nat chain.
+        let spec = TableRules {
+            masquerade: None,
+            mss: &rules,
+        };
+        let msgs = messages(&encode_table_batch("t", &spec, "x", 1).unwrap());
+        assert_eq!(msgs.len(), spec.messages());
+        let chains: Vec<_> = msgs
+            .iter()
+            .filter(|m| m.ty == (10 << 8) | u16::from(sys::NFT_MSG_NEWCHAIN))
+            .collect();
+        assert_eq!(chains.len(), 1);
+        let attrs = Attrs::parse(chains[0].nf_attrs()).unwrap();
+        assert_eq!(attrs.get(sys::NFTA_CHAIN_NAME).unwrap(), b"forward\0");
+        assert_eq!(attrs.get(sys::NFTA_CHAIN_TYPE).unwrap(), b"filter\0");
+        let hook = Attrs::parse(attrs.get(sys::NFTA_CHAIN_HOOK).unwrap()).unwrap();
+        assert_eq!(hook.get(sys::NFTA_HOOK_HOOKNUM).unwrap(), &[0, 0, 0, 2]);
+        assert_eq!(
+            hook.get(sys::NFTA_HOOK_PRIORITY).unwrap(),
+            &(-150i32).to_be_bytes()
+        );
+        let decoded: Vec<_> = msgs[5..9]
+            .iter()
+            .map(|m| mss_from_exprs(&rule_exprs(m)).unwrap())
+            .collect();
+        assert_eq!(decoded, rules);
+        // Both chains.
+        let masq = [rule("10.8.0.0/24", "eth0")];
+        let both = TableRules {
+            masquerade: Some(&masq),
+            mss: &rules[..1],
+        };
+        let msgs = messages(&encode_table_batch("t", &both, "x", 1).unwrap());
+        assert_eq!(msgs.len(), both.messages());
+        assert_eq!(msgs.len(), 9);
+        // Invalid input is refused before anything is sent.
+        let mut bad = rules[0].clone();
+        bad.pool = "10.8.0.1/24".parse().unwrap();
+        let spec = TableRules {
+            masquerade: None,
+            mss: std::slice::from_ref(&bad),
+        };
+        assert!(matches!(
+            encode_table_batch("t", &spec, "x", 1),
+            Err(NftError::Invalid { .. })
+        ));
     }
 }

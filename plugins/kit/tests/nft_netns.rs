@@ -17,7 +17,9 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use podgate_kit::nft::{ListedRule, MasqRule, NftError, NftSocket};
+use podgate_kit::nft::{
+    ListedRule, MasqRule, MssDirection, MssRule, MssValue, NftError, NftSocket, TableRules,
+};
 
 const TAG: &str = "podgate:test-container";
 
@@ -164,6 +166,93 @@ fn replace_list_delete_round_trip() {
         if have_nft() {
             assert!(!nft(&["list", "ruleset"]).contains(table));
         }
+    });
+}
+
+fn mss(pool: &str, direction: MssDirection, value: MssValue) -> MssRule {
+    MssRule {
+        pool: pool.parse().unwrap(),
+        ifname: "eth0".into(),
+        direction,
+        mss: value,
+    }
+}
+
+/// The MSS-clamp chain: the kernel accepts our encoding, lists it back as
+/// ours, and `nft` reads it as the rule we mean.
+#[test]
+fn mss_clamp_chain_round_trip() {
+    in_new_netns(|| {
+        let mut s = NftSocket::new().unwrap();
+        let table = "podgate_mss";
+        let clamp = vec![
+            mss("10.8.0.0/24", MssDirection::FromPool, MssValue::Pmtu),
+            mss("10.8.0.0/24", MssDirection::ToPool, MssValue::Pmtu),
+            mss("fd00:8::/64", MssDirection::FromPool, MssValue::Fixed(1220)),
+            mss("10.9.0.0/16", MssDirection::ToPool, MssValue::Fixed(1300)),
+        ];
+        let masq = vec![rule("10.8.0.0/24", "eth0")];
+        let spec = TableRules {
+            masquerade: Some(&masq),
+            mss: &clamp,
+        };
+        s.replace_table(table, &spec, TAG).unwrap();
+        let listed = s.list_mss(table).unwrap().unwrap();
+        assert_eq!(
+            listed.iter().map(|l| l.rule.clone()).collect::<Vec<_>>(),
+            clamp.iter().cloned().map(Some).collect::<Vec<_>>()
+        );
+        assert!(listed.iter().all(|l| l.tag.as_deref() == Some(TAG)));
+        assert_eq!(
+            rules_of(&s.list_masquerade(table).unwrap().unwrap()).len(),
+            1
+        );
+
+        if have_nft() {
+            let text = nft(&["list", "table", "inet", table]);
+            eprintln!("{text}");
+            for want in [
+                "type filter hook forward priority mangle; policy accept;",
+                "ip saddr 10.8.0.0/24 oifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set rt mtu",
+                "ip daddr 10.8.0.0/24 iifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set rt mtu",
+                "ip6 saddr fd00:8::/64 oifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set 1220",
+                "ip daddr 10.9.0.0/16 iifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set 1300",
+            ] {
+                assert!(text.contains(want), "missing {want:?} in\n{text}");
+            }
+            let json = nft(&["-j", "list", "ruleset"]);
+            assert!(
+                json.contains("{\"mangle\": {\"key\": {\"tcp option\": {\"name\": \"maxseg\", \"field\": \"size\"}}, \"value\": {\"rt\": {\"key\": \"mtu\"}}}}"),
+                "{json}"
+            );
+            // A rule someone else adds to the chain is listed as foreign.
+            nft(&[
+                "add", "rule", "inet", table, "forward", "tcp", "flags", "syn", "tcp", "option",
+                "maxseg", "size", "set", "1400",
+            ]);
+            let listed = s.list_mss(table).unwrap().unwrap();
+            assert_eq!(listed.len(), 5);
+            assert_eq!(listed[4].rule, None);
+        }
+
+        // MSS only: no nat chain is created.
+        s.replace_table(
+            table,
+            &TableRules {
+                masquerade: None,
+                mss: &clamp[..1],
+            },
+            TAG,
+        )
+        .unwrap();
+        assert_eq!(s.list_mss(table).unwrap().unwrap().len(), 1);
+        assert_eq!(s.list_masquerade(table).unwrap(), Some(vec![]));
+        if have_nft() {
+            let text = nft(&["list", "table", "inet", table]);
+            assert!(!text.contains("postrouting"), "{text}");
+        }
+        assert!(s.delete_table(table).unwrap());
+        assert_eq!(s.list_mss(table).unwrap(), None);
     });
 }
 

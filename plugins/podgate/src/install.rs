@@ -12,9 +12,9 @@
 //! * [`watch`]: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
 //! * [`validate`]: podgate's entries checked by the plugins' own config code.
 
-mod chain;
+pub(crate) mod chain;
 pub(crate) mod fsx;
-mod json;
+pub(crate) mod json;
 mod reconcile;
 mod state;
 mod sys;

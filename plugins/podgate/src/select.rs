@@ -307,6 +307,7 @@ mod tests {
                 sysctls: vec![],
                 nft_table: None,
                 masquerade: vec![],
+                mss_clamp: vec![],
                 pod_routes: vec![],
                 node_routes: vec![],
                 routing: None,

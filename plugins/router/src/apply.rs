@@ -10,7 +10,7 @@ use crate::record::Record;
 use crate::routing;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
-use podgate_kit::nft::{MasqRule, NftSocket};
+use podgate_kit::nft::{MasqRule, NftSocket, TableRules};
 use podgate_kit::route::{self, RouteSpec, RTPROT_PODGATE};
 use podgate_kit::state::StateStore;
 use podgate_kit::{link, sysctl, Error};
@@ -144,8 +144,13 @@ fn apply_steps(
     if let Some(sockets) = sockets {
         let mut pod = sockets?;
         if let Some(table) = &plan.nft_table {
+            let masq = masq_rules(&plan);
+            let rules = TableRules {
+                masquerade: (!masq.is_empty()).then_some(masq.as_slice()),
+                mss: &plan.mss_clamp,
+            };
             pod.nft
-                .replace_masquerade_table(table, &masq_rules(&plan), &nft_tag(rec))
+                .replace_table(table, &rules, &nft_tag(rec))
                 .map_err(|e| pod.nft_err(e))?;
             undo.push(Undo::NftTable(table.clone()));
         }
@@ -168,7 +173,8 @@ fn apply_steps(
         undo.push(Undo::NodeRoute(r.clone()));
     }
 
-    if let Some(rp) = &plan.routing {
+    // `rec.plan`: applying fills in what the host-side interface held before.
+    if let Some(rp) = rec.plan.routing.as_mut() {
         if rp.mode == RoutingMode::Strict && routing::ensure_node(store, node, rp)? {
             undo.push(Undo::NodeShared {
                 v6: !rp.pod_ip.addr().is_ipv4(),
@@ -396,6 +402,12 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
                     drift.push(format!(
                         "inet {t} holds {extra} rule(s) podgate did not write"
                     ));
+                }
+                if !rec.plan.mss_clamp.is_empty() {
+                    drift.extend(
+                        crate::mss::check(&mut pod.nft, t, &rec.plan.mss_clamp)
+                            .map_err(|e| pod.nft_err(e))?,
+                    );
                 }
             }
         }

@@ -64,6 +64,49 @@ pub struct Profile {
     /// Give the pod a routing boundary through the node's uplink.
     #[serde(default)]
     pub routing: Option<Routing>,
+    /// Clamp the MSS of TCP SYNs forwarded between the client pools and the
+    /// pod interface: `"pmtu"` or a fixed MSS.
+    #[serde(default)]
+    pub mss_clamp: Option<MssClamp>,
+}
+
+/// `mssClamp`: the forward-hook chain in the pod's podgate table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum MssClamp {
+    /// The MTU of the route the SYN leaves by and of the route back to its
+    /// sender, whichever is smaller, minus the IP and TCP headers.
+    Pmtu,
+    /// A fixed MSS (never raises a smaller one).
+    Fixed(u16),
+}
+
+/// Smallest MSS an IPv4 host must accept (RFC 1122); anything lower is a typo.
+pub const MSS_MIN: u16 = 536;
+/// 65535 minus the IPv4 and TCP headers.
+pub const MSS_MAX: u16 = 65495;
+
+impl<'de> Deserialize<'de> for MssClamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => u16::try_from(n)
+                .ok()
+                .filter(|n| (MSS_MIN..=MSS_MAX).contains(n))
+                .map(MssClamp::Fixed)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!("mssClamp {n} is outside {MSS_MIN}-{MSS_MAX}"))
+                }),
+            Raw::S(s) if s == "pmtu" => Ok(MssClamp::Pmtu),
+            Raw::S(s) => Err(serde::de::Error::custom(format!(
+                "mssClamp must be \"pmtu\" or a number, not {s:?}"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -114,6 +157,10 @@ pub struct Routing {
     pub gateway: IpAddr,
     #[serde(default = "table_auto")]
     pub table: TableChoice,
+    /// strict: destinations on the node itself (NodeLocal DNSCache, link-local
+    /// node agents) that the pod reaches without crossing the boundary.
+    #[serde(default)]
+    pub exempt: Vec<IpNet>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -201,6 +248,33 @@ impl RouterConfig {
                         )));
                     }
                 }
+                if r.mode == RoutingMode::Strict && !r.gateway.is_ipv4() {
+                    return Err(CniError::invalid_config(format!(
+                        "profiles.{name}.routing: strict routing supports IPv4 pods only; gateway {} is IPv6",
+                        r.gateway
+                    )));
+                }
+                if !r.exempt.is_empty() && r.mode != RoutingMode::Strict {
+                    return Err(CniError::invalid_config(format!(
+                        "profiles.{name}.routing.exempt applies to strict mode only (standard pods reach the node's own addresses directly)"
+                    )));
+                }
+                for e in &r.exempt {
+                    let why = if !e.addr().is_ipv4() {
+                        Some("is IPv6 (strict routing is IPv4 only)".to_string())
+                    } else if e.prefix_len() == 0 {
+                        Some("is a default route".to_string())
+                    } else if e.contains(&r.gateway) {
+                        Some(format!("covers the uplink gateway {}", r.gateway))
+                    } else {
+                        None
+                    };
+                    if let Some(why) = why {
+                        return Err(CniError::invalid_config(format!(
+                            "profiles.{name}.routing.exempt {e} {why}"
+                        )));
+                    }
+                }
                 podgate_cni::env::validate_ifname(&r.uplink).map_err(|_| {
                     CniError::invalid_config(format!(
                         "profiles.{name}.routing.uplink {:?} is not an interface name",
@@ -237,5 +311,74 @@ impl RouterConfig {
 
     pub fn table_for(&self, ifname: &str) -> String {
         format!("{}-{ifname}", self.nft_table)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn cfg(profile: serde_json::Value) -> Result<RouterConfig, String> {
+        let c: RouterConfig =
+            serde_json::from_value(serde_json::json!({"profiles": {"p": profile}}))
+                .map_err(|e| e.to_string())?;
+        c.validate().map_err(|e| e.msg)?;
+        Ok(c)
+    }
+
+    fn strict(extra: serde_json::Value) -> serde_json::Value {
+        let mut r =
+            serde_json::json!({"mode": "strict", "uplink": "eth1", "gateway": "192.0.2.254"});
+        if let (Some(o), Some(e)) = (r.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        serde_json::json!({"routing": r})
+    }
+
+    #[test]
+    fn mss_clamp_values() {
+        let p = |v| cfg(serde_json::json!({"mssClamp": v}));
+        assert_eq!(
+            p(serde_json::json!("pmtu")).unwrap().profiles["p"].mss_clamp,
+            Some(MssClamp::Pmtu)
+        );
+        assert_eq!(
+            p(serde_json::json!(1360)).unwrap().profiles["p"].mss_clamp,
+            Some(MssClamp::Fixed(1360))
+        );
+        for bad in [
+            serde_json::json!(0),
+            serde_json::json!(535),
+            serde_json::json!(65496),
+            serde_json::json!(-1),
+            serde_json::json!("auto"),
+            serde_json::json!(1360.5),
+        ] {
+            assert!(p(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn strict_exempt_and_family_checks() {
+        assert!(cfg(strict(serde_json::json!({"exempt": ["169.254.20.10/32"]}))).is_ok());
+        for (exempt, want) in [
+            ("0.0.0.0/0", "default route"),
+            ("192.0.2.0/24", "uplink gateway"),
+            ("fd00::/64", "IPv6"),
+        ] {
+            let e = cfg(strict(serde_json::json!({"exempt": [exempt]}))).unwrap_err();
+            assert!(
+                e.contains(want) && e.contains("routing.exempt"),
+                "{exempt}: {e}"
+            );
+        }
+        let e = cfg(strict(serde_json::json!({"gateway": "2001:db8::1"}))).unwrap_err();
+        assert!(e.contains("IPv4 pods only"), "{e}");
+        let e = cfg(strict(
+            serde_json::json!({"mode": "standard", "exempt": ["169.254.20.10/32"]}),
+        ))
+        .unwrap_err();
+        assert!(e.contains("strict mode only"), "{e}");
     }
 }

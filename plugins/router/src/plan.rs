@@ -36,9 +36,12 @@ pub struct Plan {
     pub pod_ips: Vec<IpNet>,
     /// In the pod netns.
     pub sysctls: Vec<SysctlSetting>,
-    /// `inet <table>` in the pod netns, if any masquerade is planned.
+    /// `inet <table>` in the pod netns, if any masquerade or MSS clamp is planned.
     pub nft_table: Option<String>,
     pub masquerade: Vec<Masquerade>,
+    /// `mssClamp`: chain `forward` of `nft_table`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mss_clamp: Vec<podgate_kit::nft::MssRule>,
     /// In the pod netns, out of `ifname` (oif resolved when applied).
     pub pod_routes: Vec<PodRoute>,
     /// In the node netns, tagged with RTPROT_PODGATE.
@@ -216,6 +219,19 @@ pub fn build(
         }
     }
 
+    let mss_clamp = match profile.mss_clamp {
+        Some(c) => {
+            let pools: Vec<IpNet> = sel
+                .masquerade
+                .iter()
+                .chain(&sel.return_routes)
+                .copied()
+                .collect();
+            crate::mss::plan(c, &pools, ifname)?
+        }
+        None => Vec::new(),
+    };
+
     let routing = profile
         .routing
         .as_ref()
@@ -228,8 +244,9 @@ pub fn build(
         ifname: ifname.to_string(),
         pod_ips,
         sysctls,
-        nft_table: (!masquerade.is_empty()).then(|| cfg.table_for(ifname)),
+        nft_table: (!masquerade.is_empty() || !mss_clamp.is_empty()).then(|| cfg.table_for(ifname)),
         masquerade,
+        mss_clamp,
         pod_routes: profile.pod_routes.clone(),
         node_routes,
         routing,

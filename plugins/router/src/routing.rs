@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+/// `routing.exempt`: before the strict rules, so they win.
+pub const PRIO_EXEMPT: u32 = 90;
 /// Strict rules sit above the local table, which strict mode moves down here.
 pub const PRIO_STRICT: u32 = 100;
 pub const PRIO_LOCAL_MOVED: u32 = 1000;
@@ -45,6 +47,14 @@ pub struct RoutingPlan {
     pub main_replacement: Option<RouteSpec>,
     /// strict: node-wide sysctls (shared by all strict pods).
     pub node_sysctls: Vec<SysctlSetting>,
+    /// strict: sysctls of the pod's host-side interface. Proxy ARP answers
+    /// the pod's requests for its gateway (see `host_if_sysctls`).
+    #[serde(default)]
+    pub host_if_sysctls: Vec<SysctlSetting>,
+    /// strict: what `host_if_sysctls` held before ADD wrote them (only those
+    /// it changed). Observed when applied, not planned.
+    #[serde(default)]
+    pub host_if_previous: BTreeMap<String, String>,
 }
 
 /// What the node looked like before the first strict pod, restored after the last.
@@ -137,6 +147,12 @@ pub fn plan(
     let host_if = link::name_of(&view.links, host_index)
         .ok_or_else(|| refuse(format!("routing: interface index {host_index} vanished")))?
         .to_string();
+    if strict && host_if.contains('.') {
+        // Its sysctls could not be named (`net.ipv4.conf.<if>.…` splits on dots).
+        return Err(refuse(format!(
+            "strict routing refused: the pod's host-side interface {host_if:?} has a '.' in its name"
+        )));
+    }
 
     if strict {
         let strict_pods = view
@@ -149,6 +165,17 @@ pub fn plan(
                 "refused by maxStrictPods: this node already has {strict_pods} strict pods (limit {})",
                 cfg.max_strict_pods
             )));
+        }
+        for e in &routing.exempt {
+            if let Some(own) = key_pod_ips
+                .iter()
+                .find(|ip| crate::plan::overlaps(&ip.trunc(), e))
+            {
+                return Err(refuse(format!(
+                    "refused by routing.exempt: {e} overlaps the pod's own subnet {} (its gateway included)",
+                    own.trunc()
+                )));
+            }
         }
         if let Some(found) = view.node_snat.iter().find(|d| snat_matters(d)) {
             return Err(refuse(format!(
@@ -214,7 +241,7 @@ pub fn plan(
             protocol: RTPROT_PODGATE,
             suppress_prefixlen: None,
         };
-    let (rules, main_original, main_replacement, node_sysctls) = if strict {
+    let (rules, main_original, main_replacement, node_sysctls, host_if_sysctls) = if strict {
         let mut original = RouteSpec::from(host_route);
         original.link_scope = true;
         let mut replacement = RouteSpec::new(pod_ip);
@@ -239,14 +266,33 @@ pub fn plan(
             value: v.to_string(),
         })
         .collect();
+        // Exempt destinations: only the node's own addresses (`lookup
+        // local`): one that is not local falls through to the strict rules
+        // and crosses the boundary, so an exemption never opens a path off
+        // the node. Replies sent from an exempt address go straight back to
+        // the pod's veth (the pod's table has its host route).
+        let mut rules = Vec::new();
+        for e in &routing.exempt {
+            let e = e.trunc();
+            rules.push(rule(
+                PRIO_EXEMPT,
+                None,
+                Some(e),
+                Some(&host_if),
+                TABLE_LOCAL,
+            ));
+            rules.push(rule(PRIO_EXEMPT, Some(e), Some(pod_ip), None, table));
+        }
+        rules.extend([
+            rule(PRIO_STRICT, None, None, Some(&host_if), table),
+            rule(PRIO_STRICT, None, Some(pod_ip), Some(up), table),
+        ]);
         (
-            vec![
-                rule(PRIO_STRICT, None, None, Some(&host_if), table),
-                rule(PRIO_STRICT, None, Some(pod_ip), Some(up), table),
-            ],
+            rules,
             Some(original),
             Some(replacement),
             node_sysctls,
+            host_if_sysctls(&host_if),
         )
     } else {
         (
@@ -263,6 +309,7 @@ pub fn plan(
             None,
             None,
             Vec::new(),
+            Vec::new(),
         )
     };
     Ok(RoutingPlan {
@@ -277,7 +324,32 @@ pub fn plan(
         main_original,
         main_replacement,
         node_sysctls,
+        host_if_sysctls,
+        host_if_previous: BTreeMap::new(),
     })
+}
+
+/// The pod's gateway must answer ARP. The node answers an ARP request only
+/// when the route lookup for the target, with `iif` = the requesting
+/// interface, is local or (proxy ARP) leaves by another interface. Strict
+/// rules send every lookup from the host-side interface to the pod's table,
+/// whose default route leaves by the uplink: with proxy ARP on, the node
+/// answers with the host-side interface's MAC, as Calico does for its
+/// `169.254.1.1` gateway. No address of the node becomes reachable locally
+/// by this (a `lookup local` exception would open the whole node, kubelet
+/// included, past the boundary). `proxy_delay` 0: answer at once instead of
+/// after up to 0.8 s.
+fn host_if_sysctls(host_if: &str) -> Vec<SysctlSetting> {
+    [
+        (format!("net.ipv4.conf.{host_if}.proxy_arp"), "1"),
+        (format!("net.ipv4.neigh.{host_if}.proxy_delay"), "0"),
+    ]
+    .into_iter()
+    .map(|(name, value)| SysctlSetting {
+        name,
+        value: value.to_string(),
+    })
+    .collect()
 }
 
 const SHARED_KEY: &str = "strict.json";
@@ -408,12 +480,20 @@ pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec
     failed
 }
 
-/// Per-pod part: table routes, rules, main route replacement.
+/// Per-pod part: host-side interface sysctls (their previous values go into
+/// `p.host_if_previous`), table routes, rules, main route replacement.
 pub fn apply_pod(
     node: &mut RouteSocket,
-    p: &RoutingPlan,
+    p: &mut RoutingPlan,
     done: &mut Vec<Step>,
 ) -> Result<(), Error> {
+    for s in &p.host_if_sysctls {
+        let previous = sysctl::ensure(&s.name, &s.value)?;
+        if let Some(prev) = &previous {
+            p.host_if_previous.insert(s.name.clone(), prev.clone());
+        }
+        done.push(Step::HostSysctl(s.clone(), previous));
+    }
     for r in &p.table_routes {
         route::add(node, r, true)?;
         done.push(Step::Route(r.clone()));
@@ -434,12 +514,34 @@ pub enum Step {
     Route(RouteSpec),
     Rule(RuleSpec),
     MainReplaced(RouteSpec, RouteSpec),
+    /// A host-side interface sysctl and the value it had (None: unchanged).
+    HostSysctl(SysctlSetting, Option<String>),
+}
+
+/// Put a host-side interface sysctl back, but only while it still holds our
+/// value (a later writer wins); an interface already gone is fine.
+fn restore_host_sysctl(s: &SysctlSetting, previous: Option<&String>) -> Result<(), Error> {
+    let Some(prev) = previous else {
+        return Ok(());
+    };
+    match sysctl::read(&s.name) {
+        Ok(cur) if sysctl::normalize(&cur) == sysctl::normalize(&s.value) => {
+            match sysctl::ensure(&s.name, prev) {
+                Err(e) if !e.is_not_found() => Err(e),
+                _ => Ok(()),
+            }
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 pub fn undo(node: &mut RouteSocket, step: Step) -> Result<(), Error> {
     match step {
         Step::Route(r) => route::del(node, &r).map(|_| ()),
         Step::Rule(r) => rule::del(node, &r).map(|_| ()),
+        Step::HostSysctl(s, previous) => restore_host_sysctl(&s, previous.as_ref()),
         Step::MainReplaced(orig, repl) => {
             // Put the primary's route back if its interface still exists;
             // otherwise the pod is gone and only our replacement must go.
@@ -454,7 +556,12 @@ pub fn undo(node: &mut RouteSocket, step: Step) -> Result<(), Error> {
 
 /// Everything a routing plan installed, in reverse order.
 pub fn remove_pod(node: &mut RouteSocket, p: &RoutingPlan) -> Vec<String> {
-    let mut steps: Vec<Step> = p.table_routes.iter().cloned().map(Step::Route).collect();
+    let mut steps: Vec<Step> = p
+        .host_if_sysctls
+        .iter()
+        .map(|s| Step::HostSysctl(s.clone(), p.host_if_previous.get(&s.name).cloned()))
+        .collect();
+    steps.extend(p.table_routes.iter().cloned().map(Step::Route));
     steps.extend(p.rules.iter().cloned().map(Step::Rule));
     if let (Some(o), Some(r)) = (&p.main_original, &p.main_replacement) {
         steps.push(Step::MainReplaced(o.clone(), r.clone()));
@@ -490,7 +597,7 @@ pub fn check(node: &mut RouteSocket, p: &RoutingPlan) -> Result<Vec<String>, Err
             drift.push(format!("rule {} is missing", r.describe()));
         }
     }
-    for s in &p.node_sysctls {
+    for s in p.node_sysctls.iter().chain(&p.host_if_sysctls) {
         match sysctl::read(&s.name) {
             Ok(v) if sysctl::normalize(&v) == s.value => {}
             Ok(v) => drift.push(format!("node sysctl {} is {v}, want {}", s.name, s.value)),

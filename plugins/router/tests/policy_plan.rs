@@ -338,11 +338,22 @@ mod routing {
                 "strict": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254"}},
                 "standard": {"routing": {"mode": "standard", "uplink": "up0", "gateway": "192.0.2.254", "table": 300}},
                 "strict-masq": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254"},
-                                "masquerade": [{"source": "10.8.0.0/24"}]}
+                                "masquerade": [{"source": "10.8.0.0/24"}]},
+                "strict-exempt": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254",
+                                              "exempt": ["169.254.20.10/32", "169.254.170.23/32"]}},
+                "strict-wide": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254",
+                                            "exempt": ["10.30.0.1/32"]}},
+                "clamp": {"mssClamp": 1360, "returnRoutes": [{"dst": "10.8.0.0/24"}],
+                          "masquerade": [{"source": "10.9.0.0/24"}]},
+                "clamp-nopool": {"mssClamp": "pmtu"}
             },
             "assign": [{"podNamePrefix": "s-", "profile": "strict"},
                        {"podNamePrefix": "std-", "profile": "standard"},
-                       {"podNamePrefix": "m-", "profile": "strict-masq"}]
+                       {"podNamePrefix": "m-", "profile": "strict-masq"},
+                       {"podNamePrefix": "e-", "profile": "strict-exempt"},
+                       {"podNamePrefix": "w-", "profile": "strict-wide"},
+                       {"podNamePrefix": "c-", "profile": "clamp"},
+                       {"podNamePrefix": "cn-", "profile": "clamp-nopool"}]
         }))
         .unwrap();
         c.validate().unwrap();
@@ -394,6 +405,67 @@ mod routing {
         .unwrap()
         .unwrap();
         build(c, &sel, &Key::new("n", pod, "eth0"), &ptp_prev(), view)
+    }
+
+    #[test]
+    fn strict_exemptions_come_first_and_stay_local() {
+        let r = plan_for(&strict_cfg(100), "e-0", &ptp_node())
+            .unwrap()
+            .routing
+            .unwrap();
+        let rules: Vec<String> = r.rules.iter().map(|x| x.describe()).collect();
+        assert_eq!(
+            rules,
+            vec![
+                "90: from all to 169.254.20.10/32 iif veth9 lookup 255",
+                "90: from 169.254.20.10/32 to 10.30.0.7/32 lookup 20000",
+                "90: from all to 169.254.170.23/32 iif veth9 lookup 255",
+                "90: from 169.254.170.23/32 to 10.30.0.7/32 lookup 20000",
+                "100: from all iif veth9 lookup 20000",
+                "100: from all to 10.30.0.7/32 iif up0 lookup 20000"
+            ]
+        );
+        // Proxy ARP on the host side answers the pod's gateway.
+        let hs: Vec<(&str, &str)> = r
+            .host_if_sysctls
+            .iter()
+            .map(|s| (s.name.as_str(), s.value.as_str()))
+            .collect();
+        assert_eq!(
+            hs,
+            vec![
+                ("net.ipv4.conf.veth9.proxy_arp", "1"),
+                ("net.ipv4.neigh.veth9.proxy_delay", "0")
+            ]
+        );
+        // An exemption covering the pod's subnet (its gateway) is refused.
+        let e = plan_for(&strict_cfg(100), "w-0", &ptp_node()).unwrap_err();
+        assert_eq!(e.code, 100);
+        assert!(e.msg.contains("refused by routing.exempt: 10.30.0.1/32 overlaps the pod's own subnet 10.30.0.0/24"), "{}", e.msg);
+    }
+
+    #[test]
+    fn mss_clamp_covers_every_pool_both_ways() {
+        use podgate_kit::nft::{MssDirection, MssValue};
+        let p = plan_for(&strict_cfg(100), "c-0", &ptp_node()).unwrap();
+        assert_eq!(p.nft_table.as_deref(), Some("podgate-eth0"));
+        let got: Vec<(String, MssDirection, MssValue)> = p
+            .mss_clamp
+            .iter()
+            .map(|m| (m.pool.to_string(), m.direction, m.mss))
+            .collect();
+        let f = MssValue::Fixed(1360);
+        assert_eq!(
+            got,
+            vec![
+                ("10.9.0.0/24".into(), MssDirection::FromPool, f),
+                ("10.9.0.0/24".into(), MssDirection::ToPool, f),
+                ("10.8.0.0/24".into(), MssDirection::FromPool, f),
+                ("10.8.0.0/24".into(), MssDirection::ToPool, f),
+            ]
+        );
+        let e = plan_for(&strict_cfg(100), "cn-0", &ptp_node()).unwrap_err();
+        assert!(e.msg.contains("refused by mssClamp"), "{}", e.msg);
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct DiagnoseArgs {
     /// address 10.8.0.1): replies must then find their way back like a client's.
     #[arg(long, value_name = "IP")]
     pub from: Option<IpAddr>,
+    /// The node's CNI config dir: its first config names the primary, whose
+    /// anti-spoofing is checked for pools routed back to the pod.
+    #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
     /// Per-probe timeout.
     #[arg(long, value_name = "MS", default_value_t = 1500, value_parser = clap::value_parser!(u64).range(100..=10000))]
     pub timeout_ms: u64,
@@ -173,7 +177,7 @@ pub fn run(a: &DiagnoseArgs, target: &Target, json: bool) -> Result<Found> {
 
     let mut progress = Progress::new();
     progress.step(&format!("reading {} ...", sel.chosen.label()));
-    let facts = facts::gather(&sel.ns, &node_ns, &pools, a.from)?;
+    let facts = facts::gather(&sel.ns, &node_ns, &pools, a.from, &a.cni_conf_dir)?;
     if let Some(f) = a.from {
         if !facts.pod_addrs.iter().any(|n| n.addr() == f) {
             let have: Vec<String> = facts

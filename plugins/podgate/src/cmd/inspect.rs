@@ -203,6 +203,17 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
             )
         })
         .collect();
+    let mss: Vec<String> = p
+        .mss_clamp
+        .iter()
+        .map(|m| {
+            format!(
+                "inet {} forward: {}",
+                p.nft_table.as_deref().unwrap_or("?"),
+                podgate_kit::nft::describe_mss(m)
+            )
+        })
+        .collect();
     let node_routes: Vec<String> = p
         .node_routes
         .iter()
@@ -210,31 +221,38 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
         .collect();
     let pod_routes: Vec<String> = r.pod_routes.iter().map(RouteSpec::describe).collect();
     let ips: Vec<String> = p.pod_ips.iter().map(ToString::to_string).collect();
-    let routing: Vec<String> = match &p.routing {
-        None => Vec::new(),
-        Some(rp) => {
-            let mode = serde_json::to_value(rp.mode)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            let mut v = vec![format!(
-                "{mode}: table {} via {} on {} for {}",
-                crate::names::table_name(rp.table),
-                rp.gateway,
-                rp.uplink,
-                rp.pod_ip
-            )];
-            v.extend(rp.rules.iter().map(|r| format!("rule {}", r.describe())));
-            v.extend(
-                rp.table_routes
-                    .iter()
-                    .map(|r| format!("route {}", node_route(r, node_links))),
-            );
-            v
-        }
-    };
+    let routing: Vec<String> =
+        match &p.routing {
+            None => Vec::new(),
+            Some(rp) => {
+                let mode = serde_json::to_value(rp.mode)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                let mut v = vec![format!(
+                    "{mode}: table {} via {} on {} for {}",
+                    crate::names::table_name(rp.table),
+                    rp.gateway,
+                    rp.uplink,
+                    rp.pod_ip
+                )];
+                v.extend(rp.rules.iter().map(|r| format!("rule {}", r.describe())));
+                v.extend(rp.host_if_sysctls.iter().map(
+                    |s| match rp.host_if_previous.get(&s.name) {
+                        Some(prev) => format!("node sysctl {} = {} (was {prev})", s.name, s.value),
+                        None => format!("node sysctl {} = {} (already so)", s.name, s.value),
+                    },
+                ));
+                v.extend(
+                    rp.table_routes
+                        .iter()
+                        .map(|r| format!("route {}", node_route(r, node_links))),
+                );
+                v
+            }
+        };
     format!(
-        "attachment {}/{}/{}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
+        "attachment {}/{}/{}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  mss clamp:   {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
         r.key.network,
         r.key.container_id,
         r.key.ifname,
@@ -245,6 +263,7 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
         list_or_dash(ips),
         list_or_dash(sysctls),
         list_or_dash(masq),
+        list_or_dash(mss),
         list_or_dash(node_routes),
         list_or_dash(pod_routes),
         list_or_dash(routing),

@@ -79,6 +79,10 @@ pub struct Facts {
     pub node_error: Option<String>,
     /// Whether the node netns is the pod netns itself (no node-side view).
     pub node_is_pod: bool,
+    /// The node's primary CNI (read when there are pools: its anti-spoofing
+    /// matters for pools routed back to the pod).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primary: Option<super::primary::PrimaryFact>,
 }
 
 fn overlaps(a: &IpNet, b: &IpNet) -> bool {
@@ -109,6 +113,7 @@ pub fn gather(
     node: &NetNs,
     pools: &[IpNet],
     from: Option<IpAddr>,
+    cni_conf_dir: &std::path::Path,
 ) -> crate::error::Result<Facts> {
     let mut f = Facts {
         pools: pools.to_vec(),
@@ -166,15 +171,30 @@ pub fn gather(
     }
 
     if !pools.is_empty() {
-        match RouteSocket::in_netns(node).and_then(|mut s| main_routes(&mut s)) {
-            Ok(routes) => {
-                f.node_routes = routes
-                    .into_iter()
-                    .filter(|r| r.dst.prefix_len() > 0 && pools.iter().any(|p| overlaps(p, &r.dst)))
-                    .collect();
+        let node_sock = RouteSocket::in_netns(node);
+        let node_links: Vec<String> = match node_sock {
+            Ok(mut s) => {
+                match main_routes(&mut s) {
+                    Ok(routes) => {
+                        f.node_routes = routes
+                            .into_iter()
+                            .filter(|r| {
+                                r.dst.prefix_len() > 0 && pools.iter().any(|p| overlaps(p, &r.dst))
+                            })
+                            .collect();
+                    }
+                    Err(e) => f.node_error = Some(e.to_string()),
+                }
+                link::list(&mut s)
+                    .map(|ls| ls.into_iter().map(|l| l.name).collect())
+                    .unwrap_or_default()
             }
-            Err(e) => f.node_error = Some(e.to_string()),
-        }
+            Err(e) => {
+                f.node_error = Some(e.to_string());
+                Vec::new()
+            }
+        };
+        f.primary = Some(super::primary::read(cni_conf_dir, &node_links));
     }
     Ok(f)
 }

@@ -5,6 +5,7 @@
 //! the verdict naming the layer to look at next.
 
 pub mod facts;
+pub mod primary;
 pub mod verdict;
 
 use crate::probe::Outcome;

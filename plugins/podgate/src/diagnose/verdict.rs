@@ -294,6 +294,12 @@ pub fn checks(f: &Facts, targets: &[Target]) -> Vec<Check> {
             ),
         });
     }
+    // Routed pools keep the client's source address: the primary must allow it.
+    for pool in &f.pools {
+        if let (ReturnPath::Route(_), Some(r)) = (return_path(f, pool), spoofing_recipe(f, pool)) {
+            out.push(check(format!("anti-spoofing {pool}"), Status::Warn, r));
+        }
+    }
     if ctx && f.pools.is_empty() {
         out.push(check(
             "return path",
@@ -330,6 +336,13 @@ pub struct HopVerdict {
     pub state: HopState,
     pub reason: Option<String>,
     pub next: Option<String>,
+}
+
+/// How to make the primary accept `pool` as a source, when it filters.
+fn spoofing_recipe(f: &Facts, pool: &IpNet) -> Option<String> {
+    f.primary
+        .as_ref()
+        .and_then(|p| super::primary::recipe(p, pool))
 }
 
 fn ok() -> HopVerdict {
@@ -489,9 +502,9 @@ pub fn hop(f: &Facts, ctx: bool, run: &ProbeRun) -> HopVerdict {
             let why = if masq {
                 "masquerade rewrites the source on the way out, so the reply should come back to the pod's address: look at the node and the target's policy"
             } else {
-                "replies to the tunnel address do not come back: look at policies that see the client address (NetworkPolicy, firewalls) and rp_filter"
+                "replies to the tunnel address do not come back: look at policies that see the client address (NetworkPolicy, firewalls), the primary's anti-spoofing and rp_filter"
             };
-            return broken(
+            let mut v = broken(
                 HopState::Blocked,
                 format!(
                     "{label}: the pod reaches it, but a probe from {src} {}; {why}",
@@ -499,6 +512,10 @@ pub fn hop(f: &Facts, ctx: bool, run: &ProbeRun) -> HopVerdict {
                 ),
                 "the return path of client-addressed traffic",
             );
+            if let Some(r) = pool.filter(|_| !masq).and_then(|p| spoofing_recipe(f, p)) {
+                v.next = Some(r);
+            }
+            return v;
         }
     }
     ok()
