@@ -22,7 +22,7 @@ use podgate_integration::{
 use serde_json::{json, Value};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 const ROUTER: &str = "podgate-router";
@@ -521,5 +521,107 @@ fn golden_records_of_earlier_releases_are_shown_and_removed() {
         "after DEL of an unreadable record:\n{}",
         before.diff(&now)
     );
-    let _ = Path::new("/");
+
+    // Leaked objects without any record (a release before write-ahead
+    // records): GC finds them by ownership (protocol 94) and removes them.
+    rig.node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.77.0.0/24",
+        "via",
+        "10.22.0.5",
+        "dev",
+        "pgbr0",
+        "proto",
+        "94",
+    ]);
+    rig.node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.22.0.5",
+        "dev",
+        "pgbr0",
+        "table",
+        "20000",
+        "proto",
+        "94",
+    ]);
+    rig.node.exec_ok(&[
+        "ip",
+        "rule",
+        "add",
+        "from",
+        "10.22.0.5",
+        "lookup",
+        "20000",
+        "pref",
+        "1536",
+        "proto",
+        "94",
+    ]);
+    rig.router("GC", "-", &profile, None).ok();
+    let after_gc = rig.world();
+    assert!(
+        after_gc.node == before.node,
+        "GC left podgate-owned objects:\n{}",
+        before.diff(&after_gc)
+    );
+}
+
+#[test]
+fn the_installer_daemon_sweeps_records_of_dead_pods() {
+    require_root();
+    let rig = Rig::new("sweep", Netns::new("lc-pod-sweep"), "lcnet");
+    let routed = json!({
+        "sysctls": {"net.ipv4.ip_forward": "1"},
+        "returnRoutes": [{"dst": "10.9.0.0/24"}]
+    });
+    rig.router("ADD", "c1", &routed, None).ok();
+    // The pod dies without a DEL; its return route stays behind.
+    rig.pod.recreate();
+    assert!(rig.node.exec_ok(&["ip", "route"]).contains("10.9.0.0/24"));
+
+    let conf = rig.dir.path().join("net.d");
+    let bin = rig.dir.path().join("bin");
+    std::fs::create_dir_all(&conf).unwrap();
+    let child = Command::new("nsenter")
+        .arg(format!("--net={}", rig.node.path().display()))
+        .arg(podgate())
+        .args(["install", "--watch", "--sweep-secs", "1"])
+        .arg("--router-state-dir")
+        .arg(rig.state_dir())
+        .arg("--cni-conf-dir")
+        .arg(&conf)
+        .arg("--cni-bin-dir")
+        .arg(&bin)
+        .arg("--state-dir")
+        .arg(rig.dir.path().join("installer"))
+        .arg("--plugins")
+        .arg(rig.dir.path().join("plugins.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !state_files_in(&rig.state_dir()).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "the sweep did not remove the stale record:\n{log}"
+    );
+    assert!(
+        log.contains("removed stale record lcnet/c1/eth0"),
+        "the sweep's removal is not logged:\n{log}"
+    );
+    let routes = rig.node.exec_ok(&["ip", "route"]);
+    assert!(!routes.contains("10.9.0.0/24"), "{routes}");
 }

@@ -15,6 +15,7 @@ mod fsx;
 mod json;
 mod reconcile;
 mod state;
+mod sweep;
 mod sys;
 mod validate;
 mod watch;
@@ -76,6 +77,13 @@ pub struct InstallArgs {
     /// With --watch: re-check this often even without events.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     pub resync_secs: u64,
+    /// With --watch: sweep podgate-router's records of dead pods (earlier
+    /// boot, netns gone) and what they left on the node this often; 0: off.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub sweep_secs: u64,
+    /// With --watch: podgate-router's `stateDir`, for the sweep.
+    #[arg(long, default_value = podgate_router::config::DEFAULT_STATE_DIR, value_name = "DIR")]
+    pub router_state_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -228,6 +236,7 @@ pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
             resync: Duration::from_secs(args.resync_secs.max(1)),
             ready_file: args.ready_file.clone(),
             uninstall_on_exit: args.uninstall_on_exit,
+            sweep: sweep::Sweep::new(args.router_state_dir.clone(), args.sweep_secs),
         };
         return watch::run(&node, &src, &opts);
     }
