@@ -19,9 +19,9 @@ pub struct Census {
 }
 
 impl Census {
-    /// Read every record and judge each against `here`. Records that claim
-    /// something node-wide (pools, tables, strict) get the precise check
-    /// (netns cookie): they decide refusals.
+    /// Read every record and judge each against `here` with the cheap
+    /// checks (boot ID, node netns, netns path, dev/inode). What they call
+    /// stale is stale; [`Census::confirm`] finds the rest.
     pub fn take(store: &StateStore, here: &Here) -> Result<Census, podgate_kit::Error> {
         let listing = record::list(store)?;
         let stale = listing
@@ -29,13 +29,33 @@ impl Census {
             .iter()
             .enumerate()
             .filter_map(|(i, r)| {
-                let c = r.claim();
-                let precise = !c.pools.is_empty() || c.table.is_some() || c.strict;
-                let l = r.liveness(here, precise);
+                let l = r.liveness(here, false);
                 l.is_stale().then_some((i, l))
             })
             .collect();
         Ok(Census { listing, stale })
+    }
+
+    /// The precise check (netns cookie: one trip into each namespace, so
+    /// only where it decides something) for the live records `matters`
+    /// selects, e.g. those whose claims would refuse this ADD.
+    pub fn confirm(&mut self, here: &Here, matters: impl Fn(&Record) -> bool) {
+        for (i, r) in self.listing.records.iter().enumerate() {
+            if self.stale.iter().any(|(s, _)| *s == i) || !matters(r) {
+                continue;
+            }
+            let l = r.liveness(here, true);
+            if l.is_stale() {
+                self.stale.push((i, l));
+            }
+        }
+    }
+
+    /// `take` with every record checked precisely (GC, the sweep, reports).
+    pub fn take_precise(store: &StateStore, here: &Here) -> Result<Census, podgate_kit::Error> {
+        let mut c = Census::take(store, here)?;
+        c.confirm(here, |_| true);
+        Ok(c)
     }
 
     pub fn is_stale(&self, key: &Key) -> bool {
@@ -213,7 +233,7 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
         out.removed.push(format!("{temps} orphaned temp file(s)"));
     }
     let here = Here::now();
-    let census = Census::take(&store, &here)?;
+    let census = Census::take_precise(&store, &here)?;
     if census.stale.is_empty() {
         return Ok(out);
     }

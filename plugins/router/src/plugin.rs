@@ -190,22 +190,40 @@ impl Plugin for Router {
         lifecycle::sweep_temp(&store).map_err(io_err)?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
         let here = Here::now();
+        let routing = cfg
+            .profiles
+            .get(&sel.profile)
+            .and_then(|p| p.routing.as_ref());
+        let strict = routing.is_some_and(|r| r.mode == crate::config::RoutingMode::Strict);
+        // The records whose claims would refuse this pod get the precise
+        // liveness check; the rest only the cheap one.
+        let matters = |r: &Record| {
+            let c = r.claim();
+            c.key == key
+                || c.pools
+                    .iter()
+                    .any(|p| sel.return_routes.iter().any(|q| plan::overlaps(p, q)))
+                || (routing.is_some() && c.table.is_some())
+                || (strict && c.strict)
+        };
+        let judge = || -> Result<Census, CniError> {
+            let mut c = Census::take(&store, &here).map_err(io_err)?;
+            c.confirm(&here, matters);
+            Ok(c)
+        };
         // Fail closed: a state dir that cannot be listed refuses the ADD
         // rather than guessing which pools and strict slots are free.
-        let census = Census::take(&store, &here).map_err(io_err)?;
-        log_swept(
-            &log,
-            "cleared stale records",
-            &lifecycle::clear_stale(&census, &mut node, &store, &here),
-        );
+        let census = judge()?;
+        let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
+        log_swept(&log, "cleared stale records", &swept);
+        let mut changed = !swept.removed.is_empty();
 
         // A repeated ADD for the same attachment replaces the earlier one
         // (pending or applied: either may have left things).
         match record::read(&store, &key) {
             Ok(None) => {}
-            Ok(Some(old)) if census.is_stale(&key) => {
-                let _ = old; // cleared above with the other stale records
-            }
+            // Cleared above with the other stale records.
+            Ok(Some(_)) if census.is_stale(&key) => {}
             Ok(Some(old)) => {
                 let left =
                     lifecycle::remove_record(&old, &census, &mut node, Some(&ns), &store, &here);
@@ -216,6 +234,7 @@ impl Plugin for Router {
                     )));
                 }
                 store.remove(&key).map_err(io_err)?;
+                changed = true;
             }
             Err(e @ ReadError::Newer { .. }) => return Err(CniError::io(e.to_string())),
             Err(ReadError::Io(e)) => return Err(io_err(e)),
@@ -240,15 +259,13 @@ impl Plugin for Router {
                         s.failures.join("; ")
                     )));
                 }
+                changed = true;
             }
         }
-        let census = Census::take(&store, &here).map_err(io_err)?;
+        // Judge again only if records went away (rare): claims must not
+        // count what was just removed.
+        let census = if changed { judge()? } else { census };
 
-        let strict = cfg
-            .profiles
-            .get(&sel.profile)
-            .and_then(|p| p.routing.as_ref())
-            .is_some_and(|r| r.mode == crate::config::RoutingMode::Strict);
         let view = observe(&mut node, &census, &key, strict)?;
         let mut warnings = Vec::new();
         if strict
@@ -364,7 +381,11 @@ impl Plugin for Router {
             Err(e) => return Err(CniError::io(e.to_string())),
         };
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
-        let census = Census::take(&store, &here).map_err(io_err)?;
+        let mut census = Census::take(&store, &here).map_err(io_err)?;
+        if rec.is_strict() {
+            // Whether node-wide strict settings go back depends on them.
+            census.confirm(&here, Record::is_strict);
+        }
         let failures = lifecycle::remove_record(&rec, &census, &mut node, None, &store, &here);
         if !failures.is_empty() {
             log.error("teardown incomplete", json!({"failures": failures}));
@@ -439,7 +460,7 @@ impl Plugin for Router {
         lifecycle::sweep_temp(&store).map_err(io_err)?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
         let here = Here::now();
-        let census = Census::take(&store, &here).map_err(io_err)?;
+        let census = Census::take_precise(&store, &here).map_err(io_err)?;
         let is_valid = |k: &Key| {
             valid
                 .iter()

@@ -438,7 +438,12 @@ impl Record {
         };
         let ns = match NetNs::open(path) {
             Ok(ns) => ns,
-            Err(e) if e.is_not_found() || matches!(e, podgate_kit::Error::NotNetns { .. }) => {
+            // Only where the namespace directory itself is visible: a reader
+            // in a container without it mounted cannot tell (fail safe).
+            Err(e)
+                if (e.is_not_found() || matches!(e, podgate_kit::Error::NotNetns { .. }))
+                    && path.parent().is_some_and(Path::is_dir) =>
+            {
                 return Liveness::Stale {
                     reason: format!("netns {} is gone", path.display()),
                     node_gone: false,
@@ -780,6 +785,49 @@ mod tests {
     }
 
     #[test]
+    fn scan_reports_each_record_with_its_status() {
+        let d = std::env::temp_dir().join(format!("podgate-scan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        for (file, g) in [
+            ("goldennet+golden-pending+eth0.json", "v1-pending.json"),
+            ("goldennet+golden-v2+eth0.json", "v2-future.json"),
+        ] {
+            std::fs::write(d.join(file), golden(g).1).unwrap();
+        }
+        std::fs::write(d.join("a+b+c.json"), b"{").unwrap();
+        let mut live = parse(Path::new("x"), &golden("v1-vpn-full.json").1).unwrap();
+        live.netns = None;
+        live.status = Status::Pending;
+        std::fs::write(
+            d.join(live.key.file_name()),
+            serde_json::to_vec(&live).unwrap(),
+        )
+        .unwrap();
+        let infos = scan(&d).unwrap();
+        let status = |id: &str| {
+            infos
+                .iter()
+                .find(|i| i.key.as_ref().is_some_and(|k| k.container_id == id))
+                .map(|i| i.status.clone())
+                .unwrap()
+        };
+        assert!(matches!(
+            status("golden-pending"),
+            RecordStatus::Stale { .. }
+        ));
+        assert_eq!(
+            status("golden-v2"),
+            RecordStatus::NewerVersion { version: 2 }
+        );
+        assert!(matches!(status("b"), RecordStatus::Unreadable { .. }));
+        assert_eq!(status("golden-v1"), RecordStatus::Pending);
+        assert_eq!(infos.len(), 4);
+        assert!(scan(&d.join("missing")).unwrap().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn unversioned_records_are_upgraded() {
         let (p, b) = golden("v0-vpn-routed.json");
         let r = parse(&p, &b).unwrap();
@@ -832,8 +880,11 @@ mod tests {
                 ..
             }
         ));
+        let mut unseen = r.clone();
+        unseen.netns = Some(PathBuf::from("/nonexistent/netns"));
+        assert_eq!(unseen.liveness(&here, false), Liveness::Live);
         let mut gone = r.clone();
-        gone.netns = Some(PathBuf::from("/nonexistent/netns"));
+        gone.netns = Some(PathBuf::from("/proc/self/ns/nonexistent"));
         assert!(matches!(
             gone.liveness(&here, false),
             Liveness::Stale {
