@@ -48,6 +48,9 @@ struct Rig {
     pod: Netns,
     dir: TempDir,
     network: String,
+    /// The pod's addresses as the primary reports them.
+    ips: Value,
+    host_if: String,
 }
 
 struct Run {
@@ -150,6 +153,8 @@ impl Rig {
             pod,
             dir: TempDir::new(&format!("lifecycle-{tag}")),
             network: network.into(),
+            ips: json!([{"address": "10.22.0.5/24", "gateway": "10.22.0.1", "interface": 1}]),
+            host_if: "pgbr0".into(),
         }
     }
 
@@ -159,6 +164,12 @@ impl Rig {
         self.pod.recreate();
         self.node.recreate();
         wire(&self.node, &self.pod);
+    }
+
+    fn reboot_routed(&self) {
+        self.pod.recreate();
+        self.node.recreate();
+        wire_routed(&self.node, &self.pod);
     }
 
     fn state_dir(&self) -> PathBuf {
@@ -175,8 +186,8 @@ impl Rig {
             "assign": [{"namespace": "vpn", "profile": "p"}],
             "prevResult": {
                 "cniVersion": "1.1.0",
-                "interfaces": [{"name": "pgbr0"}, {"name": "eth0", "sandbox": self.pod.path()}],
-                "ips": [{"address": "10.22.0.5/24", "gateway": "10.22.0.1", "interface": 1}]
+                "interfaces": [{"name": self.host_if}, {"name": "eth0", "sandbox": self.pod.path()}],
+                "ips": self.ips
             }
         });
         if gc {
@@ -404,6 +415,158 @@ fn records_from_a_previous_boot_neither_block_nor_linger() {
     assert!(after.state.is_empty(), "{:?}", after.state);
     assert!(!after.node.routes4.iter().any(|r| r.contains("10.9.0.0")));
     let _ = before;
+}
+
+/// A routed primary (one /32 per pod, as ptp installs it) and an uplink
+/// with a gateway, for strict pods.
+fn wire_routed(node: &Netns, pod: &Netns) {
+    for ns in [node, pod] {
+        ns.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
+        ns.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
+    }
+    node.set_forwarding(true);
+    pod.set_forwarding(false);
+    node.exec_ok(&[
+        "ip", "link", "add", "pgup0", "type", "veth", "peer", "name", "pgup1",
+    ]);
+    node.exec_ok(&["ip", "addr", "add", "192.0.2.1/24", "dev", "pgup0"]);
+    node.exec_ok(&["ip", "link", "set", "pgup0", "up"]);
+    node.exec_ok(&["ip", "link", "set", "pgup1", "up"]);
+    node.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "pgs0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        pod.name(),
+    ]);
+    node.exec_ok(&["ip", "link", "set", "pgs0", "up"]);
+    node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.40.0.3/32",
+        "dev",
+        "pgs0",
+        "scope",
+        "link",
+    ]);
+    pod.exec_ok(&["ip", "addr", "add", "10.40.0.3/32", "dev", "eth0"]);
+    pod.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+}
+
+#[test]
+fn strict_pods_of_a_previous_boot_do_not_count() {
+    require_root();
+    let node = Netns::new("lc-node-strict");
+    let pod = Netns::new("lc-pod-strict");
+    wire_routed(&node, &pod);
+    let rig = Rig {
+        node,
+        pod,
+        dir: TempDir::new("lifecycle-strict"),
+        network: "lcnet".into(),
+        ips: json!([{"address": "10.40.0.3/32", "interface": 1}]),
+        host_if: "pgs0".into(),
+    };
+    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    // Drives the router with maxStrictPods 1 for `pod` (its eth0 has `ip`/32
+    // and its host side `host_if`).
+    let max_one = |rig: &Rig, cmd: &str, cid: &str, pod: &Netns, ip: &str, host_if: &str| {
+        let mut c: Value = serde_json::from_slice(&rig.conf(strict.clone(), false)).unwrap();
+        c["maxStrictPods"] = json!(1);
+        c["prevResult"]["interfaces"] =
+            json!([{"name": host_if}, {"name": "eth0", "sandbox": pod.path()}]);
+        c["prevResult"]["ips"] = json!([{"address": format!("{ip}/32"), "interface": 1}]);
+        let mut env = rig.env(cmd, cid);
+        env.retain(|(k, _)| k != "CNI_NETNS");
+        env.push(("CNI_NETNS".into(), pod.path().display().to_string()));
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net={}", rig.node.path().display()))
+            .arg(router())
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(&c).unwrap())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let first =
+        |rig: &Rig, cmd: &str, cid: &str| max_one(rig, cmd, cid, &rig.pod, "10.40.0.3", "pgs0");
+    let rules_before = rig.node.exec_ok(&["ip", "rule"]);
+    assert_eq!(first(&rig, "ADD", "s1").0, Some(0));
+    // The limit holds while s1 lives: a second strict pod is refused.
+    let other = Netns::new("lc-pod-strict2");
+    other.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
+    rig.node.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "pgs1",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        other.name(),
+    ]);
+    rig.node.exec_ok(&["ip", "link", "set", "pgs1", "up"]);
+    rig.node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.40.0.4/32",
+        "dev",
+        "pgs1",
+        "scope",
+        "link",
+    ]);
+    other.exec_ok(&["ip", "addr", "add", "10.40.0.4/32", "dev", "eth0"]);
+    other.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+    let (code, out) = max_one(&rig, "ADD", "s-other", &other, "10.40.0.4", "pgs1");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("maxStrictPods"), "{out}");
+    drop(other);
+
+    rig.reboot_routed();
+    let rules_fresh = rig.node.exec_ok(&["ip", "rule"]);
+    assert_eq!(rules_fresh, rules_before);
+    let (code, out) = first(&rig, "ADD", "s2");
+    assert_eq!(
+        code,
+        Some(0),
+        "the previous boot's strict pod still counts: {out}"
+    );
+    let files = state_files_in(&rig.state_dir());
+    assert_eq!(
+        files,
+        vec![
+            "lcnet+s2+eth0.json".to_string(),
+            "node/strict.json".to_string()
+        ],
+        "{files:?}"
+    );
+    assert_eq!(first(&rig, "DEL", "s2").0, Some(0));
+    assert!(state_files_in(&rig.state_dir()).is_empty());
+    assert_eq!(rig.node.exec_ok(&["ip", "rule"]), rules_before);
 }
 
 fn golden(name: &str) -> Vec<u8> {
