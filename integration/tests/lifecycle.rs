@@ -122,6 +122,16 @@ fn wire_pod(node: &Netns, pod: &Netns) {
     pod.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
     pod.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
     pod.set_forwarding(false);
+    // A deleted pod netns takes its veth with it, asynchronously (the
+    // kernel's netns cleanup work): wait for the old host side to go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while node.link_exists("pgl0") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pgl0 of the deleted pod never went away"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     node.exec_ok(&[
         "ip",
         "link",

@@ -220,8 +220,8 @@ pub fn sweep_temp(store: &StateStore) -> Result<usize, podgate_kit::Error> {
 
 /// The periodic sweep (the installer daemon, `podgate install --watch`):
 /// under the state lock, remove what stale records left and the records. The
-/// caller runs in the node's network namespace. A missing state dir is
-/// nothing to do.
+/// caller runs in the node's network namespace (node routes of a dead pod
+/// are removed there). A missing state dir is nothing to do.
 pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     let Some(store) = StateStore::existing(state_dir) else {
         return Ok(Swept::default());
@@ -232,7 +232,13 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     if temps > 0 {
         out.removed.push(format!("{temps} orphaned temp file(s)"));
     }
-    let here = Here::now();
+    // The node netns never changes within a boot on a real node, and a
+    // daemon started in another namespace by mistake must not call every
+    // record stale: only the boot ID and the pods' namespaces judge here.
+    let here = Here {
+        node: None,
+        ..Here::now()
+    };
     let census = Census::take_precise(&store, &here)?;
     if census.stale.is_empty() {
         return Ok(out);
