@@ -6,10 +6,12 @@
 //!   same points then GC with no valid attachments; DEL killed at each of its
 //!   points, then DEL again. After each, the node's and the pod's routes,
 //!   rules and nf_tables, the pod's sysctls and the state dir equal the
-//!   snapshot taken before the ADD;
+//!   snapshot taken before the ADD; the same for a strict pod (node-wide
+//!   sysctls, the moved local rule, the per-pod table);
 //! * a reboot: records from a "previous boot" (fresh node and pod netns at
 //!   the same paths, state dir kept) neither block the new pod's pool claim
-//!   nor count toward maxStrictPods-style claims, and are cleared;
+//!   nor count toward maxStrictPods, and are cleared; a missed DEL's return
+//!   route is cleared by the next ADD and by the installer's sweep;
 //! * an upgrade: golden version-1 (and unversioned) records are read, shown
 //!   by `podgate inspect`, and removed by DEL; a newer version is kept and
 //!   named.
@@ -30,6 +32,12 @@ const PODGATE: &str = "podgate";
 /// Interface index of both veth ends, as the golden records name it.
 const IFINDEX: &str = "7";
 const POD_SYSCTLS: [&str; 2] = ["net.ipv4.ip_forward", "net.ipv4.conf.eth0.accept_local"];
+const STRICT_NODE_SYSCTLS: [&str; 4] = [
+    "net.ipv4.tcp_early_demux",
+    "net.ipv4.udp_early_demux",
+    "net.ipv4.conf.pgup0.accept_local",
+    "net.ipv4.conf.pgup0.rp_filter",
+];
 
 fn router() -> PathBuf {
     built(&[ROUTER], &["-p", ROUTER]).remove(0)
@@ -51,6 +59,8 @@ struct Rig {
     /// The pod's addresses as the primary reports them.
     ips: Value,
     host_if: String,
+    /// Node sysctls that must come back too (strict settings).
+    node_sysctls: Vec<&'static str>,
 }
 
 struct Run {
@@ -165,6 +175,7 @@ impl Rig {
             network: network.into(),
             ips: json!([{"address": "10.22.0.5/24", "gateway": "10.22.0.1", "interface": 1}]),
             host_if: "pgbr0".into(),
+            node_sysctls: Vec::new(),
         }
     }
 
@@ -258,6 +269,11 @@ impl Rig {
             sysctls: POD_SYSCTLS
                 .iter()
                 .map(|s| format!("{s}={}", self.pod.sysctl_get(s)))
+                .chain(
+                    self.node_sysctls
+                        .iter()
+                        .map(|s| format!("node {s}={}", self.node.sysctl_get(s))),
+                )
                 .collect(),
             state: state_files_in(&self.state_dir()),
         }
@@ -300,17 +316,13 @@ fn full_profile() -> Value {
 
 const CALLS: [&str; 5] = ["sendto", "sendmsg", "write", "rename", "openat"];
 
-#[test]
-fn killed_at_any_point_then_del_or_gc_restores_everything() {
-    require_root();
-    assert!(
-        strace_available(),
-        "strace is needed (integration/install-deps.sh)"
-    );
-    let rig = Rig::new("crash", Netns::new("lc-pod-crash"), "lcnet");
-    let profile = full_profile();
+/// Every crash point of ADD (then DEL, and then GC) and of DEL (then DEL
+/// again) for `profile`; returns (ADD points, DEL points, saw a pending
+/// record in `podgate inspect`).
+fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
     let before = rig.world();
-    let mut tried = 0;
+    let mut add_points = 0;
+    let mut del_points = 0;
     let mut saw_pending = false;
     let check = |what: &str| {
         let now = rig.world();
@@ -325,15 +337,15 @@ fn killed_at_any_point_then_del_or_gc_restores_everything() {
     for cleanup in ["DEL", "GC"] {
         for sys in CALLS {
             for n in 1.. {
-                let run = rig.router("ADD", "c1", &profile, Some((sys, n)));
+                let run = rig.router("ADD", "c1", profile, Some((sys, n)));
                 if !run.killed() {
                     // Past the last call: the ADD ran to its end.
                     run.ok();
-                    rig.router("DEL", "c1", &profile, None).ok();
+                    rig.router("DEL", "c1", profile, None).ok();
                     check(&format!("ADD completed ({sys} has {} calls), DEL", n - 1));
                     break;
                 }
-                tried += 1;
+                add_points += 1;
                 if !saw_pending && cleanup == "DEL" {
                     let v = rig.inspect();
                     if let Some(a) = v["attachments"].as_array().and_then(|a| a.first()) {
@@ -343,35 +355,84 @@ fn killed_at_any_point_then_del_or_gc_restores_everything() {
                         }
                     }
                 }
-                rig.router(cleanup, "c1", &profile, None).ok();
+                rig.router(cleanup, "c1", profile, None).ok();
                 check(&format!("ADD killed at {sys} #{n}, then {cleanup}"));
             }
         }
     }
-    let add_points = tried;
 
     // DEL killed at each point, then DEL again.
     for sys in CALLS {
         for n in 1.. {
-            rig.router("ADD", "c1", &profile, None).ok();
-            let run = rig.router("DEL", "c1", &profile, Some((sys, n)));
+            rig.router("ADD", "c1", profile, None).ok();
+            let run = rig.router("DEL", "c1", profile, Some((sys, n)));
             if !run.killed() {
                 run.ok();
                 check(&format!("DEL completed ({sys} has {} calls)", n - 1));
                 break;
             }
-            tried += 1;
-            rig.router("DEL", "c1", &profile, None).ok();
+            del_points += 1;
+            rig.router("DEL", "c1", profile, None).ok();
             check(&format!("DEL killed at {sys} #{n}, then DEL"));
         }
     }
-    println!(
-        "crash points tried: {tried} ({} ADD points, each then DEL and then GC; {} DEL points)",
-        add_points / 2,
-        tried - add_points
+    (add_points / 2, del_points, saw_pending)
+}
+
+#[test]
+fn killed_at_any_point_then_del_or_gc_restores_everything() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
     );
-    assert!(tried > 0, "no crash point was tried");
+    let rig = Rig::new("crash", Netns::new("lc-pod-crash"), "lcnet");
+    let (add, del, saw_pending) = crash_points(&rig, &full_profile());
+    println!(
+        "crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
+        2 * add + del
+    );
+    assert!(add > 0 && del > 0, "no crash point was tried");
     assert!(saw_pending, "podgate inspect never showed a pending record");
+}
+
+#[test]
+fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let node = Netns::new("lc-node-scrash");
+    let pod = Netns::new("lc-pod-scrash");
+    wire_routed(&node, &pod);
+    let rig = Rig {
+        node,
+        pod,
+        dir: TempDir::new("lifecycle-scrash"),
+        network: "lcnet".into(),
+        ips: json!([{"address": "10.40.0.3/32", "interface": 1}]),
+        host_if: "pgs0".into(),
+        node_sysctls: STRICT_NODE_SYSCTLS.to_vec(),
+    };
+    // Values the strict settings change, so a leak shows.
+    for (name, v) in [
+        ("net.ipv4.tcp_early_demux", "1"),
+        ("net.ipv4.udp_early_demux", "1"),
+    ] {
+        rig.node.sysctl_set(name, v);
+    }
+    rig.node.sysctl_set("net.ipv4.conf.pgup0.rp_filter", "1");
+    let strict = json!({
+        "sysctls": {"net.ipv4.ip_forward": "1"},
+        "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}
+    });
+    let (add, del, _) = crash_points(&rig, &strict);
+    println!(
+        "strict crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
+        2 * add + del
+    );
+    assert!(add > 0 && del > 0, "no crash point was tried");
 }
 
 #[test]
@@ -483,6 +544,7 @@ fn strict_pods_of_a_previous_boot_do_not_count() {
         network: "lcnet".into(),
         ips: json!([{"address": "10.40.0.3/32", "interface": 1}]),
         host_if: "pgs0".into(),
+        node_sysctls: Vec::new(),
     };
     let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
     // Drives the router with maxStrictPods 1 for `pod` (its eth0 has `ip`/32
