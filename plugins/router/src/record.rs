@@ -634,13 +634,19 @@ pub struct RecordInfo {
     pub status: RecordStatus,
 }
 
-/// Every record under `state_dir` with its status, for reporting. A missing
-/// state dir is an empty list; an unlistable one is an error.
+/// Every record under `state_dir` with its status, for reporting (metrics,
+/// the installer daemon). A missing state dir is an empty list; an
+/// unlistable one is an error. Judged by the boot ID and the pods'
+/// namespaces, not by the caller's own netns (as the installer's sweep), so
+/// a reporter running outside the node netns still reports correctly.
 pub fn scan(state_dir: &Path) -> Result<Vec<RecordInfo>, podgate_kit::Error> {
     let Some(store) = StateStore::existing(state_dir) else {
         return Ok(Vec::new());
     };
-    let here = Here::now();
+    let here = Here {
+        node: None,
+        ..Here::now()
+    };
     let mut out = Vec::new();
     for e in store.entries()? {
         let parsed = e
