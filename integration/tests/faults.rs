@@ -4,8 +4,8 @@
 //!   with code 5 naming the path and applies nothing; DEL fails the same way
 //!   and keeps the node route and the record (the runtime retries), then
 //!   converges once writable;
-//! * the state dir is full (a tiny tmpfs): ADD fails with code 5 and rolls
-//!   back everything it had applied;
+//! * the state dir is full (a tiny tmpfs): ADD fails with code 5 before
+//!   applying anything (its write-ahead record is the first write);
 //! * a second ADD for the same container ID replaces the first: one route,
 //!   one record, one masquerade rule; DEL then leaves nothing;
 //! * an unwritable stderr (a full device) does not change the answer: the
