@@ -703,7 +703,12 @@ fn golden_records_of_earlier_releases_are_shown_and_removed() {
         .join("goldennet+golden-v2+eth0.json")
         .exists());
     std::fs::remove_file(rig.state_dir().join("goldennet+golden-v2+eth0.json")).unwrap();
-    // The stale pending one was cleared by that DEL's sweep.
+    // The stale pending one (an earlier boot) is cleared by the next GC.
+    assert!(rig
+        .state_dir()
+        .join("goldennet+golden-pending+eth0.json")
+        .exists());
+    rig.router("GC", "-", &profile, None).ok();
     let now = rig.world();
     assert!(
         now == before,

@@ -4,7 +4,7 @@
 //! daemon's periodic sweep all go through here, with the state lock held.
 
 use crate::apply;
-use crate::record::{self, Here, Listing, Liveness, Record};
+use crate::record::{self, Depth, Here, Listing, Liveness, Record};
 use crate::routing;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
@@ -19,43 +19,43 @@ pub struct Census {
 }
 
 impl Census {
-    /// Read every record and judge each against `here` with the cheap
-    /// checks (boot ID, node netns, netns path, dev/inode). What they call
-    /// stale is stale; [`Census::confirm`] finds the rest.
-    pub fn take(store: &StateStore, here: &Here) -> Result<Census, podgate_kit::Error> {
+    /// Read every record and judge each against `here`, each as deep as
+    /// `depth` says: deeper checks cost syscalls (and, precise, a trip into
+    /// the namespace), so only where the answer decides something.
+    pub fn take(
+        store: &StateStore,
+        here: &Here,
+        depth: impl Fn(&Record) -> Depth,
+    ) -> Result<Census, podgate_kit::Error> {
         let listing = record::list(store)?;
         let stale = listing
             .records
             .iter()
             .enumerate()
             .filter_map(|(i, r)| {
-                let l = r.liveness(here, false);
+                let l = r.liveness(here, depth(r));
                 l.is_stale().then_some((i, l))
             })
             .collect();
         Ok(Census { listing, stale })
     }
 
-    /// The precise check (netns cookie: one trip into each namespace, so
-    /// only where it decides something) for the live records `matters`
-    /// selects, e.g. those whose claims would refuse this ADD.
-    pub fn confirm(&mut self, here: &Here, matters: impl Fn(&Record) -> bool) {
-        for (i, r) in self.listing.records.iter().enumerate() {
-            if self.stale.iter().any(|(s, _)| *s == i) || !matters(r) {
-                continue;
-            }
-            let l = r.liveness(here, true);
-            if l.is_stale() {
-                self.stale.push((i, l));
-            }
-        }
+    /// `take` with every record checked precisely (GC, the sweep).
+    pub fn take_precise(store: &StateStore, here: &Here) -> Result<Census, podgate_kit::Error> {
+        Census::take(store, here, |_| Depth::Precise)
     }
 
-    /// `take` with every record checked precisely (GC, the sweep, reports).
-    pub fn take_precise(store: &StateStore, here: &Here) -> Result<Census, podgate_kit::Error> {
-        let mut c = Census::take(store, here)?;
-        c.confirm(here, |_| true);
-        Ok(c)
+    /// No records looked at: for a DEL that needs none (not strict, its own
+    /// record live). Claims nothing, and nothing in it is stale.
+    pub fn none() -> Census {
+        Census {
+            listing: Listing {
+                records: Vec::new(),
+                newer: Vec::new(),
+                unreadable: Vec::new(),
+            },
+            stale: Vec::new(),
+        }
     }
 
     pub fn is_stale(&self, key: &Key) -> bool {
@@ -105,7 +105,7 @@ pub fn remove_record(
     here: &Here,
 ) -> Vec<String> {
     let mut failures = Vec::new();
-    let liveness = rec.liveness(here, false);
+    let liveness = rec.liveness(here, Depth::Path);
     let node_gone = matches!(
         liveness,
         Liveness::Stale {

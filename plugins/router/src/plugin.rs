@@ -5,7 +5,7 @@ use crate::config::RouterConfig;
 use crate::intent::{self, PodIntent, Selection};
 use crate::lifecycle::{self, Census, Swept};
 use crate::plan::{self, NodeView};
-use crate::record::{self, Here, Origin, ReadError, Record};
+use crate::record::{self, Depth, Here, Origin, ReadError, Record};
 use podgate_cni::log::{rfc3339_now, Logger};
 use podgate_cni::{code, prev_or_empty, Attachment, CniError, NetConf, Plugin, Request};
 use podgate_kit::netlink::RouteSocket;
@@ -206,11 +206,18 @@ impl Plugin for Router {
                 || (routing.is_some() && c.table.is_some())
                 || (strict && c.strict)
         };
-        let judge = || -> Result<Census, CniError> {
-            let mut c = Census::take(&store, &here).map_err(io_err)?;
-            c.confirm(&here, matters);
-            Ok(c)
+        // Records of an earlier boot are always recognised (no syscall);
+        // the rest are looked at only where they would refuse this pod: the
+        // lock is held meanwhile, and GC and the installer's sweep find the
+        // others.
+        let depth = |r: &Record| {
+            if matters(r) {
+                Depth::Precise
+            } else {
+                Depth::Boot
+            }
         };
+        let judge = || Census::take(&store, &here, depth).map_err(io_err);
         // Fail closed: a state dir that cannot be listed refuses the ADD
         // rather than guessing which pools and strict slots are free.
         let census = judge()?;
@@ -357,7 +364,9 @@ impl Plugin for Router {
             .as_deref()
             .or(recorded.as_deref())
             .and_then(|p| NetNs::open(p).ok())
-            .filter(|ns| !rec.liveness(&here, false).is_stale() && apply::same_netns(&rec, ns));
+            .filter(|ns| {
+                !rec.liveness(&here, Depth::Path).is_stale() && apply::same_netns(&rec, ns)
+            });
         // Pod side first, outside the node-wide lock: it touches only this
         // pod's namespace, which may be gone already (pod deleted).
         if let Some(ns) = &ns {
@@ -381,11 +390,23 @@ impl Plugin for Router {
             Err(e) => return Err(CniError::io(e.to_string())),
         };
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
-        let mut census = Census::take(&store, &here).map_err(io_err)?;
-        if rec.is_strict() {
-            // Whether node-wide strict settings go back depends on them.
-            census.confirm(&here, Record::is_strict);
-        }
+        // The other records matter only for a strict pod (whether node-wide
+        // settings go back) or a stale one (a live pod may have re-claimed
+        // its pool); otherwise DEL does not read them.
+        let census = if rec.is_strict() || rec.liveness(&here, Depth::Path).is_stale() {
+            Census::take(&store, &here, |r| {
+                if r.is_strict() {
+                    Depth::Precise
+                } else if r.node_routes.is_empty() {
+                    Depth::Boot
+                } else {
+                    Depth::Path
+                }
+            })
+            .map_err(io_err)?
+        } else {
+            Census::none()
+        };
         let failures = lifecycle::remove_record(&rec, &census, &mut node, None, &store, &here);
         if !failures.is_empty() {
             log.error("teardown incomplete", json!({"failures": failures}));
@@ -552,7 +573,7 @@ impl Router {
         lifecycle::sweep_temp(store).map_err(io_err)?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
         let here = Here::now();
-        let census = Census::take(store, &here).map_err(io_err)?;
+        let census = Census::take(store, &here, |_| Depth::Boot).map_err(io_err)?;
         let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
         let s = lifecycle::remove_unreadable(
             key,

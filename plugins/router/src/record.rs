@@ -411,12 +411,14 @@ impl Record {
         nft_tag(&self.key)
     }
 
-    /// Does the pod namespace this record was written for still exist? Cheap
-    /// checks (boot ID, node netns, path, dev/inode) always; with `precise`
-    /// also the netns cookie (one trip into the namespace), which tells a new
-    /// namespace at the same path from the old one even when the kernel
-    /// reused the inode number.
-    pub fn liveness(&self, here: &Here, precise: bool) -> Liveness {
+    /// Does the pod namespace this record was written for still exist, as
+    /// far as `depth` looks? [`Depth::Boot`] compares the boot ID and node
+    /// netns (no syscall); [`Depth::Path`] also opens the netns path and
+    /// compares device and inode; [`Depth::Precise`] also the netns cookie
+    /// (one trip into the namespace), which tells a new namespace at the same
+    /// path from the old one even when the kernel reused the inode number.
+    /// Whatever a shallower check calls stale is stale.
+    pub fn liveness(&self, here: &Here, depth: Depth) -> Liveness {
         if let (Some(then), Some(now)) = (&self.boot_id, &here.boot_id) {
             if then != now {
                 return Liveness::Stale {
@@ -432,6 +434,9 @@ impl Record {
                     node_gone: true,
                 };
             }
+        }
+        if depth == Depth::Boot {
+            return Liveness::Live;
         }
         let Some(path) = &self.netns else {
             return Liveness::Live;
@@ -462,7 +467,7 @@ impl Record {
         if ns.dev_ino() != (id.dev, id.ino) {
             return other();
         }
-        if precise && id.cookie.is_some() {
+        if depth == Depth::Precise && id.cookie.is_some() {
             if let Ok(now) = ns.identity() {
                 if !NsIdentity::from(id).same_as(&now) {
                     return other();
@@ -479,6 +484,14 @@ pub fn nft_tag(key: &Key) -> String {
         "podgate:{}:{}:{}",
         key.network, key.container_id, key.ifname
     )
+}
+
+/// How far [`Record::liveness`] looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    Boot,
+    Path,
+    Precise,
 }
 
 /// Facts about the running node that records are judged against.
@@ -534,6 +547,12 @@ pub fn parse(path: &Path, body: &[u8]) -> Result<Record, ReadError> {
         path: path.into(),
         msg,
     };
+    // The common case in one pass: a record of this version.
+    if let Ok(r) = serde_json::from_slice::<Record>(body) {
+        if r.version == VERSION {
+            return Ok(r);
+        }
+    }
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
     match v.get("version") {
         None => serde_json::from_value::<v0::Record>(v)
@@ -655,7 +674,7 @@ pub fn scan(state_dir: &Path) -> Result<Vec<RecordInfo>, podgate_kit::Error> {
             .and_then(|b| parse(&e.path, &b));
         let (key, profile, status) = match parsed {
             Ok(r) => {
-                let status = match (r.liveness(&here, true), r.status) {
+                let status = match (r.liveness(&here, Depth::Precise), r.status) {
                     (Liveness::Stale { reason, .. }, _) => RecordStatus::Stale { reason },
                     (Liveness::Live, Status::Pending) => RecordStatus::Pending,
                     (Liveness::Live, Status::Applied) => RecordStatus::Applied,
@@ -869,18 +888,18 @@ mod tests {
         r.netns_id = Some(me.into());
         r.node_netns_id = here.node.map(NsId::from);
         r.boot_id = here.boot_id.clone();
-        assert_eq!(r.liveness(&here, true), Liveness::Live);
+        assert_eq!(r.liveness(&here, Depth::Precise), Liveness::Live);
         let mut reused = r.clone();
         reused.netns_id = Some(NsId {
             cookie: me.cookie.map(|c| c + 1),
             ..me.into()
         });
-        assert!(!reused.liveness(&here, false).is_stale());
-        assert!(reused.liveness(&here, true).is_stale() || me.cookie.is_none());
+        assert!(!reused.liveness(&here, Depth::Path).is_stale());
+        assert!(reused.liveness(&here, Depth::Precise).is_stale() || me.cookie.is_none());
         let mut old = r.clone();
         old.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
         assert!(matches!(
-            old.liveness(&here, false),
+            old.liveness(&here, Depth::Boot),
             Liveness::Stale {
                 node_gone: true,
                 ..
@@ -888,11 +907,11 @@ mod tests {
         ));
         let mut unseen = r.clone();
         unseen.netns = Some(PathBuf::from("/nonexistent/netns"));
-        assert_eq!(unseen.liveness(&here, false), Liveness::Live);
+        assert_eq!(unseen.liveness(&here, Depth::Path), Liveness::Live);
         let mut gone = r.clone();
         gone.netns = Some(PathBuf::from("/proc/self/ns/nonexistent"));
         assert!(matches!(
-            gone.liveness(&here, false),
+            gone.liveness(&here, Depth::Path),
             Liveness::Stale {
                 node_gone: false,
                 ..

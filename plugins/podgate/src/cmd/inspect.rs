@@ -11,7 +11,7 @@ use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::route::RouteSpec;
 use podgate_router::apply;
-use podgate_router::record::{Here, Liveness, Record, Status};
+use podgate_router::record::{Depth, Here, Liveness, Record, Status};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Args)]
@@ -65,7 +65,7 @@ fn status_of(
     node: &mut Option<RouteSocket>,
     node_err: &Option<String>,
 ) -> (State, Vec<String>) {
-    if let Liveness::Stale { reason, .. } = rec.liveness(here, true) {
+    if let Liveness::Stale { reason, .. } = rec.liveness(here, Depth::Precise) {
         return (
             State::Stale,
             vec![format!("{reason}: the pod is dead; the next ADD, DEL or GC (or the installer's sweep) removes what remains of it")],
