@@ -337,6 +337,7 @@ fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
     for cleanup in ["DEL", "GC"] {
         for sys in CALLS {
             for n in 1.. {
+                assert!(n < 1000, "ADD never ran to its end under strace ({sys})");
                 let run = rig.router("ADD", "c1", profile, Some((sys, n)));
                 if !run.killed() {
                     // Past the last call: the ADD ran to its end.
@@ -364,6 +365,7 @@ fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
     // DEL killed at each point, then DEL again.
     for sys in CALLS {
         for n in 1.. {
+            assert!(n < 1000, "DEL never ran to its end under strace ({sys})");
             rig.router("ADD", "c1", profile, None).ok();
             let run = rig.router("DEL", "c1", profile, Some((sys, n)));
             if !run.killed() {
