@@ -563,3 +563,36 @@ pub fn check(node: &mut RouteSocket, p: &RoutingPlan) -> Result<Vec<String>, Err
     }
     Ok(drift)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_settings_of_another_boot_or_netns_describe_nothing_here() {
+        let id = NsIdentity {
+            dev: 4,
+            ino: 100,
+            cookie: Some(7),
+        };
+        let s = NodeShared {
+            version: 1,
+            boot_id: Some("b1".into()),
+            node_netns_id: Some(id),
+            ..Default::default()
+        };
+        assert!(s.describes_this_node(Some("b1"), Some(id)));
+        assert!(!s.describes_this_node(Some("b2"), Some(id)));
+        let other = NsIdentity { ino: 101, ..id };
+        assert!(!s.describes_this_node(Some("b1"), Some(other)));
+        // Unknown on either side never discards the file.
+        assert!(s.describes_this_node(None, None));
+        let old: NodeShared = serde_json::from_str(
+            r#"{"localMoved": true, "sysctlPrevious": {"net.ipv4.tcp_early_demux": "1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.version, 0);
+        assert!(old.describes_this_node(Some("b1"), Some(id)));
+        assert!(old.sysctl_written.is_empty());
+    }
+}
