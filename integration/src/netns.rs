@@ -50,6 +50,40 @@ impl Netns {
         ns
     }
 
+    /// A namespace with exactly this name, for fixtures that name a fixed
+    /// path (golden records). Must start with `pg-`; an existing one of that
+    /// name (left by a killed test) is replaced.
+    pub fn named(name: &str) -> Netns {
+        assert!(
+            name.starts_with("pg-"),
+            "{name}: test namespaces start with pg-"
+        );
+        if Path::new(NETNS_DIR).join(name).exists() {
+            destroy(name);
+        }
+        let ns = Netns {
+            name: name.to_string(),
+            path: Path::new(NETNS_DIR).join(name),
+        };
+        ns.add();
+        ns
+    }
+
+    /// Deletes the namespace and makes a fresh one at the same path, as a
+    /// node reboot does (everything inside is gone; `lo` up again).
+    pub fn recreate(&self) {
+        destroy(&self.name);
+        self.add();
+    }
+
+    fn add(&self) {
+        {
+            let _guard = NETNS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+            run_ok(Command::new("ip").args(["netns", "add", &self.name]));
+        }
+        self.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    }
+
     /// Like [`Netns::new`], then explicitly sets `net.ipv4.ip_forward` and
     /// `net.ipv6.conf.all.forwarding` to `forwarding`.
     pub fn new_with_forwarding(prefix: &str, forwarding: bool) -> Netns {

@@ -498,7 +498,7 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
     let a = &j["attachments"];
     assert_eq!(a.as_array().unwrap().len(), 1, "{j}");
     assert_eq!(a[0]["state"], "holds");
-    assert_eq!(a[0]["plan"]["profile"], "vpn-gateway");
+    assert_eq!(a[0]["profile"], "vpn-gateway");
     assert_eq!(a[0]["key"]["containerID"], "cid-gw");
 
     // --container selects the recorded netns for the other commands too (prefix ok).
@@ -565,7 +565,8 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "{a}"
     );
 
-    // The pod's netns is gone but DEL never ran: the record outlived its pod.
+    // The pod's netns is gone but DEL never ran: the record outlived its pod
+    // (stale: it claims nothing, and the next ADD, DEL or GC clears it).
     let routed_path = routed.path().to_path_buf();
     drop(routed);
     let r = podgate(&[
@@ -578,7 +579,10 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         nn,
     ]);
     assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.out.contains("NETNS GONE"), "{r:?}");
+    assert!(
+        r.out.contains("STALE: netns") && r.out.contains("is gone"),
+        "{r:?}"
+    );
 
     node.cni_with_netns_path(
         Verb::Del,

@@ -4,8 +4,8 @@
 //!   with code 5 naming the path and applies nothing; DEL fails the same way
 //!   and keeps the node route and the record (the runtime retries), then
 //!   converges once writable;
-//! * the state dir is full (a tiny tmpfs): ADD fails with code 5 and rolls
-//!   back everything it had applied;
+//! * the state dir is full (a tiny tmpfs): ADD fails with code 5 before
+//!   applying anything (its write-ahead record is the first write);
 //! * a second ADD for the same container ID replaces the first: one route,
 //!   one record, one masquerade rule; DEL then leaves nothing;
 //! * an unwritable stderr (a full device) does not change the answer: the
@@ -372,12 +372,11 @@ fn full_state_dir_rolls_back_the_add() {
     let run = rig.router_with_state(full, "ADD", 0, "ctr-0", "10.8.3.0/24");
     let e = run.cni_error(5);
     let msg = e["msg"].as_str().unwrap();
-    assert!(
-        msg.starts_with("recording state") && msg.contains("No space left on device"),
-        "{msg}"
-    );
-    assert!(!msg.contains("cleanup left"), "rollback incomplete: {msg}");
-    // Everything the ADD had applied before the write failed is undone.
+    // The write-ahead record is the first write: it fails before anything
+    // is applied.
+    assert!(msg.contains("No space left on device"), "{msg}");
+    assert!(!msg.contains("rollback left"), "rollback incomplete: {msg}");
+    // Nothing the ADD would apply is there.
     assert_eq!(rig.pod_state(0), ("0".to_string(), String::new()));
     assert_same(&node_before, &snapshot(&rig.node));
     assert_same(&pod_before, &snapshot(&rig.pods[0]));
@@ -425,7 +424,8 @@ fn second_add_for_the_same_container_replaces_the_first() {
         serde_json::from_slice(&std::fs::read(rig.state_dir().join(&rig.records()[0])).unwrap())
             .unwrap();
     // What DEL will restore is the pod's value before podgate, not podgate's own.
-    assert_eq!(rec["sysctlPrevious"]["net.ipv4.ip_forward"], "0", "{rec}");
+    assert_eq!(rec["sysctls"][0]["name"], "net.ipv4.ip_forward", "{rec}");
+    assert_eq!(rec["sysctls"][0]["previous"], "0", "{rec}");
 
     rig.router("DEL", 0, "ctr-0", "10.8.5.0/24").ok();
     assert!(rig.records().is_empty());

@@ -306,14 +306,19 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
                 "podgate_attachments{{network=\"{NET}\",profile=\"vpn-gateway\",routing=\"none\"}}"
             )
         ),
-        Some(1.0),
-        "{body}"
+        Some(2.0),
+        "the applied gateway and the write-ahead record of the crashed ADD: {body}"
     );
     assert_eq!(value(&body, "podgate_records_stale"), Some(0.0), "{body}");
     assert_eq!(
+        value(&body, "podgate_records_pending"),
+        Some(1.0),
+        "the ADD killed half-way left its pending record for DEL: {body}"
+    );
+    assert_eq!(
         value(&body, "podgate_attachment_drift"),
-        Some(0.0),
-        "{body}"
+        Some(1.0),
+        "a pending record does not hold: {body}"
     );
     assert_eq!(value(&body, "podgate_ipsec_ready"), Some(0.0), "{body}");
     assert!(

@@ -76,6 +76,23 @@ impl NetNs {
         self.dev == other.dev && self.ino == other.ino
     }
 
+    /// Device and inode of the nsfs file (no trip into the namespace).
+    pub fn dev_ino(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
+
+    /// The full identity: device, inode and the kernel's netns cookie (one
+    /// trip into the namespace). Inodes of destroyed namespaces are reused;
+    /// cookies never are within a boot.
+    pub fn identity(&self) -> Result<NsIdentity> {
+        let cookie = self.run(current_cookie)??;
+        Ok(NsIdentity {
+            dev: self.dev,
+            ino: self.ino,
+            cookie,
+        })
+    }
+
     /// Run `f` inside this namespace on a scoped helper thread.
     pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
         if NetNs::current().is_ok_and(|c| c.same_as(self)) {
@@ -99,6 +116,98 @@ impl NetNs {
     }
 }
 
+/// Which namespace, as the kernel tells them apart: (dev, ino) of the nsfs
+/// file plus the netns cookie (`SO_NETNS_COOKIE`, never reused within a boot;
+/// `None` on kernels before 5.14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NsIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<u64>,
+}
+
+impl NsIdentity {
+    /// Same namespace: dev and inode equal, and the cookies too when both
+    /// sides know one.
+    pub fn same_as(&self, other: &NsIdentity) -> bool {
+        self.dev == other.dev
+            && self.ino == other.ino
+            && match (self.cookie, other.cookie) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
+}
+
+/// `SO_NETNS_COOKIE` from asm-generic/socket.h.
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+/// The netns cookie of the calling thread's namespace (a throwaway socket
+/// asked with `SO_NETNS_COOKIE`). `Ok(None)` on kernels that lack it.
+pub fn current_cookie() -> Result<Option<u64>> {
+    let io_err = |op: &'static str| Error::Netns {
+        path: PathBuf::from("/proc/thread-self/ns/net"),
+        op,
+        source: std::io::Error::last_os_error(),
+    };
+    // SAFETY: plain socket(2); the fd is owned by `sock` below.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io_err("socket for SO_NETNS_COOKIE"));
+    }
+    // SAFETY: fd was just returned by socket(2) and is not owned elsewhere.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cookie`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOPROTOOPT) {
+            return Ok(None);
+        }
+        return Err(Error::Netns {
+            path: PathBuf::from("/proc/thread-self/ns/net"),
+            op: "getsockopt(SO_NETNS_COOKIE)",
+            source: e,
+        });
+    }
+    Ok(Some(cookie))
+}
+
+/// The identity of the calling thread's namespace (the node's, for a plugin).
+pub fn current_identity() -> Result<NsIdentity> {
+    let ns = NetNs::current()?;
+    Ok(NsIdentity {
+        dev: ns.dev,
+        ino: ns.ino,
+        cookie: current_cookie()?,
+    })
+}
+
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This boot's ID (`/proc/sys/kernel/random/boot_id`): records written in an
+/// earlier boot describe pods that no longer exist.
+pub fn boot_id() -> Result<String> {
+    std::fs::read_to_string(BOOT_ID)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| Error::State {
+            path: PathBuf::from(BOOT_ID),
+            op: "read",
+            source,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +229,18 @@ mod tests {
         let b = NetNs::open(Path::new("/proc/self/ns/net")).unwrap();
         assert!(a.same_as(&b));
         assert_eq!(a.run(|| 7).unwrap(), 7);
+    }
+
+    #[test]
+    fn identity_of_the_current_namespace_is_stable() {
+        let a = current_identity().unwrap();
+        let b = NetNs::current().unwrap().identity().unwrap();
+        assert!(a.same_as(&b), "{a:?} {b:?}");
+        let other = NsIdentity {
+            ino: a.ino + 1,
+            ..a
+        };
+        assert!(!a.same_as(&other));
+        assert_eq!(boot_id().unwrap().len(), 36);
     }
 }

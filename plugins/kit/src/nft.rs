@@ -1943,6 +1943,34 @@ impl NftSocket {
         Ok(out)
     }
 
+    /// Lists the `inet` tables whose name starts with `prefix`, with the
+    /// comment each carries in its user data (podgate's ownership tag), as
+    /// `(name, tag)`. For sweeping by ownership when no record says which.
+    pub fn list_inet_tables_tagged(
+        &mut self,
+        prefix: &str,
+    ) -> Result<Vec<(String, Option<String>)>, NftError> {
+        let object = "list inet tables";
+        let msgs = self.dump(sys::NFT_MSG_GETTABLE, sys::NFPROTO_INET, object, |_| {})?;
+        let mut out = Vec::new();
+        for msg in &msgs {
+            if msg.nf_family() != sys::NFPROTO_INET {
+                continue;
+            }
+            let attrs = Attrs::parse(msg.nf_attrs()).map_err(protocol_err(object))?;
+            let Some(name) = attrs.get(sys::NFTA_TABLE_NAME).map(attr_string) else {
+                continue;
+            };
+            if name.starts_with(prefix) {
+                let tag = attrs
+                    .get(sys::NFTA_TABLE_USERDATA)
+                    .and_then(decode_comment_udata);
+                out.push((name, tag));
+            }
+        }
+        Ok(out)
+    }
+
     /// Finds source NAT in other tables: every ip/ip6/inet chain of type nat
     /// hooked at postrouting (and, best effort, regular chains reached from it
     /// via jump/goto) is scanned for `masq`, `nat snat` and iptables-nft's

@@ -17,6 +17,7 @@ pub(crate) mod fsx;
 pub(crate) mod json;
 mod reconcile;
 mod state;
+mod sweep;
 mod sys;
 mod validate;
 mod watch;
@@ -90,6 +91,13 @@ pub struct InstallArgs {
     pub metrics: crate::metrics::MetricsArgs,
     #[command(flatten)]
     pub log: AgentLogArgs,
+    /// With --watch: sweep podgate-router's records of dead pods (earlier
+    /// boot, netns gone) and what they left on the node this often; 0: off.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub sweep_secs: u64,
+    /// With --watch: podgate-router's `stateDir`, for the sweep.
+    #[arg(long, default_value = podgate_router::config::DEFAULT_STATE_DIR, value_name = "DIR")]
+    pub router_state_dir: PathBuf,
 }
 
 /// The installer's own log: always stderr (the container log), optionally
@@ -339,6 +347,7 @@ pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
             resync: Duration::from_secs(args.resync_secs.max(1)),
             ready_file: args.ready_file.clone(),
             uninstall_on_exit: args.uninstall_on_exit,
+            sweep: sweep::Sweep::new(args.router_state_dir.clone(), args.sweep_secs),
         };
         return watch::run(&node, &src, &opts);
     }

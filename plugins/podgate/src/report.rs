@@ -18,7 +18,6 @@ use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::nft::NftSocket;
 use podgate_kit::route::RTPROT_PODGATE;
-use podgate_kit::state::StateStore;
 use podgate_router::record::Record;
 use serde_json::Value;
 use std::ffi::OsString;
@@ -391,12 +390,11 @@ fn nft_text(a: &ReportArgs) -> String {
         }
         Err(e) => s += &format!("  error: {e}\n"),
     }
-    let records = StateStore::existing(&a.state_dir)
-        .and_then(|st| st.list::<Record>().ok())
-        .map(|(r, _)| r)
+    let records: Vec<Record> = podgate_router::record::scan(&a.state_dir)
+        .map(|infos| infos.into_iter().filter_map(|i| i.record).collect())
         .unwrap_or_default();
     for rec in records {
-        let Some(table) = rec.plan.nft_table.clone() else {
+        let Some(table) = rec.nft_table.clone() else {
             continue;
         };
         s += &format!(

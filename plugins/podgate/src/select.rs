@@ -241,8 +241,13 @@ impl Target {
 
     /// Every record, and the ones that did not parse as errors.
     pub fn all_records(&self) -> Result<(Vec<Record>, Vec<String>)> {
-        let (recs, bad) = self.store()?.list::<Record>()?;
-        Ok((recs, bad.into_iter().map(|e| e.to_string()).collect()))
+        let l = podgate_router::record::list(&self.store()?)?;
+        let bad = l
+            .newer
+            .iter()
+            .chain(&l.unreadable)
+            .map(|(_, e)| e.to_string());
+        Ok((l.records, bad.collect()))
     }
 
     /// Records of one container: exact ID, else a unique prefix.
@@ -295,27 +300,24 @@ mod tests {
     use podgate_router::plan::Plan;
 
     fn rec(cid: &str, ifname: &str) -> Record {
-        Record {
-            key: Key::new("net", cid, ifname),
-            netns: Some(PathBuf::from("/var/run/netns/x")),
-            created: String::new(),
-            plan: Plan {
-                profile: "p".into(),
-                source: "assign[0]".into(),
-                ifname: ifname.into(),
-                pod_ips: vec![],
-                sysctls: vec![],
-                nft_table: None,
-                masquerade: vec![],
-                mss_clamp: vec![],
-                pod_routes: vec![],
-                node_routes: vec![],
-                routing: None,
-            },
-            sysctl_previous: Default::default(),
+        let plan = Plan {
+            profile: "p".into(),
+            source: "assign[0]".into(),
+            ifname: ifname.into(),
+            pod_ips: vec![],
+            sysctls: vec![],
+            nft_table: None,
+            masquerade: vec![],
+            mss_clamp: vec![],
             pod_routes: vec![],
-            warnings: vec![],
-        }
+            node_routes: vec![],
+            routing: None,
+        };
+        let origin = podgate_router::record::Origin {
+            netns: Some(PathBuf::from("/var/run/netns/x")),
+            ..Default::default()
+        };
+        Record::pending(&Key::new("net", cid, ifname), &plan, origin)
     }
 
     #[test]

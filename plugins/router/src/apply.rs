@@ -1,20 +1,26 @@
-//! Apply a plan through the kit, undo it, and check it still holds.
+//! Apply a record through the kit, remove it, and check it still holds.
+//!
+//! Write-ahead: the record of everything ADD is about to change (with the
+//! sysctl values it will overwrite, read first) is on disk, `pending`, before
+//! the first change; it is marked `applied` after the last. Removal treats
+//! every item as "may or may not exist": already-gone is success, and a
+//! sysctl goes back only while it still holds the value podgate wrote. A
+//! failed ADD is undone by the same removal a DEL after a crash runs.
 //!
 //! Pod-side sockets are opened inside the pod netns (sysctls are written
 //! there too) and then driven from this thread; node-side changes use a
 //! socket in the plugin's own (the node's) namespace.
 
-use crate::config::RoutingMode;
-use crate::plan::Plan;
-use crate::record::Record;
+use crate::record::{self, Mode, NsId, Record, Status};
 use crate::routing;
 use podgate_kit::netlink::RouteSocket;
-use podgate_kit::netns::NetNs;
-use podgate_kit::nft::{MasqRule, NftSocket, TableRules};
-use podgate_kit::route::{self, RouteSpec, RTPROT_PODGATE};
-use podgate_kit::state::StateStore;
+use podgate_kit::netns::{self, NetNs, NsIdentity};
+use podgate_kit::nft::{MasqRule, MssRule, NftSocket, TableRules};
+use podgate_kit::route::{self, RouteEntry, RTPROT_PODGATE};
+use podgate_kit::rule::{self, RuleSpec};
+use podgate_kit::state::{Key, StateStore};
 use podgate_kit::{link, sysctl, Error};
-use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -64,16 +70,12 @@ fn open_pod_sockets(label: String) -> Result<PodSockets, ApplyError> {
     })
 }
 
-/// Rule tag carried in nf_tables userdata: which attachment owns the rule.
-pub fn nft_tag(rec: &Record) -> String {
-    format!(
-        "podgate:{}:{}:{}",
-        rec.key.network, rec.key.container_id, rec.key.ifname
-    )
+fn mss_rules(rec: &Record) -> Vec<MssRule> {
+    rec.mss_clamp.iter().map(record::MssClamp::rule).collect()
 }
 
-fn masq_rules(plan: &Plan) -> Vec<MasqRule> {
-    plan.masquerade
+fn masq_rules(rec: &Record) -> Vec<MasqRule> {
+    rec.masquerade
         .iter()
         .map(|m| MasqRule {
             source: m.source,
@@ -82,35 +84,48 @@ fn masq_rules(plan: &Plan) -> Vec<MasqRule> {
         .collect()
 }
 
-/// One step taken, so a failure half-way can be rolled back in reverse.
-enum Undo {
-    Sysctls(BTreeMap<String, String>, Vec<(String, String)>),
-    NftTable(String),
-    PodRoute(RouteSpec),
-    NodeRoute(RouteSpec),
-    Routing(routing::Step),
-    /// This ADD set up the node for strict pods; undo restores the node.
-    NodeShared {
-        v6: bool,
-    },
-}
-
-/// Apply `plan`; on error everything already done is undone. Returns the
-/// record to store.
+/// Apply `rec` (a pending record). The pending record is on disk before the
+/// first change; on error everything is removed again and the record with
+/// it, unless removal left something (then the pending record stays for DEL
+/// or GC to finish). Returns the applied record, already stored.
+///
+/// `last_strict`: no other strict pod exists, so undoing this one may put
+/// node-wide strict settings back.
 pub fn apply(
     ns: &NetNs,
     node: &mut RouteSocket,
     store: &StateStore,
     mut rec: Record,
+    last_strict: bool,
 ) -> Result<Record, (ApplyError, Vec<String>)> {
-    let mut undo: Vec<Undo> = Vec::new();
-    match apply_steps(ns, node, store, &mut rec, &mut undo) {
-        Ok(()) => Ok(rec),
+    let mut written = false;
+    match apply_steps(ns, node, store, &mut rec, &mut written) {
+        Ok(()) => {}
         Err(e) => {
-            let leftovers = rollback(ns, node, store, undo);
-            Err((e, leftovers))
+            if !written {
+                return Err((e, Vec::new()));
+            }
+            let left = remove(&rec, node, Some(ns), store, last_strict);
+            if left.is_empty() {
+                if let Err(re) = store.remove(&rec.key) {
+                    return Err((e, vec![re.to_string()]));
+                }
+            }
+            return Err((e, left));
         }
     }
+    rec.status = Status::Applied;
+    if let Err(e) = record::write(store, &rec) {
+        // Still pending on disk and fully applied: take it all back so the
+        // runtime's retry starts clean.
+        rec.status = Status::Pending;
+        let left = remove(&rec, node, Some(ns), store, last_strict);
+        if left.is_empty() {
+            let _ = store.remove(&rec.key);
+        }
+        return Err((ApplyError::Kit(e), left));
+    }
+    Ok(rec)
 }
 
 fn apply_steps(
@@ -118,108 +133,102 @@ fn apply_steps(
     node: &mut RouteSocket,
     store: &StateStore,
     rec: &mut Record,
-    undo: &mut Vec<Undo>,
+    written: &mut bool,
 ) -> Result<(), ApplyError> {
-    let plan = rec.plan.clone();
-    // Sysctls: read-before-write inside the pod netns; a failure rolls back
-    // those already written in the same pass.
-    let wanted: Vec<(String, String)> = plan
-        .sysctls
-        .iter()
-        .map(|s| (s.name.clone(), s.value.clone()))
-        .collect();
-    // One trip into the namespace: write the sysctls and, if needed, open the
-    // sockets used afterwards from this thread.
-    let needs_pod_sockets = plan.nft_table.is_some() || !plan.pod_routes.is_empty();
-    let label = ns.path().display().to_string();
-    let (previous, sockets) = ns.run(|| {
-        let previous = write_sysctls(&wanted);
-        let sockets = (needs_pod_sockets && previous.is_ok()).then(|| open_pod_sockets(label));
-        (previous, sockets)
-    })?;
-    let previous = previous?;
-    undo.push(Undo::Sysctls(previous.clone(), wanted));
-    rec.sysctl_previous = previous;
-
-    if let Some(sockets) = sockets {
-        let mut pod = sockets?;
-        if let Some(table) = &plan.nft_table {
-            let masq = masq_rules(&plan);
-            let rules = TableRules {
-                masquerade: (!masq.is_empty()).then_some(masq.as_slice()),
-                mss: &plan.mss_clamp,
-            };
-            pod.nft
-                .replace_table(table, &rules, &nft_tag(rec))
-                .map_err(|e| pod.nft_err(e))?;
-            undo.push(Undo::NftTable(table.clone()));
-        }
-        if !plan.pod_routes.is_empty() {
-            let oif = link::index_of(&mut pod.route, &plan.ifname)?;
-            for r in &plan.pod_routes {
-                let mut spec = RouteSpec::new(r.dst);
-                spec.gateway = r.gw;
-                spec.oif = Some(oif);
-                spec.protocol = RTPROT_PODGATE;
-                route::add(&mut pod.route, &spec, true)?;
-                undo.push(Undo::PodRoute(spec.clone()));
-                rec.pod_routes.push(spec);
+    // One trip into the namespace: learn what the record needs (the pod
+    // netns identity, previous sysctl values, the pod interface index),
+    // write it ahead, then write the sysctls and open the sockets used
+    // afterwards from this thread.
+    let needs_pod_sockets = rec.nft_table.is_some() || !rec.pod_routes.is_empty();
+    // Node side, read from this thread (the node's namespace): what the
+    // pod's host-side interface sysctls hold before podgate writes them.
+    if let Some(r) = rec.routing.as_mut() {
+        for s in &r.host_if_sysctls {
+            let cur = sysctl::read(&s.name)?;
+            if sysctl::normalize(&cur) != sysctl::normalize(&s.value) {
+                r.host_if_previous.insert(s.name.clone(), cur);
             }
         }
     }
+    let label = ns.path().display().to_string();
+    let (dev, ino) = ns.dev_ino();
+    let sockets = ns.run(|| -> Result<Option<PodSockets>, ApplyError> {
+        rec.netns_id = Some(NsId::from(NsIdentity {
+            dev,
+            ino,
+            cookie: netns::current_cookie()?,
+        }));
+        let mut sockets = needs_pod_sockets
+            .then(|| open_pod_sockets(label))
+            .transpose()?;
+        if let Some(pod) = sockets.as_mut() {
+            if !rec.pod_routes.is_empty() {
+                let oif = link::index_of(&mut pod.route, &rec.key.ifname)?;
+                for r in &mut rec.pod_routes {
+                    r.oif = Some(oif);
+                }
+            }
+        }
+        for s in &mut rec.sysctls {
+            let cur = sysctl::read(&s.name)?;
+            s.previous = (sysctl::normalize(&cur) != sysctl::normalize(&s.value)).then_some(cur);
+        }
+        record::write(store, rec)?;
+        *written = true;
+        for s in rec.sysctls.iter().filter(|s| s.previous.is_some()) {
+            sysctl::ensure(&s.name, &s.value)?;
+        }
+        Ok(sockets)
+    })??;
 
-    for r in &plan.node_routes {
-        route::add(node, r, false)?;
-        undo.push(Undo::NodeRoute(r.clone()));
+    if let Some(mut pod) = sockets {
+        if let Some(table) = &rec.nft_table {
+            let masq = masq_rules(rec);
+            let mss = mss_rules(rec);
+            let rules = TableRules {
+                masquerade: (!masq.is_empty()).then_some(masq.as_slice()),
+                mss: &mss,
+            };
+            pod.nft
+                .replace_table(table, &rules, &rec.nft_tag())
+                .map_err(|e| pod.nft_err(e))?;
+        }
+        for r in &rec.pod_routes {
+            route::add(&mut pod.route, &r.spec(), true)?;
+        }
     }
 
-    // `rec.plan`: applying fills in what the host-side interface held before.
-    if let Some(rp) = rec.plan.routing.as_mut() {
-        if rp.mode == RoutingMode::Strict && routing::ensure_node(store, node, rp)? {
-            undo.push(Undo::NodeShared {
-                v6: !rp.pod_ip.addr().is_ipv4(),
-            });
+    for r in &rec.node_routes {
+        route::add(node, &r.spec(), false)?;
+    }
+
+    if let Some(mut rp) = rec.routing.as_ref().map(record::Routing::plan) {
+        if rp.mode == crate::config::RoutingMode::Strict {
+            routing::ensure_node(
+                store,
+                node,
+                &rp,
+                rec.boot_id.as_deref(),
+                rec.node_netns_id.map(NsIdentity::from),
+            )?;
         }
         let mut steps = Vec::new();
-        let res = routing::apply_pod(node, rp, &mut steps);
-        undo.extend(steps.into_iter().map(Undo::Routing));
-        res?;
+        routing::apply_pod(node, &mut rp, &mut steps)?;
     }
     Ok(())
 }
 
-fn write_sysctls(wanted: &[(String, String)]) -> Result<BTreeMap<String, String>, Error> {
-    let mut previous = BTreeMap::new();
-    for (name, value) in wanted {
-        match sysctl::ensure(name, value) {
-            Ok(Some(prev)) => {
-                previous.insert(name.clone(), prev);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                restore_sysctls(&previous, wanted);
-                return Err(e);
-            }
-        }
-    }
-    Ok(previous)
-}
-
 /// Put back what we changed, but only where the value is still ours: another
-/// writer's later change wins.
-fn restore_sysctls(
-    previous: &BTreeMap<String, String>,
-    wanted: &[(String, String)],
-) -> Vec<String> {
+/// writer's later change wins, and a sysctl a killed ADD never reached still
+/// holds its previous value.
+fn restore_sysctls(rec: &Record) -> Vec<String> {
     let mut failed = Vec::new();
-    for (name, prev) in previous {
-        let ours = wanted.iter().find(|(n, _)| n == name).map(|(_, v)| v);
-        let still_ours = sysctl::read(name)
-            .ok()
-            .zip(ours)
-            .is_some_and(|(cur, v)| sysctl::normalize(&cur) == sysctl::normalize(v));
+    for s in &rec.sysctls {
+        let Some(prev) = &s.previous else { continue };
+        let still_ours = sysctl::read(&s.name)
+            .is_ok_and(|cur| sysctl::normalize(&cur) == sysctl::normalize(&s.value));
         if still_ours {
-            if let Err(e) = sysctl::ensure(name, prev) {
+            if let Err(e) = sysctl::ensure(&s.name, prev) {
                 failed.push(e.to_string());
             }
         }
@@ -227,58 +236,9 @@ fn restore_sysctls(
     failed
 }
 
-fn rollback(
-    ns: &NetNs,
-    node: &mut RouteSocket,
-    store: &StateStore,
-    undo: Vec<Undo>,
-) -> Vec<String> {
-    let mut left = Vec::new();
-    let mut pod: Option<PodSockets> = None;
-    for step in undo.into_iter().rev() {
-        match step {
-            Undo::Routing(s) => {
-                if let Err(e) = routing::undo(node, s) {
-                    left.push(e.to_string());
-                }
-            }
-            Undo::NodeShared { v6 } => left.extend(routing::restore_node(store, node, v6)),
-            Undo::NodeRoute(r) => {
-                if let Err(e) = route::del(node, &r) {
-                    left.push(e.to_string());
-                }
-            }
-            Undo::PodRoute(r) => {
-                if pod.is_none() {
-                    pod = pod_sockets(ns).ok();
-                }
-                if let Some(p) = pod.as_mut() {
-                    if let Err(e) = route::del(&mut p.route, &r) {
-                        left.push(e.to_string());
-                    }
-                }
-            }
-            Undo::NftTable(t) => {
-                if pod.is_none() {
-                    pod = pod_sockets(ns).ok();
-                }
-                if let Some(p) = pod.as_mut() {
-                    if let Err(e) = p.nft.delete_table(&t) {
-                        left.push(p.nft_err(e).to_string());
-                    }
-                }
-            }
-            Undo::Sysctls(prev, wanted) => match ns.run(|| restore_sysctls(&prev, &wanted)) {
-                Ok(f) => left.extend(f),
-                Err(e) => left.push(e.to_string()),
-            },
-        }
-    }
-    left
-}
-
-/// Undo a record (DEL/GC): node side, then pod side when the netns can still
-/// be opened. Absent things are fine; real failures are returned.
+/// Undo a record (DEL/GC/a failed ADD): node side, then pod side when the
+/// netns can still be opened. Absent things are fine; real failures are
+/// returned.
 ///
 /// `last_strict`: no other strict pod remains, so node-wide strict settings
 /// go back to what they were.
@@ -304,9 +264,10 @@ pub fn remove_node_side(
     last_strict: bool,
 ) -> Vec<String> {
     let mut failures = Vec::new();
-    if let Some(rp) = &rec.plan.routing {
-        failures.extend(routing::remove_pod(node, rp));
-        if rp.mode == RoutingMode::Strict && last_strict {
+    if let Some(r) = &rec.routing {
+        let rp = r.plan();
+        failures.extend(routing::remove_pod(node, &rp));
+        if r.mode == Mode::Strict && last_strict {
             failures.extend(routing::restore_node(
                 store,
                 node,
@@ -314,8 +275,8 @@ pub fn remove_node_side(
             ));
         }
     }
-    for r in &rec.plan.node_routes {
-        if let Err(e) = route::del(node, r) {
+    for r in &rec.node_routes {
+        if let Err(e) = route::del(node, &r.spec()) {
             failures.push(e.to_string());
         }
     }
@@ -328,29 +289,23 @@ pub fn remove_node_side(
 /// kernel's rtnl lock for a long time on a busy node.
 pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
     let mut failures = Vec::new();
-    let wanted: Vec<(String, String)> = rec
-        .plan
-        .sysctls
-        .iter()
-        .map(|s| (s.name.clone(), s.value.clone()))
-        .collect();
-    match ns.run(|| restore_sysctls(&rec.sysctl_previous, &wanted)) {
+    match ns.run(|| restore_sysctls(rec)) {
         Ok(f) => failures.extend(f),
         Err(e) => failures.push(e.to_string()),
     }
-    if rec.plan.nft_table.is_none() && rec.pod_routes.is_empty() {
+    if rec.nft_table.is_none() && rec.pod_routes.is_empty() {
         return failures;
     }
     match pod_sockets(ns) {
         Ok(mut pod) => {
-            if let Some(t) = &rec.plan.nft_table {
+            if let Some(t) = &rec.nft_table {
                 if let Err(e) = pod.nft.delete_table(t) {
                     failures.push(pod.nft_err(e).to_string());
                 }
             }
             for r in &rec.pod_routes {
                 // Gone with its interface is fine: del treats that as absent.
-                if let Err(e) = route::del(&mut pod.route, r) {
+                if let Err(e) = route::del(&mut pod.route, &r.spec()) {
                     failures.push(e.to_string());
                 }
             }
@@ -360,17 +315,175 @@ pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
     failures
 }
 
+/// Is `ns` still the namespace `rec` was applied in? A record without an
+/// identity (written before identities were recorded) trusts the path.
+pub fn same_netns(rec: &Record, ns: &NetNs) -> bool {
+    let Some(id) = rec.netns_id else {
+        return true;
+    };
+    if ns.dev_ino() != (id.dev, id.ino) {
+        return false;
+    }
+    match (id.cookie, ns.identity()) {
+        (Some(_), Ok(now)) => NsIdentity::from(id).same_as(&now),
+        _ => true,
+    }
+}
+
+/// Ownership sweep of one pod namespace for an attachment whose record is
+/// unusable: podgate's nf_tables tables (name prefix `table_prefix`) tagged
+/// with this attachment's tag, and podgate's routes (protocol 94) out of its
+/// interface. Sysctls cannot be put back without the record. Returns what was
+/// removed and what failed.
+pub fn sweep_pod(ns: &NetNs, key: &Key, table_prefix: &str) -> (Vec<String>, Vec<String>) {
+    let mut removed = Vec::new();
+    let mut failed = Vec::new();
+    let mut pod = match pod_sockets(ns) {
+        Ok(p) => p,
+        Err(e) => return (removed, vec![e.to_string()]),
+    };
+    let tag = record::nft_tag(key);
+    match pod.nft.list_inet_tables_tagged(table_prefix) {
+        Ok(tables) => {
+            for (name, _) in tables
+                .into_iter()
+                .filter(|(_, t)| t.as_deref() == Some(&tag))
+            {
+                match pod.nft.delete_table(&name) {
+                    Ok(_) => removed.push(format!("nft table inet {name} in {}", pod.netns)),
+                    Err(e) => failed.push(pod.nft_err(e).to_string()),
+                }
+            }
+        }
+        Err(e) => failed.push(pod.nft_err(e).to_string()),
+    }
+    let oif = match link::index_of(&mut pod.route, &key.ifname) {
+        Ok(i) => Some(i),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => {
+            failed.push(e.to_string());
+            None
+        }
+    };
+    if let Some(oif) = oif {
+        match route::list_all(&mut pod.route) {
+            Ok(routes) => {
+                for r in routes
+                    .iter()
+                    .filter(|r| r.protocol == RTPROT_PODGATE && r.oif == Some(oif))
+                {
+                    match route::del(&mut pod.route, &route::RouteSpec::from(r)) {
+                        Ok(_) => removed.push(format!("pod route {}", r.dst)),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+            }
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    (removed, failed)
+}
+
+fn accounted_route(records: &[Record], e: &RouteEntry) -> bool {
+    records.iter().any(|rec| {
+        let node = rec.node_routes.iter();
+        let routing = rec.routing.iter().flat_map(|r| {
+            r.table_routes
+                .iter()
+                .chain(r.main_replacement.as_ref())
+                .chain(r.main_original.as_ref())
+        });
+        node.chain(routing)
+            .any(|r| route::find(std::slice::from_ref(e), &r.spec()).is_some())
+    })
+}
+
+fn accounted_rule(records: &[Record], r: &RuleSpec) -> bool {
+    records.iter().any(|rec| {
+        rec.routing
+            .iter()
+            .flat_map(|x| x.rules.iter())
+            .any(|x| x.spec().matches(r))
+    })
+}
+
+/// Ownership sweep of the node: podgate's routes (protocol 94, any table) and
+/// rules (protocol 94) that none of `records` describes. With `only`, just
+/// those referring to these pod addresses (and the routes of the tables their
+/// rules look up): what an attachment with an unusable record left. Returns
+/// what was removed and what failed.
+pub fn sweep_node(
+    node: &mut RouteSocket,
+    records: &[Record],
+    only: Option<&[IpAddr]>,
+) -> (Vec<String>, Vec<String>) {
+    let mut removed = Vec::new();
+    let mut failed = Vec::new();
+    let refers = |net: Option<ipnet::IpNet>| {
+        net.is_some_and(|n| only.is_some_and(|ips| ips.iter().any(|ip| n.contains(ip))))
+    };
+    let mut tables = Vec::new();
+    for v6 in [false, true] {
+        let rules = match rule::list(node, v6) {
+            Ok(r) => r,
+            Err(e) => {
+                failed.push(e.to_string());
+                continue;
+            }
+        };
+        for r in rules.iter().filter(|r| r.protocol == RTPROT_PODGATE) {
+            if accounted_rule(records, r) || (only.is_some() && !refers(r.from) && !refers(r.to)) {
+                continue;
+            }
+            tables.push(r.table);
+            match rule::del(node, r) {
+                Ok(_) => removed.push(format!("node rule {}", r.describe())),
+                Err(e) => failed.push(e.to_string()),
+            }
+        }
+    }
+    match route::list_all(node) {
+        Ok(routes) => {
+            for e in routes.iter().filter(|e| e.protocol == RTPROT_PODGATE) {
+                let mine = match only {
+                    None => true,
+                    Some(ips) => {
+                        e.gateway.is_some_and(|g| ips.contains(&g))
+                            || (e.dst.prefix_len() == e.dst.max_prefix_len()
+                                && ips.contains(&e.dst.addr()))
+                            || (e.table != route::TABLE_MAIN && tables.contains(&e.table))
+                    }
+                };
+                if !mine || accounted_route(records, e) {
+                    continue;
+                }
+                match route::del(node, &route::RouteSpec::from(e)) {
+                    Ok(_) => removed.push(format!(
+                        "node route {}",
+                        route::RouteSpec::from(e).describe()
+                    )),
+                    Err(err) => failed.push(err.to_string()),
+                }
+            }
+        }
+        Err(e) => failed.push(e.to_string()),
+    }
+    (removed, failed)
+}
+
 /// What no longer holds, each a one-line description naming the object.
 pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<String>, ApplyError> {
     let mut drift = Vec::new();
+    if rec.status == Status::Pending {
+        drift.push("ADD has not finished (record pending): it is running, or was killed half-way and awaits DEL".into());
+    }
     let sysctls: Vec<(String, Result<String, Error>)> = ns.run(|| {
-        rec.plan
-            .sysctls
+        rec.sysctls
             .iter()
             .map(|s| (s.name.clone(), sysctl::read(&s.name)))
             .collect()
     })?;
-    for ((name, got), want) in sysctls.iter().zip(&rec.plan.sysctls) {
+    for ((name, got), want) in sysctls.iter().zip(&rec.sysctls) {
         match got {
             Ok(v) if sysctl::normalize(v) == sysctl::normalize(&want.value) => {}
             Ok(v) => drift.push(format!("sysctl {name} is {v}, want {}", want.value)),
@@ -378,12 +491,13 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
         }
     }
     let mut pod = pod_sockets(ns)?;
-    if let Some(t) = &rec.plan.nft_table {
+    if let Some(t) = &rec.nft_table {
+        let wanted = masq_rules(rec);
         match pod.nft.list_masquerade(t).map_err(|e| pod.nft_err(e))? {
             None => drift.push(format!("nft table inet {t} is missing")),
             Some(listed) => {
-                for m in masq_rules(&rec.plan) {
-                    if !listed.iter().any(|l| l.rule.as_ref() == Some(&m)) {
+                for m in &wanted {
+                    if !listed.iter().any(|l| l.rule.as_ref() == Some(m)) {
                         drift.push(format!(
                             "masquerade for {} out of {} is missing in inet {t}",
                             m.source, m.oifname
@@ -392,20 +506,16 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
                 }
                 let extra = listed
                     .iter()
-                    .filter(|l| {
-                        l.rule
-                            .as_ref()
-                            .is_none_or(|r| !masq_rules(&rec.plan).contains(r))
-                    })
+                    .filter(|l| l.rule.as_ref().is_none_or(|r| !wanted.contains(r)))
                     .count();
                 if extra > 0 {
                     drift.push(format!(
                         "inet {t} holds {extra} rule(s) podgate did not write"
                     ));
                 }
-                if !rec.plan.mss_clamp.is_empty() {
+                if !rec.mss_clamp.is_empty() {
                     drift.extend(
-                        crate::mss::check(&mut pod.nft, t, &rec.plan.mss_clamp)
+                        crate::mss::check(&mut pod.nft, t, &mss_rules(rec))
                             .map_err(|e| pod.nft_err(e))?,
                     );
                 }
@@ -415,21 +525,24 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
     if !rec.pod_routes.is_empty() {
         let routes = route::list_all(&mut pod.route)?;
         for r in &rec.pod_routes {
-            if route::find(&routes, r).is_none() {
-                drift.push(format!("pod route {} is missing", r.describe()));
+            if route::find(&routes, &r.spec()).is_none() {
+                drift.push(format!("pod route {} is missing", r.spec().describe()));
             }
         }
     }
-    if !rec.plan.node_routes.is_empty() {
+    if !rec.node_routes.is_empty() {
         let routes = route::list_all(node)?;
-        for r in &rec.plan.node_routes {
-            if route::find(&routes, r).is_none() {
-                drift.push(format!("node return route {} is missing", r.describe()));
+        for r in &rec.node_routes {
+            if route::find(&routes, &r.spec()).is_none() {
+                drift.push(format!(
+                    "node return route {} is missing",
+                    r.spec().describe()
+                ));
             }
         }
     }
-    if let Some(rp) = &rec.plan.routing {
-        drift.extend(routing::check(node, rp)?);
+    if let Some(rp) = &rec.routing {
+        drift.extend(routing::check(node, &rp.plan())?);
     }
     Ok(drift)
 }

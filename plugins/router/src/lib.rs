@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod config;
 pub mod intent;
+pub mod lifecycle;
 pub mod mss;
 pub mod plan;
 pub mod plugin;

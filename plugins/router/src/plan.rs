@@ -3,7 +3,6 @@
 
 use crate::config::{PodRoute, RouterConfig};
 use crate::intent::Selection;
-use crate::record::Record;
 use crate::routing::{self, RoutingPlan};
 use ipnet::IpNet;
 use podgate_cni::{CniError, CniResult};
@@ -51,12 +50,24 @@ pub struct Plan {
     pub routing: Option<RoutingPlan>,
 }
 
+/// What one live attachment holds on to node-wide, from its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub key: Key,
+    /// Return-route pools.
+    pub pools: Vec<IpNet>,
+    /// Its per-pod route table (routing boundary).
+    pub table: Option<u32>,
+    pub strict: bool,
+}
+
 /// What the node looks like, read before planning (no writes).
 #[derive(Debug, Clone, Default)]
 pub struct NodeView {
     pub routes: Vec<RouteEntry>,
     pub addresses: Vec<IpNet>,
-    pub records: Vec<Record>,
+    /// Claims of the live attachments on this node (stale records excluded).
+    pub claims: Vec<Claim>,
     pub links: Vec<Link>,
     /// Masquerade/SNAT rules found in the node's nat postrouting chains.
     pub node_snat: Vec<String>,
@@ -157,9 +168,9 @@ pub fn build(
             )));
         }
         if let Some(r) = view
-            .records
+            .claims
             .iter()
-            .find(|r| r.key != *key && r.plan.node_routes.iter().any(|n| overlaps(&n.dst, &pool)))
+            .find(|c| c.key != *key && c.pools.iter().any(|n| overlaps(n, &pool)))
         {
             return Err(CniError::policy(format!(
                 "return route {pool} refused: already routed to pod {} ({}/{})",

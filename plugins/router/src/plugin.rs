@@ -3,8 +3,9 @@
 use crate::apply::{self, ApplyError};
 use crate::config::RouterConfig;
 use crate::intent::{self, PodIntent, Selection};
+use crate::lifecycle::{self, Census, Swept};
 use crate::plan::{self, NodeView};
-use crate::record::Record;
+use crate::record::{self, Depth, Here, Origin, ReadError, Record};
 use podgate_cni::log::{rfc3339_now, Logger};
 use podgate_cni::{code, prev_or_empty, Attachment, CniError, NetConf, Plugin, Request};
 use podgate_kit::netlink::RouteSocket;
@@ -73,21 +74,14 @@ fn open_netns(req: &Request) -> Result<NetNs, CniError> {
     })
 }
 
-/// Strict pods other than `key` recorded on this node.
-fn other_strict(store: &StateStore, key: &Key) -> usize {
-    store
-        .list::<Record>()
-        .map(|(all, _)| {
-            all.iter()
-                .filter(|r| r.key != *key && crate::routing::is_strict(r))
-                .count()
-        })
-        .unwrap_or(0)
+fn io_err(e: impl std::fmt::Display) -> CniError {
+    CniError::io(e.to_string())
 }
 
 fn observe(
     node: &mut RouteSocket,
-    store: &StateStore,
+    census: &Census,
+    key: &Key,
     need_snat: bool,
 ) -> Result<NodeView, CniError> {
     let routes = route::list_all(node).map_err(|e| kit_err("reading node routes", e))?;
@@ -96,9 +90,7 @@ fn observe(
         .into_iter()
         .map(|a| a.addr)
         .collect();
-    let (records, _corrupt) = store
-        .list::<Record>()
-        .map_err(|e| CniError::io(e.to_string()))?;
+    let claims = census.live_except(key).map(Record::claim).collect();
     let links = link::list(node).map_err(|e| kit_err("reading node links", e))?;
     // Reading nf_tables only when a strict profile needs it keeps the common path short.
     let node_snat = if need_snat {
@@ -111,24 +103,51 @@ fn observe(
     Ok(NodeView {
         routes,
         addresses,
-        records,
+        claims,
         links,
         node_snat,
     })
 }
 
+/// The pod's addresses on this interface from prevResult (DEL may have it).
+fn pod_ips_of(req: &Request) -> Vec<std::net::IpAddr> {
+    req.conf
+        .prev_result
+        .as_ref()
+        .map(|p| {
+            p.typed
+                .ips_of(&req.env.ifname)
+                .iter()
+                .map(|i| i.address.addr())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn log_swept(log: &Logger, what: &str, s: &Swept) {
+    if !s.removed.is_empty() {
+        log.info(what, json!({"removed": s.removed}));
+    }
+    if !s.failures.is_empty() {
+        log.warn(
+            &format!("{what}: incomplete"),
+            json!({"failures": s.failures}),
+        );
+    }
+}
+
 /// Pod routes from the plan are reported in the result, as a primary would.
 fn add_routes_to_result(result: &mut Map<String, Value>, rec: &Record) {
-    if rec.plan.pod_routes.is_empty() {
+    if rec.pod_routes.is_empty() {
         return;
     }
     let routes = result
         .entry("routes")
         .or_insert_with(|| Value::Array(Vec::new()));
     if let Value::Array(list) = routes {
-        for r in &rec.plan.pod_routes {
+        for r in &rec.pod_routes {
             let mut v = json!({"dst": r.dst.to_string()});
-            if let (Some(gw), Some(o)) = (r.gw, v.as_object_mut()) {
+            if let (Some(gw), Some(o)) = (r.gateway, v.as_object_mut()) {
                 o.insert("gw".into(), Value::String(gw.to_string()));
             }
             list.push(v);
@@ -168,28 +187,94 @@ impl Plugin for Router {
         let ns = open_netns(req)?;
         let key = key_of(req);
         let store = store(&cfg)?;
-        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
+        let _lock = store.lock().map_err(io_err)?;
+        lifecycle::sweep_temp(&store).map_err(io_err)?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
-
-        // A repeated ADD for the same attachment replaces the earlier one.
-        if let Ok(Some(old)) = store.read::<Record>(&key) {
-            let last = other_strict(&store, &key) == 0;
-            let left = apply::remove(&old, &mut node, Some(&ns), &store, last);
-            if !left.is_empty() {
-                return Err(CniError::apply(format!(
-                    "replacing earlier ADD of this attachment: {}",
-                    left.join("; ")
-                )));
-            }
-            let _ = store.remove(&key);
-        }
-
-        let strict = cfg
+        let here = Here::now();
+        let routing = cfg
             .profiles
             .get(&sel.profile)
-            .and_then(|p| p.routing.as_ref())
-            .is_some_and(|r| r.mode == crate::config::RoutingMode::Strict);
-        let view = observe(&mut node, &store, strict)?;
+            .and_then(|p| p.routing.as_ref());
+        let strict = routing.is_some_and(|r| r.mode == crate::config::RoutingMode::Strict);
+        // The records whose claims would refuse this pod get the precise
+        // liveness check; the rest only the cheap one.
+        let matters = |r: &Record| {
+            let c = r.claim();
+            c.key == key
+                || c.pools
+                    .iter()
+                    .any(|p| sel.return_routes.iter().any(|q| plan::overlaps(p, q)))
+                || (routing.is_some() && c.table.is_some())
+                || (strict && c.strict)
+        };
+        // Records of an earlier boot are always recognised (no syscall);
+        // the rest are looked at only where they would refuse this pod: the
+        // lock is held meanwhile, and GC and the installer's sweep find the
+        // others.
+        let depth = |r: &Record| {
+            if matters(r) {
+                Depth::Precise
+            } else {
+                Depth::Boot
+            }
+        };
+        let judge = || Census::take(&store, &here, depth).map_err(io_err);
+        // Fail closed: a state dir that cannot be listed refuses the ADD
+        // rather than guessing which pools and strict slots are free.
+        let census = judge()?;
+        let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
+        log_swept(&log, "cleared stale records", &swept);
+        let mut changed = !swept.removed.is_empty();
+
+        // A repeated ADD for the same attachment replaces the earlier one
+        // (pending or applied: either may have left things).
+        match record::read(&store, &key) {
+            Ok(None) => {}
+            // Cleared above with the other stale records.
+            Ok(Some(_)) if census.is_stale(&key) => {}
+            Ok(Some(old)) => {
+                let left =
+                    lifecycle::remove_record(&old, &census, &mut node, Some(&ns), &store, &here);
+                if !left.is_empty() {
+                    return Err(CniError::apply(format!(
+                        "replacing earlier ADD of this attachment: {}",
+                        left.join("; ")
+                    )));
+                }
+                store.remove(&key).map_err(io_err)?;
+                changed = true;
+            }
+            Err(e @ ReadError::Newer { .. }) => return Err(CniError::io(e.to_string())),
+            Err(ReadError::Io(e)) => return Err(io_err(e)),
+            Err(e) => {
+                log.warn(
+                    "unreadable record of this attachment",
+                    json!({"error": e.to_string()}),
+                );
+                let s = lifecycle::remove_unreadable(
+                    &key,
+                    &census,
+                    &mut node,
+                    Some(&ns),
+                    &pod_ips_of(req),
+                    &format!("{}-", cfg.nft_table),
+                    &store,
+                );
+                log_swept(&log, "removed by ownership", &s);
+                if !s.failures.is_empty() {
+                    return Err(CniError::apply(format!(
+                        "replacing an unreadable record of this attachment: {}",
+                        s.failures.join("; ")
+                    )));
+                }
+                changed = true;
+            }
+        }
+        // Judge again only if records went away (rare): claims must not
+        // count what was just removed.
+        let census = if changed { judge()? } else { census };
+
+        let view = observe(&mut node, &census, &key, strict)?;
         let mut warnings = Vec::new();
         if strict
             && view
@@ -211,44 +296,39 @@ impl Plugin for Router {
         if log.enabled(podgate_cni::log::Level::Debug) {
             log.debug("plan", json!({"plan": plan}));
         }
-        let rec = Record {
-            key: key.clone(),
-            netns: req.env.netns.clone(),
+        let origin = Origin {
             created: rfc3339_now(),
-            plan,
-            sysctl_previous: Default::default(),
-            pod_routes: Vec::new(),
+            boot_id: here.boot_id.clone(),
+            netns: req.env.netns.clone(),
+            node_netns_id: here.node,
             warnings,
         };
-        let rec = apply::apply(&ns, &mut node, &store, rec).map_err(|(e, leftovers)| {
+        let rec = Record::pending(&key, &plan, origin);
+        let last = census.last_strict(&key);
+        let rec = apply::apply(&ns, &mut node, &store, rec, last).map_err(|(e, leftovers)| {
             let mut msg = format!("applying profile {:?}: {e}", sel.profile);
             if !leftovers.is_empty() {
-                msg += &format!("; rollback left: {}", leftovers.join("; "));
+                msg += &format!(
+                    "; rollback left (record kept pending for DEL): {}",
+                    leftovers.join("; ")
+                );
             }
             log.error("apply failed, rolled back", json!({"error": msg}));
-            CniError::apply(msg)
+            if matches!(e, apply::ApplyError::Kit(podgate_kit::Error::State { .. })) {
+                CniError::io(msg)
+            } else {
+                CniError::apply(msg)
+            }
         })?;
-        if let Err(e) = store.write(&key, &rec) {
-            let last = other_strict(&store, &key) == 0;
-            let left = apply::remove(&rec, &mut node, Some(&ns), &store, last);
-            return Err(CniError::io(format!(
-                "recording state: {e}{}",
-                if left.is_empty() {
-                    String::new()
-                } else {
-                    format!("; cleanup left: {}", left.join("; "))
-                }
-            )));
-        }
         log.info(
             "applied",
             json!({
                 "pod": format!("{}/{}", req.env.arg("K8S_POD_NAMESPACE").unwrap_or("-"), req.env.arg("K8S_POD_NAME").unwrap_or("-")),
-                "profile": rec.plan.profile,
-                "source": rec.plan.source,
-                "sysctls": rec.plan.sysctls,
-                "masquerade": rec.plan.masquerade,
-                "returnRoutes": rec.plan.node_routes.iter().map(|r| r.describe()).collect::<Vec<_>>(),
+                "profile": rec.profile,
+                "source": rec.source,
+                "sysctls": rec.sysctls,
+                "masquerade": rec.masquerade,
+                "returnRoutes": rec.node_routes.iter().map(|r| r.spec().describe()).collect::<Vec<_>>(),
             }),
         );
         add_routes_to_result(&mut result, &rec);
@@ -263,25 +343,38 @@ impl Plugin for Router {
         };
         let key = key_of(req);
         // Records are replaced by rename, so reading without the lock is safe.
-        let rec = match store.read::<Record>(&key) {
+        let rec = match record::read(&store, &key) {
             Ok(Some(r)) => r,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                // A corrupt record cannot be undone; drop it so DEL converges.
-                log.warn(
-                    "dropping unreadable record",
-                    json!({"error": e.to_string()}),
-                );
-                let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
-                let _ = store.remove(&key);
+            Ok(None) => {
+                // Nothing recorded; an ADD killed while writing its record
+                // may have left a temp file.
+                let _lock = store.lock().map_err(io_err)?;
+                lifecycle::sweep_temp(&store).map_err(io_err)?;
                 return Ok(());
             }
+            Err(e @ ReadError::Newer { .. }) => {
+                log.error("record kept", json!({"error": e.to_string()}));
+                return Err(CniError::io(e.to_string()));
+            }
+            Err(ReadError::Io(e)) => return Err(io_err(e)),
+            Err(e) => return self.del_unreadable(req, &cfg, &log, &store, &key, &e),
         };
         require_caps()?;
+        let here = Here::now();
+        let recorded = rec.netns.clone();
+        let ns = req
+            .env
+            .netns
+            .as_deref()
+            .or(recorded.as_deref())
+            .and_then(|p| NetNs::open(p).ok())
+            .filter(|ns| {
+                !rec.liveness(&here, Depth::Path).is_stale() && apply::same_netns(&rec, ns)
+            });
         // Pod side first, outside the node-wide lock: it touches only this
         // pod's namespace, which may be gone already (pod deleted).
-        if let Some(ns) = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok()) {
-            let failures = apply::remove_pod_side(&rec, &ns);
+        if let Some(ns) = &ns {
+            let failures = apply::remove_pod_side(&rec, ns);
             if !failures.is_empty() {
                 log.error(
                     "pod-side teardown incomplete",
@@ -293,13 +386,32 @@ impl Plugin for Router {
                 )));
             }
         }
-        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
-        if store.read::<Record>(&key).ok().flatten().is_none() {
-            return Ok(()); // a concurrent DEL finished it
-        }
+        let _lock = store.lock().map_err(io_err)?;
+        lifecycle::sweep_temp(&store).map_err(io_err)?;
+        let rec = match record::read(&store, &key) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(()), // a concurrent DEL finished it
+            Err(e) => return Err(CniError::io(e.to_string())),
+        };
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
-        let last = other_strict(&store, &key) == 0;
-        let failures = apply::remove_node_side(&rec, &mut node, &store, last);
+        // The other records matter only for a strict pod (whether node-wide
+        // settings go back) or a stale one (a live pod may have re-claimed
+        // its pool); otherwise DEL does not read them.
+        let census = if rec.is_strict() || rec.liveness(&here, Depth::Path).is_stale() {
+            Census::take(&store, &here, |r| {
+                if r.is_strict() {
+                    Depth::Precise
+                } else if r.node_routes.is_empty() {
+                    Depth::Boot
+                } else {
+                    Depth::Path
+                }
+            })
+            .map_err(io_err)?
+        } else {
+            Census::none()
+        };
+        let failures = lifecycle::remove_record(&rec, &census, &mut node, None, &store, &here);
         if !failures.is_empty() {
             log.error("teardown incomplete", json!({"failures": failures}));
             return Err(CniError::apply(format!(
@@ -307,10 +419,16 @@ impl Plugin for Router {
                 failures.join("; ")
             )));
         }
-        store
-            .remove(&key)
-            .map_err(|e| CniError::io(e.to_string()))?;
-        log.info("removed", json!({"profile": rec.plan.profile}));
+        store.remove(&key).map_err(io_err)?;
+        log.info(
+            "removed",
+            json!({"profile": rec.profile, "status": rec.status}),
+        );
+        log_swept(
+            &log,
+            "cleared stale records",
+            &lifecycle::clear_stale(&census, &mut node, &store, &here),
+        );
         Ok(())
     }
 
@@ -322,7 +440,7 @@ impl Plugin for Router {
         let sel = Self::selection(&cfg, req)?;
         let key = key_of(req);
         let rec = StateStore::existing(&cfg.state_dir)
-            .map(|s| s.read::<Record>(&key))
+            .map(|s| record::read(&s, &key))
             .transpose()
             .map_err(|e| CniError::io(e.to_string()))?
             .flatten();
@@ -365,36 +483,121 @@ impl Plugin for Router {
         let log = Logger::new("podgate-router", cfg.log_file.as_deref())
             .limits(&cfg.telemetry)
             .with("cmd", "GC");
-        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
-        let (records, _) = store
-            .list::<Record>()
-            .map_err(|e| CniError::io(e.to_string()))?;
+        let _lock = store.lock().map_err(io_err)?;
+        lifecycle::sweep_temp(&store).map_err(io_err)?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
-        let mut failures = Vec::new();
-        for rec in records.iter().filter(|r| r.key.network == conf.name) {
-            let keep = valid
+        let here = Here::now();
+        let census = Census::take_precise(&store, &here).map_err(io_err)?;
+        let is_valid = |k: &Key| {
+            valid
                 .iter()
-                .any(|a| a.container_id == rec.key.container_id && a.ifname == rec.key.ifname);
-            if keep {
-                continue;
-            }
+                .any(|a| a.container_id == k.container_id && a.ifname == k.ifname)
+        };
+        let mut failures = Vec::new();
+        let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
+        log_swept(&log, "cleared stale records", &swept);
+        failures.extend(swept.failures);
+        for rec in
+            census.listing.records.iter().filter(|r| {
+                r.key.network == conf.name && !is_valid(&r.key) && !census.is_stale(&r.key)
+            })
+        {
             let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
-            let last = other_strict(&store, &rec.key) == 0;
-            let f = apply::remove(rec, &mut node, ns.as_ref(), &store, last);
+            let f = lifecycle::remove_record(rec, &census, &mut node, ns.as_ref(), &store, &here);
             if f.is_empty() {
                 let _ = store.remove(&rec.key);
                 log.info(
                     "collected",
-                    json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname}),
+                    json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname, "status": rec.status}),
                 );
             } else {
                 failures.extend(f);
             }
         }
+        // Unreadable records of attachments that are gone: their objects are
+        // found by ownership below.
+        let mut keep_unreadable = false;
+        for (key, e) in &census.listing.unreadable {
+            match key {
+                Some(k) if k.network == conf.name && !is_valid(k) => {
+                    log.warn(
+                        "removing unreadable record",
+                        json!({"error": e.to_string()}),
+                    );
+                    if let Err(e) = store.remove(k) {
+                        failures.push(e.to_string());
+                    }
+                }
+                _ => keep_unreadable = true,
+            }
+        }
+        // Ownership sweep: podgate's node routes and rules that no remaining
+        // record accounts for. Not while some record cannot be judged (a
+        // newer release's, an unreadable one still valid): its objects would
+        // look unaccounted for.
+        if census.listing.newer.is_empty() && !keep_unreadable {
+            let remaining = record::list(&store).map_err(io_err)?;
+            let (removed, f) = apply::sweep_node(&mut node, &remaining.records, None);
+            if !removed.is_empty() {
+                log.info("removed by ownership", json!({"removed": removed}));
+            }
+            failures.extend(f);
+        } else {
+            log.warn(
+                "ownership sweep skipped: some records cannot be judged",
+                json!({"newer": census.listing.newer.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>()}),
+            );
+        }
         if failures.is_empty() {
             Ok(())
         } else {
             Err(CniError::apply(format!("gc: {}", failures.join("; "))))
+        }
+    }
+}
+
+impl Router {
+    /// DEL of an attachment whose record does not parse: clean up by
+    /// ownership (its tagged tables in CNI_NETNS, podgate's node routes and
+    /// rules for its prevResult addresses that no other record accounts
+    /// for), then drop the record. The failure to parse is logged.
+    fn del_unreadable(
+        &self,
+        req: &Request,
+        cfg: &RouterConfig,
+        log: &Logger,
+        store: &StateStore,
+        key: &Key,
+        err: &ReadError,
+    ) -> Result<(), CniError> {
+        log.warn(
+            "unreadable record: removing by ownership",
+            json!({"error": err.to_string()}),
+        );
+        require_caps()?;
+        let _lock = store.lock().map_err(io_err)?;
+        lifecycle::sweep_temp(store).map_err(io_err)?;
+        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+        let here = Here::now();
+        let census = Census::take(store, &here, |_| Depth::Boot).map_err(io_err)?;
+        let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
+        let s = lifecycle::remove_unreadable(
+            key,
+            &census,
+            &mut node,
+            ns.as_ref(),
+            &pod_ips_of(req),
+            &format!("{}-", cfg.nft_table),
+            store,
+        );
+        log_swept(log, "removed by ownership", &s);
+        if s.failures.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::apply(format!(
+                "teardown by ownership: {}",
+                s.failures.join("; ")
+            )))
         }
     }
 }

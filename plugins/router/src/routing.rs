@@ -6,10 +6,10 @@
 
 use crate::config::{RouterConfig, Routing, RoutingMode, TableChoice};
 use crate::plan::{NodeView, SysctlSetting};
-use crate::record::Record;
 use ipnet::IpNet;
 use podgate_cni::CniError;
 use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::NsIdentity;
 use podgate_kit::route::{self, RouteSpec, RTPROT_PODGATE, TABLE_LOCAL, TABLE_MAIN};
 use podgate_kit::rule::{self, RuleSpec};
 use podgate_kit::state::StateStore;
@@ -57,19 +57,40 @@ pub struct RoutingPlan {
     pub host_if_previous: BTreeMap<String, String>,
 }
 
-/// What the node looked like before the first strict pod, restored after the last.
+/// What the node looked like before the first strict pod, restored after the
+/// last (`node/strict.json` in the state dir). Written before the node-wide
+/// settings change (write-ahead), like the attachment records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeShared {
+    /// 1; absent in files written before the format was versioned.
+    #[serde(default)]
+    pub version: u64,
+    /// Boot and node netns it was written in: from another one, it
+    /// describes nothing that still exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_netns_id: Option<NsIdentity>,
     pub local_moved: bool,
     pub sysctl_previous: BTreeMap<String, String>,
+    /// The values podgate wrote: a sysctl is put back only while it holds one.
+    #[serde(default)]
+    pub sysctl_written: BTreeMap<String, String>,
 }
 
-pub fn is_strict(r: &Record) -> bool {
-    r.plan
-        .routing
-        .as_ref()
-        .is_some_and(|p| p.mode == RoutingMode::Strict)
+impl NodeShared {
+    fn describes_this_node(&self, boot_id: Option<&str>, node: Option<NsIdentity>) -> bool {
+        let same_boot = match (self.boot_id.as_deref(), boot_id) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        let same_ns = match (self.node_netns_id, node) {
+            (Some(a), Some(b)) => a.same_as(&b),
+            _ => true,
+        };
+        same_boot && same_ns
+    }
 }
 
 fn refuse(msg: String) -> CniError {
@@ -156,9 +177,9 @@ pub fn plan(
 
     if strict {
         let strict_pods = view
-            .records
+            .claims
             .iter()
-            .filter(|r| r.key != *self_key && is_strict(r))
+            .filter(|c| c.key != *self_key && c.strict)
             .count();
         if strict_pods >= cfg.max_strict_pods {
             return Err(refuse(format!(
@@ -186,9 +207,11 @@ pub fn plan(
 
     let table = match routing.table {
         TableChoice::Id(t) => {
-            if let Some(r) = view.records.iter().find(|r| {
-                r.key != *self_key && r.plan.routing.as_ref().is_some_and(|p| p.table == t)
-            }) {
+            if let Some(r) = view
+                .claims
+                .iter()
+                .find(|c| c.key != *self_key && c.table == Some(t))
+            {
                 return Err(refuse(format!(
                     "routing: table {t} is already used by pod {}",
                     r.key.container_id
@@ -199,10 +222,7 @@ pub fn plan(
         TableChoice::Auto => {
             let used = |t: u32| {
                 view.routes.iter().any(|r| r.table == t)
-                    || view
-                        .records
-                        .iter()
-                        .any(|r| r.plan.routing.as_ref().is_some_and(|p| p.table == t))
+                    || view.claims.iter().any(|c| c.table == Some(t))
             };
             TABLE_AUTO
                 .clone()
@@ -379,7 +399,9 @@ pub fn read_shared(store: &StateStore) -> Result<Option<NodeShared>, Error> {
 fn write_shared(store: &StateStore, s: &NodeShared) -> Result<(), Error> {
     let node = StateStore::open(&store.dir().join("node"))?;
     let p = shared_path(store);
-    let tmp = p.with_extension("tmp");
+    let tmp = node
+        .dir()
+        .join(format!(".tmp-{}-{SHARED_KEY}", std::process::id()));
     let body = serde_json::to_vec_pretty(s).map_err(|e| Error::StateCorrupt {
         path: p.clone(),
         msg: e.to_string(),
@@ -391,6 +413,14 @@ fn write_shared(store: &StateStore, s: &NodeShared) -> Result<(), Error> {
             op: "write",
             source,
         })
+}
+
+/// Temp files a killed writer of `node/strict.json` left (lock held).
+pub fn sweep_temp(store: &StateStore) -> Result<usize, Error> {
+    match StateStore::existing(&store.dir().join("node")) {
+        Some(node) => node.sweep_temp(),
+        None => Ok(0),
+    }
 }
 
 fn remove_shared(store: &StateStore) {
@@ -413,24 +443,41 @@ fn local_rule(v6: bool, priority: u32) -> RuleSpec {
 
 /// Node-wide setup for the first strict pod: sysctls and the local rule moved
 /// below podgate's rules. Idempotent for later pods (values re-asserted).
+/// What it changes is on disk before it changes it.
 pub fn ensure_node(
     store: &StateStore,
     node: &mut RouteSocket,
     p: &RoutingPlan,
+    boot_id: Option<&str>,
+    node_id: Option<NsIdentity>,
 ) -> Result<bool, Error> {
-    let existing = read_shared(store)?;
+    let existing = read_shared(store)?.filter(|s| s.describes_this_node(boot_id, node_id));
     let first = existing.is_none();
     let mut shared = existing.unwrap_or_default();
-    for s in &p.node_sysctls {
-        if let Some(prev) = sysctl::ensure(&s.name, &s.value)? {
-            if first {
-                shared.sysctl_previous.insert(s.name.clone(), prev);
-            }
-        }
-    }
     let v6 = !p.pod_ip.addr().is_ipv4();
     let rules = rule::list(node, v6)?;
     let at_zero = rules.iter().any(|r| r.matches(&local_rule(v6, 0)));
+    if first {
+        shared.version = 1;
+        shared.boot_id = boot_id.map(str::to_string);
+        shared.node_netns_id = node_id;
+        for s in &p.node_sysctls {
+            let cur = sysctl::read(&s.name)?;
+            if sysctl::normalize(&cur) != sysctl::normalize(&s.value) {
+                shared.sysctl_previous.insert(s.name.clone(), cur);
+                shared
+                    .sysctl_written
+                    .insert(s.name.clone(), s.value.clone());
+            }
+        }
+    }
+    if first || (at_zero && !shared.local_moved) {
+        shared.local_moved |= at_zero;
+        write_shared(store, &shared)?;
+    }
+    for s in &p.node_sysctls {
+        sysctl::ensure(&s.name, &s.value)?;
+    }
     if at_zero {
         // Add the moved rule first: there is never a moment without local lookup.
         if !rules
@@ -440,15 +487,13 @@ pub fn ensure_node(
             rule::add(node, &local_rule(v6, PRIO_LOCAL_MOVED))?;
         }
         rule::del(node, &local_rule(v6, 0))?;
-        shared.local_moved = true;
-    }
-    if first || at_zero {
-        write_shared(store, &shared)?;
     }
     Ok(first)
 }
 
-/// Undo `ensure_node` when no strict pod is left.
+/// Undo `ensure_node` when no strict pod is left. Idempotent: a rule already
+/// back, a sysctl someone else changed since, are left alone. A file from
+/// another boot or node netns describes nothing here and is just removed.
 pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec<String> {
     let mut failed = Vec::new();
     let shared = match read_shared(store) {
@@ -456,10 +501,20 @@ pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec
         Ok(None) => return failed,
         Err(e) => return vec![e.to_string()],
     };
+    let here_boot = podgate_kit::netns::boot_id().ok();
+    let here_node = podgate_kit::netns::current_identity().ok();
+    if !shared.describes_this_node(here_boot.as_deref(), here_node) {
+        remove_shared(store);
+        return failed;
+    }
     if shared.local_moved {
-        let has_zero = rule::list(node, v6)
-            .map(|rs| rs.iter().any(|r| r.matches(&local_rule(v6, 0))))
-            .unwrap_or(false);
+        let has_zero = match rule::list(node, v6) {
+            Ok(rs) => rs.iter().any(|r| r.matches(&local_rule(v6, 0))),
+            Err(e) => {
+                // Unknown: never risk a node without local lookup.
+                return vec![e.to_string()];
+            }
+        };
         if !has_zero {
             if let Err(e) = rule::add(node, &local_rule(v6, 0)) {
                 failed.push(e.to_string());
@@ -470,8 +525,17 @@ pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec
         }
     }
     for (name, prev) in &shared.sysctl_previous {
-        if let Err(e) = sysctl::ensure(name, prev) {
-            failed.push(e.to_string());
+        let ours = match shared.sysctl_written.get(name) {
+            // Files from before `sysctlWritten`: restore as those releases did.
+            None => true,
+            Some(w) => {
+                sysctl::read(name).is_ok_and(|cur| sysctl::normalize(&cur) == sysctl::normalize(w))
+            }
+        };
+        if ours {
+            if let Err(e) = sysctl::ensure(name, prev) {
+                failed.push(e.to_string());
+            }
         }
     }
     if failed.is_empty() {
@@ -605,4 +669,37 @@ pub fn check(node: &mut RouteSocket, p: &RoutingPlan) -> Result<Vec<String>, Err
         }
     }
     Ok(drift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_settings_of_another_boot_or_netns_describe_nothing_here() {
+        let id = NsIdentity {
+            dev: 4,
+            ino: 100,
+            cookie: Some(7),
+        };
+        let s = NodeShared {
+            version: 1,
+            boot_id: Some("b1".into()),
+            node_netns_id: Some(id),
+            ..Default::default()
+        };
+        assert!(s.describes_this_node(Some("b1"), Some(id)));
+        assert!(!s.describes_this_node(Some("b2"), Some(id)));
+        let other = NsIdentity { ino: 101, ..id };
+        assert!(!s.describes_this_node(Some("b1"), Some(other)));
+        // Unknown on either side never discards the file.
+        assert!(s.describes_this_node(None, None));
+        let old: NodeShared = serde_json::from_str(
+            r#"{"localMoved": true, "sysctlPrevious": {"net.ipv4.tcp_early_demux": "1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.version, 0);
+        assert!(old.describes_this_node(Some("b1"), Some(id)));
+        assert!(old.sysctl_written.is_empty());
+    }
 }

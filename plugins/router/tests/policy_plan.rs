@@ -191,7 +191,7 @@ fn node() -> NodeView {
             "10.22.0.1/16".parse().unwrap(),
             "10.0.0.10/24".parse().unwrap(),
         ],
-        records: vec![],
+        claims: vec![],
         links: vec![],
         node_snat: vec![],
     }
@@ -267,15 +267,8 @@ fn plan_refuses_conflicting_return_routes() {
     )
     .unwrap();
     let mut v = node();
-    v.records.push(Record {
-        key: Key::new("n", "c0", "eth0"),
-        netns: None,
-        created: String::new(),
-        plan: other,
-        sysctl_previous: Default::default(),
-        pod_routes: vec![],
-        warnings: vec![],
-    });
+    v.claims
+        .push(Record::pending(&Key::new("n", "c0", "eth0"), &other, Default::default()).claim());
     let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
     assert!(e.msg.contains("already routed to pod c0"), "{}", e.msg);
 
@@ -375,7 +368,7 @@ mod routing {
                 route("192.0.2.0/24", None, 2, 2),
             ],
             addresses: vec!["192.0.2.1/24".parse().unwrap()],
-            records: vec![],
+            claims: vec![],
             links: vec![
                 Link {
                     index: 2,
@@ -556,15 +549,14 @@ mod routing {
         // maxStrictPods.
         let first = plan_for(&c, "s-0", &ptp_node()).unwrap();
         let mut v = ptp_node();
-        v.records.push(Record {
-            key: Key::new("n", "s-other", "eth0"),
-            netns: None,
-            created: String::new(),
-            plan: first,
-            sysctl_previous: Default::default(),
-            pod_routes: vec![],
-            warnings: vec![],
-        });
+        v.claims.push(
+            Record::pending(
+                &Key::new("n", "s-other", "eth0"),
+                &first,
+                Default::default(),
+            )
+            .claim(),
+        );
         let e = plan_for(&c, "s-0", &v).unwrap_err();
         assert!(e.msg.contains("maxStrictPods"), "{}", e.msg);
         // ... and table auto skips the one in use.

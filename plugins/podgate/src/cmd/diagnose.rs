@@ -134,11 +134,10 @@ pub fn run(a: &DiagnoseArgs, target: &Target, json: bool) -> Result<Found> {
     let mut pools: Vec<IpNet> = a.pools.iter().map(IpNet::trunc).collect();
     for r in &sel.records {
         let from_rec = r
-            .plan
             .masquerade
             .iter()
             .map(|m| m.source)
-            .chain(r.plan.node_routes.iter().map(|n| n.dst));
+            .chain(r.node_routes.iter().map(|n| n.dst));
         pools.extend(from_rec.map(|p| p.trunc()));
     }
     pools.sort();

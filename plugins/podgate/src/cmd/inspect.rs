@@ -11,7 +11,7 @@ use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::route::RouteSpec;
 use podgate_router::apply;
-use podgate_router::record::Record;
+use podgate_router::record::{Depth, Here, Liveness, Record, Status};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Args)]
@@ -30,6 +30,13 @@ pub enum State {
     Drift,
     /// The pod's netns no longer exists: the record outlived its pod.
     NetnsGone,
+    /// ADD has not finished: running now, or killed half-way (DEL or GC
+    /// removes whatever of it exists).
+    Pending,
+    /// The record describes a dead pod (earlier boot, netns gone or another
+    /// namespace now): it claims nothing, and the next ADD, DEL or GC
+    /// removes what remains of it.
+    Stale,
     /// Could not be checked (see `drift` for why).
     Unknown,
 }
@@ -54,9 +61,16 @@ struct Inspect {
 
 fn status_of(
     rec: &Record,
+    here: &Here,
     node: &mut Option<RouteSocket>,
     node_err: &Option<String>,
 ) -> (State, Vec<String>) {
+    if let Liveness::Stale { reason, .. } = rec.liveness(here, Depth::Precise) {
+        return (
+            State::Stale,
+            vec![format!("{reason}: the pod is dead; the next ADD, DEL or GC (or the installer's sweep) removes what remains of it")],
+        );
+    }
     let Some(path) = &rec.netns else {
         return (State::Unknown, vec!["the record has no netns".into()]);
     };
@@ -80,6 +94,7 @@ fn status_of(
         );
     };
     match apply::check(rec, sock, &ns) {
+        Ok(d) if rec.status == Status::Pending => (State::Pending, d),
         Ok(d) if d.is_empty() => (State::Holds, d),
         Ok(d) => (State::Drift, d),
         Err(e) => (State::Unknown, vec![e.to_string()]),
@@ -113,6 +128,12 @@ pub fn run(_a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
         .as_mut()
         .and_then(|s| link::list(s).ok())
         .unwrap_or_default();
+    // Records are judged against the node they were written on: the
+    // --node-netns one, not necessarily the namespace podgate runs in.
+    let here = Here {
+        boot_id: podgate_kit::netns::boot_id().ok(),
+        node: node_ns.identity().ok(),
+    };
     let mut progress = Progress::new();
     let mut out = Vec::new();
     for rec in records {
@@ -120,7 +141,7 @@ pub fn run(_a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
             "checking {}/{}/{} ...",
             rec.key.network, rec.key.container_id, rec.key.ifname
         ));
-        let (state, drift) = status_of(&rec, &mut node, &node_err);
+        let (state, drift) = status_of(&rec, &here, &mut node, &node_err);
         out.push(Attachment {
             record: rec,
             state,
@@ -176,17 +197,19 @@ fn list_or_dash(v: Vec<String>) -> String {
 
 pub fn render(a: &Attachment, node_links: &[Link]) -> String {
     let r = &a.record;
-    let p = &r.plan;
+    let p = r;
     let state = match a.state {
         State::Holds => "holds".to_string(),
         State::Drift => format!("DRIFT: {}", a.drift.join("; ")),
         State::NetnsGone => format!("NETNS GONE: {}", a.drift.join("; ")),
+        State::Pending => format!("PENDING: {}", a.drift.join("; ")),
+        State::Stale => format!("STALE: {}", a.drift.join("; ")),
         State::Unknown => format!("unknown: {}", a.drift.join("; ")),
     };
     let sysctls: Vec<String> = p
         .sysctls
         .iter()
-        .map(|s| match r.sysctl_previous.get(&s.name) {
+        .map(|s| match &s.previous {
             Some(prev) => format!("{} = {} (was {prev})", s.name, s.value),
             None => format!("{} = {} (already so)", s.name, s.value),
         })
@@ -210,16 +233,16 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
             format!(
                 "inet {} forward: {}",
                 p.nft_table.as_deref().unwrap_or("?"),
-                podgate_kit::nft::describe_mss(m)
+                podgate_kit::nft::describe_mss(&m.rule())
             )
         })
         .collect();
     let node_routes: Vec<String> = p
         .node_routes
         .iter()
-        .map(|n| node_route(n, node_links))
+        .map(|n| node_route(&n.spec(), node_links))
         .collect();
-    let pod_routes: Vec<String> = r.pod_routes.iter().map(RouteSpec::describe).collect();
+    let pod_routes: Vec<String> = r.pod_routes.iter().map(|x| x.spec().describe()).collect();
     let ips: Vec<String> = p.pod_ips.iter().map(ToString::to_string).collect();
     let routing: Vec<String> =
         match &p.routing {
@@ -236,7 +259,11 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
                     rp.uplink,
                     rp.pod_ip
                 )];
-                v.extend(rp.rules.iter().map(|r| format!("rule {}", r.describe())));
+                v.extend(
+                    rp.rules
+                        .iter()
+                        .map(|r| format!("rule {}", r.spec().describe())),
+                );
                 v.extend(rp.host_if_sysctls.iter().map(
                     |s| match rp.host_if_previous.get(&s.name) {
                         Some(prev) => format!("node sysctl {} = {} (was {prev})", s.name, s.value),
@@ -246,16 +273,21 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
                 v.extend(
                     rp.table_routes
                         .iter()
-                        .map(|r| format!("route {}", node_route(r, node_links))),
+                        .map(|r| format!("route {}", node_route(&r.spec(), node_links))),
                 );
                 v
             }
         };
     format!(
-        "attachment {}/{}/{}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  mss clamp:   {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
+        "attachment {}/{}/{}\n  record:      version {}, {}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  mss clamp:   {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
         r.key.network,
         r.key.container_id,
         r.key.ifname,
+        r.version,
+        match r.status {
+            Status::Pending => "pending",
+            Status::Applied => "applied",
+        },
         r.netns.as_ref().map_or("-".to_string(), |n| n.display().to_string()),
         r.created,
         p.profile,

@@ -26,6 +26,8 @@ pub struct WatchOpts {
     pub resync: Duration,
     pub ready_file: Option<PathBuf>,
     pub uninstall_on_exit: bool,
+    /// Periodic stale-record sweep of podgate-router's state dir.
+    pub sweep: Option<super::sweep::Sweep>,
 }
 
 const DIR_MASK: u32 = libc::IN_CREATE
@@ -172,8 +174,12 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallErr
     let mut due = Some(Instant::now());
     let mut first_event: Option<Instant> = None;
     let mut next_resync = Instant::now() + opts.resync;
+    let mut sweep = opts.sweep.clone();
     let result = loop {
         let now = Instant::now();
+        if let Some(s) = sweep.as_mut() {
+            s.tick(now);
+        }
         if due.is_some_and(|d| d <= now) || next_resync <= now {
             due = None;
             first_event = None;
@@ -182,7 +188,10 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallErr
                 break Err(e);
             }
         }
-        let wake = due.map_or(next_resync, |d| d.min(next_resync));
+        let mut wake = due.map_or(next_resync, |d| d.min(next_resync));
+        if let Some(s) = &sweep {
+            wake = wake.min(s.next());
+        }
         let timeout = wake.saturating_duration_since(Instant::now());
         let [signalled, changed] = match poll_readable([signals.fd(), ino.fd()], timeout) {
             Ok(r) => r,

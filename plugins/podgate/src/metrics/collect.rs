@@ -2,17 +2,15 @@
 //!
 //! Two functions are the seams other work plugs into:
 //! * [`scan_records`]: attachments, stale, pending and corrupt records of a
-//!   podgate-router state dir. Today it reads `podgate_router::record::Record`
-//!   through the state store (stale = the recorded netns is gone; pending = 0,
-//!   there is no write-ahead state yet); the router's lifecycle scan replaces
-//!   its body.
+//!   podgate-router state dir, from the router's lifecycle scan
+//!   (`podgate_router::record::scan`: pending = write-ahead records of an ADD
+//!   that has not finished, stale = a dead pod's record).
 //! * [`ipsec_state`]: the tunnel guard's own evaluation, as data.
 
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
-use podgate_kit::state::StateStore;
 use podgate_router::apply;
-use podgate_router::record::Record;
+use podgate_router::record::{self, Record, RecordStatus};
 use podgate_tunnel_guard::{evaluate, GuardConfig, Outcome, Verdict};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,34 +29,36 @@ pub struct RecordScan {
     pub live: Vec<Record>,
 }
 
-/// Every record of one router state dir, classified.
+/// Every record of one router state dir, classified by the router's own
+/// lifecycle scan (boot ID and pod netns identity decide staleness).
 pub fn scan_records(state_dir: &Path) -> Result<RecordScan, String> {
     let mut scan = RecordScan::default();
-    let Some(store) = StateStore::existing(state_dir) else {
-        return Ok(scan);
-    };
-    let (records, corrupt) = store
-        .list::<Record>()
-        .map_err(|e| format!("{}: {e}", state_dir.display()))?;
-    scan.corrupt = corrupt.len() as u64;
-    for rec in records {
-        let routing = rec
-            .plan
-            .routing
-            .as_ref()
-            .and_then(|r| serde_json::to_value(r.mode).ok())
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_else(|| "none".into());
-        let labels = (rec.key.network.clone(), rec.plan.profile.clone(), routing);
-        *scan.attachments.entry(labels).or_default() += 1;
-        let gone = match &rec.netns {
-            Some(p) => matches!(NetNs::open(p), Err(e) if e.is_not_found()),
-            None => false,
+    let infos = record::scan(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
+    for info in infos {
+        let Some(rec) = info.record else {
+            // Unreadable, or written by a newer podgate: this release cannot
+            // account for it either way.
+            scan.corrupt += 1;
+            continue;
         };
-        if gone {
-            scan.stale += 1;
-        } else {
-            scan.live.push(rec);
+        let routing = match rec.routing.as_ref().map(|r| r.mode) {
+            Some(record::Mode::Strict) => "strict",
+            Some(record::Mode::Standard) => "standard",
+            None => "none",
+        };
+        let labels = (
+            rec.key.network.clone(),
+            rec.profile.clone(),
+            routing.to_string(),
+        );
+        *scan.attachments.entry(labels).or_default() += 1;
+        match info.status {
+            RecordStatus::Stale { .. } => scan.stale += 1,
+            RecordStatus::Pending => {
+                scan.pending += 1;
+                scan.live.push(rec);
+            }
+            _ => scan.live.push(rec),
         }
     }
     Ok(scan)

@@ -1,0 +1,875 @@
+//! podgate-router across kills, reboots and upgrades (root only), through the
+//! real binary in throwaway node and pod namespaces:
+//!
+//! * crash points: ADD killed (strace fault injection, SIGKILL) at every
+//!   sendto/sendmsg/write/rename/openat, one point per run, then DEL; the
+//!   same points then GC with no valid attachments; DEL killed at each of its
+//!   points, then DEL again. After each, the node's and the pod's routes,
+//!   rules and nf_tables, the pod's sysctls and the state dir equal the
+//!   snapshot taken before the ADD; the same for a strict pod (node-wide
+//!   sysctls, the moved local rule, the per-pod table);
+//! * a reboot: records from a "previous boot" (fresh node and pod netns at
+//!   the same paths, state dir kept) neither block the new pod's pool claim
+//!   nor count toward maxStrictPods, and are cleared; a missed DEL's return
+//!   route is cleared by the next ADD and by the installer's sweep;
+//! * an upgrade: golden version-1 (and unversioned) records are read, shown
+//!   by `podgate inspect`, and removed by DEL; a newer version is kept and
+//!   named.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use podgate_integration::{
+    built, require_root, snapshot, state_files_in, workspace_root, Netns, Snapshot, TempDir,
+};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+const ROUTER: &str = "podgate-router";
+const PODGATE: &str = "podgate";
+/// Interface index of both veth ends, as the golden records name it.
+const IFINDEX: &str = "7";
+const POD_SYSCTLS: [&str; 2] = ["net.ipv4.ip_forward", "net.ipv4.conf.eth0.accept_local"];
+const STRICT_NODE_SYSCTLS: [&str; 4] = [
+    "net.ipv4.tcp_early_demux",
+    "net.ipv4.udp_early_demux",
+    "net.ipv4.conf.pgup0.accept_local",
+    "net.ipv4.conf.pgup0.rp_filter",
+];
+
+fn router() -> PathBuf {
+    built(&[ROUTER], &["-p", ROUTER]).remove(0)
+}
+
+fn podgate() -> PathBuf {
+    built(&[PODGATE], &["-p", PODGATE]).remove(0)
+}
+
+/// A node netns with bridge `pgbr0` (10.22.0.1/24, ifindex 7) and one pod,
+/// its `eth0` (10.22.0.5/24, ifindex 7) a veth to `pgl0` on the bridge: the
+/// interface indexes the golden records name. IPv6 off so snapshots are
+/// exact.
+struct Rig {
+    node: Netns,
+    pod: Netns,
+    dir: TempDir,
+    network: String,
+    /// The pod's addresses as the primary reports them.
+    ips: Value,
+    host_if: String,
+    /// Node sysctls that must come back too (strict settings).
+    node_sysctls: Vec<&'static str>,
+}
+
+struct Run {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?} signal {:?}\nstdout: {}\nstderr: {}",
+            self.code, self.signal, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Run {
+    fn ok(&self) -> &Self {
+        assert_eq!(self.code, Some(0), "{self:?}");
+        self
+    }
+    fn killed(&self) -> bool {
+        self.signal == Some(libc::SIGKILL)
+    }
+}
+
+/// Everything a crash must leave as it was.
+#[derive(Debug, PartialEq)]
+struct World {
+    node: Snapshot,
+    pod: Snapshot,
+    sysctls: Vec<String>,
+    state: Vec<String>,
+}
+
+impl World {
+    fn diff(&self, other: &World) -> String {
+        let mut s = String::new();
+        s += &format!("[node]\n{}", self.node.diff(&other.node));
+        s += &format!("[pod]\n{}", self.pod.diff(&other.pod));
+        if self.sysctls != other.sysctls {
+            s += &format!("[sysctls] {:?} -> {:?}\n", self.sysctls, other.sysctls);
+        }
+        if self.state != other.state {
+            s += &format!("[state dir] {:?} -> {:?}\n", self.state, other.state);
+        }
+        s
+    }
+}
+
+fn wire(node: &Netns, pod: &Netns) {
+    node.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
+    node.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
+    node.set_forwarding(true);
+    node.exec_ok(&[
+        "ip", "link", "add", "pgbr0", "index", IFINDEX, "type", "bridge",
+    ]);
+    node.exec_ok(&["ip", "addr", "add", "10.22.0.1/24", "dev", "pgbr0"]);
+    node.exec_ok(&["ip", "link", "set", "pgbr0", "up"]);
+    wire_pod(node, pod);
+}
+
+/// The pod's veth (its host side on the node's bridge, which outlives it,
+/// as a bridge primary's does).
+fn wire_pod(node: &Netns, pod: &Netns) {
+    pod.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
+    pod.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
+    pod.set_forwarding(false);
+    // A deleted pod netns takes its veth with it, asynchronously (the
+    // kernel's netns cleanup work): wait for the old host side to go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while node.link_exists("pgl0") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pgl0 of the deleted pod never went away"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    node.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "pgl0",
+        "index",
+        "8",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "index",
+        IFINDEX,
+        "netns",
+        pod.name(),
+    ]);
+    node.exec_ok(&["ip", "link", "set", "pgl0", "master", "pgbr0", "up"]);
+    pod.exec_ok(&["ip", "addr", "add", "10.22.0.5/24", "dev", "eth0"]);
+    pod.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+}
+
+impl Rig {
+    fn new(tag: &str, pod: Netns, network: &str) -> Rig {
+        let node = Netns::new(&format!("lc-node-{tag}"));
+        wire(&node, &pod);
+        Rig {
+            node,
+            pod,
+            dir: TempDir::new(&format!("lifecycle-{tag}")),
+            network: network.into(),
+            ips: json!([{"address": "10.22.0.5/24", "gateway": "10.22.0.1", "interface": 1}]),
+            host_if: "pgbr0".into(),
+            node_sysctls: Vec::new(),
+        }
+    }
+
+    /// Node and pod "reboot": fresh namespaces at the same paths, wired the
+    /// same way; the state dir stays.
+    fn reboot(&self) {
+        self.pod.recreate();
+        self.node.recreate();
+        wire(&self.node, &self.pod);
+    }
+
+    fn reboot_routed(&self) {
+        self.pod.recreate();
+        self.node.recreate();
+        wire_routed(&self.node, &self.pod);
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn conf(&self, profile: Value, gc: bool) -> Vec<u8> {
+        let mut c = json!({
+            "cniVersion": "1.1.0",
+            "name": self.network,
+            "type": ROUTER,
+            "stateDir": self.state_dir(),
+            "profiles": {"p": profile},
+            "assign": [{"namespace": "vpn", "profile": "p"}],
+            "prevResult": {
+                "cniVersion": "1.1.0",
+                "interfaces": [{"name": self.host_if}, {"name": "eth0", "sandbox": self.pod.path()}],
+                "ips": self.ips
+            }
+        });
+        if gc {
+            c["cni.dev/valid-attachments"] = json!([]);
+            c.as_object_mut().unwrap().remove("prevResult");
+        }
+        serde_json::to_vec(&c).unwrap()
+    }
+
+    fn env(&self, cmd: &str, cid: &str) -> Vec<(String, String)> {
+        vec![
+            ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+            ("CNI_COMMAND".into(), cmd.into()),
+            ("CNI_CONTAINERID".into(), cid.into()),
+            ("CNI_NETNS".into(), self.pod.path().display().to_string()),
+            ("CNI_IFNAME".into(), "eth0".into()),
+            ("CNI_PATH".into(), "/usr/lib/cni".into()),
+            (
+                "CNI_ARGS".into(),
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-0".into(),
+            ),
+        ]
+    }
+
+    /// Runs the router in the node netns, optionally under strace killing it
+    /// at the `n`th call of `syscall`.
+    fn router(&self, cmd: &str, cid: &str, profile: &Value, kill_at: Option<(&str, u32)>) -> Run {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={}", self.node.path().display()));
+        if let Some((sys, n)) = kill_at {
+            c.args(["strace", "-f", "-qq", "-o", "/dev/null", "-e"])
+                .arg(format!("inject={sys}:signal=KILL:when={n}"));
+        }
+        c.arg(router())
+            .env_clear()
+            .envs(self.env(cmd, cid))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        {
+            let mut sin = child.stdin.take().unwrap();
+            let _ = sin.write_all(&self.conf(profile.clone(), cmd == "GC"));
+        }
+        let out = child.wait_with_output().unwrap();
+        Run {
+            code: out.status.code(),
+            signal: out.status.signal(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn world(&self) -> World {
+        World {
+            node: snapshot(&self.node),
+            pod: snapshot(&self.pod),
+            sysctls: POD_SYSCTLS
+                .iter()
+                .map(|s| format!("{s}={}", self.pod.sysctl_get(s)))
+                .chain(
+                    self.node_sysctls
+                        .iter()
+                        .map(|s| format!("node {s}={}", self.node.sysctl_get(s))),
+                )
+                .collect(),
+            state: state_files_in(&self.state_dir()),
+        }
+    }
+
+    fn inspect(&self) -> Value {
+        let out = Command::new(podgate())
+            .args(["inspect", "--all", "--json", "--state-dir"])
+            .arg(self.state_dir())
+            .arg("--node-netns")
+            .arg(self.node.path())
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "inspect output ({e}): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+}
+
+fn strace_available() -> bool {
+    Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The issue's profile: sysctls + masquerade + return route + pod route.
+fn full_profile() -> Value {
+    json!({
+        "sysctls": {"net.ipv4.ip_forward": "1", "net.ipv4.conf.IFNAME.accept_local": "1"},
+        "masquerade": [{"source": "10.8.0.0/24"}],
+        "returnRoutes": [{"dst": "10.9.0.0/24"}],
+        "podRoutes": [{"dst": "10.99.0.0/16", "gw": "10.22.0.1"}]
+    })
+}
+
+const CALLS: [&str; 5] = ["sendto", "sendmsg", "write", "rename", "openat"];
+
+/// Every crash point of ADD (then DEL, and then GC) and of DEL (then DEL
+/// again) for `profile`; returns (ADD points, DEL points, saw a pending
+/// record in `podgate inspect`).
+fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
+    let before = rig.world();
+    let mut add_points = 0;
+    let mut del_points = 0;
+    let mut saw_pending = false;
+    let check = |what: &str| {
+        let now = rig.world();
+        assert!(
+            now == before,
+            "{what}: not as before the ADD:\n{}",
+            before.diff(&now)
+        );
+    };
+
+    // ADD killed at each point, then DEL; then the same points and GC.
+    for cleanup in ["DEL", "GC"] {
+        for sys in CALLS {
+            for n in 1.. {
+                assert!(n < 1000, "ADD never ran to its end under strace ({sys})");
+                let run = rig.router("ADD", "c1", profile, Some((sys, n)));
+                if !run.killed() {
+                    // Past the last call: the ADD ran to its end.
+                    run.ok();
+                    rig.router("DEL", "c1", profile, None).ok();
+                    check(&format!("ADD completed ({sys} has {} calls), DEL", n - 1));
+                    break;
+                }
+                add_points += 1;
+                if !saw_pending && cleanup == "DEL" {
+                    let v = rig.inspect();
+                    if let Some(a) = v["attachments"].as_array().and_then(|a| a.first()) {
+                        if a["status"] == "pending" {
+                            assert_eq!(a["state"], "pending", "{a}");
+                            saw_pending = true;
+                        }
+                    }
+                }
+                rig.router(cleanup, "c1", profile, None).ok();
+                check(&format!("ADD killed at {sys} #{n}, then {cleanup}"));
+            }
+        }
+    }
+
+    // DEL killed at each point, then DEL again.
+    for sys in CALLS {
+        for n in 1.. {
+            assert!(n < 1000, "DEL never ran to its end under strace ({sys})");
+            rig.router("ADD", "c1", profile, None).ok();
+            let run = rig.router("DEL", "c1", profile, Some((sys, n)));
+            if !run.killed() {
+                run.ok();
+                check(&format!("DEL completed ({sys} has {} calls)", n - 1));
+                break;
+            }
+            del_points += 1;
+            rig.router("DEL", "c1", profile, None).ok();
+            check(&format!("DEL killed at {sys} #{n}, then DEL"));
+        }
+    }
+    (add_points / 2, del_points, saw_pending)
+}
+
+#[test]
+fn killed_at_any_point_then_del_or_gc_restores_everything() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let rig = Rig::new("crash", Netns::new("lc-pod-crash"), "lcnet");
+    let (add, del, saw_pending) = crash_points(&rig, &full_profile());
+    println!(
+        "crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
+        2 * add + del
+    );
+    assert!(add > 0 && del > 0, "no crash point was tried");
+    assert!(saw_pending, "podgate inspect never showed a pending record");
+}
+
+#[test]
+fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let node = Netns::new("lc-node-scrash");
+    let pod = Netns::new("lc-pod-scrash");
+    wire_routed(&node, &pod);
+    let rig = Rig {
+        node,
+        pod,
+        dir: TempDir::new("lifecycle-scrash"),
+        network: "lcnet".into(),
+        ips: json!([{"address": "10.40.0.3/32", "interface": 1}]),
+        host_if: "pgs0".into(),
+        // The strict settings, plus the proxy ARP podgate turns on on the
+        // pod's host-side interface (issue 17).
+        node_sysctls: STRICT_NODE_SYSCTLS
+            .iter()
+            .copied()
+            .chain(["net.ipv4.conf.pgs0.proxy_arp", "net.ipv4.neigh.pgs0.proxy_delay"])
+            .collect(),
+    };
+    // Values the strict settings change, so a leak shows.
+    for (name, v) in [
+        ("net.ipv4.tcp_early_demux", "1"),
+        ("net.ipv4.udp_early_demux", "1"),
+    ] {
+        rig.node.sysctl_set(name, v);
+    }
+    rig.node.sysctl_set("net.ipv4.conf.pgup0.rp_filter", "1");
+    let strict = json!({
+        "sysctls": {"net.ipv4.ip_forward": "1"},
+        "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}
+    });
+    let (add, del, _) = crash_points(&rig, &strict);
+    println!(
+        "strict crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
+        2 * add + del
+    );
+    assert!(add > 0 && del > 0, "no crash point was tried");
+}
+
+#[test]
+fn records_from_a_previous_boot_neither_block_nor_linger() {
+    require_root();
+    let rig = Rig::new("reboot", Netns::new("lc-pod-reboot"), "lcnet");
+    let routed = json!({
+        "sysctls": {"net.ipv4.ip_forward": "1"},
+        "returnRoutes": [{"dst": "10.9.0.0/24"}]
+    });
+    let before = rig.world();
+    rig.router("ADD", "c1", &routed, None).ok();
+    assert!(rig.node.exec_ok(&["ip", "route"]).contains("10.9.0.0/24"));
+
+    // The node "reboots": CRI-O then creates the pod's new sandbox without a
+    // DEL of the old one.
+    rig.reboot();
+    let v = rig.inspect();
+    let a = &v["attachments"][0];
+    assert_eq!(a["state"], "stale", "{v}");
+    assert_eq!(a["key"]["containerID"], "c1", "{v}");
+
+    let run = rig.router("ADD", "c2", &routed, None);
+    run.ok();
+    let routes = rig.node.exec_ok(&["ip", "route"]);
+    assert_eq!(routes.matches("10.9.0.0/24").count(), 1, "{routes}");
+    // The old record is gone, the new one is the only one.
+    let files = state_files_in(&rig.state_dir());
+    assert_eq!(files, vec!["lcnet+c2+eth0.json".to_string()], "{files:?}");
+    assert_eq!(rig.inspect()["attachments"][0]["state"], "holds");
+
+    // A missed DEL without a reboot: the pod's netns is gone, its return
+    // route is not. The next ADD clears it (route and record) and claims.
+    rig.pod.recreate();
+    wire_pod(&rig.node, &rig.pod);
+    assert!(
+        rig.node.exec_ok(&["ip", "route"]).contains("10.9.0.0/24"),
+        "the return route of the deleted pod should linger until podgate clears it"
+    );
+    rig.router("ADD", "c3", &routed, None).ok();
+    let files = state_files_in(&rig.state_dir());
+    assert_eq!(files, vec!["lcnet+c3+eth0.json".to_string()], "{files:?}");
+    let routes = rig.node.exec_ok(&["ip", "route"]);
+    assert_eq!(routes.matches("10.9.0.0/24").count(), 1, "{routes}");
+
+    rig.router("DEL", "c3", &routed, None).ok();
+    // The DEL the runtime may still send for the old sandboxes finds nothing.
+    rig.router("DEL", "c1", &routed, None).ok();
+    rig.router("DEL", "c2", &routed, None).ok();
+    let after = rig.world();
+    assert!(after.state.is_empty(), "{:?}", after.state);
+    assert!(!after.node.routes4.iter().any(|r| r.contains("10.9.0.0")));
+    let _ = before;
+}
+
+/// A routed primary (one /32 per pod, as ptp installs it) and an uplink
+/// with a gateway, for strict pods.
+fn wire_routed(node: &Netns, pod: &Netns) {
+    for ns in [node, pod] {
+        ns.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
+        ns.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
+    }
+    node.set_forwarding(true);
+    pod.set_forwarding(false);
+    node.exec_ok(&[
+        "ip", "link", "add", "pgup0", "type", "veth", "peer", "name", "pgup1",
+    ]);
+    node.exec_ok(&["ip", "addr", "add", "192.0.2.1/24", "dev", "pgup0"]);
+    node.exec_ok(&["ip", "link", "set", "pgup0", "up"]);
+    node.exec_ok(&["ip", "link", "set", "pgup1", "up"]);
+    node.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "pgs0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        pod.name(),
+    ]);
+    node.exec_ok(&["ip", "link", "set", "pgs0", "up"]);
+    node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.40.0.3/32",
+        "dev",
+        "pgs0",
+        "scope",
+        "link",
+    ]);
+    pod.exec_ok(&["ip", "addr", "add", "10.40.0.3/32", "dev", "eth0"]);
+    pod.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+}
+
+#[test]
+fn strict_pods_of_a_previous_boot_do_not_count() {
+    require_root();
+    let node = Netns::new("lc-node-strict");
+    let pod = Netns::new("lc-pod-strict");
+    wire_routed(&node, &pod);
+    let rig = Rig {
+        node,
+        pod,
+        dir: TempDir::new("lifecycle-strict"),
+        network: "lcnet".into(),
+        ips: json!([{"address": "10.40.0.3/32", "interface": 1}]),
+        host_if: "pgs0".into(),
+        node_sysctls: Vec::new(),
+    };
+    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    // Drives the router with maxStrictPods 1 for `pod` (its eth0 has `ip`/32
+    // and its host side `host_if`).
+    let max_one = |rig: &Rig, cmd: &str, cid: &str, pod: &Netns, ip: &str, host_if: &str| {
+        let mut c: Value = serde_json::from_slice(&rig.conf(strict.clone(), false)).unwrap();
+        c["maxStrictPods"] = json!(1);
+        c["prevResult"]["interfaces"] =
+            json!([{"name": host_if}, {"name": "eth0", "sandbox": pod.path()}]);
+        c["prevResult"]["ips"] = json!([{"address": format!("{ip}/32"), "interface": 1}]);
+        let mut env = rig.env(cmd, cid);
+        env.retain(|(k, _)| k != "CNI_NETNS");
+        env.push(("CNI_NETNS".into(), pod.path().display().to_string()));
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net={}", rig.node.path().display()))
+            .arg(router())
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(&c).unwrap())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let first =
+        |rig: &Rig, cmd: &str, cid: &str| max_one(rig, cmd, cid, &rig.pod, "10.40.0.3", "pgs0");
+    let rules_before = rig.node.exec_ok(&["ip", "rule"]);
+    assert_eq!(first(&rig, "ADD", "s1").0, Some(0));
+    // The limit holds while s1 lives: a second strict pod is refused.
+    let other = Netns::new("lc-pod-strict2");
+    other.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
+    rig.node.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "pgs1",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        other.name(),
+    ]);
+    rig.node.exec_ok(&["ip", "link", "set", "pgs1", "up"]);
+    rig.node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.40.0.4/32",
+        "dev",
+        "pgs1",
+        "scope",
+        "link",
+    ]);
+    other.exec_ok(&["ip", "addr", "add", "10.40.0.4/32", "dev", "eth0"]);
+    other.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+    let (code, out) = max_one(&rig, "ADD", "s-other", &other, "10.40.0.4", "pgs1");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("maxStrictPods"), "{out}");
+    drop(other);
+
+    rig.reboot_routed();
+    let rules_fresh = rig.node.exec_ok(&["ip", "rule"]);
+    assert_eq!(rules_fresh, rules_before);
+    let (code, out) = first(&rig, "ADD", "s2");
+    assert_eq!(
+        code,
+        Some(0),
+        "the previous boot's strict pod still counts: {out}"
+    );
+    let files = state_files_in(&rig.state_dir());
+    assert_eq!(
+        files,
+        vec![
+            "lcnet+s2+eth0.json".to_string(),
+            "node/strict.json".to_string()
+        ],
+        "{files:?}"
+    );
+    assert_eq!(first(&rig, "DEL", "s2").0, Some(0));
+    assert!(state_files_in(&rig.state_dir()).is_empty());
+    assert_eq!(rig.node.exec_ok(&["ip", "rule"]), rules_before);
+}
+
+fn golden(name: &str) -> Vec<u8> {
+    std::fs::read(
+        workspace_root()
+            .join("plugins/router/tests/records")
+            .join(name),
+    )
+    .unwrap()
+}
+
+fn place(rig: &Rig, file: &str, golden_name: &str) {
+    std::fs::create_dir_all(rig.state_dir()).unwrap();
+    std::fs::write(rig.state_dir().join(file), golden(golden_name)).unwrap();
+}
+
+#[test]
+fn golden_records_of_earlier_releases_are_shown_and_removed() {
+    require_root();
+    let rig = Rig::new("golden", Netns::named("pg-golden-pod"), "goldennet");
+    let before = rig.world();
+    let profile = full_profile();
+
+    // What the version-1 golden record describes, as that release left it:
+    // the same kernel objects this release makes for the same profile.
+    rig.router("ADD", "golden-v1", &profile, None).ok();
+    place(&rig, "goldennet+golden-v1+eth0.json", "v1-vpn-full.json");
+    place(&rig, "goldennet+golden-v2+eth0.json", "v2-future.json");
+    place(
+        &rig,
+        "goldennet+golden-pending+eth0.json",
+        "v1-pending.json",
+    );
+
+    let v = rig.inspect();
+    let by_id = |id: &str| {
+        v["attachments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["key"]["containerID"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} not shown: {v}"))
+    };
+    let a = by_id("golden-v1");
+    assert_eq!(a["state"], "holds", "{a}");
+    assert_eq!(a["version"], 1);
+    assert_eq!(a["nodeRoutes"][0]["dst"], "10.9.0.0/24");
+    // A pending record from an earlier boot is shown as stale.
+    assert_eq!(by_id("golden-pending")["state"], "stale");
+    let corrupt = v["corrupt"].to_string();
+    assert!(corrupt.contains("format version 2"), "{v}");
+
+    // DEL of the golden record removes what it describes.
+    rig.router("DEL", "golden-v1", &profile, None).ok();
+    // The newer record is kept, and DEL says why.
+    let run = rig.router("DEL", "golden-v2", &profile, None);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stdout.contains("format version 2"), "{run:?}");
+    assert!(rig
+        .state_dir()
+        .join("goldennet+golden-v2+eth0.json")
+        .exists());
+    std::fs::remove_file(rig.state_dir().join("goldennet+golden-v2+eth0.json")).unwrap();
+    // The stale pending one (an earlier boot) is cleared by the next GC.
+    assert!(rig
+        .state_dir()
+        .join("goldennet+golden-pending+eth0.json")
+        .exists());
+    rig.router("GC", "-", &profile, None).ok();
+    let now = rig.world();
+    assert!(
+        now == before,
+        "after DEL of the golden v1 record:\n{}",
+        before.diff(&now)
+    );
+
+    // An unversioned record (the format before version 1).
+    rig.pod.sysctl_set("net.ipv4.ip_forward", "1");
+    rig.node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.9.0.0/24",
+        "via",
+        "10.22.0.5",
+        "dev",
+        "pgbr0",
+        "proto",
+        "94",
+    ]);
+    place(&rig, "goldennet+golden-v0+eth0.json", "v0-vpn-routed.json");
+    let v = rig.inspect();
+    assert_eq!(v["attachments"][0]["state"], "holds", "{v}");
+    rig.router("DEL", "golden-v0", &profile, None).ok();
+    let now = rig.world();
+    assert!(
+        now == before,
+        "after DEL of the golden v0 record:\n{}",
+        before.diff(&now)
+    );
+
+    // A record that does not parse at all: DEL removes by ownership what
+    // carries the attachment's tag, and the node route via its address.
+    rig.router("ADD", "golden-x", &profile, None).ok();
+    std::fs::write(
+        rig.state_dir().join("goldennet+golden-x+eth0.json"),
+        b"{\"vers",
+    )
+    .unwrap();
+    rig.router("DEL", "golden-x", &profile, None).ok();
+    let now = rig.world();
+    // Sysctls cannot be put back without the record; everything else is.
+    let mut expect = before.sysctls.clone();
+    expect[0] = "net.ipv4.ip_forward=1".into();
+    expect[1] = "net.ipv4.conf.eth0.accept_local=1".into();
+    assert_eq!(now.sysctls, expect);
+    assert!(
+        now.node == before.node && now.pod == before.pod && now.state == before.state,
+        "after DEL of an unreadable record:\n{}",
+        before.diff(&now)
+    );
+
+    // Leaked objects without any record (a release before write-ahead
+    // records): GC finds them by ownership (protocol 94) and removes them.
+    rig.node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.77.0.0/24",
+        "via",
+        "10.22.0.5",
+        "dev",
+        "pgbr0",
+        "proto",
+        "94",
+    ]);
+    rig.node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.22.0.5",
+        "dev",
+        "pgbr0",
+        "table",
+        "20000",
+        "proto",
+        "94",
+    ]);
+    rig.node.exec_ok(&[
+        "ip",
+        "rule",
+        "add",
+        "from",
+        "10.22.0.5",
+        "lookup",
+        "20000",
+        "pref",
+        "1536",
+        "proto",
+        "94",
+    ]);
+    rig.router("GC", "-", &profile, None).ok();
+    let after_gc = rig.world();
+    assert!(
+        after_gc.node == before.node,
+        "GC left podgate-owned objects:\n{}",
+        before.diff(&after_gc)
+    );
+}
+
+#[test]
+fn the_installer_daemon_sweeps_records_of_dead_pods() {
+    require_root();
+    let rig = Rig::new("sweep", Netns::new("lc-pod-sweep"), "lcnet");
+    let routed = json!({
+        "sysctls": {"net.ipv4.ip_forward": "1"},
+        "returnRoutes": [{"dst": "10.9.0.0/24"}]
+    });
+    rig.router("ADD", "c1", &routed, None).ok();
+    // The pod dies without a DEL; its return route stays behind.
+    rig.pod.recreate();
+    assert!(rig.node.exec_ok(&["ip", "route"]).contains("10.9.0.0/24"));
+
+    let conf = rig.dir.path().join("net.d");
+    let bin = rig.dir.path().join("bin");
+    std::fs::create_dir_all(&conf).unwrap();
+    let child = Command::new("nsenter")
+        .arg(format!("--net={}", rig.node.path().display()))
+        .arg(podgate())
+        .args(["install", "--watch", "--sweep-secs", "1"])
+        .arg("--router-state-dir")
+        .arg(rig.state_dir())
+        .arg("--cni-conf-dir")
+        .arg(&conf)
+        .arg("--cni-bin-dir")
+        .arg(&bin)
+        .arg("--state-dir")
+        .arg(rig.dir.path().join("installer"))
+        .arg("--plugins")
+        .arg(rig.dir.path().join("plugins.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !state_files_in(&rig.state_dir()).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "the sweep did not remove the stale record:\n{log}"
+    );
+    assert!(
+        log.contains("removed stale record lcnet/c1/eth0"),
+        "the sweep's removal is not logged:\n{log}"
+    );
+    let routes = rig.node.exec_ok(&["ip", "route"]);
+    assert!(!routes.contains("10.9.0.0/24"), "{routes}");
+}

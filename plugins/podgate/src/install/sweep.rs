@@ -1,0 +1,51 @@
+//! The periodic stale-record sweep of `podgate install --watch`: containerd
+//! and CRI-O do not call CNI GC yet, so records of pods that died without a
+//! DEL (a reboot, a missed DEL) would otherwise stay until the next ADD, DEL
+//! or GC on the node. Runs podgate-router's own sweep; failures are logged,
+//! never fatal to the watcher.
+
+use super::log;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// podgate-router's `stateDir`.
+    pub state_dir: PathBuf,
+    pub every: Duration,
+    next: Instant,
+}
+
+impl Sweep {
+    /// None when the interval is 0 (off). The first sweep runs at start.
+    pub fn new(state_dir: PathBuf, every_secs: u64) -> Option<Sweep> {
+        (every_secs > 0).then(|| Sweep {
+            state_dir,
+            every: Duration::from_secs(every_secs),
+            next: Instant::now(),
+        })
+    }
+
+    pub fn next(&self) -> Instant {
+        self.next
+    }
+
+    /// Sweep if due; logs what was removed.
+    pub fn tick(&mut self, now: Instant) {
+        if now < self.next {
+            return;
+        }
+        self.next = now + self.every;
+        match podgate_router::lifecycle::sweep_stale(&self.state_dir) {
+            Ok(s) => {
+                for r in &s.removed {
+                    log(format!("sweep {}: removed {r}", self.state_dir.display()));
+                }
+                for f in &s.failures {
+                    log(format!("warning: sweep {}: {f}", self.state_dir.display()));
+                }
+            }
+            Err(e) => log(format!("warning: sweep {}: {e}", self.state_dir.display())),
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Records across kills, reboots and upgrades: which records describe live
+//! pods, removing what stale ones left, and finding podgate's objects by
+//! ownership when a record cannot be used. ADD, DEL, GC and the installer
+//! daemon's periodic sweep all go through here, with the state lock held.
+
+use crate::apply;
+use crate::record::{self, Depth, Here, Listing, Liveness, Record};
+use crate::routing;
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::NetNs;
+use podgate_kit::state::{Key, StateStore};
+use std::path::Path;
+
+/// The records of this node, judged.
+pub struct Census {
+    pub listing: Listing,
+    /// Index into `listing.records` and why each is stale.
+    pub stale: Vec<(usize, Liveness)>,
+}
+
+impl Census {
+    /// Read every record and judge each against `here`, each as deep as
+    /// `depth` says: deeper checks cost syscalls (and, precise, a trip into
+    /// the namespace), so only where the answer decides something.
+    pub fn take(
+        store: &StateStore,
+        here: &Here,
+        depth: impl Fn(&Record) -> Depth,
+    ) -> Result<Census, podgate_kit::Error> {
+        let listing = record::list(store)?;
+        let stale = listing
+            .records
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let l = r.liveness(here, depth(r));
+                l.is_stale().then_some((i, l))
+            })
+            .collect();
+        Ok(Census { listing, stale })
+    }
+
+    /// `take` with every record checked precisely (GC, the sweep).
+    pub fn take_precise(store: &StateStore, here: &Here) -> Result<Census, podgate_kit::Error> {
+        Census::take(store, here, |_| Depth::Precise)
+    }
+
+    /// No records looked at: for a DEL that needs none (not strict, its own
+    /// record live). Claims nothing, and nothing in it is stale.
+    pub fn none() -> Census {
+        Census {
+            listing: Listing {
+                records: Vec::new(),
+                newer: Vec::new(),
+                unreadable: Vec::new(),
+            },
+            stale: Vec::new(),
+        }
+    }
+
+    pub fn is_stale(&self, key: &Key) -> bool {
+        self.stale
+            .iter()
+            .any(|(i, _)| self.listing.records.get(*i).is_some_and(|r| r.key == *key))
+    }
+
+    /// Live records (pending or applied) other than `except`.
+    pub fn live_except<'a>(&'a self, except: &'a Key) -> impl Iterator<Item = &'a Record> + 'a {
+        self.listing
+            .records
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| r.key != *except && !self.stale.iter().any(|(s, _)| s == i))
+            .map(|(_, r)| r)
+    }
+
+    /// Removing `key` may put node-wide strict settings back: no other live
+    /// strict pod, and no record that cannot be judged (fail closed).
+    pub fn last_strict(&self, key: &Key) -> bool {
+        !self.listing.has_unknown() && !self.live_except(key).any(Record::is_strict)
+    }
+}
+
+/// A record's node side, without what another live record also describes
+/// (a pool re-claimed by a new pod must keep the new pod's route).
+fn node_side_only_mine(rec: &Record, census: &Census) -> Record {
+    let mut mine = rec.clone();
+    mine.node_routes.retain(|r| {
+        !census
+            .live_except(&rec.key)
+            .any(|o| o.node_routes.iter().any(|x| x == r))
+    });
+    mine
+}
+
+/// Remove what `rec` describes: the node side unless the node namespace it
+/// was applied in is gone, the pod side only in its own namespace (`ns`, if
+/// it is still that one). Returns failures.
+pub fn remove_record(
+    rec: &Record,
+    census: &Census,
+    node: &mut RouteSocket,
+    ns: Option<&NetNs>,
+    store: &StateStore,
+    here: &Here,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    let liveness = rec.liveness(here, Depth::Path);
+    let node_gone = matches!(
+        liveness,
+        Liveness::Stale {
+            node_gone: true,
+            ..
+        }
+    );
+    if !node_gone {
+        let mine = node_side_only_mine(rec, census);
+        failures.extend(apply::remove_node_side(
+            &mine,
+            node,
+            store,
+            census.last_strict(&rec.key),
+        ));
+    } else if rec.is_strict() && census.last_strict(&rec.key) {
+        // The node settings of an earlier boot are gone; drop their file.
+        failures.extend(routing::restore_node(
+            store,
+            node,
+            rec.routing
+                .as_ref()
+                .is_some_and(|r| !r.pod_ip.addr().is_ipv4()),
+        ));
+    }
+    if !liveness.is_stale() {
+        if let Some(ns) = ns.filter(|ns| apply::same_netns(rec, ns)) {
+            failures.extend(apply::remove_pod_side(rec, ns));
+        }
+    }
+    failures
+}
+
+/// What a sweep did, for the log.
+#[derive(Debug, Default)]
+pub struct Swept {
+    pub removed: Vec<String>,
+    pub failures: Vec<String>,
+}
+
+/// Remove what stale records (dead pods) left on the node, and the records.
+pub fn clear_stale(
+    census: &Census,
+    node: &mut RouteSocket,
+    store: &StateStore,
+    here: &Here,
+) -> Swept {
+    let mut out = Swept::default();
+    for (i, why) in &census.stale {
+        let Some(rec) = census.listing.records.get(*i) else {
+            continue;
+        };
+        let f = remove_record(rec, census, node, None, store, here);
+        let reason = match why {
+            Liveness::Stale { reason, .. } => reason.as_str(),
+            Liveness::Live => "",
+        };
+        if f.is_empty() {
+            match store.remove(&rec.key) {
+                Ok(_) => out.removed.push(format!(
+                    "stale record {}/{}/{} ({reason})",
+                    rec.key.network, rec.key.container_id, rec.key.ifname
+                )),
+                Err(e) => out.failures.push(e.to_string()),
+            }
+        } else {
+            out.failures.extend(f);
+        }
+    }
+    out
+}
+
+/// DEL (or a repeated ADD) of an attachment whose record cannot be parsed:
+/// remove by ownership what carries its tag in its pod netns, and the node's
+/// podgate routes and rules for its addresses that no other record accounts
+/// for; then the record.
+pub fn remove_unreadable(
+    key: &Key,
+    census: &Census,
+    node: &mut RouteSocket,
+    ns: Option<&NetNs>,
+    pod_ips: &[std::net::IpAddr],
+    table_prefix: &str,
+    store: &StateStore,
+) -> Swept {
+    let mut out = Swept::default();
+    if let Some(ns) = ns {
+        let (r, f) = apply::sweep_pod(ns, key, table_prefix);
+        out.removed.extend(r);
+        out.failures.extend(f);
+    }
+    if !pod_ips.is_empty() {
+        let (r, f) = apply::sweep_node(node, &census.listing.records, Some(pod_ips));
+        out.removed.extend(r);
+        out.failures.extend(f);
+    }
+    if out.failures.is_empty() {
+        match store.remove(key) {
+            Ok(_) => out
+                .removed
+                .push(format!("unreadable record {}", key.file_name())),
+            Err(e) => out.failures.push(e.to_string()),
+        }
+    }
+    out
+}
+
+/// Remove orphaned temp files of killed writers (lock held).
+pub fn sweep_temp(store: &StateStore) -> Result<usize, podgate_kit::Error> {
+    Ok(store.sweep_temp()? + routing::sweep_temp(store)?)
+}
+
+/// The periodic sweep (the installer daemon, `podgate install --watch`):
+/// under the state lock, remove what stale records left and the records. The
+/// caller runs in the node's network namespace (node routes of a dead pod
+/// are removed there). A missing state dir is nothing to do.
+pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
+    let Some(store) = StateStore::existing(state_dir) else {
+        return Ok(Swept::default());
+    };
+    let _lock = store.lock()?;
+    let mut out = Swept::default();
+    let temps = sweep_temp(&store)?;
+    if temps > 0 {
+        out.removed.push(format!("{temps} orphaned temp file(s)"));
+    }
+    // The node netns never changes within a boot on a real node, and a
+    // daemon started in another namespace by mistake must not call every
+    // record stale: only the boot ID and the pods' namespaces judge here.
+    let here = Here {
+        node: None,
+        ..Here::now()
+    };
+    let census = Census::take_precise(&store, &here)?;
+    if census.stale.is_empty() {
+        return Ok(out);
+    }
+    let mut node = RouteSocket::new()?;
+    let s = clear_stale(&census, &mut node, &store, &here);
+    out.removed.extend(s.removed);
+    out.failures.extend(s.failures);
+    Ok(out)
+}
