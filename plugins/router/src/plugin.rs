@@ -116,6 +116,11 @@ fn observe(
     })
 }
 
+/// Milliseconds with microsecond resolution, for log fields.
+fn ms(d: std::time::Duration) -> f64 {
+    (d.as_micros() as f64) / 1000.0
+}
+
 /// Pod routes from the plan are reported in the result, as a primary would.
 fn add_routes_to_result(result: &mut Map<String, Value>, rec: &Record) {
     if rec.plan.pod_routes.is_empty() {
@@ -167,7 +172,7 @@ impl Plugin for Router {
         let ns = open_netns(req)?;
         let key = key_of(req);
         let store = store(&cfg)?;
-        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
+        let lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
 
         // A repeated ADD for the same attachment replaces the earlier one.
@@ -245,8 +250,12 @@ impl Plugin for Router {
                 "sysctls": rec.plan.sysctls,
                 "masquerade": rec.plan.masquerade,
                 "returnRoutes": rec.plan.node_routes.iter().map(|r| r.describe()).collect::<Vec<_>>(),
+                // Contention figures for the burst benchmark (integration/bench).
+                "lockWaitMs": ms(lock.waited()),
+                "lockHeldMs": ms(lock.held()),
             }),
         );
+        drop(lock);
         add_routes_to_result(&mut result, &rec);
         Ok(result)
     }
@@ -289,7 +298,7 @@ impl Plugin for Router {
                 )));
             }
         }
-        let _lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
+        let lock = store.lock().map_err(|e| CniError::io(e.to_string()))?;
         if store.read::<Record>(&key).ok().flatten().is_none() {
             return Ok(()); // a concurrent DEL finished it
         }
@@ -306,7 +315,14 @@ impl Plugin for Router {
         store
             .remove(&key)
             .map_err(|e| CniError::io(e.to_string()))?;
-        log.info("removed", json!({"profile": rec.plan.profile}));
+        log.info(
+            "removed",
+            json!({
+                "profile": rec.plan.profile,
+                "lockWaitMs": ms(lock.waited()),
+                "lockHeldMs": ms(lock.held()),
+            }),
+        );
         Ok(())
     }
 

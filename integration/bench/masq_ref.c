@@ -1,0 +1,221 @@
+/* The physical limit of a masquerade ADD: a measuring stick, never shipped.
+ *
+ * Makes the kernel calls podgate-router's masquerade ADD (vpn-gateway:
+ * ip_forward=1 + one masquerade rule) must make, with the same bytes, and
+ * nothing else: no config parsing, no planning, no allocation beyond libc's
+ * start-up. The bytes come from the router itself: driver.py runs one router
+ * ADD under `strace -f -e write=all`, captures every netlink message it sends,
+ * the record, the log line and the CNI result, and writes them into
+ * masq_ref.h (generated, never committed); run.sh compiles this file
+ * statically against that header. So the reference follows the router: when
+ * the router stops making a call, so does the reference.
+ *
+ * In order, as the router does them:
+ *   open the pod netns + NS_GET_NSTYPE (the check that it is a network ns),
+ *   mkdir the state dir, open + flock its lock, look for an earlier record,
+ *   node netlink: one NETLINK_ROUTE socket (strict checking, ext ack, receive
+ *     timeout) and every request the router sent on it, answers read to the end,
+ *   list the state dir (the router reads every record for pool ownership),
+ *   a thread that setns()es into the pod: read ip_forward, write it when it
+ *     differs, open the NETLINK_NETFILTER socket (ext ack, capped acks,
+ *     timeouts), exit,
+ *   on the main thread: the nf_tables batch, read acks up to the last one,
+ *   the record: temp file written, renamed; the log line appended; the
+ *     result written to stdout.
+ * Left out, as overhead rather than the ADD's work: the Rust runtime's start-up
+ * calls (/proc/self/maps, sigaltstack, signal handlers), the capability check
+ * through /proc/self/status, the "already in this netns?" probe of
+ * /proc/thread-self/ns/net, getsockname after bind, and the pod-side
+ * NETLINK_ROUTE socket the router opens without using it on this profile.
+ * Each of those is a gap between the two measurements, on purpose.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/netlink.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "masq_ref.h"
+
+#ifndef NETLINK_GET_STRICT_CHK
+#define NETLINK_GET_STRICT_CHK 12
+#endif
+#ifndef NETLINK_EXT_ACK
+#define NETLINK_EXT_ACK 11
+#endif
+#ifndef NETLINK_CAP_ACK
+#define NETLINK_CAP_ACK 10
+#endif
+#define NS_GET_NSTYPE 0xb703
+
+static unsigned char buf[64 * 1024];
+static int ns_fd = -1, nft_fd = -1;
+
+static void die(const char *what) {
+    fprintf(stderr, "masq_ref: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static int opt(int fd, int level, int name, const void *v, socklen_t n) {
+    return setsockopt(fd, level, name, v, n);
+}
+
+static int nl_socket(int proto, int route) {
+    int one = 1;
+    struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, proto);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        return -1;
+    if (route) {
+        struct timeval tv = {5, 0};
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            opt(fd, SOL_NETLINK, NETLINK_GET_STRICT_CHK, &one, sizeof one) != 0 ||
+            opt(fd, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof one) != 0 ||
+            opt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
+            return -1;
+    } else {
+        struct timeval tv = {2, 0};
+        if (opt(fd, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof one) != 0 ||
+            opt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one) != 0 ||
+            opt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+            opt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0)
+            return -1;
+    }
+    return fd;
+}
+
+/* Read answers until the one that ends request `seq`: NLMSG_DONE of a dump,
+ * or the ack (NLMSG_ERROR) of the message with that sequence number. */
+static void read_until(int fd, unsigned seq, const char *what) {
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0)
+            die(what);
+        for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+            if (h->nlmsg_seq != seq)
+                continue;
+            if (h->nlmsg_type == NLMSG_DONE)
+                return;
+            if (h->nlmsg_type == NLMSG_ERROR) {
+                const struct nlmsgerr *e = NLMSG_DATA(h);
+                if (e->error != 0) {
+                    errno = -e->error;
+                    die(what);
+                }
+                return;
+            }
+        }
+    }
+}
+
+static void *pod_side(void *arg) {
+    char cur[64];
+    (void)arg;
+    if (setns(ns_fd, CLONE_NEWNET) != 0)
+        die("setns");
+    int fd = open(REF_SYSCTL, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, cur, sizeof cur - 1);
+    if (n < 0)
+        die("read sysctl");
+    close(fd);
+    if (n == 0 || cur[0] != REF_SYSCTL_VALUE[0] || (n > 1 && cur[1] != '\n')) {
+        fd = open(REF_SYSCTL, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0 || write(fd, REF_SYSCTL_VALUE, sizeof REF_SYSCTL_VALUE - 1) < 0)
+            die("write sysctl");
+        close(fd);
+    }
+    nft_fd = nl_socket(NETLINK_NETFILTER, 0);
+    if (nft_fd < 0)
+        die("nf_tables socket");
+    return NULL;
+}
+
+static void write_file(const char *path, int flags, const char *body, size_t len) {
+    int fd = open(path, flags | O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, body, len) != (ssize_t)len)
+        die(path);
+    close(fd);
+}
+
+int main(void) {
+    char tmp[4096];
+
+    ns_fd = open(REF_POD_NETNS, O_RDONLY | O_CLOEXEC);
+    if (ns_fd < 0 || ioctl(ns_fd, NS_GET_NSTYPE) != CLONE_NEWNET)
+        die("pod netns");
+    if (mkdir(REF_STATE_DIR, 0700) != 0 && errno != EEXIST)
+        die("state dir");
+    int lock = open(REF_STATE_DIR "/.lock", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (lock < 0)
+        die("lock");
+    while (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK)
+            die("flock");
+        usleep(1000);
+    }
+    int old = open(REF_STATE_DIR "/" REF_RECORD_NAME, O_RDONLY | O_CLOEXEC);
+    if (old >= 0) {
+        errno = EEXIST;
+        die("record exists (run DEL first)");
+    }
+
+    int node = nl_socket(NETLINK_ROUTE, 1);
+    if (node < 0)
+        die("node netlink socket");
+    for (size_t i = 0; i < sizeof ref_node / sizeof ref_node[0]; i++) {
+        if (send(node, ref_node[i].bytes, ref_node[i].len, 0) != (ssize_t)ref_node[i].len)
+            die("node netlink send");
+        read_until(node, ref_node[i].seq, "node netlink");
+    }
+
+    DIR *d = opendir(REF_STATE_DIR);
+    if (!d)
+        die("list state dir");
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (e->d_name[0] == '.' || l < 5 || strcmp(e->d_name + l - 5, ".json") != 0)
+            continue;
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            while (read(fd, buf, sizeof buf) > 0) {
+            }
+            close(fd);
+        }
+    }
+    closedir(d);
+
+    pthread_t t;
+    if (pthread_create(&t, NULL, pod_side, NULL) != 0 || pthread_join(t, NULL) != 0)
+        die("pod thread");
+
+    if (send(nft_fd, ref_nft, sizeof ref_nft - 1, 0) != (ssize_t)(sizeof ref_nft - 1))
+        die("nf_tables send");
+    read_until(nft_fd, REF_NFT_LAST_SEQ, "nf_tables batch");
+    close(nft_fd);
+    close(node);
+
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%d-%s", REF_STATE_DIR, (int)getpid(), REF_RECORD_NAME);
+    write_file(tmp, O_TRUNC, ref_record, sizeof ref_record - 1);
+    if (rename(tmp, REF_STATE_DIR "/" REF_RECORD_NAME) != 0)
+        die("rename record");
+#ifdef REF_LOG_FILE
+    write_file(REF_LOG_FILE, O_APPEND, ref_log, sizeof ref_log - 1);
+#endif
+    if (write(1, ref_stdout, sizeof ref_stdout - 1) < 0)
+        die("stdout");
+    close(lock);
+    close(ns_fd);
+    return 0;
+}
