@@ -435,6 +435,89 @@ def reference_header(trace, netns, state_dir, log_file):
     return "\n".join(h) + "\n"
 
 
+# ------------------------------------------------------------------ phases
+
+# Where a masquerade ADD's time goes, from `strace -f -ttt -T`: each phase
+# runs from one marker syscall to the next (markers in the order the router
+# makes them; a marker the router no longer makes folds its phase into the
+# next one). strace slows every syscall down, so the absolute figures are
+# inflated; the shares are what this is for.
+PHASES = [
+    ("process start (exec, Rust runtime init)", re.compile(r"^execve\(")),
+    ("config parse, policy, capability check", re.compile(r"^read\(0,")),
+    ("open pod netns, state dir, lock", re.compile(r"^openat\(AT_FDCWD, \"/(var/)?run/netns/")),
+    ("node side: netlink socket, dumps, records", re.compile(r"^socket\(AF_NETLINK, [^)]*NETLINK_ROUTE\)")),
+    ("netns entry: probe, thread, setns", re.compile(r"^(openat\(AT_FDCWD, \"/proc/thread-self/ns/net\"|clone3?\()")),
+    ("sysctl read + write", re.compile(r"^openat\(AT_FDCWD, \"/proc/sys/")),
+    ("pod sockets, thread exit", re.compile(r"^socket\(AF_NETLINK, [^)]*NETLINK_NETFILTER\)")),
+    ("nf_tables batch + acks, close", re.compile(r"^sendto\(\d+, \[\[\{nlmsg_len=20, nlmsg_type=0x10 ")),
+    ("record: temp file + rename", re.compile(r"^getpid\(")),
+    ("log line, result on stdout", re.compile(r"^openat\(AT_FDCWD, \"[^\"]*\.log\"")),
+    ("exit (exit_group to reaped)", re.compile(r"^exit_group\(")),
+]
+EXITED = re.compile(r"^\+\+\+ exited with")
+TRACE_TS = re.compile(r"^(\d+) +(\d+\.\d+) (.*)$")
+
+
+def trace_phases(path):
+    """Per-phase milliseconds of one `strace -f -ttt -T` trace."""
+    events = []
+    main = None
+    with open(path) as f:
+        for line in f:
+            m = TRACE_TS.match(line)
+            if not m:
+                continue
+            pid, ts, rest = int(m.group(1)), float(m.group(2)), m.group(3)
+            if main is None:
+                main = pid
+            events.append((pid, ts, rest))
+    marks = []
+    k = 0
+    for name, rx in PHASES:
+        for j in range(k, len(events)):
+            if rx.match(events[j][2]):
+                marks.append((name, events[j][1]))
+                k = j + 1
+                break
+        else:
+            marks.append((name, None))
+    end = next((ts for pid, ts, rest in reversed(events) if pid == main and EXITED.match(rest)), events[-1][1])
+    out, t_next = {}, end
+    for name, ts in reversed(marks):
+        if ts is None:
+            out[name] = None
+            continue
+        out[name] = (t_next - ts) * 1000.0
+        t_next = ts
+    return {name: out[name] for name, _ in PHASES}, (end - marks[0][1]) * 1000.0 if marks[0][1] else None
+
+
+def phase_series(sp, tmp, add, dele, runs):
+    """Median per-phase breakdown of `runs` straced ADDs (DEL between, untimed)."""
+    strace = shutil.which("strace") or "/usr/bin/strace"
+    trace = os.path.join(tmp, "phase.strace")
+    per = {name: [] for name, _ in PHASES}
+    totals = []
+    for _ in range(runs):
+        call = Call([strace, "-f", "-ttt", "-T", "-o", trace] + add.argv, add.env, add.stdin_path)
+        sp.must(call, "router ADD under strace -f -ttt -T")
+        sp.must(dele, "router DEL")
+        ph, total = trace_phases(trace)
+        for name, v in ph.items():
+            if v is not None:
+                per[name].append(v)
+        if total is not None:
+            totals.append(total)
+    return {
+        "runs": runs,
+        "total_median_ms": round(pct(sorted(totals), 50), 3),
+        "phases": [
+            {"phase": name, "median_ms": round(pct(sorted(v), 50), 3) if v else None} for name, v in per.items()
+        ],
+    }
+
+
 # ---------------------------------------------------------------------- series
 
 
@@ -475,7 +558,7 @@ def alternate(sp, add, delete, runs, warmup, what, rss_n):
     return a, a_rss, d, d_rss
 
 
-def reference_series(sp, tmp, tag, index, router, ref_src, runs, warmup):
+def reference_series(sp, tmp, tag, index, router, ref_src, runs, warmup, phase_runs):
     """podgate-router's masquerade ADD against masq_ref.c built from its own
     trace, interleaved in one pod netns; each ADD timed, the router DEL that
     undoes it (the reference writes the router's own record) untimed."""
@@ -528,8 +611,9 @@ def reference_series(sp, tmp, tag, index, router, ref_src, runs, warmup):
         runs,
         warmup,
     )
+    phases = phase_series(sp, tmp, ref, dele, phase_runs) if phase_runs else None
     pod.close()
-    return r, c
+    return r, c, phases
 
 
 def cmd_series(args):
@@ -598,6 +682,10 @@ def cmd_series(args):
         record(f"router_{profile}_del", f"podgate-router DEL {profile}", what, d, d_rss)
         if os.listdir(os.path.join(tmp, "state")) not in ([], [".lock"]):
             raise RuntimeError(f"router {profile}: state left: {os.listdir(os.path.join(tmp, 'state'))}")
+        if profile == "vpn-gateway" and args.phase_runs:
+            results["phases_vpn-gateway_add"] = phase_series(sp, tmp, add, dele, args.phase_runs)
+            for p in results["phases_vpn-gateway_add"]["phases"]:
+                print(f"    phase {p['phase']:<44} {p['median_ms'] if p['median_ms'] is not None else '-'} ms (strace)")
         if profile == "vpn-gateway":
             # A pod no profile applies to, in the same netns: read config, pass through.
             none = Call([router], cni_env("ADD", "bench-none", pod, "no-such-pod"), stdin)
@@ -606,7 +694,9 @@ def cmd_series(args):
         pod.close()
 
     # The physical limit: the same kernel calls from a static C program.
-    r, c = reference_series(sp, tmp, tag, index, router, args.ref_src, runs, warmup)
+    r, c, ref_phases = reference_series(sp, tmp, tag, index, router, args.ref_src, runs, warmup, args.phase_runs)
+    if ref_phases:
+        results["phases_ref_add"] = ref_phases
     index += 1
     record("ref_router_add", "podgate-router ADD vpn-gateway (vs C ref)", "interleaved with masq_ref", r)
     record("ref_c_add", "C reference masquerade ADD (masq_ref.c)", "the router's kernel calls, same bytes", c)
@@ -1004,6 +1094,18 @@ def cmd_report(args):
     for r in rows:
         print(line(r))
 
+    ph_r, ph_c = s.get("phases_vpn-gateway_add"), s.get("phases_ref_add")
+    if ph_r:
+        print()
+        print(f"Masquerade ADD (vpn-gateway) per phase, median of {ph_r['runs']} runs under strace -f -ttt -T "
+              f"(strace inflates every syscall: total {ph_r['total_median_ms']:.3f} ms traced"
+              + (f", C reference {ph_c['total_median_ms']:.3f} ms traced" if ph_c else "") + ")")
+        cref = {p["phase"]: p["median_ms"] for p in ph_c["phases"]} if ph_c else {}
+        print(f"| {'phase':<44} | router ms | C ref ms |")
+        print(f"|{'-' * 46}|----------:|---------:|")
+        for p in ph_r["phases"]:
+            print(f"| {p['phase']:<44} | {f3(p['median_ms']):>9} | {f3(cref.get(p['phase'])):>8} |")
+
     verdicts = []
 
     def verdict(name, ok, detail):
@@ -1034,8 +1136,12 @@ def cmd_report(args):
         over = (med("ref_c_add") - floor) if floor is not None else None
         print(f"  C reference: {med('ref_c_add'):.3f} ms"
               + (f" ({over:.3f} ms above the no-op floor: the kernel's share)" if over is not None else ""))
+        # CPU (user+sys) is the load-proof half of the comparison: wall time
+        # on a busy machine also counts waiting for a core.
+        rc, cc = s["ref_router_add"].get("cpu_median_ms"), s["ref_c_add"].get("cpu_median_ms")
+        cpu = f"; CPU {rc:.3f} / {cc:.3f} ms = {rc / cc:.2f}x" if rc and cc else ""
         verdict("router masquerade ADD <= 1.25x the C reference (same kernel calls, interleaved)", ratio <= 1.25,
-                f"{med('ref_router_add'):.3f} ms / {med('ref_c_add'):.3f} ms = {ratio:.2f}x")
+                f"{med('ref_router_add'):.3f} ms / {med('ref_c_add'):.3f} ms = {ratio:.2f}x{cpu}")
     if med("nft_add") and med("router_vpn-gateway_add"):
         print(f"  ratio nft spawn / router ADD vpn-gateway (same rule + sysctl): "
               f"{med('nft_add') / med('router_vpn-gateway_add'):.1f}x")
@@ -1119,6 +1225,7 @@ def main():
     a.add_argument("--runs", type=int, default=300)
     a.add_argument("--warmup", type=int, default=20)
     a.add_argument("--rss-runs", type=int, default=10)
+    a.add_argument("--phase-runs", type=int, default=20, help="straced ADDs for the per-phase breakdown (0: none)")
     a.add_argument("--tag", default=str(os.getpid()))
     a.add_argument("--loadavg", default="")
     a.add_argument("--out", required=True)

@@ -66,11 +66,11 @@ skip=" ${BENCH_SKIP:-} "
 
 if [ "$mode" = short ]; then
     runs="${BENCH_RUNS:-40}" warmup=5 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-1}"
-    guard_runs="${BENCH_RUNS:-50}" cycles="${PODGATE_SOAK_CYCLES:-100}"
+    guard_runs="${BENCH_RUNS:-50}" cycles="${PODGATE_SOAK_CYCLES:-100}" phase_runs=10
     budget=170 # seconds for everything, build included
 else
     runs="${BENCH_RUNS:-300}" warmup=20 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-3}"
-    guard_runs="${BENCH_RUNS:-300}" cycles="${PODGATE_SOAK_CYCLES:-2000}"
+    guard_runs="${BENCH_RUNS:-300}" cycles="${PODGATE_SOAK_CYCLES:-2000}" phase_runs=50
     budget=0
 fi
 
@@ -136,7 +136,7 @@ fi
 loadavg="$(cut -d' ' -f1-3 /proc/loadavg)"
 step "series: $runs runs each (+$warmup warm-up), ADD/DEL alternating"
 "$python" "$here/driver.py" series --bin-dir "$rel" --noop "$out/noop" --ref-src "$here/masq_ref.c" --runs "$runs" \
-    --warmup "$warmup" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
+    --warmup "$warmup" --phase-runs "$phase_runs" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
     fail "series (a plugin call failed or did not apply)"
 
 if wanted guard; then

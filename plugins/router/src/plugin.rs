@@ -84,23 +84,65 @@ fn other_strict(store: &StateStore, key: &Key) -> usize {
         .unwrap_or(0)
 }
 
-fn observe(
-    node: &mut RouteSocket,
-    store: &StateStore,
-    need_snat: bool,
-) -> Result<NodeView, CniError> {
-    let routes = route::list_all(node).map_err(|e| kit_err("reading node routes", e))?;
-    let addresses = link::addresses(node)
-        .map_err(|e| kit_err("reading node addresses", e))?
-        .into_iter()
-        .map(|a| a.addr)
-        .collect();
-    let (records, _corrupt) = store
-        .list::<Record>()
-        .map_err(|e| CniError::io(e.to_string()))?;
-    let links = link::list(node).map_err(|e| kit_err("reading node links", e))?;
+/// The parts of the node a plan checks against. Everything else stays
+/// unread: observing runs under the node-wide lock, and on a node with 110
+/// pods the link dump alone is 110+ messages of ~1.4 KiB.
+#[derive(Debug, Clone, Copy)]
+struct Needs {
+    /// Return routes: node routes (conflicts, the connected route to the pod),
+    /// node addresses, other pods' records (pool owners).
+    return_routes: bool,
+    /// A routing boundary reads all of it, links included.
+    routing: bool,
+    /// Strict routing also reads the node's nf_tables SNAT rules.
+    snat: bool,
+}
+
+impl Needs {
+    fn of(cfg: &RouterConfig, sel: &Selection) -> Needs {
+        let routing = cfg
+            .profiles
+            .get(&sel.profile)
+            .and_then(|p| p.routing.as_ref());
+        Needs {
+            return_routes: !sel.return_routes.is_empty(),
+            routing: routing.is_some(),
+            snat: routing.is_some_and(|r| r.mode == crate::config::RoutingMode::Strict),
+        }
+    }
+}
+
+fn observe(node: &mut RouteSocket, store: &StateStore, needs: Needs) -> Result<NodeView, CniError> {
+    let any = needs.return_routes || needs.routing;
+    let routes = if any {
+        route::list_all(node).map_err(|e| kit_err("reading node routes", e))?
+    } else {
+        Vec::new()
+    };
+    let addresses = if needs.return_routes {
+        link::addresses(node)
+            .map_err(|e| kit_err("reading node addresses", e))?
+            .into_iter()
+            .map(|a| a.addr)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let records = if any {
+        store
+            .list::<Record>()
+            .map_err(|e| CniError::io(e.to_string()))?
+            .0
+    } else {
+        Vec::new()
+    };
+    let links = if needs.routing {
+        link::list(node).map_err(|e| kit_err("reading node links", e))?
+    } else {
+        Vec::new()
+    };
     // Reading nf_tables only when a strict profile needs it keeps the common path short.
-    let node_snat = if need_snat {
+    let node_snat = if needs.snat {
         podgate_kit::nft::NftSocket::new()
             .and_then(|mut s| s.find_snat_rules(None))
             .map_err(|e| kit_err("reading node nf_tables", e))?
@@ -188,12 +230,9 @@ impl Plugin for Router {
             let _ = store.remove(&key);
         }
 
-        let strict = cfg
-            .profiles
-            .get(&sel.profile)
-            .and_then(|p| p.routing.as_ref())
-            .is_some_and(|r| r.mode == crate::config::RoutingMode::Strict);
-        let view = observe(&mut node, &store, strict)?;
+        let needs = Needs::of(&cfg, &sel);
+        let strict = needs.snat;
+        let view = observe(&mut node, &store, needs)?;
         let mut warnings = Vec::new();
         if strict
             && view
