@@ -2,16 +2,26 @@
 """podgate benchmark driver, called by integration/bench/run.sh (root only).
 
 Subcommands:
-  series       whole-process ADD/DEL timings of podgate-router (three
-               profiles), Debian's tuning plugin, `nsenter --net + nft -f` and a
-               no-op static binary, each plugin driven directly with env + stdin
-               as a runtime does, against a real veth'd pod netns made once per
-               series; ADD and DEL alternate so state stays consistent.
-  concurrency  N pods ADDed at once on one node netns, then DELed at once;
-               p50/p99 per process and a before/after comparison of the node's
-               routes, rules, nftables and the state dir (must be equal).
+  series       whole-process ADD/DEL timings (and user+sys CPU) of
+               podgate-router (three profiles, and a pod without one), the C
+               reference masq_ref.c built from the router's own strace and
+               interleaved with it, Debian's tuning plugin, `nsenter --net +
+               nft -f` / `nft delete table` interleaved with the router's DEL
+               in one netns, and a no-op static binary; each plugin driven
+               directly with env + stdin as a runtime does, against a real
+               veth'd pod netns made once per series; ADD and DEL alternate so
+               state stays consistent. Plus a per-phase breakdown of straced
+               masquerade ADDs (router and reference).
+  concurrency  the burst: N pods (all masquerade, every third also a return
+               route) ADDed at once on one node netns, then DELed at once;
+               p50/p99/max per process, the CPU floor (N x one ADD's user+sys
+               measured alone on that node / cores), node-lock wait and hold
+               times from the router's log, and a before/after comparison of
+               the node's routes, rules, nftables and the state dir (must be
+               equal).
   report       merge the JSON parts into results.json and print the table and
                one verdict line per target.
+  phases       per-phase breakdown of `strace -f -ttt -T` traces of router ADDs.
 
 Timing: posix_spawn + wait4 from this (single-threaded) process, spawn to
 reap, no shell in between. Peak RSS: /usr/bin/time -f %M over separate runs
@@ -333,7 +343,7 @@ def parse_router_trace(path):
     socks = {}  # fd -> ("node-route" | "pod-route" | "nft")
     files = {}  # fd -> path (open files)
     entered = set()  # tids that setns()ed
-    out = {"node": [], "nft": [], "writes": [], "rename": None, "sysctl": None}
+    out = {"node": [], "nft": [], "writes": [], "rename": None, "sysctl": None, "node_socket": False}
     i = 0
     while i < len(lines):
         m = STRACE_LINE.match(lines[i])
@@ -353,6 +363,7 @@ def parse_router_trace(path):
         elif call == "socket" and "AF_NETLINK" in args and ret.isdigit():
             kind = "nft" if "NETLINK_NETFILTER" in args else ("pod-route" if tid in entered else "node-route")
             socks[int(ret)] = kind
+            out["node_socket"] |= kind == "node-route"
         elif call == "openat" and ret.isdigit():
             q = QUOTED.findall(args)
             files[int(ret)] = unhex(q[0]).decode() if q else "?"
@@ -421,7 +432,10 @@ def reference_header(trace, netns, state_dir, log_file):
     h.append(f"#define REF_SYSCTL {c_bytes(trace['sysctl'][0].encode())}")
     h.append(f"#define REF_SYSCTL_VALUE {c_bytes(trace['sysctl'][1])}")
     h.append(f"#define REF_NFT_LAST_SEQ {acked[-1]}u")
+    h.append(f"#define REF_NODE_SOCKET {int(trace['node_socket'])}")
     h.append("static const struct { const char *bytes; size_t len; unsigned seq; } ref_node[] = {")
+    if not trace["node"]:
+        h.append("    {0, 0, 0}, /* none: the loop skips empty entries */")
     for m in trace["node"]:
         seq = nl_seqs(m)[0][2]
         h.append(f"    {{{c_bytes(m)}, {len(m)}, {seq}u}},")
@@ -614,6 +628,19 @@ def reference_series(sp, tmp, tag, index, router, ref_src, runs, warmup, phase_r
     phases = phase_series(sp, tmp, ref, dele, phase_runs) if phase_runs else None
     pod.close()
     return r, c, phases
+
+
+def cmd_phases(args):
+    """Per-phase breakdown of strace -f -ttt -T traces taken by hand."""
+    per = {name: [] for name, _ in PHASES}
+    for path in args.traces:
+        ph, total = trace_phases(path)
+        for name, v in ph.items():
+            if v is not None:
+                per[name].append(v)
+        print(f"  {path}: {total:.3f} ms traced")
+    for name, v in per.items():
+        print(f"  {name:<44} {f'{pct(sorted(v), 50):.3f} ms' if v else '-'}")
 
 
 def cmd_series(args):
@@ -1236,6 +1263,8 @@ def main():
     c.add_argument("--rounds", type=int, default=1)
     c.add_argument("--tag", default=str(os.getpid()))
     c.add_argument("--out", required=True)
+    ph = sub.add_parser("phases")
+    ph.add_argument("traces", nargs="+", help="strace -f -ttt -T -o FILE outputs of router ADDs")
     r = sub.add_parser("report")
     for k in ("series", "guard", "concurrency", "soak", "fuzz"):
         r.add_argument(f"--{k}")
@@ -1244,7 +1273,7 @@ def main():
     r.add_argument("--out", required=True)
     args = ap.parse_args()
 
-    if args.cmd != "report" and os.geteuid() != 0:
+    if args.cmd not in ("report", "phases") and os.geteuid() != 0:
         sys.exit("driver: must run as root (creates network namespaces)")
     atexit.register(cleanup)
     # SIGTERM unwinds through `finally` like Ctrl-C does. SIGINT keeps
@@ -1252,7 +1281,9 @@ def main():
     # process dies of SIGINT, so the calling shell stops too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        {"series": cmd_series, "concurrency": cmd_concurrency, "report": cmd_report}[args.cmd](args)
+        {"series": cmd_series, "concurrency": cmd_concurrency, "report": cmd_report, "phases": cmd_phases}[
+            args.cmd
+        ](args)
     finally:
         cleanup()
 

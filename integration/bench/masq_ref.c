@@ -13,8 +13,9 @@
  * In order, as the router does them:
  *   open the pod netns + NS_GET_NSTYPE (the check that it is a network ns),
  *   mkdir the state dir, open + flock its lock, look for an earlier record,
- *   node netlink: one NETLINK_ROUTE socket (strict checking, ext ack, receive
- *     timeout) and every request the router sent on it, answers read to the end,
+ *   node netlink: the NETLINK_ROUTE socket (strict checking, ext ack, receive
+ *     timeout) if the router opened one, and every request the router sent on
+ *     it (none for a masquerade-only profile), answers read to the end,
  *   list the state dir (the router reads every record for pool ownership),
  *   a thread that setns()es into the pod: read ip_forward, write it when it
  *     differs, open the NETLINK_NETFILTER socket (ext ack, capped acks,
@@ -171,10 +172,12 @@ int main(void) {
         die("record exists (run DEL first)");
     }
 
-    int node = nl_socket(NETLINK_ROUTE, 1);
-    if (node < 0)
+    int node = REF_NODE_SOCKET ? nl_socket(NETLINK_ROUTE, 1) : -2;
+    if (node == -1)
         die("node netlink socket");
     for (size_t i = 0; i < sizeof ref_node / sizeof ref_node[0]; i++) {
+        if (ref_node[i].len == 0)
+            continue;
         if (send(node, ref_node[i].bytes, ref_node[i].len, 0) != (ssize_t)ref_node[i].len)
             die("node netlink send");
         read_until(node, ref_node[i].seq, "node netlink");
@@ -204,7 +207,8 @@ int main(void) {
         die("nf_tables send");
     read_until(nft_fd, REF_NFT_LAST_SEQ, "nf_tables batch");
     close(nft_fd);
-    close(node);
+    if (node >= 0)
+        close(node);
 
     snprintf(tmp, sizeof tmp, "%s/.tmp-%d-%s", REF_STATE_DIR, (int)getpid(), REF_RECORD_NAME);
     write_file(tmp, O_TRUNC, ref_record, sizeof ref_record - 1);
