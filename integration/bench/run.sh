@@ -31,7 +31,7 @@
 # on exit, whatever happens; the host's networking is never touched.
 #
 # Environment: BENCH_RUNS, BENCH_PODS, BENCH_ROUNDS, PODGATE_SOAK_CYCLES,
-# FUZZ_SECONDS (per target; 0 skips fuzzing), BENCH_SKIP="guard soak ...".
+# FUZZ_SECONDS (per target; 0 skips fuzzing), BENCH_SKIP="guard concurrency soak fuzz".
 set -euo pipefail
 
 mode=full
@@ -39,7 +39,7 @@ case "${1:-}" in
     --short) mode=short ;;
     "") ;;
     -h | --help)
-        sed -n '2,30p' "$0"
+        sed -n '2,34p' "$0"
         exit 0
         ;;
     *)
