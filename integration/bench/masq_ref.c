@@ -17,12 +17,14 @@
  *     timeout) if the router opened one, and every request the router sent on
  *     it (none for a masquerade-only profile), answers read to the end,
  *   list the state dir (the router reads every record for pool ownership),
- *   a thread that setns()es into the pod: read ip_forward, write it when it
+ *   the file changes the router made before entering the pod (a write-ahead
+ *     record, if it writes one),
+ *   a thread that setns()es into the pod: read each sysctl, write it when it
  *     differs, open the NETLINK_NETFILTER socket (ext ack, capped acks,
  *     timeouts), exit,
  *   on the main thread: the nf_tables batch, read acks up to the last one,
- *   the record: temp file written, renamed; the log line appended; the
- *     result written to stdout.
+ *   the file changes after it, in the router's order: records (temp file
+ *     written, renamed), the log line appended; the result written to stdout.
  * Left out, as overhead rather than the ADD's work: the Rust runtime's start-up
  * calls (/proc/self/maps, sigaltstack, signal handlers), the capability check
  * through /proc/self/status, the "already in this netns?" probe of
@@ -47,6 +49,14 @@
 #include <sys/types.h>
 #include <sys/time.h>
 #include <unistd.h>
+
+enum { F_END, F_WRITE, F_APPEND, F_RENAME, F_UNLINK };
+struct fop {
+    int kind;
+    const char *path, *path2; /* rename: from, to */
+    const char *bytes;
+    size_t len;
+};
 
 #include "masq_ref.h"
 
@@ -122,19 +132,24 @@ static void read_until(int fd, unsigned seq, const char *what) {
 }
 
 static void *pod_side(void *arg) {
-    char cur[64];
+    char cur[256];
     (void)arg;
     if (setns(ns_fd, CLONE_NEWNET) != 0)
         die("setns");
-    int fd = open(REF_SYSCTL, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd < 0 ? -1 : read(fd, cur, sizeof cur - 1);
-    if (n < 0)
-        die("read sysctl");
-    close(fd);
-    if (n == 0 || cur[0] != REF_SYSCTL_VALUE[0] || (n > 1 && cur[1] != '\n')) {
-        fd = open(REF_SYSCTL, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-        if (fd < 0 || write(fd, REF_SYSCTL_VALUE, sizeof REF_SYSCTL_VALUE - 1) < 0)
-            die("write sysctl");
+    for (size_t i = 0; i < sizeof ref_sysctls / sizeof ref_sysctls[0]; i++) {
+        /* Read before write, as the router does; write when it differs. */
+        int fd = open(ref_sysctls[i].path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd < 0 ? -1 : read(fd, cur, sizeof cur - 1);
+        if (n < 0)
+            die(ref_sysctls[i].path);
+        close(fd);
+        while (n > 0 && cur[n - 1] == '\n')
+            n--;
+        if ((size_t)n == ref_sysctls[i].len && memcmp(cur, ref_sysctls[i].value, n) == 0)
+            continue;
+        fd = open(ref_sysctls[i].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0 || write(fd, ref_sysctls[i].value, ref_sysctls[i].len) < 0)
+            die(ref_sysctls[i].path);
         close(fd);
     }
     nft_fd = nl_socket(NETLINK_NETFILTER, 0);
@@ -150,8 +165,30 @@ static void write_file(const char *path, int flags, const char *body, size_t len
     close(fd);
 }
 
+/* The router's file changes, in its order: records (temp file + rename),
+ * log lines, removals. */
+static void file_ops(const struct fop *op) {
+    for (; op->kind != F_END; op++) {
+        switch (op->kind) {
+        case F_WRITE:
+            write_file(op->path, O_TRUNC, op->bytes, op->len);
+            break;
+        case F_APPEND:
+            write_file(op->path, O_APPEND, op->bytes, op->len);
+            break;
+        case F_RENAME:
+            if (rename(op->path, op->path2) != 0)
+                die(op->path2);
+            break;
+        case F_UNLINK:
+            if (unlink(op->path) != 0 && errno != ENOENT)
+                die(op->path);
+            break;
+        }
+    }
+}
+
 int main(void) {
-    char tmp[4096];
 
     ns_fd = open(REF_POD_NETNS, O_RDONLY | O_CLOEXEC);
     if (ns_fd < 0 || ioctl(ns_fd, NS_GET_NSTYPE) != CLONE_NEWNET)
@@ -198,6 +235,7 @@ int main(void) {
         }
     }
     closedir(d);
+    file_ops(ref_files_pre);
 
     pthread_t t;
     if (pthread_create(&t, NULL, pod_side, NULL) != 0 || pthread_join(t, NULL) != 0)
@@ -210,13 +248,9 @@ int main(void) {
     if (node >= 0)
         close(node);
 
-    snprintf(tmp, sizeof tmp, "%s/.tmp-%d-%s", REF_STATE_DIR, (int)getpid(), REF_RECORD_NAME);
-    write_file(tmp, O_TRUNC, ref_record, sizeof ref_record - 1);
-    if (rename(tmp, REF_STATE_DIR "/" REF_RECORD_NAME) != 0)
-        die("rename record");
-#ifdef REF_LOG_FILE
-    write_file(REF_LOG_FILE, O_APPEND, ref_log, sizeof ref_log - 1);
-#endif
+    /* The router names its temp record after its pid. */
+    (void)getpid();
+    file_ops(ref_files_post);
     if (write(1, ref_stdout, sizeof ref_stdout - 1) < 0)
         die("stdout");
     close(lock);
