@@ -916,6 +916,8 @@ def lock_times(log_path, offset, msg):
 
 def lock_summary(waits, helds, wall):
     h = sorted(helds)
+    if not h:
+        return {"n": 0}
     return {
         "n": len(h),
         "held_p50_ms": round(pct(h, 50), 3),
@@ -1049,7 +1051,8 @@ def cmd_concurrency(args):
     a, d = res["add"], res["del"]
     print(
         f"  ADD p50 {a['median_ms']:.1f} p99 {a['p99_ms']:.1f} max {a['max_ms']:.1f} ms (batch {a['wall_ms']:.0f} ms, "
-        f"cpu {a['cpu_sum_ms']:.0f} ms, lock held p50 {a['lock']['held_p50_ms']:.2f} ms, sum {a['lock']['held_sum_ms']:.0f} ms)",
+        f"cpu {a['cpu_sum_ms']:.0f} ms, lock held p50 {a['lock'].get('held_p50_ms', float('nan')):.2f} ms, "
+        f"sum {a['lock'].get('held_sum_ms', float('nan')):.0f} ms)",
         flush=True,
     )
     for p in pods:
@@ -1218,11 +1221,15 @@ def cmd_report(args):
         a, d = conc["add"], conc["del"]
         for name, ph in (("ADD", a), ("DEL", d)):
             lk = ph["lock"]
+            if lk["n"]:
+                lock = (f"node lock held p50 {lk['held_p50_ms']:.2f} ms p99 {lk['held_p99_ms']:.2f} ms "
+                        f"max {lk['held_max_ms']:.2f} ms, sum {lk['held_sum_ms']:.0f} ms = "
+                        f"{lk['held_share_of_wall'] * 100:.0f}% of the batch; lock wait max {lk['wait_max_ms']:.0f} ms")
+            else:
+                lock = "node lock times: not in the router's log (lockWaitMs/lockHeldMs)"
             print(f"  burst {conc['pods']} x {conc['rounds']} {name}: p50 {ph['median_ms']:.1f} ms p99 {ph['p99_ms']:.1f} ms "
                   f"max {ph['max_ms']:.1f} ms (batch {ph['wall_ms']:.0f} ms, CPU of all processes {ph['cpu_sum_ms']:.0f} ms); "
-                  f"node lock held p50 {lk['held_p50_ms']:.2f} ms p99 {lk['held_p99_ms']:.2f} ms max {lk['held_max_ms']:.2f} ms, "
-                  f"sum {lk['held_sum_ms']:.0f} ms = {lk['held_share_of_wall'] * 100:.0f}% of the batch; "
-                  f"lock wait max {lk['wait_max_ms']:.0f} ms")
+                  + lock)
         single = ", ".join(f"{k} cpu {v['cpu_mean_ms']:.2f} ms" for k, v in conc["single_add"].items())
         limit = 1.5 * conc["cpu_floor_ms"]
         verdict(f"burst of {conc['pods']} ADDs: p99 <= 1.5x the CPU floor",
