@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # podgate benchmarks and long-running checks: the one runner (root only).
 #
-#   integration/bench/run.sh            full: 300 runs per series, 64 pods x 3
+#   integration/bench/run.sh            full: 300 runs per series, 110 pods x 3
 #                                        rounds, 2,000-cycle soak, fuzz 60 s/target
 #   integration/bench/run.sh --short    CI (integration/test.sh when CI=true):
-#                                        40 runs, 64 pods x 1, 100-cycle soak,
+#                                        40 runs, 110 pods x 1, 100-cycle soak,
 #                                        fuzz only if time is left; < 3 min
 #
 # In one run, side by side: whole-process median/p95 and peak RSS of
 # podgate-router ADD/DEL (vpn-gateway: ip_forward=1 + masquerade 10.8.0.0/24;
 # vpn-routed: + node return route instead; sysctl + masquerade + route),
+# a pod without a profile; masq_ref.c, a static C program making the router's
+# masquerade-ADD kernel calls with the bytes captured from the router (the
+# physical limit, interleaved with the router's ADD);
 # Debian's tuning plugin setting only ip_forward, `nsenter --net + nft -f` of
-# the same masquerade rule, podgate-tunnel-guard ADD with 10 and 4,000 XFRM
+# the same masquerade rule and `nft delete table` against the router's DEL in
+# the same netns, podgate-tunnel-guard ADD with 10 and 4,000 XFRM
 # policies (guard.sh), and a no-op static binary (the floor). Each plugin is
 # driven directly with env + stdin against a real veth'd pod netns, release
-# build. Then: 64 pods ADDed at once and DELed at once (node must end as it
-# started), the soak test (integration/tests/soak.rs) and the fuzz targets.
+# build. Then: the burst, 110 pods (all masquerade, a third with return
+# routes) ADDed at once and DELed at once: p50/p99/max against the CPU floor
+# (110 x one ADD's user+sys / cores), node-lock hold times from the router's
+# log, node must end as it started; the soak test (integration/tests/soak.rs)
+# and the fuzz targets.
 #
 # Output: a table and one verdict line per target on stdout, and
 # target/bench/results.json. Timing never fails the run (it prints MISSED);
@@ -24,7 +31,7 @@
 # on exit, whatever happens; the host's networking is never touched.
 #
 # Environment: BENCH_RUNS, BENCH_PODS, BENCH_ROUNDS, PODGATE_SOAK_CYCLES,
-# FUZZ_SECONDS (per target; 0 skips fuzzing), BENCH_SKIP="guard soak ...".
+# FUZZ_SECONDS (per target; 0 skips fuzzing), BENCH_SKIP="guard concurrency soak fuzz".
 set -euo pipefail
 
 mode=full
@@ -32,7 +39,7 @@ case "${1:-}" in
     --short) mode=short ;;
     "") ;;
     -h | --help)
-        sed -n '2,30p' "$0"
+        sed -n '2,34p' "$0"
         exit 0
         ;;
     *)
@@ -58,12 +65,12 @@ failures=()
 skip=" ${BENCH_SKIP:-} "
 
 if [ "$mode" = short ]; then
-    runs="${BENCH_RUNS:-40}" warmup=5 pods="${BENCH_PODS:-64}" rounds="${BENCH_ROUNDS:-1}"
-    guard_runs="${BENCH_RUNS:-50}" cycles="${PODGATE_SOAK_CYCLES:-100}"
+    runs="${BENCH_RUNS:-40}" warmup=5 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-1}"
+    guard_runs="${BENCH_RUNS:-50}" cycles="${PODGATE_SOAK_CYCLES:-100}" phase_runs=10
     budget=170 # seconds for everything, build included
 else
-    runs="${BENCH_RUNS:-300}" warmup=20 pods="${BENCH_PODS:-64}" rounds="${BENCH_ROUNDS:-3}"
-    guard_runs="${BENCH_RUNS:-300}" cycles="${PODGATE_SOAK_CYCLES:-2000}"
+    runs="${BENCH_RUNS:-300}" warmup=20 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-3}"
+    guard_runs="${BENCH_RUNS:-300}" cycles="${PODGATE_SOAK_CYCLES:-2000}" phase_runs=50
     budget=0
 fi
 
@@ -71,7 +78,7 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "run.sh: must run as root (creates network namespaces)" >&2
     exit 1
 fi
-for tool in ip nft nsenter unshare jq cc cargo "$python"; do
+for tool in ip nft nsenter unshare jq cc cargo strace "$python"; do
     command -v "$tool" >/dev/null || {
         echo "run.sh: $tool missing (integration/install-deps.sh)" >&2
         exit 1
@@ -128,8 +135,8 @@ fi
 
 loadavg="$(cut -d' ' -f1-3 /proc/loadavg)"
 step "series: $runs runs each (+$warmup warm-up), ADD/DEL alternating"
-"$python" "$here/driver.py" series --bin-dir "$rel" --noop "$out/noop" --runs "$runs" \
-    --warmup "$warmup" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
+"$python" "$here/driver.py" series --bin-dir "$rel" --noop "$out/noop" --ref-src "$here/masq_ref.c" --runs "$runs" \
+    --warmup "$warmup" --phase-runs "$phase_runs" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
     fail "series (a plugin call failed or did not apply)"
 
 if wanted guard; then
@@ -141,7 +148,7 @@ if wanted guard; then
 fi
 
 if wanted concurrency; then
-    step "concurrency: $pods pods ADDed at once, then DELed at once, x$rounds"
+    step "burst: $pods pods ADDed at once, then DELed at once, x$rounds"
     "$python" "$here/driver.py" concurrency --bin-dir "$rel" --pods "$pods" --rounds "$rounds" \
         --tag "$tag" --out "$out/concurrency.json" ||
         fail "concurrency (a call failed, or the node/pods did not end as they started)"

@@ -420,7 +420,10 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         node_sysctls: STRICT_NODE_SYSCTLS
             .iter()
             .copied()
-            .chain(["net.ipv4.conf.pgs0.proxy_arp", "net.ipv4.neigh.pgs0.proxy_delay"])
+            .chain([
+                "net.ipv4.conf.pgs0.proxy_arp",
+                "net.ipv4.neigh.pgs0.proxy_delay",
+            ])
             .collect(),
     };
     // Values the strict settings change, so a leak shows.

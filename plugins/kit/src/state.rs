@@ -28,6 +28,20 @@ pub struct StateStore {
 #[derive(Debug)]
 pub struct StateLock {
     _file: File,
+    acquired: Instant,
+    waited: Duration,
+}
+
+impl StateLock {
+    /// How long `lock` waited for it (contention with other CNI calls).
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// How long it has been held so far.
+    pub fn held(&self) -> Duration {
+        self.acquired.elapsed()
+    }
 }
 
 /// Identity of one attachment.
@@ -164,7 +178,12 @@ impl StateStore {
             // SAFETY: flock on an fd we own.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             if rc == 0 {
-                return Ok(StateLock { _file: file });
+                let acquired = Instant::now();
+                return Ok(StateLock {
+                    _file: file,
+                    acquired,
+                    waited: acquired - start,
+                });
             }
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() != Some(libc::EWOULDBLOCK) || start.elapsed() > LOCK_WAIT {

@@ -78,22 +78,68 @@ fn io_err(e: impl std::fmt::Display) -> CniError {
     CniError::io(e.to_string())
 }
 
+/// The parts of the node a plan checks against. Everything else stays
+/// unread: observing runs under the node-wide lock, and on a node with 110
+/// pods the link dump alone is 110+ messages of ~1.4 KiB.
+#[derive(Debug, Clone, Copy)]
+struct Needs {
+    /// Return routes: node routes (conflicts, the connected route to the pod),
+    /// node addresses, other pods' records (pool owners).
+    return_routes: bool,
+    /// A routing boundary reads all of it, links included.
+    routing: bool,
+    /// Strict routing also reads the node's nf_tables SNAT rules.
+    snat: bool,
+}
+
+impl Needs {
+    fn of(cfg: &RouterConfig, sel: &Selection) -> Needs {
+        let routing = cfg
+            .profiles
+            .get(&sel.profile)
+            .and_then(|p| p.routing.as_ref());
+        Needs {
+            return_routes: !sel.return_routes.is_empty(),
+            routing: routing.is_some(),
+            snat: routing.is_some_and(|r| r.mode == crate::config::RoutingMode::Strict),
+        }
+    }
+}
+
 fn observe(
     node: &mut RouteSocket,
     census: &Census,
     key: &Key,
-    need_snat: bool,
+    needs: Needs,
 ) -> Result<NodeView, CniError> {
-    let routes = route::list_all(node).map_err(|e| kit_err("reading node routes", e))?;
-    let addresses = link::addresses(node)
-        .map_err(|e| kit_err("reading node addresses", e))?
-        .into_iter()
-        .map(|a| a.addr)
-        .collect();
-    let claims = census.live_except(key).map(Record::claim).collect();
-    let links = link::list(node).map_err(|e| kit_err("reading node links", e))?;
+    let any = needs.return_routes || needs.routing;
+    let routes = if any {
+        route::list_all(node).map_err(|e| kit_err("reading node routes", e))?
+    } else {
+        Vec::new()
+    };
+    let addresses = if needs.return_routes {
+        link::addresses(node)
+            .map_err(|e| kit_err("reading node addresses", e))?
+            .into_iter()
+            .map(|a| a.addr)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // Pool owners, tables and strict slots of the other live attachments.
+    let claims = if any {
+        census.live_except(key).map(Record::claim).collect()
+    } else {
+        Vec::new()
+    };
+    let links = if needs.routing {
+        link::list(node).map_err(|e| kit_err("reading node links", e))?
+    } else {
+        Vec::new()
+    };
     // Reading nf_tables only when a strict profile needs it keeps the common path short.
-    let node_snat = if need_snat {
+    let node_snat = if needs.snat {
         podgate_kit::nft::NftSocket::new()
             .and_then(|mut s| s.find_snat_rules(None))
             .map_err(|e| kit_err("reading node nf_tables", e))?
@@ -134,6 +180,11 @@ fn log_swept(log: &Logger, what: &str, s: &Swept) {
             json!({"failures": s.failures}),
         );
     }
+}
+
+/// Milliseconds with microsecond resolution, for log fields.
+fn ms(d: std::time::Duration) -> f64 {
+    (d.as_micros() as f64) / 1000.0
 }
 
 /// Pod routes from the plan are reported in the result, as a primary would.
@@ -187,7 +238,7 @@ impl Plugin for Router {
         let ns = open_netns(req)?;
         let key = key_of(req);
         let store = store(&cfg)?;
-        let _lock = store.lock().map_err(io_err)?;
+        let lock = store.lock().map_err(io_err)?;
         lifecycle::sweep_temp(&store).map_err(io_err)?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
         let here = Here::now();
@@ -274,7 +325,7 @@ impl Plugin for Router {
         // count what was just removed.
         let census = if changed { judge()? } else { census };
 
-        let view = observe(&mut node, &census, &key, strict)?;
+        let view = observe(&mut node, &census, &key, Needs::of(&cfg, &sel))?;
         let mut warnings = Vec::new();
         if strict
             && view
@@ -329,8 +380,12 @@ impl Plugin for Router {
                 "sysctls": rec.sysctls,
                 "masquerade": rec.masquerade,
                 "returnRoutes": rec.node_routes.iter().map(|r| r.spec().describe()).collect::<Vec<_>>(),
+                // Contention figures for the burst benchmark (integration/bench).
+                "lockWaitMs": ms(lock.waited()),
+                "lockHeldMs": ms(lock.held()),
             }),
         );
+        drop(lock);
         add_routes_to_result(&mut result, &rec);
         Ok(result)
     }
@@ -386,7 +441,7 @@ impl Plugin for Router {
                 )));
             }
         }
-        let _lock = store.lock().map_err(io_err)?;
+        let lock = store.lock().map_err(io_err)?;
         lifecycle::sweep_temp(&store).map_err(io_err)?;
         let rec = match record::read(&store, &key) {
             Ok(Some(r)) => r,
@@ -422,7 +477,12 @@ impl Plugin for Router {
         store.remove(&key).map_err(io_err)?;
         log.info(
             "removed",
-            json!({"profile": rec.profile, "status": rec.status}),
+            json!({
+                "profile": rec.profile,
+                "status": rec.status,
+                "lockWaitMs": ms(lock.waited()),
+                "lockHeldMs": ms(lock.held()),
+            }),
         );
         log_swept(
             &log,
