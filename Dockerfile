@@ -16,6 +16,12 @@ ARG TARGET=x86_64-unknown-linux-gnu
 ENV RUSTFLAGS="-C target-feature=+crt-static" \
     CARGO_TERM_COLOR=never
 
+# protoc: the helper's CRI client (`k8s-cri`) generates its bindings at build
+# time. Pinned to bookworm's version (the image's base).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends protobuf-compiler=3.21.12-3+deb12u1 \
+    && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --target "${TARGET}" \
