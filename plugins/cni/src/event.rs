@@ -136,12 +136,19 @@ pub struct Recorder {
     inflight: Option<(PathBuf, File)>,
 }
 
+/// Time, pid and a per-process sequence number: the agent de-duplicates by
+/// id, so two requests must never share one. The clock alone is not enough:
+/// two threads of one process (the agent's own tests; a future long-lived
+/// caller) can read the same nanosecond, and a coarse virtual clock makes
+/// that common.
 fn unique_id() -> String {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!(
-        "{:x}{:08x}-{}",
+        "{:x}{:08x}-{}-{seq}",
         now.as_secs(),
         now.subsec_nanos(),
         std::process::id()
