@@ -39,19 +39,19 @@ pub struct ReportArgs {
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// The CNI conf dir (conflists are copied, podgate's entries read).
-    #[arg(long, default_value = crate::install::DEFAULT_CONF_DIR, value_name = "DIR")]
+    #[arg(long, default_value = podgate_install::DEFAULT_CONF_DIR, value_name = "DIR")]
     pub cni_conf_dir: PathBuf,
     /// The CNI bin dir (for the installer check).
-    #[arg(long, default_value = crate::install::DEFAULT_BIN_DIR, value_name = "DIR")]
+    #[arg(long, default_value = podgate_install::DEFAULT_BIN_DIR, value_name = "DIR")]
     pub cni_bin_dir: PathBuf,
     /// podgate-router's stateDir (its records).
     #[arg(long, default_value = podgate_router::config::DEFAULT_STATE_DIR, value_name = "DIR")]
     pub state_dir: PathBuf,
     /// The installer's --state-dir.
-    #[arg(long, default_value = crate::install::DEFAULT_STATE_DIR, value_name = "DIR")]
+    #[arg(long, default_value = podgate_install::DEFAULT_STATE_DIR, value_name = "DIR")]
     pub installer_state_dir: PathBuf,
     /// The installer's --plugins file.
-    #[arg(long, default_value = crate::install::DEFAULT_PLUGINS_FILE, value_name = "FILE")]
+    #[arg(long, default_value = podgate_install::DEFAULT_PLUGINS_FILE, value_name = "FILE")]
     pub plugins: PathBuf,
     /// Another log to include (repeatable), e.g. the agent's --log-file.
     /// The plugins' logFile settings are found by themselves.

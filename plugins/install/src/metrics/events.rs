@@ -15,7 +15,7 @@
 //! the old file are already counted, and the ids in `recent` keep a
 //! mark that survived from being counted again.
 
-use crate::install::fsx;
+use crate::fsx;
 use podgate_cni::event::{inflight_dir, Event, Started, MAX_EVENT_FILE};
 use podgate_cni::log::flock;
 use serde::{Deserialize, Serialize};

@@ -1,20 +1,28 @@
-//! `podgate install` / `podgate uninstall`: put podgate's plugin binaries into
-//! the node's CNI bin dir and write podgate's own conflist, sorting before the
+//! podgate-install: the node agent behind `podgate install` / `podgate
+//! uninstall`. It puts podgate's plugin binaries into
+//! the node's CNI bin dir and writes podgate's own conflist, sorting before the
 //! primary network's file: the primary's plugins followed by podgate's,
 //! re-rendered whenever the primary's file changes (the primary's file itself
-//! is never written); and take both out again.
+//! is never written); and takes both out again. With `--watch` it also serves
+//! the node's Prometheus metrics ([`metrics`]) and sweeps dead pods' records.
 //!
 //! * [`chain`]: pure conflist transformations (merge, strip, `.conf`
 //!   conversion); [`json`]: a key-order-preserving JSON value for them.
-//! * [`reconcile`]: one install / check / uninstall pass over the dirs.
-//! * [`state`]: what was written (and, for files an earlier podgate chained
+//! * `reconcile`: one install / check / uninstall pass over the dirs.
+//! * `state`: what was written (and, for files an earlier podgate chained
 //!   in place, the primary's original bytes).
-//! * [`watch`]: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
-//! * [`validate`]: podgate's entries checked by the plugins' own config code.
+//! * `watch`: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
+//! * `validate`: podgate's entries checked by the plugins' own config code.
 
-pub(crate) mod chain;
-pub(crate) mod fsx;
-pub(crate) mod json;
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+pub mod chain;
+pub mod fsx;
+pub mod json;
+pub mod metrics;
 mod reconcile;
 mod state;
 mod sweep;
@@ -225,7 +233,7 @@ pub(crate) fn log_at(level: podgate_cni::log::Level, msg: &str) {
 /// What the metrics read from the installer: whether the chain is in place
 /// as configured (the same test as `--check`) and podgate's entries.
 #[derive(Debug, Clone)]
-pub(crate) struct ChainProbe {
+pub struct ChainProbe {
     node: Node,
     src: Source,
 }
