@@ -17,6 +17,7 @@ mod output;
 mod probe;
 mod progress;
 mod report;
+mod routes;
 mod select;
 mod sock;
 

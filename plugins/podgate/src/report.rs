@@ -326,7 +326,7 @@ fn node_part(parts: &mut Parts, a: &ReportArgs) {
             let text: String = routes
                 .iter()
                 .filter(|r| r.protocol == RTPROT_PODGATE)
-                .map(|r| format!("{}\n", crate::cmd::route::row_of(r, &links).line()))
+                .map(|r| format!("{}\n", crate::routes::row_of(r, &links).line()))
                 .collect();
             parts.add(
                 "node/routes.txt",

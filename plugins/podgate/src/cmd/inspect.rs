@@ -177,7 +177,7 @@ fn node_route(r: &RouteSpec, links: &[Link]) -> String {
     if let Some(g) = r.gateway {
         s += &format!(" via {g}");
     }
-    if let Some(d) = crate::cmd::route::dev_name(links, r.oif) {
+    if let Some(d) = crate::routes::dev_name(links, r.oif) {
         s += &format!(" dev {d}");
     }
     if r.onlink {

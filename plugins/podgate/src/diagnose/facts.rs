@@ -1,13 +1,14 @@
 //! What the pod's and the node's namespaces look like, read once before any
 //! probe (no writes). Failures to read are kept as text: a diagnosis goes on.
 
-use crate::cmd::route::dev_name;
+use crate::routes::dev_name;
 use ipnet::IpNet;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::nft::NftSocket;
 use podgate_kit::route::{self, TABLE_MAIN};
 use podgate_kit::{link, sysctl};
+use podgate_router::plan::overlaps;
 use serde::Serialize;
 use std::net::IpAddr;
 
@@ -83,10 +84,6 @@ pub struct Facts {
     /// matters for pools routed back to the pod).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub primary: Option<super::primary::PrimaryFact>,
-}
-
-fn overlaps(a: &IpNet, b: &IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 fn read_opt(name: &str) -> Option<String> {
