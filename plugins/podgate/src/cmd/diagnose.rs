@@ -2,6 +2,7 @@
 //! the first broken hop (see `diagnose::verdict` for the reasoning).
 
 use crate::diagnose::facts::{self, Facts};
+use crate::diagnose::rules;
 use crate::diagnose::verdict::{self, Diagnosis, HopState};
 use crate::diagnose::{ProbeRun, Role, Target as Hop};
 use crate::error::{Error, Found, Result};
@@ -193,7 +194,7 @@ pub fn run(a: &DiagnoseArgs, target: &Target, json: bool) -> Result<Found> {
     }
 
     let timeout = Duration::from_millis(a.timeout_ms);
-    let ctx = verdict::client_context(&facts, &targets);
+    let ctx = rules::client_context(&facts, &targets);
     let mut runs = Vec::new();
     for t in &targets {
         progress.step(&format!("probing {} ({}) ...", t.label(), t.method()));
@@ -210,7 +211,7 @@ pub fn run(a: &DiagnoseArgs, target: &Target, json: bool) -> Result<Found> {
             direct,
             bound,
         };
-        let stop = verdict::hop(&facts, ctx, &r).state != HopState::Ok;
+        let stop = rules::hop(&facts, ctx, &r).state() != HopState::Ok;
         runs.push(r);
         if stop {
             break;
