@@ -174,7 +174,8 @@ mod tests {
         }
     }
 
-    /// The article's VPN pod: eth0 10.22.0.5, tun0 10.8.0.1 peer 10.8.0.2.
+    /// The OpenVPN-pod scenario's VPN pod: eth0 10.22.0.5, tun0 10.8.0.1 peer
+    /// 10.8.0.2.
     fn vpn_pod(forwarding: &str) -> Facts {
         Facts {
             pools: vec!["10.8.0.0/24".parse().unwrap()],
