@@ -75,7 +75,7 @@ pub(crate) fn await_readable(
     if left.is_zero() {
         return Err(Outcome::silent(timeout));
     }
-    match crate::sock::wait(fd, libc::POLLIN, left) {
+    match crate::sock::wait(fd, crate::sock::Events::POLLIN, left) {
         Ok(true) => Ok(()),
         Ok(false) => Err(Outcome::silent(timeout)),
         Err(e) => Err(Outcome::Error {

@@ -138,8 +138,14 @@ pub fn ask(
         Ok(q) => q,
         Err(detail) => return Outcome::Error { detail },
     };
-    let fd = match ns.run(|| sock::socket(sock::domain_of(server.ip()), libc::SOCK_DGRAM, 0, true))
-    {
+    let fd = match ns.run(|| {
+        sock::socket(
+            sock::domain_of(server.ip()),
+            sock::Type::Datagram,
+            None,
+            true,
+        )
+    }) {
         Ok(Ok(fd)) => fd,
         Ok(Err(e)) => {
             return Outcome::Error {
