@@ -12,7 +12,7 @@
 use super::chain::{kind_of, ORIG_SUFFIX};
 use super::fsx;
 use super::reconcile::{self, Applied, Node, Source};
-use super::sys::{poll_readable, Inotify, Signals};
+use super::sys::{poll_readable, Inotify, Signals, WatchDescriptor};
 use super::validate::BINARIES;
 use super::{log, Error};
 use std::collections::VecDeque;
@@ -97,14 +97,14 @@ enum Last {
 
 /// Which watch a descriptor belongs to.
 struct Watches {
-    conf: i32,
-    bin: i32,
-    plugins: Option<i32>,
+    conf: WatchDescriptor,
+    bin: WatchDescriptor,
+    plugins: Option<WatchDescriptor>,
     plugins_name: String,
 }
 
 impl Watches {
-    fn relevant(&self, wd: i32, name: &str) -> bool {
+    fn relevant(&self, wd: WatchDescriptor, name: &str) -> bool {
         if fsx::is_temp_name(name) {
             return false;
         }
