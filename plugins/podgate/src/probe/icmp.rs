@@ -154,10 +154,8 @@ pub fn echo(ns: &NetNs, dst: IpAddr, bind: Option<IpAddr>, timeout: Duration) ->
         Ok(x) => x,
         Err(detail) => return Outcome::Error { detail },
     };
-    if let Some(b) = bind {
-        if let Err(e) = sock::bind(&fd, SocketAddr::new(b, 0)) {
-            return send_error(&e, dst);
-        }
+    if let Err(outcome) = super::bind_to(&fd, bind, dst) {
+        return outcome;
     }
     let id = random_u16();
     let pkt = echo_request(v6, id, SEQ);

@@ -7,25 +7,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 pub fn connect(ns: &NetNs, dst: SocketAddr, bind: Option<IpAddr>, timeout: Duration) -> Outcome {
-    let fd =
-        match ns.run(|| sock::socket(sock::domain_of(dst.ip()), sock::Type::Stream, None, true)) {
-            Ok(Ok(fd)) => fd,
-            Ok(Err(e)) => {
-                return Outcome::Error {
-                    detail: format!("socket: {e}"),
-                }
-            }
-            Err(e) => {
-                return Outcome::Error {
-                    detail: e.to_string(),
-                }
-            }
-        };
-    if let Some(b) = bind {
-        if let Err(e) = sock::bind(&fd, SocketAddr::new(b, 0)) {
-            return send_error(&e, dst.ip());
-        }
-    }
+    let fd = match super::open_socket(ns, dst.ip(), sock::Type::Stream, bind) {
+        Ok(fd) => fd,
+        Err(outcome) => return outcome,
+    };
     let start = Instant::now();
     match sock::connect(&fd, dst) {
         Ok(()) => {
