@@ -73,34 +73,70 @@ pub fn row_of(e: &RouteEntry, links: &[Link]) -> RouteRow {
 impl RouteRow {
     /// One line as `ip route` prints it (table and proto always named).
     pub fn line(&self) -> String {
-        let mut s = String::new();
-        if self.kind != "unicast" {
-            s += self.kind;
-            s += " ";
+        RouteText {
+            kind: (self.kind != "unicast").then_some(self.kind),
+            dst: self.dst.clone(),
+            gateway: self.gateway,
+            dev: self.dev.as_deref(),
+            table: (self.table != TABLE_MAIN).then(|| self.table_name.clone()),
+            proto: (self.protocol != 0).then(|| self.protocol_name.clone()),
+            scope: (self.scope != "global").then_some(self.scope.as_str()),
+            src: self.prefsrc,
+            metric: self.metric,
+            ..RouteText::default()
         }
-        s += &self.dst;
+        .to_string()
+    }
+}
+
+/// The parts of an `ip route`-style line; each present part is printed in
+/// `ip`'s order (`[type] DST via GW dev DEV onlink table T proto P scope S
+/// src A metric M`). Every route the helper prints goes through it.
+#[derive(Debug, Default)]
+pub struct RouteText<'a> {
+    pub kind: Option<&'a str>,
+    pub dst: String,
+    pub gateway: Option<IpAddr>,
+    pub dev: Option<&'a str>,
+    pub onlink: bool,
+    pub table: Option<String>,
+    pub proto: Option<String>,
+    pub scope: Option<&'a str>,
+    pub src: Option<IpAddr>,
+    pub metric: Option<u32>,
+}
+
+impl std::fmt::Display for RouteText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(k) = self.kind {
+            write!(f, "{k} ")?;
+        }
+        f.write_str(&self.dst)?;
         if let Some(g) = self.gateway {
-            s += &format!(" via {g}");
+            write!(f, " via {g}")?;
         }
-        if let Some(d) = &self.dev {
-            s += &format!(" dev {d}");
+        if let Some(d) = self.dev {
+            write!(f, " dev {d}")?;
         }
-        if self.table != TABLE_MAIN {
-            s += &format!(" table {}", self.table_name);
+        if self.onlink {
+            f.write_str(" onlink")?;
         }
-        if self.protocol != 0 {
-            s += &format!(" proto {}", self.protocol_name);
+        if let Some(t) = &self.table {
+            write!(f, " table {t}")?;
         }
-        if self.scope != "global" {
-            s += &format!(" scope {}", self.scope);
+        if let Some(p) = &self.proto {
+            write!(f, " proto {p}")?;
         }
-        if let Some(p) = self.prefsrc {
-            s += &format!(" src {p}");
+        if let Some(s) = self.scope {
+            write!(f, " scope {s}")?;
+        }
+        if let Some(p) = self.src {
+            write!(f, " src {p}")?;
         }
         if let Some(m) = self.metric {
-            s += &format!(" metric {m}");
+            write!(f, " metric {m}")?;
         }
-        s
+        Ok(())
     }
 }
 
@@ -153,5 +189,26 @@ mod tests {
         let r = row_of(&p, &links);
         assert!(r.line().contains("dev if9"), "{}", r.line());
         assert_eq!(r.protocol_name, "podgate");
+    }
+
+    #[test]
+    fn route_text_keeps_ips_order_and_prints_only_what_is_there() {
+        let t = RouteText {
+            dst: "10.8.0.0/24".into(),
+            gateway: Some("10.22.0.5".parse().unwrap()),
+            dev: Some("eth0"),
+            onlink: true,
+            proto: Some("podgate".into()),
+            ..RouteText::default()
+        };
+        assert_eq!(
+            t.to_string(),
+            "10.8.0.0/24 via 10.22.0.5 dev eth0 onlink proto podgate"
+        );
+        let bare = RouteText {
+            dst: "default".into(),
+            ..RouteText::default()
+        };
+        assert_eq!(bare.to_string(), "default");
     }
 }

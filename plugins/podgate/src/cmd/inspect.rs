@@ -4,6 +4,7 @@
 use crate::error::{Error, Found, Result};
 use crate::output;
 use crate::progress::Progress;
+use crate::routes::RouteText;
 use crate::select::{pick_container, Target};
 use clap::Args;
 use podgate_kit::link::{self, Link};
@@ -173,18 +174,16 @@ pub fn run(_a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
 }
 
 fn node_route(r: &RouteSpec, links: &[Link]) -> String {
-    let mut s = r.dst.to_string();
-    if let Some(g) = r.gateway {
-        s += &format!(" via {g}");
+    let dev = crate::routes::dev_name(links, r.oif);
+    RouteText {
+        dst: r.dst.to_string(),
+        gateway: r.gateway,
+        dev: dev.as_deref(),
+        onlink: r.onlink,
+        proto: Some(crate::names::proto_name(r.protocol)),
+        ..RouteText::default()
     }
-    if let Some(d) = crate::routes::dev_name(links, r.oif) {
-        s += &format!(" dev {d}");
-    }
-    if r.onlink {
-        s += " onlink";
-    }
-    s += &format!(" proto {}", crate::names::proto_name(r.protocol));
-    s
+    .to_string()
 }
 
 fn list_or_dash(v: Vec<String>) -> String {

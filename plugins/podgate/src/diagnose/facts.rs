@@ -1,7 +1,7 @@
 //! What the pod's and the node's namespaces look like, read once before any
 //! probe (no writes). Failures to read are kept as text: a diagnosis goes on.
 
-use crate::routes::dev_name;
+use crate::routes::{dev_name, RouteText};
 use ipnet::IpNet;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
@@ -25,21 +25,18 @@ pub struct RouteFact {
 
 impl RouteFact {
     pub fn describe(&self) -> String {
-        let mut s = if self.dst.prefix_len() == 0 {
-            "default".to_string()
-        } else {
-            self.dst.to_string()
-        };
-        if let Some(g) = self.gateway {
-            s += &format!(" via {g}");
+        RouteText {
+            dst: if self.dst.prefix_len() == 0 {
+                "default".to_string()
+            } else {
+                self.dst.to_string()
+            },
+            gateway: self.gateway,
+            dev: self.dev.as_deref(),
+            proto: (self.protocol != 0).then(|| crate::names::proto_name(self.protocol)),
+            ..RouteText::default()
         }
-        if let Some(d) = &self.dev {
-            s += &format!(" dev {d}");
-        }
-        if self.protocol != 0 {
-            s += &format!(" proto {}", crate::names::proto_name(self.protocol));
-        }
-        s
+        .to_string()
     }
 }
 
