@@ -7,6 +7,7 @@
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+mod attachment;
 mod cmd;
 mod cri;
 mod diagnose;
