@@ -1,6 +1,7 @@
 //! `podgate diagnose`: find the broken hop of a pod that routes (a VPN pod).
 //!
-//! [`facts`] reads the pod and node namespaces; the rest is pure. From the
+//! [`facts`] reads the pod and node namespaces; [`probes`] probes the hops
+//! from inside out, stopping at the first broken one; the rest is pure. From the
 //! facts and the probe results [`rules`] decides what is wrong, as data
 //! ([`finding`]); [`wording`] phrases each finding for the operator;
 //! [`verdict`] assembles the table of checks, the hops and the verdict naming
@@ -9,17 +10,14 @@
 pub mod facts;
 pub mod finding;
 pub mod primary;
+pub mod probes;
 pub mod rules;
 pub mod verdict;
 pub mod wording;
 
-use crate::probe::{dns, icmp, tcp, Outcome};
-use facts::Facts;
-use finding::HopState;
-use podgate_kit::netns::NetNs;
+use crate::probe::Outcome;
 use serde::Serialize;
-use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::net::IpAddr;
 
 /// What a target is, probed inside out: the tunnel peer first, DNS last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -96,53 +94,4 @@ pub struct ProbeRun {
     /// Bound to `--from` (a tunnel-side address), for transit targets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound: Option<(IpAddr, Outcome)>,
-}
-
-/// One probe of `t` from inside `ns` (bound to `bind` when given): DNS for a
-/// name, TCP connect with a port, else ICMP echo.
-fn probe(ns: &NetNs, t: &Target, bind: Option<IpAddr>, timeout: Duration) -> Outcome {
-    match (t.role, t.port, &t.name) {
-        (Role::Dns, _, Some(name)) => {
-            dns::ask(ns, SocketAddr::new(t.addr, 53), name, bind, timeout)
-        }
-        (_, Some(p), _) => tcp::connect(ns, SocketAddr::new(t.addr, p), bind, timeout),
-        _ => icmp::echo(ns, t.addr, bind, timeout),
-    }
-}
-
-/// Probe the targets in order (inside out) and stop at the first broken hop:
-/// each transit target that answers is probed again from `from` when given.
-/// `step` is told what is being probed (for progress).
-pub fn probe_hops(
-    ns: &NetNs,
-    f: &Facts,
-    targets: &[Target],
-    from: Option<IpAddr>,
-    timeout: Duration,
-    step: &mut dyn FnMut(&str),
-) -> Vec<ProbeRun> {
-    let ctx = rules::client_context(f, targets);
-    let mut runs = Vec::new();
-    for t in targets {
-        step(&format!("probing {} ({}) ...", t.label(), t.method()));
-        let direct = probe(ns, t, None, timeout);
-        let bound = match from {
-            Some(src) if t.transit() && direct.reached() => {
-                step(&format!("probing {} from {src} ...", t.label()));
-                Some((src, probe(ns, t, Some(src), timeout)))
-            }
-            _ => None,
-        };
-        let r = ProbeRun {
-            target: t.clone(),
-            direct,
-            bound,
-        };
-        let stop = rules::hop(f, ctx, &r).state() != HopState::Ok;
-        runs.push(r);
-        if stop {
-            break;
-        }
-    }
-    runs
 }

@@ -183,7 +183,7 @@ pub fn run(a: &DiagnoseArgs, target: &Target, json: bool) -> Result<Found> {
     }
 
     let timeout = Duration::from_millis(a.timeout_ms);
-    let runs = diagnose::probe_hops(&sel.ns, &facts, &targets, a.from, timeout, &mut |m| {
+    let runs = diagnose::probes::probe_hops(&sel.ns, &facts, &targets, a.from, timeout, &mut |m| {
         progress.step(m)
     });
     progress.done();

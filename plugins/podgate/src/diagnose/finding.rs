@@ -1,6 +1,6 @@
 //! What the diagnosis found, as data: one value per check and per hop, with
-//! the facts that decided it. [`super::rules`] produces them from the facts
-//! and the probes; [`super::wording`] turns them into the operator's text.
+//! the facts that decided it. `rules` produces them from the facts
+//! and the probes; `wording` turns them into the operator's text.
 
 use super::facts::{MasqFact, RouteFact};
 use super::Target;

@@ -1,6 +1,6 @@
 //! The operator's text for each finding: check names and details, hop
 //! reasons and the next place to look, verdict messages and notes. No rule
-//! lives here: everything shown is decided in [`super::rules`].
+//! lives here: everything shown is decided in `rules`.
 
 use super::finding::{CheckFinding, Forwarding, HopFinding, ProbeNote, ReturnPath};
 use super::{ProbeRun, Role, Target};
