@@ -7,15 +7,16 @@
 
 use super::fsx;
 use crate::Error;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Held while a pass runs (an exclusive `flock` on `<state-dir>/.lock`).
 #[derive(Debug)]
 pub struct StateLock {
-    _file: std::fs::File,
+    _lock: Flock<std::fs::File>,
 }
 
 const SUFFIX: &str = ".podgate-backup";
@@ -79,7 +80,7 @@ impl StateDir {
     pub fn lock(&self) -> Result<StateLock, Error> {
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::io("creating", &self.dir, e))?;
         let path = self.dir.join(".lock");
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
@@ -87,14 +88,10 @@ impl StateDir {
             .open(&path)
             .map_err(|e| Error::io("opening", &path, e))?;
         loop {
-            // SAFETY: flock on a descriptor owned by `file`.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-            if rc == 0 {
-                return Ok(StateLock { _file: file });
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(Error::io("locking", &path, e));
+            match Flock::lock(file, FlockArg::LockExclusive) {
+                Ok(lock) => return Ok(StateLock { _lock: lock }),
+                Err((f, Errno::EINTR)) => file = f,
+                Err((_, e)) => return Err(Error::io("locking", &path, e.into())),
             }
         }
     }

@@ -22,6 +22,7 @@ use podgate_router::record::Record;
 use serde_json::Value;
 use std::ffi::OsString;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -96,8 +97,11 @@ fn run_self(args: &[OsString]) -> std::result::Result<(Option<i32>, String, Stri
     let out = match rx.recv_timeout(COMMAND_TIMEOUT) {
         Ok(r) => r.map_err(|e| e.to_string())?,
         Err(_) => {
-            // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            // Our own child, not reaped yet (the waiting thread still holds it).
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             return Err(format!("timed out after {}s", COMMAND_TIMEOUT.as_secs()));
         }
     };
@@ -141,27 +145,17 @@ fn command_part(parts: &mut Parts, name: &str, what: &str, args: Vec<OsString>) 
 }
 
 fn uname() -> String {
-    // SAFETY: utsname is plain bytes; uname fills it.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a utsname.
-    if unsafe { libc::uname(&mut u) } != 0 {
+    let Ok(u) = nix::sys::utsname::uname() else {
         return "uname failed".into();
-    }
-    let f = |b: &[libc::c_char]| {
-        let bytes: Vec<u8> = b
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
     };
+    let f = |b: &std::ffi::OsStr| String::from_utf8_lossy(b.as_bytes()).into_owned();
     format!(
         "sysname:  {}\nnodename: {}\nrelease:  {}\nversion:  {}\nmachine:  {}\n",
-        f(&u.sysname),
-        f(&u.nodename),
-        f(&u.release),
-        f(&u.version),
-        f(&u.machine)
+        f(u.sysname()),
+        f(u.nodename()),
+        f(u.release()),
+        f(u.version()),
+        f(u.machine())
     )
 }
 
