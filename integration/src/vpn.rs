@@ -1,4 +1,5 @@
-//! The seed article's OpenVPN scenario as reusable pieces: a VPN client
+//! The "OpenVPN pod forwards nothing" scenario (forwarding off in the VPN
+//! pod's own netns) as reusable pieces: a VPN client
 //! outside the cluster (its own netns, linked to the node by a veth), a
 //! static key, and `openvpn` processes on both ends (Debian's `openvpn`).
 

@@ -1,8 +1,8 @@
 //! The `podgate` operator CLI end to end, as root, in throwaway namespaces:
 //! sysctl get/set/refusal/diff, route and rule add/list/del leaving the netns
 //! as before, inspect after a real podgate-router ADD (and drift), ipsec
-//! status, and diagnose naming the broken hop of the article's OpenVPN
-//! scenario in each of its three states.
+//! status, and diagnose naming the broken hop of the OpenVPN-pod scenario
+//! in each of its three states (forwarding off, no return path, fixed).
 //!
 //! The binaries are built on first use (`cargo build -p podgate -p
 //! podgate-router`) when missing or older than their sources. Set
@@ -764,7 +764,7 @@ fn keep(name: &str, args: &[&str], r: &Run) {
     }
 }
 
-/// The article's case: a VPN client outside the cluster, the OpenVPN server
+/// The OpenVPN-pod case: a VPN client outside the cluster, the OpenVPN server
 /// in a pod, a backend pod, a Service VIP (DNAT on the node, as kube-proxy
 /// does) and a "public" host behind the node. Each round is a fresh VPN pod;
 /// diagnose must name the right hop, and what the client really experiences

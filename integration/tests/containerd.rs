@@ -669,7 +669,8 @@ fn containerd_restart_while_pods_run() {
     assert!(!cgroup_tree_exists(&parent), "cgroups of {parent} left");
 }
 
-/// The seed article's scenario once through containerd: an OpenVPN server in
+/// The OpenVPN-pod scenario (a VPN pod that must forward) once through
+/// containerd: an OpenVPN server in
 /// a CRI sandbox with `vpn-gateway`; the client reaches the pod behind it.
 #[test]
 fn openvpn_scenario_through_containerd() {

@@ -93,7 +93,7 @@ fn seen_source(from: &Netns, ip: &str, port: u16) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// The article's scenario: a client on the tunnel reaches the server's tunnel
+/// The OpenVPN-pod scenario: a client on the tunnel reaches the server's tunnel
 /// address always, and the pod behind it only when podgate made the VPN pod a
 /// router (masqueraded or with a return route).
 #[test]

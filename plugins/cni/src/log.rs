@@ -13,7 +13,7 @@
 //! stderr and never changes a CNI answer.
 
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Write};
 use std::os::fd::AsRawFd;
@@ -335,18 +335,10 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// Convenience for call sites: `fields!{"k": v}` is just `json!`.
-pub fn fields(v: Value) -> Value {
-    if v.is_object() {
-        v
-    } else {
-        json!({ "value": v })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn formats_known_instants() {

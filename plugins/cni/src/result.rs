@@ -124,11 +124,6 @@ pub fn convert(mut raw: Map<String, Value>, version: &str) -> Value {
     Value::Object(raw)
 }
 
-/// The minimal result a plugin returns when there is no prevResult.
-pub fn empty(version: &str) -> Value {
-    convert(Map::new(), version)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -111,19 +111,7 @@ pub fn dispatch_observed<P: Plugin>(
     }
 
     if command == Command::Version {
-        // Answer in the asked version when we speak it; stdin may be empty.
-        let asked = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(|v| {
-                v.get("cniVersion")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
-            .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
-            .unwrap_or_else(|| LATEST.to_string());
-        return ok(
-            json!({"cniVersion": asked, "supportedVersions": SUPPORTED_VERSIONS}).to_string(),
-        );
+        return ok(version_answer(&bytes));
     }
 
     let conf = match NetConf::parse(&bytes) {
@@ -179,7 +167,8 @@ pub fn dispatch_observed<P: Plugin>(
             .valid_attachments()
             .and_then(|valid| plugin.gc(&req.conf, &valid))
             .map(|_| String::new()),
-        Command::Version => unreachable_version(),
+        // Answered before the config is parsed (stdin may be empty).
+        Command::Version => Ok(version_answer(&bytes)),
     };
     match res {
         Ok(out) => ok(out),
@@ -187,9 +176,18 @@ pub fn dispatch_observed<P: Plugin>(
     }
 }
 
-// VERSION returned early above; kept as a function so no panic path exists.
-fn unreachable_version() -> Result<String, CniError> {
-    Ok(json!({"cniVersion": LATEST, "supportedVersions": SUPPORTED_VERSIONS}).to_string())
+/// The VERSION answer, in the asked version when we speak it.
+fn version_answer(stdin: &[u8]) -> String {
+    let asked = serde_json::from_slice::<Value>(stdin)
+        .ok()
+        .and_then(|v| {
+            v.get("cniVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
+        .unwrap_or_else(|| LATEST.to_string());
+    json!({"cniVersion": asked, "supportedVersions": SUPPORTED_VERSIONS}).to_string()
 }
 
 /// A panic must still answer the runtime with a CNI error on stdout.

@@ -58,10 +58,6 @@ impl Error {
             Some(libc::ENOENT) | Some(libc::ESRCH) | Some(libc::ENODEV)
         ) || matches!(self, Error::NoSuchLink(_))
     }
-
-    pub fn is_exists(&self) -> bool {
-        self.errno() == Some(libc::EEXIST)
-    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

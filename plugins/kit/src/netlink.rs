@@ -79,10 +79,6 @@ impl RouteSocket {
         })
     }
 
-    pub fn netns_label(&self) -> &str {
-        &self.ns
-    }
-
     /// Send one request; return the inner messages of the answer (dump rows),
     /// or an error carrying the kernel's errno.
     pub fn request(

@@ -8,7 +8,6 @@ use netlink_packet_route::route::RouteProtocol;
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::{Deserialize, Serialize};
-use std::net::IpAddr;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -173,9 +172,4 @@ pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RuleSpec>> {
             _ => None,
         })
         .collect())
-}
-
-/// Is `ip` selected by this rule's `from`?
-pub fn from_covers(r: &RuleSpec, ip: IpAddr) -> bool {
-    r.from.is_some_and(|n| n.contains(&ip))
 }

@@ -1,6 +1,5 @@
 //! One error type for the CLI, and the exit code each kind maps to.
 
-use crate::install::InstallError;
 use podgate_kit::nft::NftError;
 
 /// Exit codes (also listed in `podgate --help`).
@@ -25,8 +24,6 @@ pub enum Error {
     Nft(#[from] NftError),
     #[error("{0}")]
     Router(#[from] podgate_router::apply::ApplyError),
-    #[error("{0}")]
-    Install(#[from] InstallError),
     /// The command line is well-formed for clap but not for us.
     #[error("{0}")]
     Usage(String),

@@ -1,24 +1,24 @@
 //! podgate: the node-side helper. Operator commands built on the same
 //! library code the plugins use (podgate-kit, podgate-router's records,
-//! podgate-tunnel-guard's evaluation), plus the installer.
+//! podgate-tunnel-guard's evaluation), plus the installer (podgate-install).
 
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+mod attachment;
 mod cmd;
 mod cri;
 mod diagnose;
 mod error;
-mod install;
 mod ipargs;
-mod metrics;
 mod names;
 mod output;
 mod probe;
 mod progress;
 mod report;
+mod routes;
 mod select;
 mod sock;
 
@@ -143,10 +143,10 @@ Exit codes: 0 everything holds; 2 drift, a netns gone or a corrupt record; 1 err
     Ipsec(Ipsec),
     /// Chain podgate after the node's primary CNI: a conflist of its own
     /// (00-podgate.conflist) that sorts first, rendered from the primary's.
-    Install(install::InstallArgs),
+    Install(podgate_install::InstallArgs),
     /// Remove podgate's conflist (and podgate entries an earlier version put
     /// into other conflists).
-    Uninstall(install::UninstallArgs),
+    Uninstall(podgate_install::UninstallArgs),
     /// Write one archive for a bug report: versions, CNI configs, installer
     /// state, records with drift, IPsec status, podgate's routes, rules and
     /// nf_tables, recent logs. Never key material.
@@ -167,11 +167,9 @@ fn dispatch(cli: &Cli) -> Result<Found, Error> {
         Cmd::Diagnose(c) => cmd::diagnose::run(&c.args, &c.common.target, c.common.json),
         Cmd::Inspect(c) => cmd::inspect::run(&c.args, &c.common.target, c.common.json),
         Cmd::Ipsec(c) => cmd::ipsec::run(&c.cmd, &c.common.target, c.common.json),
-        Cmd::Install(a) => install::install(a).map(|()| Found::Ok).map_err(Error::from),
+        Cmd::Install(a) => cmd::install::install(a),
         Cmd::Report(a) => report::run(a),
-        Cmd::Uninstall(a) => install::uninstall(a)
-            .map(|()| Found::Ok)
-            .map_err(Error::from),
+        Cmd::Uninstall(a) => cmd::install::uninstall(a),
     }
 }
 

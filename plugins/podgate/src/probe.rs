@@ -7,9 +7,12 @@ pub mod dns;
 pub mod icmp;
 pub mod tcp;
 
+use crate::sock;
+use podgate_kit::netns::NetNs;
 use serde::Serialize;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 /// What one probe saw.
@@ -75,7 +78,7 @@ pub(crate) fn await_readable(
     if left.is_zero() {
         return Err(Outcome::silent(timeout));
     }
-    match crate::sock::wait(fd, libc::POLLIN, left) {
+    match crate::sock::wait(fd, crate::sock::Events::POLLIN, left) {
         Ok(true) => Ok(()),
         Ok(false) => Err(Outcome::silent(timeout)),
         Err(e) => Err(Outcome::Error {
@@ -89,6 +92,39 @@ pub(crate) fn rtt_ms(d: Duration) -> f64 {
 }
 
 /// What a failed send/connect means for the probe.
+/// A non-blocking socket of `ty` for `dst`, made inside `ns` (so it routes
+/// there) and bound to `bind` when given.
+pub(crate) fn open_socket(
+    ns: &NetNs,
+    dst: IpAddr,
+    ty: sock::Type,
+    bind: Option<IpAddr>,
+) -> Result<OwnedFd, Outcome> {
+    let fd = match ns.run(|| sock::socket(sock::domain_of(dst), ty, None, true)) {
+        Ok(Ok(fd)) => fd,
+        Ok(Err(e)) => {
+            return Err(Outcome::Error {
+                detail: format!("socket: {e}"),
+            })
+        }
+        Err(e) => {
+            return Err(Outcome::Error {
+                detail: e.to_string(),
+            })
+        }
+    };
+    bind_to(&fd, bind, dst)?;
+    Ok(fd)
+}
+
+/// Bind to `bind` (a source address) when given.
+pub(crate) fn bind_to(fd: &OwnedFd, bind: Option<IpAddr>, dst: IpAddr) -> Result<(), Outcome> {
+    if let Some(b) = bind {
+        sock::bind(fd, SocketAddr::new(b, 0)).map_err(|e| send_error(&e, dst))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn send_error(e: &io::Error, dst: IpAddr) -> Outcome {
     match e.raw_os_error() {
         Some(libc::ENETUNREACH) => Outcome::Unreachable {

@@ -22,6 +22,7 @@ use podgate_router::record::Record;
 use serde_json::Value;
 use std::ffi::OsString;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -39,19 +40,19 @@ pub struct ReportArgs {
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// The CNI conf dir (conflists are copied, podgate's entries read).
-    #[arg(long, default_value = crate::install::DEFAULT_CONF_DIR, value_name = "DIR")]
+    #[arg(long, default_value = podgate_install::DEFAULT_CONF_DIR, value_name = "DIR")]
     pub cni_conf_dir: PathBuf,
     /// The CNI bin dir (for the installer check).
-    #[arg(long, default_value = crate::install::DEFAULT_BIN_DIR, value_name = "DIR")]
+    #[arg(long, default_value = podgate_install::DEFAULT_BIN_DIR, value_name = "DIR")]
     pub cni_bin_dir: PathBuf,
     /// podgate-router's stateDir (its records).
     #[arg(long, default_value = podgate_router::config::DEFAULT_STATE_DIR, value_name = "DIR")]
     pub state_dir: PathBuf,
     /// The installer's --state-dir.
-    #[arg(long, default_value = crate::install::DEFAULT_STATE_DIR, value_name = "DIR")]
+    #[arg(long, default_value = podgate_install::DEFAULT_STATE_DIR, value_name = "DIR")]
     pub installer_state_dir: PathBuf,
     /// The installer's --plugins file.
-    #[arg(long, default_value = crate::install::DEFAULT_PLUGINS_FILE, value_name = "FILE")]
+    #[arg(long, default_value = podgate_install::DEFAULT_PLUGINS_FILE, value_name = "FILE")]
     pub plugins: PathBuf,
     /// Another log to include (repeatable), e.g. the agent's --log-file.
     /// The plugins' logFile settings are found by themselves.
@@ -96,8 +97,11 @@ fn run_self(args: &[OsString]) -> std::result::Result<(Option<i32>, String, Stri
     let out = match rx.recv_timeout(COMMAND_TIMEOUT) {
         Ok(r) => r.map_err(|e| e.to_string())?,
         Err(_) => {
-            // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            // Our own child, not reaped yet (the waiting thread still holds it).
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             return Err(format!("timed out after {}s", COMMAND_TIMEOUT.as_secs()));
         }
     };
@@ -141,27 +145,17 @@ fn command_part(parts: &mut Parts, name: &str, what: &str, args: Vec<OsString>) 
 }
 
 fn uname() -> String {
-    // SAFETY: utsname is plain bytes; uname fills it.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a utsname.
-    if unsafe { libc::uname(&mut u) } != 0 {
+    let Ok(u) = nix::sys::utsname::uname() else {
         return "uname failed".into();
-    }
-    let f = |b: &[libc::c_char]| {
-        let bytes: Vec<u8> = b
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
     };
+    let f = |b: &std::ffi::OsStr| String::from_utf8_lossy(b.as_bytes()).into_owned();
     format!(
         "sysname:  {}\nnodename: {}\nrelease:  {}\nversion:  {}\nmachine:  {}\n",
-        f(&u.sysname),
-        f(&u.nodename),
-        f(&u.release),
-        f(&u.version),
-        f(&u.machine)
+        f(u.sysname()),
+        f(u.nodename()),
+        f(u.release()),
+        f(u.version()),
+        f(u.machine())
     )
 }
 
@@ -326,7 +320,7 @@ fn node_part(parts: &mut Parts, a: &ReportArgs) {
             let text: String = routes
                 .iter()
                 .filter(|r| r.protocol == RTPROT_PODGATE)
-                .map(|r| format!("{}\n", crate::cmd::route::row_of(r, &links).line()))
+                .map(|r| format!("{}\n", crate::routes::row_of(r, &links).line()))
                 .collect();
             parts.add(
                 "node/routes.txt",

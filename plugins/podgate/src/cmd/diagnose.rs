@@ -1,17 +1,17 @@
 //! `podgate diagnose`: checks, then probes from the inside out, stopping at
 //! the first broken hop (see `diagnose::verdict` for the reasoning).
 
+use crate::diagnose;
 use crate::diagnose::facts::{self, Facts};
-use crate::diagnose::verdict::{self, Diagnosis, HopState};
+use crate::diagnose::verdict::{self, Diagnosis};
 use crate::diagnose::{ProbeRun, Role, Target as Hop};
 use crate::error::{Error, Found, Result};
 use crate::output::{self, Table};
-use crate::probe::{dns, icmp, tcp, Outcome};
+use crate::probe::dns;
 use crate::progress::Progress;
 use crate::select::{Chosen, Target};
 use clap::Args;
 use ipnet::IpNet;
-use podgate_kit::netns::NetNs;
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -102,16 +102,6 @@ fn dns_server(a: &DiagnoseArgs, pid: Option<u32>) -> Result<(IpAddr, String)> {
     ))
 }
 
-fn probe(ns: &NetNs, t: &Hop, bind: Option<IpAddr>, timeout: Duration) -> Outcome {
-    match (t.role, t.port, &t.name) {
-        (Role::Dns, _, Some(name)) => {
-            dns::ask(ns, SocketAddr::new(t.addr, 53), name, bind, timeout)
-        }
-        (_, Some(p), _) => tcp::connect(ns, SocketAddr::new(t.addr, p), bind, timeout),
-        _ => icmp::echo(ns, t.addr, bind, timeout),
-    }
-}
-
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Report<'a> {
@@ -193,29 +183,9 @@ pub fn run(a: &DiagnoseArgs, target: &Target, json: bool) -> Result<Found> {
     }
 
     let timeout = Duration::from_millis(a.timeout_ms);
-    let ctx = verdict::client_context(&facts, &targets);
-    let mut runs = Vec::new();
-    for t in &targets {
-        progress.step(&format!("probing {} ({}) ...", t.label(), t.method()));
-        let direct = probe(&sel.ns, t, None, timeout);
-        let bound = match a.from {
-            Some(src) if t.transit() && direct.reached() => {
-                progress.step(&format!("probing {} from {src} ...", t.label()));
-                Some((src, probe(&sel.ns, t, Some(src), timeout)))
-            }
-            _ => None,
-        };
-        let r = ProbeRun {
-            target: t.clone(),
-            direct,
-            bound,
-        };
-        let stop = verdict::hop(&facts, ctx, &r).state != HopState::Ok;
-        runs.push(r);
-        if stop {
-            break;
-        }
-    }
+    let runs = diagnose::probes::probe_hops(&sel.ns, &facts, &targets, a.from, timeout, &mut |m| {
+        progress.step(m)
+    });
     progress.done();
     let d = verdict::judge(&facts, &targets, &runs);
     if json {

@@ -1,17 +1,17 @@
 //! `podgate inspect`: what podgate-router applied per attachment (from its
 //! state store) and whether it still holds.
 
+use crate::attachment::{self, Attachment, State};
 use crate::error::{Error, Found, Result};
 use crate::output;
 use crate::progress::Progress;
+use crate::routes::RouteText;
 use crate::select::{pick_container, Target};
 use clap::Args;
 use podgate_kit::link::{self, Link};
 use podgate_kit::netlink::RouteSocket;
-use podgate_kit::netns::NetNs;
 use podgate_kit::route::RouteSpec;
-use podgate_router::apply;
-use podgate_router::record::{Depth, Here, Liveness, Record, Status};
+use podgate_router::record::{Here, Status};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Args)]
@@ -21,35 +21,6 @@ pub struct InspectArgs {
     pub all: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum State {
-    /// Everything recorded is still in place.
-    Holds,
-    /// Something changed since ADD (see `drift`).
-    Drift,
-    /// The pod's netns no longer exists: the record outlived its pod.
-    NetnsGone,
-    /// ADD has not finished: running now, or killed half-way (DEL or GC
-    /// removes whatever of it exists).
-    Pending,
-    /// The record describes a dead pod (earlier boot, netns gone or another
-    /// namespace now): it claims nothing, and the next ADD, DEL or GC
-    /// removes what remains of it.
-    Stale,
-    /// Could not be checked (see `drift` for why).
-    Unknown,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Attachment {
-    #[serde(flatten)]
-    pub record: Record,
-    pub state: State,
-    pub drift: Vec<String>,
-}
-
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Inspect {
@@ -57,48 +28,6 @@ struct Inspect {
     attachments: Vec<Attachment>,
     /// Records that could not be read.
     corrupt: Vec<String>,
-}
-
-fn status_of(
-    rec: &Record,
-    here: &Here,
-    node: &mut Option<RouteSocket>,
-    node_err: &Option<String>,
-) -> (State, Vec<String>) {
-    if let Liveness::Stale { reason, .. } = rec.liveness(here, Depth::Precise) {
-        return (
-            State::Stale,
-            vec![format!("{reason}: the pod is dead; the next ADD, DEL or GC (or the installer's sweep) removes what remains of it")],
-        );
-    }
-    let Some(path) = &rec.netns else {
-        return (State::Unknown, vec!["the record has no netns".into()]);
-    };
-    let ns = match NetNs::open(path) {
-        Ok(ns) => ns,
-        Err(e) if e.is_not_found() => {
-            return (
-                State::NetnsGone,
-                vec![format!("netns {} is gone: the pod is deleted but DEL never removed this record (its node routes may linger)", path.display())],
-            )
-        }
-        Err(e) => return (State::Unknown, vec![e.to_string()]),
-    };
-    let Some(sock) = node.as_mut() else {
-        return (
-            State::Unknown,
-            vec![format!(
-                "node netns: {}",
-                node_err.as_deref().unwrap_or("unavailable")
-            )],
-        );
-    };
-    match apply::check(rec, sock, &ns) {
-        Ok(d) if rec.status == Status::Pending => (State::Pending, d),
-        Ok(d) if d.is_empty() => (State::Holds, d),
-        Ok(d) => (State::Drift, d),
-        Err(e) => (State::Unknown, vec![e.to_string()]),
-    }
 }
 
 pub fn run(_a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
@@ -141,7 +70,7 @@ pub fn run(_a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
             "checking {}/{}/{} ...",
             rec.key.network, rec.key.container_id, rec.key.ifname
         ));
-        let (state, drift) = status_of(&rec, &here, &mut node, &node_err);
+        let (state, drift) = attachment::status_of(&rec, &here, &mut node, &node_err);
         out.push(Attachment {
             record: rec,
             state,
@@ -173,18 +102,16 @@ pub fn run(_a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
 }
 
 fn node_route(r: &RouteSpec, links: &[Link]) -> String {
-    let mut s = r.dst.to_string();
-    if let Some(g) = r.gateway {
-        s += &format!(" via {g}");
+    let dev = crate::routes::dev_name(links, r.oif);
+    RouteText {
+        dst: r.dst.to_string(),
+        gateway: r.gateway,
+        dev: dev.as_deref(),
+        onlink: r.onlink,
+        proto: Some(crate::names::proto_name(r.protocol)),
+        ..RouteText::default()
     }
-    if let Some(d) = crate::cmd::route::dev_name(links, r.oif) {
-        s += &format!(" dev {d}");
-    }
-    if r.onlink {
-        s += " onlink";
-    }
-    s += &format!(" proto {}", crate::names::proto_name(r.protocol));
-    s
+    .to_string()
 }
 
 fn list_or_dash(v: Vec<String>) -> String {

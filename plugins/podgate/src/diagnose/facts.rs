@@ -1,13 +1,14 @@
 //! What the pod's and the node's namespaces look like, read once before any
 //! probe (no writes). Failures to read are kept as text: a diagnosis goes on.
 
-use crate::cmd::route::dev_name;
+use crate::routes::{dev_name, RouteText};
 use ipnet::IpNet;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::nft::NftSocket;
 use podgate_kit::route::{self, TABLE_MAIN};
 use podgate_kit::{link, sysctl};
+use podgate_router::plan::overlaps;
 use serde::Serialize;
 use std::net::IpAddr;
 
@@ -24,21 +25,18 @@ pub struct RouteFact {
 
 impl RouteFact {
     pub fn describe(&self) -> String {
-        let mut s = if self.dst.prefix_len() == 0 {
-            "default".to_string()
-        } else {
-            self.dst.to_string()
-        };
-        if let Some(g) = self.gateway {
-            s += &format!(" via {g}");
+        RouteText {
+            dst: if self.dst.prefix_len() == 0 {
+                "default".to_string()
+            } else {
+                self.dst.to_string()
+            },
+            gateway: self.gateway,
+            dev: self.dev.as_deref(),
+            proto: (self.protocol != 0).then(|| crate::names::proto_name(self.protocol)),
+            ..RouteText::default()
         }
-        if let Some(d) = &self.dev {
-            s += &format!(" dev {d}");
-        }
-        if self.protocol != 0 {
-            s += &format!(" proto {}", crate::names::proto_name(self.protocol));
-        }
-        s
+        .to_string()
     }
 }
 
@@ -83,10 +81,6 @@ pub struct Facts {
     /// matters for pools routed back to the pod).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub primary: Option<super::primary::PrimaryFact>,
-}
-
-fn overlaps(a: &IpNet, b: &IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 fn read_opt(name: &str) -> Option<String> {

@@ -3,10 +3,10 @@
 //! Kube-OVN (with port security) drop them unless told to allow the pool, and
 //! the symptom is the same silence as with forwarding off, one layer further.
 
-use crate::install::chain::{self, Kind as FileKind, List};
-use crate::install::fsx;
-use crate::install::json::Json;
 use ipnet::IpNet;
+use podgate_install::chain::{self, Kind as FileKind, List};
+use podgate_install::fsx;
+use podgate_install::json::Json;
 use serde::Serialize;
 use std::path::Path;
 

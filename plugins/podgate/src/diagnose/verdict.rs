@@ -1,80 +1,20 @@
-//! The diagnosis as a pure function of (facts, probe results): the checks
-//! table, one row per hop, and the verdict naming the first broken hop and
-//! the layer to look at next.
-//!
-//! Probes run inside the VPN pod's netns, where forwarding does not matter
-//! for the pod's own packets. So a hop that answers the pod can still be
-//! dead for tunnel clients: a transit target counts as broken when the
-//! client path lacks forwarding or a return path for the client pool, even if
-//! the probe answered.
+//! The diagnosis document: the checks table, one row per hop, and the
+//! verdict naming the first broken hop and the layer to look at next. A pure
+//! function of (facts, probe results): [`super::rules`] decides,
+//! [`super::wording`] phrases, [`judge`] puts the two together.
 
-use super::facts::{Facts, RouteFact};
+use super::facts::Facts;
+pub use super::finding::{HopState, Status};
+use super::rules;
+use super::wording;
 use super::{ProbeRun, Role, Target};
-use crate::probe::Outcome;
-use ipnet::IpNet;
 use serde::Serialize;
-use std::net::IpAddr;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Fail,
-    Warn,
-    Skip,
-}
-
-impl Status {
-    pub fn text(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Fail => "FAIL",
-            Status::Warn => "warn",
-            Status::Skip => "skip",
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
     pub name: String,
     pub status: Status,
     pub detail: String,
-}
-
-fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> Check {
-    Check {
-        name: name.into(),
-        status,
-        detail: detail.into(),
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum HopState {
-    /// Answers, and nothing on the client path is missing.
-    Ok,
-    /// No answer (or unreachable) from inside the pod.
-    Silent,
-    /// Answers the pod itself, but tunnel clients cannot get there and back.
-    Blocked,
-    /// Answered with an error (DNS NXDOMAIN, nothing on port 53).
-    Failed,
-    /// Not probed: an earlier hop is broken.
-    NotProbed,
-}
-
-impl HopState {
-    pub fn text(self) -> &'static str {
-        match self {
-            HopState::Ok => "ok",
-            HopState::Silent => "SILENT",
-            HopState::Blocked => "BLOCKED",
-            HopState::Failed => "FAILED",
-            HopState::NotProbed => "-",
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -112,439 +52,19 @@ pub struct Diagnosis {
     pub notes: Vec<String>,
 }
 
-/// How replies to a client pool find their way back into the tunnel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReturnPath {
-    /// podgate-shaped masquerade in the pod covers the pool.
-    Masquerade(String),
-    /// The node routes the pool back via this pod.
-    Route(String),
-    /// Some other source NAT exists in the pod; its match is not decoded.
-    Unverified(String),
-    /// Neither; `elsewhere` is a node route covering the pool via someone else.
-    Missing { elsewhere: Option<String> },
-}
-
-fn family_v6(n: &IpNet) -> bool {
-    n.addr().is_ipv6()
-}
-
-fn covers(outer: &IpNet, inner: &IpNet) -> bool {
-    family_v6(outer) == family_v6(inner)
-        && outer.prefix_len() <= inner.prefix_len()
-        && outer.contains(&inner.network())
-}
-
-pub fn return_path(f: &Facts, pool: &IpNet) -> ReturnPath {
-    if let Some(m) = f.masquerade.iter().find(|m| covers(&m.source, pool)) {
-        return ReturnPath::Masquerade(format!(
-            "masquerade in the pod: inet {} {} out {}",
-            m.table, m.source, m.oifname
-        ));
-    }
-    let mut elsewhere = None;
-    if !f.node_is_pod {
-        let best = f
-            .node_routes
-            .iter()
-            .filter(|r| covers(&r.dst, pool))
-            .max_by_key(|r| r.dst.prefix_len());
-        if let Some(r) = best {
-            let via_pod = r
-                .gateway
-                .is_some_and(|g| f.pod_addrs.iter().any(|a| a.addr() == g));
-            if via_pod {
-                return ReturnPath::Route(format!("return route on the node: {}", r.describe()));
-            }
-            elsewhere = Some(r.describe());
-        }
-    }
-    if let Some(o) = f.other_snat.first() {
-        return ReturnPath::Unverified(format!(
-            "source NAT in the pod not written by podgate ({o}); assumed to cover {pool}"
-        ));
-    }
-    ReturnPath::Missing { elsewhere }
-}
-
-pub fn forwarding(f: &Facts, v6: bool) -> Option<bool> {
-    let v = if v6 {
-        &f.forwarding_v6
-    } else {
-        &f.forwarding_v4
-    };
-    v.as_deref().map(|s| s.trim() != "0")
-}
-
-fn fwd_name(v6: bool) -> &'static str {
-    if v6 {
-        "net.ipv6.conf.all.forwarding"
-    } else {
-        "net.ipv4.ip_forward"
-    }
-}
-
-/// Probing on behalf of tunnel clients: pools, a source address or a peer given.
-pub fn client_context(f: &Facts, targets: &[Target]) -> bool {
-    !f.pools.is_empty() || f.from.is_some() || targets.iter().any(|t| t.role == Role::Peer)
-}
-
-/// The pod's route to `addr`: longest main-table prefix (policy rules aside).
-pub fn route_to(f: &Facts, addr: IpAddr) -> Option<&RouteFact> {
-    f.pod_routes
-        .iter()
-        .filter(|r| r.dst.addr().is_ipv6() == addr.is_ipv6() && r.dst.contains(&addr))
-        .max_by_key(|r| r.dst.prefix_len())
-}
-
-fn is_local(f: &Facts, addr: IpAddr) -> bool {
-    f.pod_addrs.iter().any(|a| a.addr() == addr)
-}
-
-fn family_used(f: &Facts, targets: &[Target], v6: bool) -> bool {
-    f.pools.iter().any(|p| family_v6(p) == v6) || targets.iter().any(|t| t.addr.is_ipv6() == v6)
-}
-
-/// Effective rp_filter per interface: max(all, interface).
-pub fn rp_strict(f: &Facts) -> Vec<String> {
-    let val = |s: &str| -> u8 {
-        f.rp_filter
-            .iter()
-            .find(|(k, _)| k == s)
-            .and_then(|(_, v)| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    let all = val("all");
-    f.rp_filter
-        .iter()
-        .filter(|(k, _)| k != "all" && k != "default")
-        .filter(|(k, _)| all.max(val(k)) == 1)
-        .map(|(k, _)| k.clone())
-        .collect()
-}
-
-pub fn checks(f: &Facts, targets: &[Target]) -> Vec<Check> {
-    let ctx = client_context(f, targets);
-    let mut out = Vec::new();
-    for v6 in [false, true] {
-        let fam = if v6 { "ipv6" } else { "ipv4" };
-        let used = family_used(f, targets, v6) || (!v6 && f.pools.is_empty() && targets.is_empty());
-        let name = format!("forwarding {fam}");
-        let s = fwd_name(v6);
-        match forwarding(f, v6) {
-            None if v6 => out.push(check(name, Status::Skip, "IPv6 is disabled in this netns")),
-            None => out.push(check(name, Status::Warn, format!("{s} could not be read"))),
-            Some(true) => out.push(check(name, Status::Ok, format!("{s} = 1 in the pod netns"))),
-            Some(false) if ctx && used => out.push(check(
-                name,
-                Status::Fail,
-                format!("{s} = 0 in the pod netns: packets from the tunnel are not forwarded"),
-            )),
-            Some(false) if used => out.push(check(
-                name,
-                Status::Warn,
-                format!("{s} = 0 in the pod netns (matters only for traffic the pod forwards)"),
-            )),
-            Some(false) => out.push(check(
-                name,
-                Status::Skip,
-                format!("{s} = 0 (no {fam} pools or targets)"),
-            )),
-        }
-    }
-    for v6 in [false, true] {
-        if !(family_used(f, targets, v6) || (!v6 && targets.is_empty())) {
-            continue;
-        }
-        let fam = if v6 { "ipv6" } else { "ipv4" };
-        let default = f
-            .pod_routes
-            .iter()
-            .find(|r| r.dst.prefix_len() == 0 && r.dst.addr().is_ipv6() == v6);
-        out.push(match default {
-            Some(r) => check(format!("default route {fam}"), Status::Ok, r.describe()),
-            None => check(
-                format!("default route {fam}"),
-                Status::Warn,
-                "none: only destinations with a specific route are reachable",
-            ),
-        });
-    }
-    for pool in &f.pools {
-        let name = format!("return path {pool}");
-        let mut extra = String::new();
-        if let Some(e) = &f.nft_error {
-            extra += &format!("; nf_tables unreadable: {e}");
-        }
-        if let Some(e) = &f.node_error {
-            extra += &format!("; node routes unreadable: {e}");
-        }
-        out.push(match return_path(f, pool) {
-            ReturnPath::Masquerade(d) | ReturnPath::Route(d) => check(name, Status::Ok, d + &extra),
-            ReturnPath::Unverified(d) => check(name, Status::Warn, d + &extra),
-            ReturnPath::Missing { elsewhere } => check(
-                name,
-                Status::Fail,
-                format!(
-                    "no masquerade for {pool} in the pod and no return route on the node{}{extra}",
-                    elsewhere
-                        .map(|e| format!(" (the node's route {e} does not go via this pod)"))
-                        .unwrap_or_default()
-                ),
-            ),
-        });
-    }
-    // Routed pools keep the client's source address: the primary must allow it.
-    for pool in &f.pools {
-        if let (ReturnPath::Route(_), Some(r)) = (return_path(f, pool), spoofing_recipe(f, pool)) {
-            out.push(check(format!("anti-spoofing {pool}"), Status::Warn, r));
-        }
-    }
-    if ctx && f.pools.is_empty() {
-        out.push(check(
-            "return path",
-            Status::Warn,
-            "no --pool given (and no podgate record): masquerade and return routes not checked",
-        ));
-    }
-    if !f.rp_filter.is_empty() {
-        let values: Vec<String> = f
-            .rp_filter
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let strict = rp_strict(f);
-        out.push(if strict.is_empty() {
-            check("rp_filter", Status::Ok, format!("{} (off or loose)", values.join(" ")))
-        } else {
-            check(
-                "rp_filter",
-                Status::Warn,
-                format!(
-                    "{}: strict on {}; packets arriving where the pod would not route their source back are dropped",
-                    values.join(" "),
-                    strict.join(", ")
-                ),
-            )
-        });
-    }
-    out
-}
-
-/// The verdict for one target from its probes (and the facts).
-pub struct HopVerdict {
-    pub state: HopState,
-    pub reason: Option<String>,
-    pub next: Option<String>,
-}
-
-/// How to make the primary accept `pool` as a source, when it filters.
-fn spoofing_recipe(f: &Facts, pool: &IpNet) -> Option<String> {
-    f.primary
-        .as_ref()
-        .and_then(|p| super::primary::recipe(p, pool))
-}
-
-fn ok() -> HopVerdict {
-    HopVerdict {
-        state: HopState::Ok,
-        reason: None,
-        next: None,
-    }
-}
-
-fn broken(state: HopState, reason: String, next: &str) -> HopVerdict {
-    HopVerdict {
-        state,
-        reason: Some(reason),
-        next: Some(next.to_string()),
-    }
-}
-
-fn next_past_pod(t: &Target) -> &'static str {
-    match t.role {
-        Role::Pod => "the pod network past the VPN pod: the node's route to the target, NetworkPolicy, the target pod itself",
-        Role::Service => "the Service: kube-proxy rules and endpoints (a ClusterIP may ignore ICMP: probe IP:PORT)",
-        Role::Public => "the node's egress: its default route, SNAT of pod traffic on the node, firewalls",
-        Role::Dns => "the DNS service: its endpoints (CoreDNS), NetworkPolicy on port 53",
-        Role::Peer => "the tunnel",
-    }
-}
-
-pub fn hop(f: &Facts, ctx: bool, run: &ProbeRun) -> HopVerdict {
-    let t = &run.target;
-    let label = t.label();
-    let d = &run.direct;
-    if t.role == Role::Peer {
-        if d.reached() {
-            return ok();
-        }
-        return broken(
-            HopState::Silent,
-            format!(
-                "tunnel peer {} {}: the tunnel itself is down (or {} is not its far end); nothing beyond it can work",
-                t.addr,
-                d.describe(),
-                t.addr
-            ),
-            "the VPN process and its tunnel interface in the pod, the UDP port mapping to the pod, the client's log",
-        );
-    }
-    if t.role == Role::Dns {
-        match d {
-            Outcome::BadAnswer { detail } => {
-                return broken(
-                    HopState::Failed,
-                    format!("nameserver {} answers, but {detail}: a DNS problem (the name, search domains, CoreDNS or its upstream), not forwarding", t.addr),
-                    "the DNS layer: the name and search path in the pod's resolv.conf, CoreDNS logs",
-                )
-            }
-            Outcome::Refused { detail } => {
-                return broken(
-                    HopState::Failed,
-                    format!("nameserver {}: {detail}", t.addr),
-                    "the nameserver address in the pod's resolv.conf and the DNS service's endpoints",
-                )
-            }
-            _ => {}
-        }
-    }
-    if !d.reached() {
-        if is_local(f, t.addr) {
-            return broken(
-                HopState::Silent,
-                format!("{label} is the pod's own address and {}", d.describe()),
-                "the pod's firewall (nf_tables input)",
-            );
-        }
-        return match route_to(f, t.addr) {
-            None => broken(
-                HopState::Silent,
-                format!(
-                    "{label} unreachable: the pod netns has no route to {} (no default route)",
-                    t.addr
-                ),
-                "the pod's routes (`podgate route list`) and the primary CNI plugin's result",
-            ),
-            Some(r) => {
-                let hint = if t.role == Role::Service && t.port.is_none() {
-                    " (a ClusterIP often ignores ping: give --service IP:PORT)"
-                } else {
-                    ""
-                };
-                broken(
-                    HopState::Silent,
-                    format!(
-                        "{label} {} even from the VPN pod itself (route: {}): the break is past the pod, not in its forwarding{hint}",
-                        d.describe(),
-                        r.describe()
-                    ),
-                    next_past_pod(t),
-                )
-            }
-        };
-    }
-    if !ctx {
-        return ok();
-    }
-    let v6 = t.addr.is_ipv6();
-    let missing: Vec<(IpNet, Option<String>)> = f
-        .pools
-        .iter()
-        .filter(|p| family_v6(p) == v6)
-        .filter_map(|p| match return_path(f, p) {
-            ReturnPath::Missing { elsewhere } => Some((*p, elsewhere)),
-            _ => None,
-        })
-        .collect();
-    let pools: Vec<String> = missing.iter().map(|(p, _)| p.to_string()).collect();
-    if forwarding(f, v6) == Some(false) {
-        let also = if pools.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; no masquerade or return route for {} either: fix that next",
-                pools.join(", ")
-            )
-        };
-        return broken(
-            HopState::Blocked,
-            format!(
-                "{label} silent for tunnel clients: forwarding is off in the pod netns ({} = 0); the pod itself reaches it ({}), packets from the tunnel are dropped at the second hop{also}",
-                fwd_name(v6),
-                d.describe()
-            ),
-            "turn forwarding on in the pod netns so it survives restarts: a podgate-router profile with sysctls {\"net.ipv4.ip_forward\": \"1\"} (to test: podgate sysctl set net.ipv4.ip_forward=1 in that netns)",
-        );
-    }
-    if !missing.is_empty() {
-        let elsewhere: Vec<String> = missing
-            .iter()
-            .filter_map(|(_, e)| {
-                e.as_ref()
-                    .map(|e| format!("; the node's route {e} does not go via this pod"))
-            })
-            .collect();
-        return broken(
-            HopState::Blocked,
-            format!(
-                "{label} silent: forwarding is on; no masquerade for {} and no return route on the node: replies cannot find the tunnel{}",
-                pools.join(", "),
-                elsewhere.concat()
-            ),
-            "the return path: masquerade the pool in the pod (podgate-router profile `masquerade`) or route it back via the pod on the node (`returnRoutes`)",
-        );
-    }
-    if let Some((src, b)) = &run.bound {
-        if !b.reached() {
-            let pool = f.pools.iter().find(|p| p.contains(src));
-            let masq = pool.is_some_and(|p| matches!(return_path(f, p), ReturnPath::Masquerade(_)));
-            let why = if masq {
-                "masquerade rewrites the source on the way out, so the reply should come back to the pod's address: look at the node and the target's policy"
-            } else {
-                "replies to the tunnel address do not come back: look at policies that see the client address (NetworkPolicy, firewalls), the primary's anti-spoofing and rp_filter"
-            };
-            let mut v = broken(
-                HopState::Blocked,
-                format!(
-                    "{label}: the pod reaches it, but a probe from {src} {}; {why}",
-                    b.describe()
-                ),
-                "the return path of client-addressed traffic",
-            );
-            if let Some(r) = pool.filter(|_| !masq).and_then(|p| spoofing_recipe(f, p)) {
-                v.next = Some(r);
-            }
-            return v;
-        }
-    }
-    ok()
-}
-
-fn result_text(f: &Facts, run: &ProbeRun) -> String {
-    let mut s = run.direct.describe();
-    if run.target.role == Role::Peer && is_local(f, run.target.addr) {
-        s += " (the pod's own address: proves the netns answers, not the tunnel)";
-    }
-    if let Some((src, b)) = &run.bound {
-        s += &format!("; from {src}: {}", b.describe());
-        let masq = f
-            .pools
-            .iter()
-            .find(|p| p.contains(src))
-            .is_some_and(|p| matches!(return_path(f, p), ReturnPath::Masquerade(_)));
-        if masq && b.reached() {
-            s += " (masqueraded)";
-        }
-    }
-    s
-}
-
 /// The whole diagnosis. `runs` are the probes made, in target order; targets
 /// after the first broken hop are reported as not probed.
 pub fn judge(f: &Facts, targets: &[Target], runs: &[ProbeRun]) -> Diagnosis {
-    let checks = checks(f, targets);
-    let ctx = client_context(f, targets);
+    let findings = rules::checks(f, targets);
+    let checks: Vec<Check> = findings
+        .iter()
+        .map(|c| Check {
+            name: wording::check_name(c),
+            status: c.status(),
+            detail: wording::check_detail(c),
+        })
+        .collect();
+    let ctx = rules::client_context(f, targets);
     let mut hops = Vec::new();
     let mut verdict: Option<Verdict> = None;
     let mut answered: Vec<String> = Vec::new();
@@ -556,91 +76,79 @@ pub fn judge(f: &Facts, targets: &[Target], runs: &[ProbeRun]) -> Diagnosis {
                 target: t.addr_text(),
                 method: t.method(),
                 state: HopState::NotProbed,
-                result: "not probed (stopped at the first broken hop)".into(),
+                result: wording::NOT_PROBED.into(),
                 reason: None,
                 next: None,
             });
             continue;
         };
-        let hv = hop(f, ctx, run);
-        if hv.state != HopState::Ok {
-            let mut message = hv.reason.clone().unwrap_or_default();
+        let finding = rules::hop(f, ctx, run);
+        let state = finding.state();
+        let reason = wording::hop_reason(&finding);
+        let next = wording::hop_next(&finding);
+        if state != HopState::Ok {
+            let mut message = reason.clone().unwrap_or_default();
             if t.role == Role::Dns && answered.iter().any(|a| !a.starts_with("peer")) {
-                message += &format!(
-                    "; the IP hops before it answer ({}), so this is DNS, not forwarding",
-                    answered.join(", ")
-                );
+                message += &wording::dns_not_forwarding(&answered);
             }
             verdict = Some(Verdict {
                 ok: false,
                 hop: Some(t.label()),
                 message,
-                next: hv.next.clone(),
+                next: next.clone(),
             });
         } else {
             answered.push(t.label());
         }
+        let own_peer = t.role == Role::Peer && rules::is_local(f, t.addr);
+        let masq = run
+            .bound
+            .as_ref()
+            .is_some_and(|(src, _)| rules::masqueraded(f, src));
         hops.push(Hop {
             role: t.role,
             target: t.addr_text(),
             method: t.method(),
-            state: hv.state,
-            result: result_text(f, run),
-            reason: hv.reason,
-            next: hv.next,
+            state,
+            result: wording::probe_result(run, own_peer, masq),
+            reason,
+            next,
         });
     }
-    let fails: Vec<&Check> = checks.iter().filter(|c| c.status == Status::Fail).collect();
-    let verdict = verdict.unwrap_or_else(|| {
-        let fail_text = fails
-            .iter()
-            .map(|c| format!("{}: {}", c.name, c.detail))
-            .collect::<Vec<_>>()
-            .join("; ");
-        match (targets.is_empty(), fails.is_empty()) {
-            (true, true) => Verdict {
-                ok: true,
-                hop: None,
-                message: "all checks pass (nothing probed: give --peer, --pod, --service, --public or --dns)".into(),
-                next: None,
-            },
-            (true, false) => Verdict {
-                ok: false,
-                hop: None,
-                message: format!("checks failed: {fail_text}"),
-                next: Some("probe the hops (--peer, --pod, ...) to see which one this breaks".into()),
-            },
-            (false, true) => Verdict {
-                ok: true,
-                hop: None,
-                message: format!("all {} hops answer: {}", targets.len(), answered.join(" -> ")),
-                next: None,
-            },
-            (false, false) => Verdict {
-                ok: false,
-                hop: None,
-                message: format!("all hops answer, but checks failed: {fail_text}"),
-                next: None,
-            },
-        }
+    let fails: Vec<_> = findings
+        .iter()
+        .filter(|c| c.status() == Status::Fail)
+        .collect();
+    let verdict = verdict.unwrap_or_else(|| match (targets.is_empty(), fails.is_empty()) {
+        (true, true) => Verdict {
+            ok: true,
+            hop: None,
+            message: wording::NOTHING_PROBED.into(),
+            next: None,
+        },
+        (true, false) => Verdict {
+            ok: false,
+            hop: None,
+            message: wording::checks_failed(&fails),
+            next: Some(wording::PROBE_THE_HOPS.into()),
+        },
+        (false, true) => Verdict {
+            ok: true,
+            hop: None,
+            message: wording::all_answer(targets.len(), &answered),
+            next: None,
+        },
+        (false, false) => Verdict {
+            ok: false,
+            hop: None,
+            message: wording::all_answer_but(&fails),
+            next: None,
+        },
     });
-    let mut notes = Vec::new();
-    if let Some(src) = f.from {
-        let masq = f
-            .pools
-            .iter()
-            .find(|p| p.contains(&src))
-            .is_some_and(|p| matches!(return_path(f, p), ReturnPath::Masquerade(_)));
-        if masq {
-            notes.push(format!(
-                "probes from {src} are masqueraded on the way out, as a client's packets are: they show the masqueraded path and cannot show what a target sees of the client's own address"
-            ));
-        } else {
-            notes.push(format!(
-                "probes from {src} need replies routed back to the tunnel address, as a client's do; they leave from the pod itself, so forwarding is judged from the sysctl, not from them"
-            ));
-        }
-    }
+    let notes = rules::probe_note(f)
+        .map(wording::note)
+        .into_iter()
+        .collect();
     Diagnosis {
         checks,
         hops,
@@ -651,8 +159,11 @@ pub fn judge(f: &Facts, targets: &[Target], runs: &[ProbeRun]) -> Diagnosis {
 
 #[cfg(test)]
 mod tests {
-    use super::super::facts::MasqFact;
+    use super::super::facts::{MasqFact, RouteFact};
+    use super::super::finding::ReturnPath;
+    use super::super::rules::return_path;
     use super::*;
+    use crate::probe::Outcome;
 
     fn rf(dst: &str, gw: Option<&str>, dev: &str) -> RouteFact {
         RouteFact {
@@ -663,7 +174,8 @@ mod tests {
         }
     }
 
-    /// The article's VPN pod: eth0 10.22.0.5, tun0 10.8.0.1 peer 10.8.0.2.
+    /// The OpenVPN-pod scenario's VPN pod: eth0 10.22.0.5, tun0 10.8.0.1 peer
+    /// 10.8.0.2.
     fn vpn_pod(forwarding: &str) -> Facts {
         Facts {
             pools: vec!["10.8.0.0/24".parse().unwrap()],
@@ -928,5 +440,56 @@ mod tests {
         };
         let d = judge(&f, std::slice::from_ref(&t), &[run(&t, answered(), None)]);
         assert!(d.verdict.ok, "{:?}", d.verdict);
+    }
+
+    #[test]
+    fn ipv6_forwarding_off_names_the_ipv6_sysctl_in_the_fix() {
+        let f = Facts {
+            pools: vec!["fd00:8::/64".parse().unwrap()],
+            pod_addrs: vec!["fd00:22::5/64".parse().unwrap()],
+            forwarding_v4: Some("1".into()),
+            forwarding_v6: Some("0".into()),
+            masquerade: vec![MasqFact {
+                table: "podgate-eth0".into(),
+                source: "fd00:8::/64".parse().unwrap(),
+                oifname: "eth0".into(),
+            }],
+            ..Facts::default()
+        };
+        let t = Target {
+            role: Role::Pod,
+            addr: "fd00:22::3".parse().unwrap(),
+            port: None,
+            name: None,
+        };
+        let d = judge(&f, std::slice::from_ref(&t), &[run(&t, answered(), None)]);
+        assert_eq!(d.hops[0].state, HopState::Blocked);
+        assert!(
+            d.verdict
+                .message
+                .contains("(net.ipv6.conf.all.forwarding = 0)"),
+            "{}",
+            d.verdict.message
+        );
+        let next = d.verdict.next.unwrap();
+        assert!(
+            next.contains("sysctls {\"net.ipv6.conf.all.forwarding\": \"1\"}")
+                && next.contains("podgate sysctl set net.ipv6.conf.all.forwarding=1"),
+            "{next}"
+        );
+        assert!(!next.contains("ipv4"), "{next}");
+        // IPv4 keeps its own sysctl in the fix.
+        let g = vpn_pod("0");
+        let ts = targets();
+        let d = judge(
+            &g,
+            &ts,
+            &[run(&ts[0], answered(), None), run(&ts[1], answered(), None)],
+        );
+        assert!(d
+            .verdict
+            .next
+            .unwrap()
+            .contains("podgate sysctl set net.ipv4.ip_forward=1"),);
     }
 }

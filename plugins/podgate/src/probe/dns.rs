@@ -138,25 +138,10 @@ pub fn ask(
         Ok(q) => q,
         Err(detail) => return Outcome::Error { detail },
     };
-    let fd = match ns.run(|| sock::socket(sock::domain_of(server.ip()), libc::SOCK_DGRAM, 0, true))
-    {
-        Ok(Ok(fd)) => fd,
-        Ok(Err(e)) => {
-            return Outcome::Error {
-                detail: format!("socket: {e}"),
-            }
-        }
-        Err(e) => {
-            return Outcome::Error {
-                detail: e.to_string(),
-            }
-        }
+    let fd = match super::open_socket(ns, server.ip(), sock::Type::Datagram, bind) {
+        Ok(fd) => fd,
+        Err(outcome) => return outcome,
     };
-    if let Some(b) = bind {
-        if let Err(e) = sock::bind(&fd, SocketAddr::new(b, 0)) {
-            return send_error(&e, server.ip());
-        }
-    }
     if let Err(e) = sock::connect(&fd, server) {
         return send_error(&e, server.ip());
     }

@@ -4,6 +4,7 @@
 
 use super::{random_u16, rtt_ms, send_error, Outcome};
 use crate::sock;
+use nix::sys::socket::AddressFamily;
 use podgate_kit::netns::NetNs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::OwnedFd;
@@ -126,14 +127,18 @@ fn error_text(v6: bool, kind: u8, code: u8, from: Option<IpAddr>) -> String {
 
 fn open(ns: &NetNs, v6: bool) -> Result<(OwnedFd, bool), String> {
     let (dom, proto) = if v6 {
-        (libc::AF_INET6, libc::IPPROTO_ICMPV6)
+        (AddressFamily::Inet6, sock::Protocol::IcmpV6)
     } else {
-        (libc::AF_INET, libc::IPPROTO_ICMP)
+        (AddressFamily::Inet, sock::Protocol::Icmp)
     };
-    let made = ns.run(|| match sock::socket(dom, libc::SOCK_RAW, proto, true) {
-        Ok(fd) => Ok((fd, true)),
-        Err(_) => sock::socket(dom, libc::SOCK_DGRAM, proto, true).map(|fd| (fd, false)),
-    });
+    let made = ns.run(
+        || match sock::socket(dom, sock::Type::Raw, Some(proto), true) {
+            Ok(fd) => Ok((fd, true)),
+            Err(_) => {
+                sock::socket(dom, sock::Type::Datagram, Some(proto), true).map(|fd| (fd, false))
+            }
+        },
+    );
     match made {
         Ok(Ok(x)) => Ok(x),
         Ok(Err(e)) => Err(format!(
@@ -149,10 +154,8 @@ pub fn echo(ns: &NetNs, dst: IpAddr, bind: Option<IpAddr>, timeout: Duration) ->
         Ok(x) => x,
         Err(detail) => return Outcome::Error { detail },
     };
-    if let Some(b) = bind {
-        if let Err(e) = sock::bind(&fd, SocketAddr::new(b, 0)) {
-            return send_error(&e, dst);
-        }
+    if let Err(outcome) = super::bind_to(&fd, bind, dst) {
+        return outcome;
     }
     let id = random_u16();
     let pkt = echo_request(v6, id, SEQ);

@@ -7,24 +7,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 pub fn connect(ns: &NetNs, dst: SocketAddr, bind: Option<IpAddr>, timeout: Duration) -> Outcome {
-    let fd = match ns.run(|| sock::socket(sock::domain_of(dst.ip()), libc::SOCK_STREAM, 0, true)) {
-        Ok(Ok(fd)) => fd,
-        Ok(Err(e)) => {
-            return Outcome::Error {
-                detail: format!("socket: {e}"),
-            }
-        }
-        Err(e) => {
-            return Outcome::Error {
-                detail: e.to_string(),
-            }
-        }
+    let fd = match super::open_socket(ns, dst.ip(), sock::Type::Stream, bind) {
+        Ok(fd) => fd,
+        Err(outcome) => return outcome,
     };
-    if let Some(b) = bind {
-        if let Err(e) = sock::bind(&fd, SocketAddr::new(b, 0)) {
-            return send_error(&e, dst.ip());
-        }
-    }
     let start = Instant::now();
     match sock::connect(&fd, dst) {
         Ok(()) => {
@@ -36,7 +22,7 @@ pub fn connect(ns: &NetNs, dst: SocketAddr, bind: Option<IpAddr>, timeout: Durat
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
         Err(e) => return connect_error(&e, dst),
     }
-    match sock::wait(&fd, libc::POLLOUT, timeout) {
+    match sock::wait(&fd, sock::Events::POLLOUT, timeout) {
         Ok(false) => Outcome::silent(timeout),
         Err(e) => Outcome::Error {
             detail: format!("poll: {e}"),

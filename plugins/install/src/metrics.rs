@@ -10,7 +10,7 @@ pub mod events;
 pub mod http;
 pub mod text;
 
-use crate::install::ChainProbe;
+use crate::ChainProbe;
 use clap::Args;
 use collect::{AttachmentLabels, IpsecState};
 use std::collections::{BTreeMap, BTreeSet};
@@ -89,7 +89,7 @@ fn sources(entries: &[serde_json::Value]) -> Sources {
 
 /// A source the collection could not read: logged at debug, counted.
 fn error(what: &'static str, msg: String) -> &'static str {
-    crate::install::log_at(
+    crate::log_at(
         podgate_cni::log::Level::Debug,
         &format!("metrics: {what}: {msg}"),
     );
@@ -323,7 +323,7 @@ pub fn start(
     let mut spool = events::Spool::open(state_dir)?;
     let interval = Duration::from_secs(args.metrics_interval_secs.max(1));
     let shown = Arc::new(Mutex::new(render(&collect_once(&probe, &mut spool))));
-    crate::install::log(format!(
+    crate::log(format!(
         "metrics on http://{}/metrics (every {}s)",
         listener
             .local_addr()

@@ -2,54 +2,32 @@
 //! in the same directory (a name no runtime loads), is fsynced, then renamed
 //! over the target, and the directory is fsynced.
 
+use crate::Error;
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// An I/O failure with what was being done to which path.
-#[derive(Debug, thiserror::Error)]
-#[error("{op} {}: {source}", path.display())]
-pub struct IoError {
-    pub op: &'static str,
-    pub path: PathBuf,
-    pub source: std::io::Error,
-}
-
-impl IoError {
-    pub fn new(op: &'static str, path: &Path, source: std::io::Error) -> IoError {
-        IoError {
-            op,
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-
-    pub fn not_found(&self) -> bool {
-        self.source.kind() == ErrorKind::NotFound
-    }
-}
-
-pub type Result<T> = std::result::Result<T, IoError>;
+pub type Result<T> = std::result::Result<T, Error>;
 
 /// The file's bytes, or None when it does not exist.
 pub fn read_opt(path: &Path) -> Result<Option<Vec<u8>>> {
     match fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(IoError::new("reading", path, e)),
+        Err(e) => Err(Error::io("reading", path, e)),
     }
 }
 
 pub fn read(path: &Path) -> Result<Vec<u8>> {
-    fs::read(path).map_err(|e| IoError::new("reading", path, e))
+    fs::read(path).map_err(|e| Error::io("reading", path, e))
 }
 
 /// Temp names start with a dot and end in `.podgate-tmp-<pid>`: no runtime
 /// loads them (libcni only reads `.conf`, `.conflist`, `.json`).
 fn temp_path(path: &Path) -> Result<PathBuf> {
     let name = path.file_name().ok_or_else(|| {
-        IoError::new(
+        Error::io(
             "naming a temp file for",
             path,
             std::io::Error::from(ErrorKind::InvalidInput),
@@ -83,14 +61,14 @@ pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
             .create_new(true)
             .mode(mode)
             .open(&tmp)
-            .map_err(|e| IoError::new("creating", &tmp, e))?;
+            .map_err(|e| Error::io("creating", &tmp, e))?;
         f.write_all(bytes)
-            .map_err(|e| IoError::new("writing", &tmp, e))?;
+            .map_err(|e| Error::io("writing", &tmp, e))?;
         // The umask may have narrowed `mode`.
         f.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|e| IoError::new("chmod", &tmp, e))?;
-        f.sync_all().map_err(|e| IoError::new("fsync", &tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| IoError::new("renaming into place", path, e))
+            .map_err(|e| Error::io("chmod", &tmp, e))?;
+        f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        fs::rename(&tmp, path).map_err(|e| Error::io("renaming into place", path, e))
     })();
     if res.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -101,7 +79,7 @@ pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 
 /// Rename `from` to `to` (same directory) and make it durable.
 pub fn rename(from: &Path, to: &Path) -> Result<()> {
-    fs::rename(from, to).map_err(|e| IoError::new("renaming", from, e))?;
+    fs::rename(from, to).map_err(|e| Error::io("renaming", from, e))?;
     sync_dir_of(to)
 }
 
@@ -113,7 +91,7 @@ pub fn remove(path: &Path) -> Result<bool> {
             Ok(true)
         }
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(IoError::new("removing", path, e)),
+        Err(e) => Err(Error::io("removing", path, e)),
     }
 }
 
@@ -124,13 +102,13 @@ fn sync_dir_of(path: &Path) -> Result<()> {
     };
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| IoError::new("fsync", dir, e))
+        .map_err(|e| Error::io("fsync", dir, e))
 }
 
 /// File names in `dir`, sorted bytewise (as Go's `os.ReadDir` sorts them),
 /// directories left out.
 pub fn list_files(dir: &Path) -> Result<Vec<String>> {
-    let rd = fs::read_dir(dir).map_err(|e| IoError::new("listing", dir, e))?;
+    let rd = fs::read_dir(dir).map_err(|e| Error::io("listing", dir, e))?;
     let mut names: Vec<String> = rd
         .flatten()
         .filter(|e| !e.path().is_dir())
@@ -156,7 +134,7 @@ pub fn executable_with(path: &Path, bytes: &[u8]) -> Result<bool> {
     let meta = match fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(IoError::new("stat", path, e)),
+        Err(e) => return Err(Error::io("stat", path, e)),
     };
     if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 || meta.len() != bytes.len() as u64
     {

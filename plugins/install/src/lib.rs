@@ -1,20 +1,29 @@
-//! `podgate install` / `podgate uninstall`: put podgate's plugin binaries into
-//! the node's CNI bin dir and write podgate's own conflist, sorting before the
+//! podgate-install: the node agent behind `podgate install` / `podgate
+//! uninstall`. It puts podgate's plugin binaries into
+//! the node's CNI bin dir and writes podgate's own conflist, sorting before the
 //! primary network's file: the primary's plugins followed by podgate's,
 //! re-rendered whenever the primary's file changes (the primary's file itself
-//! is never written); and take both out again.
+//! is never written); and takes both out again. With `--watch` it also serves
+//! the node's Prometheus metrics ([`metrics`]) and sweeps dead pods' records.
 //!
 //! * [`chain`]: pure conflist transformations (merge, strip, `.conf`
 //!   conversion); [`json`]: a key-order-preserving JSON value for them.
-//! * [`reconcile`]: one install / check / uninstall pass over the dirs.
-//! * [`state`]: what was written (and, for files an earlier podgate chained
+//! * `reconcile`: one install / check / uninstall pass over the dirs.
+//! * `state`: what was written (and, for files an earlier podgate chained
 //!   in place, the primary's original bytes).
-//! * [`watch`]: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
-//! * [`validate`]: podgate's entries checked by the plugins' own config code.
+//! * `watch`: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
+//! * `validate`: podgate's entries checked by the plugins' own config code.
 
-pub(crate) mod chain;
-pub(crate) mod fsx;
-pub(crate) mod json;
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+pub mod chain;
+mod error;
+pub mod fsx;
+pub mod json;
+pub mod metrics;
 mod reconcile;
 mod state;
 mod sweep;
@@ -23,6 +32,7 @@ mod validate;
 mod watch;
 
 use clap::Args;
+pub use error::Error;
 use reconcile::{Node, Source};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -141,55 +151,6 @@ pub struct UninstallArgs {
     pub remove_binaries: bool,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    #[error(transparent)]
-    Io(#[from] fsx::IoError),
-    #[error(transparent)]
-    State(#[from] state::StateError),
-    #[error(transparent)]
-    Chain(#[from] chain::ChainError),
-    #[error("plugins file {}: {msg}", path.display())]
-    PluginsFile { path: PathBuf, msg: String },
-    #[error("no CNI config (*.conflist, *.conf, *.json) in {}: the primary CNI has not written one yet", .0.display())]
-    NoPrimary(PathBuf),
-    #[error("--primary {name}: no such file in {}", dir.display())]
-    PrimaryMissing { name: String, dir: PathBuf },
-    #[error("--primary {0:?}: give a file name inside --cni-conf-dir")]
-    BadPrimary(String),
-    #[error("{0} vanished while being read (its writer is replacing it)")]
-    Vanished(String),
-    #[error("encoding JSON: {0}")]
-    Encode(serde_json::Error),
-    #[error("--source-dir not given and this executable's directory is unknown: {0}")]
-    SourceDir(std::io::Error),
-    #[error("not chained: {0}")]
-    NotChained(String),
-    #[error("--conflist-name {0:?}: give a file name ending in .conflist (no path, not hidden)")]
-    BadConflistName(String),
-    #[error("podgate's {own} would not be loaded first: the primary {primary} sorts before it; pass --conflist-name with a name that sorts earlier")]
-    SortsAfter { own: String, primary: String },
-    #[error("{0} exists and was not written by podgate; pass another --conflist-name")]
-    OwnTaken(String),
-    #[error("watch: {0}")]
-    Watch(String),
-}
-
-impl InstallError {
-    /// Whether `--watch` keeps waiting (something the primary or the operator
-    /// fixes by writing a file) rather than exiting for a restart.
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            InstallError::Chain(_)
-                | InstallError::PluginsFile { .. }
-                | InstallError::NoPrimary(_)
-                | InstallError::PrimaryMissing { .. }
-                | InstallError::Vanished(_)
-        )
-    }
-}
-
 /// One line on stderr: `<RFC 3339 time> podgate installer: <msg>`, and in
 /// `--log-file` if given; messages starting with `warning` are level warn.
 pub(crate) fn log(msg: impl std::fmt::Display) {
@@ -225,7 +186,7 @@ pub(crate) fn log_at(level: podgate_cni::log::Level, msg: &str) {
 /// What the metrics read from the installer: whether the chain is in place
 /// as configured (the same test as `--check`) and podgate's entries.
 #[derive(Debug, Clone)]
-pub(crate) struct ChainProbe {
+pub struct ChainProbe {
     node: Node,
     src: Source,
 }
@@ -249,22 +210,22 @@ impl ChainProbe {
 
 /// The running executable's directory: /proc/self/exe, else argv[0] when it
 /// is a path (no /proc, e.g. in a bare chroot).
-fn exe_dir() -> Result<PathBuf, InstallError> {
+fn exe_dir() -> Result<PathBuf, Error> {
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => std::env::args_os()
             .next()
             .map(PathBuf::from)
             .filter(|p| p.components().count() > 1)
-            .ok_or(InstallError::SourceDir(e))?,
+            .ok_or(Error::SourceDir(e))?,
     };
     exe.parent()
         .filter(|d| !d.as_os_str().is_empty())
         .map(PathBuf::from)
-        .ok_or_else(|| InstallError::SourceDir(std::io::Error::from(std::io::ErrorKind::NotFound)))
+        .ok_or_else(|| Error::SourceDir(std::io::Error::from(std::io::ErrorKind::NotFound)))
 }
 
-fn source_of(args: &InstallArgs) -> Result<Source, InstallError> {
+fn source_of(args: &InstallArgs) -> Result<Source, Error> {
     let binaries_dir = match &args.source_dir {
         Some(d) => d.clone(),
         None => exe_dir()?,
@@ -276,13 +237,13 @@ fn source_of(args: &InstallArgs) -> Result<Source, InstallError> {
             let name = path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
-                .ok_or_else(|| InstallError::BadPrimary(p.clone()))?;
+                .ok_or_else(|| Error::BadPrimary(p.clone()))?;
             // A path is fine when it points into the conf dir.
             let parent = path.parent().filter(|d| !d.as_os_str().is_empty());
             if let Some(dir) = parent {
                 let same = dir.canonicalize().ok() == args.cni_conf_dir.canonicalize().ok();
                 if !same {
-                    return Err(InstallError::BadPrimary(p.clone()));
+                    return Err(Error::BadPrimary(p.clone()));
                 }
             }
             Some(name)
@@ -300,10 +261,10 @@ fn node_of(
     conf: &std::path::Path,
     state: &std::path::Path,
     own: &str,
-) -> Result<Node, InstallError> {
+) -> Result<Node, Error> {
     let plain = !own.contains('/') && !own.starts_with('.') && own.len() > ".conflist".len();
     if !plain || chain::kind_of(own) != Some(chain::Kind::List) {
-        return Err(InstallError::BadConflistName(own.into()));
+        return Err(Error::BadConflistName(own.into()));
     }
     Ok(Node {
         conf_dir: conf.into(),
@@ -313,7 +274,7 @@ fn node_of(
     })
 }
 
-pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
+pub fn install(args: &InstallArgs) -> Result<(), Error> {
     let _ = AGENT_LOG.set(args.log.clone());
     let node = node_of(
         &args.cni_bin_dir,
@@ -329,7 +290,7 @@ pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
                 println!("chained: {file}");
                 Ok(())
             }
-            Err(reason) => Err(InstallError::NotChained(reason)),
+            Err(reason) => Err(Error::NotChained(reason)),
         };
     }
     if args.watch {
@@ -339,7 +300,7 @@ pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
                 src: src.clone(),
             };
             crate::metrics::start(addr, &args.metrics, &args.state_dir, probe)
-                .map_err(InstallError::Watch)?;
+                .map_err(Error::Watch)?;
         }
         let opts = watch::WatchOpts {
             debounce: Duration::from_millis(args.debounce_ms),
@@ -368,7 +329,7 @@ pub fn install(args: &InstallArgs) -> Result<(), InstallError> {
     }
 }
 
-pub fn uninstall(args: &UninstallArgs) -> Result<(), InstallError> {
+pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
     let node = node_of(
         &args.cni_bin_dir,
         &args.cni_conf_dir,

@@ -4,6 +4,7 @@
 //! code 7.
 
 use super::json::Json;
+use crate::Error;
 use podgate_router::config::RouterConfig;
 use podgate_tunnel_guard::GuardConfig;
 use serde::Deserialize;
@@ -13,29 +14,15 @@ pub const TUNNEL_GUARD: &str = "podgate-tunnel-guard";
 /// The plugin binaries the installer ships.
 pub const BINARIES: [&str; 2] = [ROUTER, TUNNEL_GUARD];
 
-#[derive(Debug, thiserror::Error)]
-pub enum EntryError {
-    #[error("plugins[{index}] ({ty}): {msg}")]
-    Invalid {
-        index: usize,
-        ty: String,
-        msg: String,
-    },
-    #[error(
-        "plugins[{index}]: unknown podgate plugin type {ty:?} (known: {ROUTER}, {TUNNEL_GUARD})"
-    )]
-    UnknownType { index: usize, ty: String },
-}
-
 /// Each entry parses and validates as its plugin would parse it.
-pub fn validate_entries(entries: &[Json]) -> Result<(), EntryError> {
+pub fn validate_entries(entries: &[Json]) -> Result<(), Error> {
     for (index, entry) in entries.iter().enumerate() {
         let ty = entry
             .as_object()
             .and_then(|o| o.str_field("type"))
             .unwrap_or_default()
             .to_string();
-        let invalid = |msg: String| EntryError::Invalid {
+        let invalid = |msg: String| Error::EntryInvalid {
             index,
             ty: ty.clone(),
             msg,
@@ -49,7 +36,7 @@ pub fn validate_entries(entries: &[Json]) -> Result<(), EntryError> {
             TUNNEL_GUARD => {
                 GuardConfig::from_value(&value).map_err(|e| invalid(e.to_string()))?;
             }
-            _ => return Err(EntryError::UnknownType { index, ty }),
+            _ => return Err(Error::EntryUnknownType { index, ty }),
         }
     }
     Ok(())
@@ -141,7 +128,7 @@ mod tests {
         let unknown = chain::parse_entries(br#"[{"type":"podgate-nope"}]"#).unwrap();
         assert!(matches!(
             validate_entries(&unknown),
-            Err(EntryError::UnknownType { .. })
+            Err(Error::EntryUnknownType { .. })
         ));
         let ok =
             chain::parse_entries(br#"[{"type":"podgate-tunnel-guard"},{"type":"podgate-router"}]"#)

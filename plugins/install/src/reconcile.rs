@@ -16,7 +16,7 @@ use super::fsx;
 use super::json::Json;
 use super::state::{Backup, StateDir};
 use super::validate::{self, BINARIES};
-use super::InstallError;
+use super::Error;
 use std::path::{Path, PathBuf};
 
 /// Where things are on this node.
@@ -82,16 +82,16 @@ impl std::fmt::Display for Applied {
 }
 
 /// podgate's entries from the plugins file, validated as the plugins would.
-pub fn load_entries(path: &Path) -> Result<Vec<Json>, InstallError> {
-    let text = fsx::read(path).map_err(|source| InstallError::PluginsFile {
+pub fn load_entries(path: &Path) -> Result<Vec<Json>, Error> {
+    let text = fsx::read(path).map_err(|source| Error::PluginsFile {
         path: path.into(),
         msg: source.to_string(),
     })?;
-    let entries = chain::parse_entries(&text).map_err(|e| InstallError::PluginsFile {
+    let entries = chain::parse_entries(&text).map_err(|e| Error::PluginsFile {
         path: path.into(),
         msg: e.to_string(),
     })?;
-    validate::validate_entries(&entries).map_err(|e| InstallError::PluginsFile {
+    validate::validate_entries(&entries).map_err(|e| Error::PluginsFile {
         path: path.into(),
         msg: e.to_string(),
     })?;
@@ -99,9 +99,8 @@ pub fn load_entries(path: &Path) -> Result<Vec<Json>, InstallError> {
 }
 
 /// Copy the plugin binaries that differ. Returns the names written.
-pub fn install_binaries(src: &Source, node: &Node) -> Result<Vec<&'static str>, InstallError> {
-    std::fs::create_dir_all(&node.bin_dir)
-        .map_err(|e| fsx::IoError::new("creating", &node.bin_dir, e))?;
+pub fn install_binaries(src: &Source, node: &Node) -> Result<Vec<&'static str>, Error> {
+    std::fs::create_dir_all(&node.bin_dir).map_err(|e| Error::io("creating", &node.bin_dir, e))?;
     let mut written = Vec::new();
     for name in BINARIES {
         if fsx::install_executable(&src.binaries_dir.join(name), &node.bin_dir.join(name))? {
@@ -112,7 +111,7 @@ pub fn install_binaries(src: &Source, node: &Node) -> Result<Vec<&'static str>, 
 }
 
 /// The first binary that is missing or differs from the source, if any.
-fn stale_binary(src: &Source, node: &Node) -> Result<Option<&'static str>, InstallError> {
+fn stale_binary(src: &Source, node: &Node) -> Result<Option<&'static str>, Error> {
     for name in BINARIES {
         let want = fsx::read(&src.binaries_dir.join(name))?;
         if !fsx::executable_with(&node.bin_dir.join(name), &want)? {
@@ -122,7 +121,7 @@ fn stale_binary(src: &Source, node: &Node) -> Result<Option<&'static str>, Insta
     Ok(None)
 }
 
-pub fn remove_binaries(node: &Node) -> Result<Vec<&'static str>, InstallError> {
+pub fn remove_binaries(node: &Node) -> Result<Vec<&'static str>, Error> {
     let mut removed = Vec::new();
     for name in BINARIES {
         if fsx::remove(&node.bin_dir.join(name))? {
@@ -136,10 +135,10 @@ pub fn remove_binaries(node: &Node) -> Result<Vec<&'static str>, InstallError> {
 /// i.e. the first `.conflist`/`.conf`/`.json` in bytewise order (libcni's
 /// `ConfFiles`, as containerd and CRI-O use it) other than podgate's file, or
 /// `--primary` (followed to the conversion an earlier podgate made of it).
-fn find_primary(node: &Node, src: &Source) -> Result<String, InstallError> {
+fn find_primary(node: &Node, src: &Source) -> Result<String, Error> {
     if let Some(name) = &src.primary {
         if *name == node.own_file {
-            return Err(InstallError::BadPrimary(name.clone()));
+            return Err(Error::BadPrimary(name.clone()));
         }
         if node.conf_dir.join(name).exists() {
             return Ok(name.clone());
@@ -154,7 +153,7 @@ fn find_primary(node: &Node, src: &Source) -> Result<String, InstallError> {
                 return Ok(target);
             }
         }
-        return Err(InstallError::PrimaryMissing {
+        return Err(Error::PrimaryMissing {
             name: name.clone(),
             dir: node.conf_dir.clone(),
         });
@@ -162,17 +161,17 @@ fn find_primary(node: &Node, src: &Source) -> Result<String, InstallError> {
     fsx::list_files(&node.conf_dir)?
         .into_iter()
         .find(|n| kind_of(n).is_some() && *n != node.own_file)
-        .ok_or_else(|| InstallError::NoPrimary(node.conf_dir.clone()))
+        .ok_or_else(|| Error::NoPrimary(node.conf_dir.clone()))
 }
 
 /// Read a conf-dir file that was just listed; vanishing meanwhile is a race
 /// with its writer, not a failure.
-fn read_listed(node: &Node, name: &str) -> Result<Vec<u8>, InstallError> {
+fn read_listed(node: &Node, name: &str) -> Result<Vec<u8>, Error> {
     fsx::read(&node.conf_dir.join(name)).map_err(|e| {
         if e.not_found() {
-            InstallError::Vanished(name.into())
+            Error::Vanished(name.into())
         } else {
-            e.into()
+            e
         }
     })
 }
@@ -184,7 +183,7 @@ fn mode_or_default(path: &Path) -> u32 {
 /// Render podgate's own conflist from the primary, then give back any file
 /// an earlier podgate chained in place (and render again if that changed
 /// which file is the primary).
-pub fn apply(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, InstallError> {
+pub fn apply(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Error> {
     let applied = render(node, src, entries)?;
     let mut migrated = false;
     for b in node.state.list()? {
@@ -211,7 +210,7 @@ pub fn apply(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Ins
 }
 
 /// The primary's chain with podgate's entries after it, as a conflist.
-fn chain_of(node: &Node, name: &str, entries: &[Json]) -> Result<List, InstallError> {
+fn chain_of(node: &Node, name: &str, entries: &[Json]) -> Result<List, Error> {
     let text = read_listed(node, name)?;
     let list = match kind_of(name) {
         Some(Kind::Single) => List::from_single(name, &text)?,
@@ -222,11 +221,11 @@ fn chain_of(node: &Node, name: &str, entries: &[Json]) -> Result<List, InstallEr
 }
 
 /// The runtime must load podgate's file first.
-fn check_order(node: &Node, primary: &str) -> Result<(), InstallError> {
+fn check_order(node: &Node, primary: &str) -> Result<(), Error> {
     if node.own_file.as_str() < primary {
         Ok(())
     } else {
-        Err(InstallError::SortsAfter {
+        Err(Error::SortsAfter {
             own: node.own_file.clone(),
             primary: primary.into(),
         })
@@ -235,7 +234,7 @@ fn check_order(node: &Node, primary: &str) -> Result<(), InstallError> {
 
 /// Whether the file named like podgate's is podgate's: recorded as rendered,
 /// or a conflist holding podgate entries (state dir lost).
-fn own_is_ours(node: &Node, text: &[u8]) -> Result<bool, InstallError> {
+fn own_is_ours(node: &Node, text: &[u8]) -> Result<bool, Error> {
     let recorded = node
         .state
         .load(&node.own_file)?
@@ -243,10 +242,10 @@ fn own_is_ours(node: &Node, text: &[u8]) -> Result<bool, InstallError> {
     Ok(recorded || List::parse(&node.own_file, text).is_ok_and(|l| l.has_podgate()))
 }
 
-fn render(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, InstallError> {
+fn render(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Error> {
     let name = match find_primary(node, src) {
         Ok(n) => n,
-        Err(e @ (InstallError::NoPrimary(_) | InstallError::PrimaryMissing { .. })) => {
+        Err(e @ (Error::NoPrimary(_) | Error::PrimaryMissing { .. })) => {
             // Never leave a copy of a primary that is gone: the runtime would
             // go on wiring pods with a network nobody provides any more.
             if let Some(msg) = withdraw_own(node)? {
@@ -259,12 +258,12 @@ fn render(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Instal
     check_order(node, &name)?;
     let out = chain_of(node, &name, entries)?
         .to_text()
-        .map_err(InstallError::Encode)?;
+        .map_err(Error::Encode)?;
     let path = node.conf_dir.join(&node.own_file);
     let current = fsx::read_opt(&path)?;
     if let Some(cur) = &current {
         if !own_is_ours(node, cur)? {
-            return Err(InstallError::OwnTaken(node.own_file.clone()));
+            return Err(Error::OwnTaken(node.own_file.clone()));
         }
         // Only podgate writes this file: byte equality, so it always reads
         // exactly as the primary's current file does (key order included).
@@ -301,7 +300,7 @@ fn render(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Instal
 }
 
 /// Remove podgate's own file (when it is podgate's) and its record.
-fn withdraw_own(node: &Node) -> Result<Option<String>, InstallError> {
+fn withdraw_own(node: &Node) -> Result<Option<String>, Error> {
     let path = node.conf_dir.join(&node.own_file);
     let msg = match fsx::read_opt(&path)? {
         Some(cur) if own_is_ours(node, &cur)? => {
@@ -325,7 +324,7 @@ pub fn status(
     node: &Node,
     src: &Source,
     entries: &[Json],
-) -> Result<Result<String, String>, InstallError> {
+) -> Result<Result<String, String>, Error> {
     if let Some(bin) = stale_binary(src, node)? {
         return Ok(Err(format!(
             "{bin} in {} is missing or differs from {}",
@@ -364,7 +363,7 @@ pub fn status(
 
 /// Give a chained file back: its original bytes while it still holds what
 /// podgate wrote, else the current content minus podgate's entries.
-fn restore(node: &Node, b: &Backup) -> Result<String, InstallError> {
+fn restore(node: &Node, b: &Backup) -> Result<String, Error> {
     let path = node.conf_dir.join(&b.file);
     let conversion = match (&b.converted_from, &b.original) {
         (Some(conf), orig) => Some((conf.as_str(), orig.as_deref())),
@@ -409,7 +408,7 @@ fn restore(node: &Node, b: &Backup) -> Result<String, InstallError> {
 
 /// Put a converted `.conf` back: its renamed original, or the recorded bytes.
 /// A `.conf` the primary has rewritten since wins over both.
-fn restore_conf(node: &Node, conf: &str, original: Option<&str>) -> Result<(), InstallError> {
+fn restore_conf(node: &Node, conf: &str, original: Option<&str>) -> Result<(), Error> {
     let conf_path = node.conf_dir.join(conf);
     let orig_path = node.conf_dir.join(format!("{conf}{ORIG_SUFFIX}"));
     if conf_path.exists() {
@@ -423,7 +422,7 @@ fn restore_conf(node: &Node, conf: &str, original: Option<&str>) -> Result<(), I
 }
 
 /// Remove podgate's entries from a conflist, keeping everything else.
-fn strip_file(node: &Node, name: &str, text: &[u8]) -> Result<String, InstallError> {
+fn strip_file(node: &Node, name: &str, text: &[u8]) -> Result<String, Error> {
     let list = match List::parse(name, text) {
         Ok(l) => l,
         Err(e) => return Ok(format!("left {name} alone: {e}")),
@@ -435,7 +434,7 @@ fn strip_file(node: &Node, name: &str, text: &[u8]) -> Result<String, InstallErr
         return Ok(format!("left {name} alone: it holds only podgate plugins"));
     }
     let path = node.conf_dir.join(name);
-    let out = stripped.to_text().map_err(InstallError::Encode)?;
+    let out = stripped.to_text().map_err(Error::Encode)?;
     fsx::atomic_write(&path, out.as_bytes(), mode_or_default(&path))?;
     Ok(format!("removed podgate entries from {name}"))
 }
@@ -444,7 +443,7 @@ fn strip_file(node: &Node, name: &str, text: &[u8]) -> Result<String, InstallErr
 /// podgate chained in place get their original bytes back, converted `.conf`
 /// files return, and any other conflist holding podgate entries loses just
 /// those.
-pub fn unchain_all(node: &Node) -> Result<Vec<String>, InstallError> {
+pub fn unchain_all(node: &Node) -> Result<Vec<String>, Error> {
     let _lock = node.state.lock()?;
     let mut msgs = Vec::new();
     msgs.extend(withdraw_own(node)?);
@@ -456,7 +455,7 @@ pub fn unchain_all(node: &Node) -> Result<Vec<String>, InstallError> {
     let files = match fsx::list_files(&node.conf_dir) {
         Ok(f) => f,
         Err(e) if e.not_found() => return Ok(msgs),
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
     for name in &files {
         if kind_of(name) == Some(Kind::List) && *name != node.own_file {
@@ -476,7 +475,7 @@ pub fn unchain_all(node: &Node) -> Result<Vec<String>, InstallError> {
     Ok(msgs)
 }
 
-fn restore_orphan(node: &Node, conf: &str) -> Result<String, InstallError> {
+fn restore_orphan(node: &Node, conf: &str) -> Result<String, Error> {
     let orig_path = node.conf_dir.join(format!("{conf}{ORIG_SUFFIX}"));
     if node.conf_dir.join(conf).exists() {
         fsx::remove(&orig_path)?;
@@ -505,7 +504,7 @@ fn restore_orphan(node: &Node, conf: &str) -> Result<String, InstallError> {
 }
 
 /// A whole install pass: entries, binaries, chain.
-pub fn install_once(node: &Node, src: &Source) -> Result<Applied, InstallError> {
+pub fn install_once(node: &Node, src: &Source) -> Result<Applied, Error> {
     let entries = load_entries(&src.plugins_file)?;
     let _lock = node.state.lock()?;
     let written = install_binaries(src, node)?;

@@ -1,18 +1,25 @@
 //! `podgate diagnose`: find the broken hop of a pod that routes (a VPN pod).
 //!
-//! [`facts`] reads the pod and node namespaces; [`verdict`] is pure: from the
-//! facts and the probe results it builds the table of checks, the hops and
-//! the verdict naming the layer to look at next.
+//! [`facts`] reads the pod and node namespaces; [`probes`] probes the hops
+//! from inside out, stopping at the first broken one; the rest is pure. From the
+//! facts and the probe results [`rules`] decides what is wrong, as data
+//! ([`finding`]); [`wording`] phrases each finding for the operator;
+//! [`verdict`] assembles the table of checks, the hops and the verdict naming
+//! the layer to look at next.
 
 pub mod facts;
+pub mod finding;
 pub mod primary;
+pub mod probes;
+pub mod rules;
 pub mod verdict;
+pub mod wording;
 
 use crate::probe::Outcome;
 use serde::Serialize;
 use std::net::IpAddr;
 
-/// What a target is, in the order the article tests them: inside out.
+/// What a target is, probed inside out: the tunnel peer first, DNS last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {

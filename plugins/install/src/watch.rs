@@ -12,9 +12,9 @@
 use super::chain::{kind_of, ORIG_SUFFIX};
 use super::fsx;
 use super::reconcile::{self, Applied, Node, Source};
-use super::sys::{poll_readable, Inotify, Signals};
+use super::sys::{poll_readable, Inotify, Signals, WatchDescriptor};
 use super::validate::BINARIES;
-use super::{log, InstallError};
+use super::{log, Error};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -41,8 +41,8 @@ const DIR_MASK: u32 = libc::IN_CREATE
 const SELF_MASK: u32 = libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
 const SELF_GONE: u32 = SELF_MASK | libc::IN_IGNORED | libc::IN_UNMOUNT;
 
-fn watch_err(what: &str, e: impl std::fmt::Display) -> InstallError {
-    InstallError::Watch(format!("{what}: {e}"))
+fn watch_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Watch(format!("{what}: {e}"))
 }
 
 /// The `--ready-file`: present (naming the chained file) only while the
@@ -53,7 +53,7 @@ struct Ready {
 }
 
 impl Ready {
-    fn set(&mut self, file: &str) -> Result<(), InstallError> {
+    fn set(&mut self, file: &str) -> Result<(), Error> {
         let Some(path) = &self.path else {
             return Ok(());
         };
@@ -75,9 +75,9 @@ impl Ready {
     }
 }
 
-pub fn write_ready_file(path: &Path, file: &str) -> Result<(), InstallError> {
+pub fn write_ready_file(path: &Path, file: &str) -> Result<(), Error> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| fsx::IoError::new("creating", dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
     }
     fsx::atomic_write(path, format!("chained {file}\n").as_bytes(), 0o644)?;
     Ok(())
@@ -97,14 +97,14 @@ enum Last {
 
 /// Which watch a descriptor belongs to.
 struct Watches {
-    conf: i32,
-    bin: i32,
-    plugins: Option<i32>,
+    conf: WatchDescriptor,
+    bin: WatchDescriptor,
+    plugins: Option<WatchDescriptor>,
     plugins_name: String,
 }
 
 impl Watches {
-    fn relevant(&self, wd: i32, name: &str) -> bool {
+    fn relevant(&self, wd: WatchDescriptor, name: &str) -> bool {
         if fsx::is_temp_name(name) {
             return false;
         }
@@ -128,10 +128,10 @@ fn dir_of(p: &Path) -> PathBuf {
     }
 }
 
-pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallError> {
+pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
     let signals = Signals::new().map_err(|e| watch_err("signalfd", e))?;
     for dir in [&node.conf_dir, &node.bin_dir] {
-        std::fs::create_dir_all(dir).map_err(|e| fsx::IoError::new("creating", dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
     }
     let ino = Inotify::new().map_err(|e| watch_err("inotify", e))?;
     let add = |dir: &Path, mask: u32| {
@@ -217,7 +217,7 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), InstallErr
                 .iter()
                 .find(|e| e.wd == watches.conf && e.mask & SELF_GONE != 0)
             {
-                break Err(InstallError::Watch(format!(
+                break Err(Error::Watch(format!(
                     "{} went away (inotify mask {:#x}); exiting so the watcher restarts on the new directory",
                     node.conf_dir.display(),
                     e.mask
@@ -260,7 +260,7 @@ struct Passes {
 
 impl Passes {
     /// One install pass. Ok unless the error is fatal.
-    fn run(&mut self, node: &Node, src: &Source) -> Result<(), InstallError> {
+    fn run(&mut self, node: &Node, src: &Source) -> Result<(), Error> {
         match reconcile::install_once(node, src) {
             Ok(applied) => {
                 let wrote = !matches!(applied, Applied::Unchanged { .. });

@@ -2,6 +2,7 @@
 
 pub mod diagnose;
 pub mod inspect;
+pub mod install;
 pub mod ipsec;
 pub mod route;
 pub mod rule;

@@ -3,6 +3,7 @@
 //! a single-plugin `.conf` becomes a conflist. No I/O here.
 
 use super::json::{Json, Obj};
+use crate::Error;
 
 /// Entries whose `type` starts with this are podgate's: removed before
 /// appending, so a chain never holds two generations of them.
@@ -42,27 +43,6 @@ pub fn converted_name(single: &str) -> String {
     format!("{stem}.conflist")
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ChainError {
-    #[error("{file} is not valid JSON ({source}); refusing to touch it")]
-    NotJson {
-        file: String,
-        source: serde_json::Error,
-    },
-    #[error("{file} is not a JSON object; refusing to touch it")]
-    NotObject { file: String },
-    #[error("{file} has no plugins (a conflist needs a non-empty \"plugins\" array); refusing to touch it")]
-    NoPlugins { file: String },
-    #[error("{file}: plugins[{index}] is not an object; refusing to touch it")]
-    PluginNotObject { file: String, index: usize },
-    #[error("{file} has no \"type\": not a single-plugin config; refusing to touch it")]
-    NoType { file: String },
-    #[error("{file} has only podgate plugins: there is no primary network to chain after")]
-    OnlyPodgate { file: String },
-    #[error("{file}: cniVersion {version:?}; chaining needs 0.3.0 or later")]
-    OldVersion { file: String, version: String },
-}
-
 pub fn is_podgate(plugin: &Json) -> bool {
     plugin
         .as_object()
@@ -70,11 +50,11 @@ pub fn is_podgate(plugin: &Json) -> bool {
         .is_some_and(|t| t.starts_with(PODGATE_TYPE_PREFIX))
 }
 
-fn parse_object(file: &str, text: &[u8]) -> Result<Obj, ChainError> {
+fn parse_object(file: &str, text: &[u8]) -> Result<Obj, Error> {
     match Json::parse(text) {
         Ok(Json::Object(o)) => Ok(o),
-        Ok(_) => Err(ChainError::NotObject { file: file.into() }),
-        Err(source) => Err(ChainError::NotJson {
+        Ok(_) => Err(Error::ConfNotObject { file: file.into() }),
+        Err(source) => Err(Error::ConfNotJson {
             file: file.into(),
             source,
         }),
@@ -86,16 +66,16 @@ fn parse_object(file: &str, text: &[u8]) -> Result<Obj, ChainError> {
 pub struct List(Obj);
 
 impl List {
-    pub fn parse(file: &str, text: &[u8]) -> Result<List, ChainError> {
+    pub fn parse(file: &str, text: &[u8]) -> Result<List, Error> {
         let top = parse_object(file, text)?;
         let Some(Json::Array(plugins)) = top.get("plugins") else {
-            return Err(ChainError::NoPlugins { file: file.into() });
+            return Err(Error::NoPlugins { file: file.into() });
         };
         if plugins.is_empty() {
-            return Err(ChainError::NoPlugins { file: file.into() });
+            return Err(Error::NoPlugins { file: file.into() });
         }
         if let Some(index) = plugins.iter().position(|p| p.as_object().is_none()) {
-            return Err(ChainError::PluginNotObject {
+            return Err(Error::PluginNotObject {
                 file: file.into(),
                 index,
             });
@@ -106,10 +86,10 @@ impl List {
     /// A single-plugin `.conf` as a conflist: name and cniVersion move to the
     /// list (libcni injects them into every plugin's config anyway), every
     /// other key stays with the plugin, in order.
-    pub fn from_single(file: &str, text: &[u8]) -> Result<List, ChainError> {
+    pub fn from_single(file: &str, text: &[u8]) -> Result<List, Error> {
         let mut plugin = parse_object(file, text)?;
         if plugin.str_field("type").is_none() {
-            return Err(ChainError::NoType { file: file.into() });
+            return Err(Error::NoType { file: file.into() });
         }
         let mut top = Obj::new();
         for key in ["cniVersion", "name"] {
@@ -152,14 +132,14 @@ impl List {
     }
 
     /// Chaining needs a primary and a spec version that knows prevResult.
-    pub fn check_chainable(&self, file: &str) -> Result<(), ChainError> {
+    pub fn check_chainable(&self, file: &str) -> Result<(), Error> {
         if self.others().is_empty() {
-            return Err(ChainError::OnlyPodgate { file: file.into() });
+            return Err(Error::OnlyPodgate { file: file.into() });
         }
         let version = self.cni_version().unwrap_or("");
         match parse_version(version) {
             Some(v) if v >= MIN_CHAIN_VERSION => Ok(()),
-            _ => Err(ChainError::OldVersion {
+            _ => Err(Error::OldVersion {
                 file: file.into(),
                 version: version.into(),
             }),
@@ -197,46 +177,32 @@ fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
     Some((major, minor, patch))
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum EntriesError {
-    #[error("plugins file is not valid JSON: {0}")]
-    NotJson(serde_json::Error),
-    #[error("plugins file must hold an array of plugin objects (or an object with \"plugins\")")]
-    Shape,
-    #[error("plugins file: entry {index} is not an object with a \"type\"")]
-    NoType { index: usize },
-    #[error("plugins file: entry {index} has type {ty:?}; only podgate-* plugins may be chained by the installer (they are what it removes again)")]
-    NotPodgate { index: usize, ty: String },
-    #[error("plugins file lists no plugin")]
-    Empty,
-}
-
 /// podgate's entries from the `--plugins` file: an array of plugin objects, a
 /// conflist-shaped object (`"plugins": [...]`) or one plugin object. Their
 /// `cniVersion`/`name` are dropped: entries inherit the list's.
-pub fn parse_entries(text: &[u8]) -> Result<Vec<Json>, EntriesError> {
-    let items = match Json::parse(text).map_err(EntriesError::NotJson)? {
+pub fn parse_entries(text: &[u8]) -> Result<Vec<Json>, Error> {
+    let items = match Json::parse(text).map_err(Error::EntriesNotJson)? {
         Json::Array(items) => items,
         Json::Object(o) if o.get("type").is_some() => vec![Json::Object(o)],
         Json::Object(mut o) => match o.remove("plugins") {
             Some(Json::Array(items)) => items,
-            _ => return Err(EntriesError::Shape),
+            _ => return Err(Error::EntriesShape),
         },
-        _ => return Err(EntriesError::Shape),
+        _ => return Err(Error::EntriesShape),
     };
     if items.is_empty() {
-        return Err(EntriesError::Empty);
+        return Err(Error::EntriesEmpty);
     }
     items
         .into_iter()
         .enumerate()
         .map(|(index, item)| {
             let Json::Object(mut o) = item else {
-                return Err(EntriesError::NoType { index });
+                return Err(Error::EntryNoType { index });
             };
-            let ty = o.str_field("type").ok_or(EntriesError::NoType { index })?;
+            let ty = o.str_field("type").ok_or(Error::EntryNoType { index })?;
             if !ty.starts_with(PODGATE_TYPE_PREFIX) {
-                return Err(EntriesError::NotPodgate {
+                return Err(Error::EntryNotPodgate {
                     index,
                     ty: ty.into(),
                 });
@@ -324,7 +290,7 @@ mod tests {
         );
         assert!(matches!(
             List::from_single("x.conf", br#"{"name":"n","plugins":[]}"#),
-            Err(ChainError::NoType { .. })
+            Err(Error::NoType { .. })
         ));
     }
 
@@ -332,28 +298,28 @@ mod tests {
     fn refusals() {
         assert!(matches!(
             List::parse("f", b"{\"plugins\": [ {\"type\": "),
-            Err(ChainError::NotJson { .. })
+            Err(Error::ConfNotJson { .. })
         ));
         assert!(matches!(
             List::parse("f", b"[]"),
-            Err(ChainError::NotObject { .. })
+            Err(Error::ConfNotObject { .. })
         ));
         assert!(matches!(
             List::parse("f", br#"{"cniVersion":"1.0.0","name":"n"}"#),
-            Err(ChainError::NoPlugins { .. })
+            Err(Error::NoPlugins { .. })
         ));
         assert!(matches!(
             List::parse("f", br#"{"plugins":[]}"#),
-            Err(ChainError::NoPlugins { .. })
+            Err(Error::NoPlugins { .. })
         ));
         assert!(matches!(
             List::parse("f", br#"{"plugins":[1]}"#),
-            Err(ChainError::PluginNotObject { index: 0, .. })
+            Err(Error::PluginNotObject { index: 0, .. })
         ));
         let old = List::parse("f", br#"{"cniVersion":"0.2.0","plugins":[{"type":"a"}]}"#).unwrap();
         assert!(matches!(
             old.check_chainable("f"),
-            Err(ChainError::OldVersion { .. })
+            Err(Error::OldVersion { .. })
         ));
         let only = List::parse(
             "f",
@@ -362,7 +328,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             only.check_chainable("f"),
-            Err(ChainError::OnlyPodgate { .. })
+            Err(Error::OnlyPodgate { .. })
         ));
         let ok = List::parse("f", CALICO.as_bytes()).unwrap();
         assert!(ok.check_chainable("f").is_ok());
@@ -386,18 +352,18 @@ mod tests {
         );
         assert!(matches!(
             parse_entries(br#"[{"type":"portmap"}]"#),
-            Err(EntriesError::NotPodgate { .. })
+            Err(Error::EntryNotPodgate { .. })
         ));
-        assert!(matches!(parse_entries(b"[]"), Err(EntriesError::Empty)));
+        assert!(matches!(parse_entries(b"[]"), Err(Error::EntriesEmpty)));
         assert!(matches!(
             parse_entries(b"[3]"),
-            Err(EntriesError::NoType { .. })
+            Err(Error::EntryNoType { .. })
         ));
         assert!(matches!(
             parse_entries(b"nope"),
-            Err(EntriesError::NotJson(_))
+            Err(Error::EntriesNotJson(_))
         ));
-        assert!(matches!(parse_entries(b"{}"), Err(EntriesError::Shape)));
+        assert!(matches!(parse_entries(b"{}"), Err(Error::EntriesShape)));
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! the old file are already counted, and the ids in `recent` keep a
 //! mark that survived from being counted again.
 
-use crate::install::fsx;
+use crate::fsx;
+use nix::fcntl::{Flock, FlockArg};
 use podgate_cni::event::{inflight_dir, Event, Started, MAX_EVENT_FILE};
 use podgate_cni::log::flock;
 use serde::{Deserialize, Serialize};
@@ -313,9 +314,8 @@ fn read_header(f: &mut File) -> std::io::Result<(String, u64)> {
 
 fn random_id() -> String {
     let mut b = [0u8; 16];
-    // SAFETY: getrandom writes at most b.len() bytes into b.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
+    let read = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if read.is_err() {
         let t = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
@@ -362,19 +362,13 @@ fn dead_marks(dir: &Path) -> Vec<(PathBuf, Option<Started>)> {
     for entry in rd.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Ok(mut f) = File::open(&path) else {
+        let Ok(f) = File::open(&path) else {
             continue;
         };
-        // SAFETY: flock on a descriptor we own; the lock goes with `f`.
-        let free = unsafe {
-            libc::flock(
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                libc::LOCK_EX | libc::LOCK_NB,
-            )
-        } == 0;
-        if !free {
+        // Held by a running request; the lock goes with `f`.
+        let Ok(mut f) = Flock::lock(f, FlockArg::LockExclusiveNonblock) else {
             continue;
-        }
+        };
         if name.starts_with(".tmp-") {
             let old = f
                 .metadata()

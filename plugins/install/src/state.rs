@@ -5,16 +5,18 @@
 //! the original while the file still holds exactly what was written, else by
 //! removing podgate's entries and keeping everything else.
 
-use super::fsx::{self, IoError};
+use super::fsx;
+use crate::Error;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Held while a pass runs (an exclusive `flock` on `<state-dir>/.lock`).
 #[derive(Debug)]
 pub struct StateLock {
-    _file: std::fs::File,
+    _lock: Flock<std::fs::File>,
 }
 
 const SUFFIX: &str = ".podgate-backup";
@@ -37,17 +39,6 @@ pub struct Backup {
     pub rendered_from: Option<String>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    #[error(transparent)]
-    Io(#[from] IoError),
-    #[error("installer state {}: {source}", path.display())]
-    Corrupt {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-}
-
 /// The `--state-dir`: `<file>.podgate-backup` JSON records.
 #[derive(Debug, Clone)]
 pub struct StateDir {
@@ -63,20 +54,20 @@ impl StateDir {
         self.dir.join(format!("{file}{SUFFIX}"))
     }
 
-    pub fn load(&self, file: &str) -> Result<Option<Backup>, StateError> {
+    pub fn load(&self, file: &str) -> Result<Option<Backup>, Error> {
         let path = self.path_of(file);
         let Some(bytes) = fsx::read_opt(&path)? else {
             return Ok(None);
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|source| StateError::Corrupt { path, source })
+            .map_err(|source| Error::StateCorrupt { path, source })
     }
 
-    pub fn save(&self, b: &Backup) -> Result<(), StateError> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| IoError::new("creating", &self.dir, e))?;
+    pub fn save(&self, b: &Backup) -> Result<(), Error> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io("creating", &self.dir, e))?;
         let path = self.path_of(&b.file);
-        let text = serde_json::to_vec_pretty(b).map_err(|source| StateError::Corrupt {
+        let text = serde_json::to_vec_pretty(b).map_err(|source| Error::StateCorrupt {
             path: path.clone(),
             source,
         })?;
@@ -86,40 +77,36 @@ impl StateDir {
 
     /// Serialise install/uninstall passes of concurrent installers (the
     /// DaemonSet's watcher and a by-hand run) on this node; released on drop.
-    pub fn lock(&self) -> Result<StateLock, StateError> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| IoError::new("creating", &self.dir, e))?;
+    pub fn lock(&self) -> Result<StateLock, Error> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io("creating", &self.dir, e))?;
         let path = self.dir.join(".lock");
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| IoError::new("opening", &path, e))?;
+            .map_err(|e| Error::io("opening", &path, e))?;
         loop {
-            // SAFETY: flock on a descriptor owned by `file`.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-            if rc == 0 {
-                return Ok(StateLock { _file: file });
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(IoError::new("locking", &path, e).into());
+            match Flock::lock(file, FlockArg::LockExclusive) {
+                Ok(lock) => return Ok(StateLock { _lock: lock }),
+                Err((f, Errno::EINTR)) => file = f,
+                Err((_, e)) => return Err(Error::io("locking", &path, e.into())),
             }
         }
     }
 
-    pub fn remove(&self, file: &str) -> Result<(), StateError> {
+    pub fn remove(&self, file: &str) -> Result<(), Error> {
         fsx::remove(&self.path_of(file))?;
         Ok(())
     }
 
     /// Every record, by file name. A missing state dir holds none.
-    pub fn list(&self) -> Result<Vec<Backup>, StateError> {
+    pub fn list(&self) -> Result<Vec<Backup>, Error> {
         let names = match fsx::list_files(&self.dir) {
             Ok(n) => n,
             Err(e) if e.not_found() => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         let mut out = Vec::new();
         for name in names {
