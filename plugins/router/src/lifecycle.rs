@@ -213,9 +213,11 @@ pub fn remove_unreadable(
     out
 }
 
-/// Remove orphaned temp files of killed writers (lock held).
-pub fn sweep_temp(store: &StateStore) -> Result<usize, podgate_kit::Error> {
-    Ok(store.sweep_temp()? + routing::sweep_temp(store)?)
+/// Remove orphaned temp files of killed writers (node-wide lock held;
+/// `own`: the pod whose lock the caller holds, whose temp files are then
+/// orphaned too).
+pub fn sweep_temp(store: &StateStore, own: Option<&str>) -> Result<usize, podgate_kit::Error> {
+    Ok(store.sweep_temp_holding(own)? + routing::sweep_temp(store)?)
 }
 
 /// The periodic sweep (the installer daemon, `podgate install --watch`):
@@ -228,7 +230,7 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     };
     let _lock = store.lock()?;
     let mut out = Swept::default();
-    let temps = sweep_temp(&store)?;
+    let temps = sweep_temp(&store, None)?;
     if temps > 0 {
         out.removed.push(format!("{temps} orphaned temp file(s)"));
     }
