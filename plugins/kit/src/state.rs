@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const LOCK_FILE: &str = ".lock";
+/// Pod locks: `.pod-<container ID>.lock`, next to the records (hidden
+/// names: listings skip them).
 const POD_LOCK_PREFIX: &str = ".pod-";
 const LOCK_SUFFIX: &str = ".lock";
 const SUFFIX: &str = ".json";
@@ -193,6 +195,22 @@ impl StateStore {
         ))
     }
 
+    /// Unlink the pod lock files killed holders left (a live holder unlinks
+    /// its own on release). For GC and the periodic sweep; returns how many.
+    pub fn sweep_pod_locks(&self) -> usize {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        rd.flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.starts_with(POD_LOCK_PREFIX) && n.ends_with(LOCK_SUFFIX)
+            })
+            .filter(|e| remove_orphaned_lock(&e.path()))
+            .count()
+    }
+
     /// Is some process holding this pod's lock right now (an ADD or DEL of
     /// it in flight)? Never creates the lock file.
     pub fn pod_busy(&self, container_id: &str) -> bool {
@@ -330,14 +348,6 @@ impl StateStore {
         for entry in rd.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with(POD_LOCK_PREFIX) && name.ends_with(LOCK_SUFFIX) {
-                // A pod lock left by a killed holder (a live one unlinks its
-                // own on release).
-                if remove_orphaned_lock(&entry.path()) {
-                    removed += 1;
-                }
-                continue;
-            }
             let Some(rest) = name.strip_prefix(".tmp-") else {
                 continue;
             };
@@ -637,8 +647,10 @@ mod tests {
         };
         assert_eq!(names(), 0);
         fs::write(s.pod_lock_path("dead"), b"").unwrap();
-        assert_eq!(s.sweep_temp().unwrap(), 1);
-        assert_eq!(names(), 0);
+        let _busy = s.lock_pod("alive").unwrap();
+        assert_eq!(names(), 2);
+        assert_eq!(s.sweep_pod_locks(), 1);
+        assert_eq!(names(), 1);
         fs::remove_dir_all(&d).unwrap();
     }
 

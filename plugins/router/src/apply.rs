@@ -84,6 +84,25 @@ fn masq_rules(rec: &Record) -> Vec<MasqRule> {
         .collect()
 }
 
+/// The node-side route socket, opened on first use: a masquerade-only ADD
+/// with nothing stale to clear never needs one.
+#[derive(Default)]
+pub struct NodeSocket(Option<RouteSocket>);
+
+impl NodeSocket {
+    pub fn get(&mut self) -> Result<&mut RouteSocket, Error> {
+        match &mut self.0 {
+            Some(s) => Ok(s),
+            slot => Ok(slot.insert(RouteSocket::new()?)),
+        }
+    }
+}
+
+/// Does undoing or applying `rec` touch the node at all?
+pub fn has_node_side(rec: &Record) -> bool {
+    !rec.node_routes.is_empty() || rec.routing.is_some()
+}
+
 /// What ADD learns inside the pod's namespace before it takes the
 /// node-wide lock (all reads: nothing has changed yet).
 #[derive(Debug)]
@@ -257,7 +276,7 @@ fn pod_changes(
 /// `last_strict`: no other strict pod exists, so undoing this one may put
 /// node-wide strict settings back.
 pub fn apply_node(
-    node: &mut RouteSocket,
+    node: &mut NodeSocket,
     store: &StateStore,
     rec: &mut Record,
     last_strict: bool,
@@ -267,7 +286,10 @@ pub fn apply_node(
         Ok(()) => Ok(()),
         Err(e) if !written => Err((e, Vec::new())),
         Err(e) => {
-            let left = remove_node_side(rec, node, store, last_strict);
+            let left = match node.get() {
+                Ok(n) => remove_node_side(rec, n, store, last_strict),
+                Err(ne) => vec![ne.to_string()],
+            };
             if left.is_empty() {
                 if let Err(re) = store.remove(&rec.key) {
                     return Err((e, vec![re.to_string()]));
@@ -279,7 +301,7 @@ pub fn apply_node(
 }
 
 fn node_steps(
-    node: &mut RouteSocket,
+    node: &mut NodeSocket,
     store: &StateStore,
     rec: &mut Record,
     written: &mut bool,
@@ -296,6 +318,10 @@ fn node_steps(
     }
     record::write(store, rec)?;
     *written = true;
+    if !has_node_side(rec) {
+        return Ok(());
+    }
+    let node = node.get()?;
 
     for r in &rec.node_routes {
         route::add(node, &r.spec(), false)?;

@@ -216,8 +216,17 @@ pub fn remove_unreadable(
 /// Remove orphaned temp files of killed writers (node-wide lock held;
 /// `own`: the pod whose lock the caller holds, whose temp files are then
 /// orphaned too).
+///
+/// Without `own` (GC, the periodic sweep) also the pod lock files of killed
+/// holders; ADD and DEL leave those to them, as checking each pod lock
+/// costs two syscalls per pod in flight under the node-wide lock.
 pub fn sweep_temp(store: &StateStore, own: Option<&str>) -> Result<usize, podgate_kit::Error> {
-    Ok(store.sweep_temp_holding(own)? + routing::sweep_temp(store)?)
+    let locks = if own.is_none() {
+        store.sweep_pod_locks()
+    } else {
+        0
+    };
+    Ok(store.sweep_temp_holding(own)? + routing::sweep_temp(store)? + locks)
 }
 
 /// The periodic sweep (the installer daemon, `podgate install --watch`):

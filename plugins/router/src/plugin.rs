@@ -107,19 +107,21 @@ impl Needs {
 }
 
 fn observe(
-    node: &mut RouteSocket,
+    node: &mut apply::NodeSocket,
     census: &Census,
     key: &Key,
     needs: Needs,
 ) -> Result<NodeView, CniError> {
     let any = needs.return_routes || needs.routing;
+    let node_err = |e| kit_err("node netlink", e);
     let routes = if any {
+        let node = node.get().map_err(node_err)?;
         route::list_all(node).map_err(|e| kit_err("reading node routes", e))?
     } else {
         Vec::new()
     };
     let addresses = if needs.return_routes {
-        link::addresses(node)
+        link::addresses(node.get().map_err(node_err)?)
             .map_err(|e| kit_err("reading node addresses", e))?
             .into_iter()
             .map(|a| a.addr)
@@ -134,7 +136,7 @@ fn observe(
         Vec::new()
     };
     let links = if needs.routing {
-        link::list(node).map_err(|e| kit_err("reading node links", e))?
+        link::list(node.get().map_err(node_err)?).map_err(|e| kit_err("reading node links", e))?
     } else {
         Vec::new()
     };
@@ -219,7 +221,7 @@ struct NodeDone {
     /// An earlier ADD of this attachment was undone under the lock: the
     /// pod's sysctls may differ from what was read before it.
     reread: bool,
-    node: RouteSocket,
+    node: apply::NodeSocket,
     lock_waited: std::time::Duration,
     lock_held: std::time::Duration,
 }
@@ -246,7 +248,8 @@ impl Router {
             .ok_or_else(|| CniError::invalid_config("no prevResult"))?;
         let lock = store.lock().map_err(io_err)?;
         lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
-        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+        let mut node = apply::NodeSocket::default();
+        let node_err = |e| kit_err("node netlink", e);
         let here = Here::now();
         let routing = cfg
             .profiles
@@ -279,9 +282,13 @@ impl Router {
         // Fail closed: a state dir that cannot be listed refuses the ADD
         // rather than guessing which pools and strict slots are free.
         let census = judge()?;
-        let swept = lifecycle::clear_stale(&census, &mut node, store, &here);
-        log_swept(log, "cleared stale records", &swept);
-        let mut changed = !swept.removed.is_empty();
+        let mut changed = false;
+        if !census.stale.is_empty() {
+            let swept =
+                lifecycle::clear_stale(&census, node.get().map_err(node_err)?, store, &here);
+            log_swept(log, "cleared stale records", &swept);
+            changed = !swept.removed.is_empty();
+        }
         let mut reread = false;
 
         // A repeated ADD for the same attachment replaces the earlier one
@@ -291,8 +298,14 @@ impl Router {
             // Cleared above with the other stale records.
             Ok(Some(_)) if census.is_stale(key) => {}
             Ok(Some(old)) => {
-                let left =
-                    lifecycle::remove_record(&old, &census, &mut node, Some(ns), store, &here);
+                let left = lifecycle::remove_record(
+                    &old,
+                    &census,
+                    node.get().map_err(node_err)?,
+                    Some(ns),
+                    store,
+                    &here,
+                );
                 if !left.is_empty() {
                     return Err(CniError::apply(format!(
                         "replacing earlier ADD of this attachment: {}",
@@ -313,7 +326,7 @@ impl Router {
                 let s = lifecycle::remove_unreadable(
                     key,
                     &census,
-                    &mut node,
+                    node.get().map_err(node_err)?,
                     Some(ns),
                     &pod_ips_of(req),
                     &format!("{}-", cfg.nft_table),
@@ -391,7 +404,7 @@ impl Router {
     fn roll_back(
         rec: &Record,
         ns: &NetNs,
-        node: &mut RouteSocket,
+        node: &mut apply::NodeSocket,
         store: &StateStore,
     ) -> Vec<String> {
         let mut left = apply::remove_pod_side(rec, ns);
@@ -421,7 +434,12 @@ impl Router {
         } else {
             false
         };
-        left.extend(apply::remove_node_side(rec, node, store, last));
+        if apply::has_node_side(rec) {
+            match node.get() {
+                Ok(n) => left.extend(apply::remove_node_side(rec, n, store, last)),
+                Err(e) => left.push(e.to_string()),
+            }
+        }
         if left.is_empty() {
             if let Err(e) = store.remove(&rec.key) {
                 left.push(e.to_string());
@@ -645,7 +663,7 @@ impl Plugin for Router {
             Ok(None) => return Ok(()), // a concurrent DEL finished it
             Err(e) => return Err(CniError::io(e.to_string())),
         };
-        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+        let mut node = apply::NodeSocket::default();
         // The other records matter only for a strict pod (whether node-wide
         // settings go back) or a stale one (a live pod may have re-claimed
         // its pool); otherwise DEL does not read them.
@@ -663,7 +681,16 @@ impl Plugin for Router {
         } else {
             Census::none()
         };
-        let failures = lifecycle::remove_record(&rec, &census, &mut node, None, &store, &here);
+        // Nothing on the node (a masquerade-only pod, no stale record to
+        // clear): no node socket either.
+        let failures = if apply::has_node_side(&rec) || !census.stale.is_empty() {
+            match node.get() {
+                Ok(n) => lifecycle::remove_record(&rec, &census, n, None, &store, &here),
+                Err(e) => vec![e.to_string()],
+            }
+        } else {
+            Vec::new()
+        };
         if !failures.is_empty() {
             log.error("teardown incomplete", json!({"failures": failures}));
             return Err(CniError::apply(format!(
@@ -681,11 +708,19 @@ impl Plugin for Router {
                 "lockHeldMs": ms(lock.held()),
             }),
         );
-        log_swept(
-            &log,
-            "cleared stale records",
-            &lifecycle::clear_stale(&census, &mut node, &store, &here),
-        );
+        if !census.stale.is_empty() {
+            match node.get() {
+                Ok(n) => log_swept(
+                    &log,
+                    "cleared stale records",
+                    &lifecycle::clear_stale(&census, n, &store, &here),
+                ),
+                Err(e) => log.warn(
+                    "cleared stale records: incomplete",
+                    json!({"failures": [e.to_string()]}),
+                ),
+            }
+        }
         Ok(())
     }
 
