@@ -246,11 +246,13 @@ impl Router {
             .prev_result
             .as_ref()
             .ok_or_else(|| CniError::invalid_config("no prevResult"))?;
+        // Boot ID and node netns identity do not change while this runs:
+        // read before the lock, not under it.
+        let here = Here::now();
         let lock = store.lock().map_err(io_err)?;
         lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
         let mut node = apply::NodeSocket::default();
         let node_err = |e| kit_err("node netlink", e);
-        let here = Here::now();
         let routing = cfg
             .profiles
             .get(&sel.profile)
