@@ -249,6 +249,24 @@ impl Router {
         // Boot ID and node netns identity do not change while this runs:
         // read before the lock, not under it.
         let here = Here::now();
+        let needs = Needs::of(cfg, sel);
+        // A plan that checks no claims (no return routes, no routing
+        // boundary: a masquerade- or sysctl-only pod) needs the other
+        // records only to clear stale ones, so they are read before the
+        // lock and only the stale ones again under it: reading every record
+        // under the lock made each ADD of a burst hold it longer than the
+        // last.
+        let early = if needs.return_routes || needs.routing {
+            None
+        } else {
+            Some(Census::take(store, &here, |r| {
+                if r.key == *key {
+                    Depth::Precise
+                } else {
+                    Depth::Boot
+                }
+            }))
+        };
         let lock = store.lock().map_err(io_err)?;
         lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
         let mut node = apply::NodeSocket::default();
@@ -283,7 +301,10 @@ impl Router {
         let judge = || Census::take(store, &here, depth).map_err(io_err);
         // Fail closed: a state dir that cannot be listed refuses the ADD
         // rather than guessing which pools and strict slots are free.
-        let census = judge()?;
+        let census = match early {
+            Some(c) => c.map_err(io_err)?.confirm_stale(store, &here, depth),
+            None => judge()?,
+        };
         let mut changed = false;
         if !census.stale.is_empty() {
             let swept =
@@ -349,7 +370,7 @@ impl Router {
         // count what was just removed.
         let census = if changed { judge()? } else { census };
 
-        let view = observe(&mut node, &census, key, Needs::of(cfg, sel))?;
+        let view = observe(&mut node, &census, key, needs)?;
         let mut warnings = Vec::new();
         if strict
             && view
