@@ -413,29 +413,42 @@ pub fn remove_node_side(
 /// pod's own namespace, and writing forwarding sysctls can wait on the
 /// kernel's rtnl lock for a long time on a busy node.
 pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
-    let mut failures = Vec::new();
-    match ns.run(|| restore_sysctls(rec)) {
-        Ok(f) => failures.extend(f),
-        Err(e) => failures.push(e.to_string()),
-    }
-    if rec.nft_table.is_none() && rec.pod_routes.is_empty() {
-        return failures;
-    }
-    match pod_sockets(ns) {
-        Ok(mut pod) => {
-            if let Some(t) = &rec.nft_table {
-                if let Err(e) = pod.nft.delete_table(t) {
-                    failures.push(pod.nft_err(e).to_string());
+    // One trip into the namespace (no probe first: the plugin never runs in
+    // a pod's namespace), and only the sockets the record needs.
+    let label = ns.path().display().to_string();
+    let (done, ()) = ns.run_beside(|| remove_pod_here(rec, &label), || ());
+    done.unwrap_or_else(|e| vec![e.to_string()])
+}
+
+/// `remove_pod_side` on a thread already inside the pod's namespace.
+fn remove_pod_here(rec: &Record, label: &str) -> Vec<String> {
+    let mut failures = restore_sysctls(rec);
+    if let Some(t) = &rec.nft_table {
+        let nft_err = |source| ApplyError::Nft {
+            netns: label.to_string(),
+            source,
+        };
+        match NftSocket::new() {
+            Ok(mut nft) => {
+                if let Err(e) = nft.delete_table(t) {
+                    failures.push(nft_err(e).to_string());
                 }
             }
-            for r in &rec.pod_routes {
-                // Gone with its interface is fine: del treats that as absent.
-                if let Err(e) = route::del(&mut pod.route, &r.spec()) {
-                    failures.push(e.to_string());
-                }
-            }
+            Err(e) => failures.push(nft_err(e).to_string()),
         }
-        Err(e) => failures.push(e.to_string()),
+    }
+    if !rec.pod_routes.is_empty() {
+        match RouteSocket::new_labelled(label.to_string()) {
+            Ok(mut sock) => {
+                for r in &rec.pod_routes {
+                    // Gone with its interface is fine: del treats that as absent.
+                    if let Err(e) = route::del(&mut sock, &r.spec()) {
+                        failures.push(e.to_string());
+                    }
+                }
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
     }
     failures
 }
