@@ -1,5 +1,6 @@
 //! Host-side record of what podgate applied, one JSON file per attachment
-//! (network, container ID, ifname), under a directory-wide lock.
+//! (network, container ID, ifname), under a directory-wide lock and a
+//! per-pod lock (see [`StateStore::lock_pod`]).
 //!
 //! DEL and GC read this record instead of guessing from the kernel: an IP can
 //! be reused by the next pod, a record cannot.

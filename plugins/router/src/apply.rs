@@ -7,9 +7,12 @@
 //! sysctl goes back only while it still holds the value podgate wrote. A
 //! failed ADD is undone by the same removal a DEL after a crash runs.
 //!
-//! Pod-side sockets are opened inside the pod netns (sysctls are written
-//! there too) and then driven from this thread; node-side changes use a
-//! socket in the plugin's own (the node's) namespace.
+//! ADD's pod side ([`pod_side`]) runs on one thread inside the pod netns
+//! for the whole call: it reads ahead what the record needs while the
+//! caller waits for the node-wide lock, then, after the node side, writes
+//! the sysctls, the nf_tables table and the pod routes (outside that lock,
+//! under the pod's own). Node-side changes use a socket in the plugin's own
+//! (the node's) namespace, opened only when needed ([`NodeSocket`]).
 
 use crate::record::{self, Mode, NsId, Record, Status};
 use crate::routing;
