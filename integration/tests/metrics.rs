@@ -161,9 +161,10 @@ fn requests(plugin: &str, command: &str, outcome: &str) -> String {
 }
 
 /// podgate-router ADD run directly (as libcni runs it) under strace, killed
-/// at its second rename(2): the first renames its in-flight mark into place,
-/// the second would put the state record in place after everything was
-/// applied. Returns the signal that ended it.
+/// at the main thread's third rename(2) (strace counts per thread): the
+/// first renames its in-flight mark into place, the second the write-ahead
+/// (pending) record, the third would put the `applied` record in place
+/// after everything was applied. Returns the signal that ended it.
 fn router_add_killed_half_way(node: &TestNode, pod: &Netns) -> Option<i32> {
     let mut conf = entries(node)[1].clone();
     conf["cniVersion"] = json!("1.0.0");
@@ -182,7 +183,7 @@ fn router_add_killed_half_way(node: &TestNode, pod: &Netns) -> Option<i32> {
             "-e",
             "trace=rename,renameat,renameat2",
             "-e",
-            "inject=rename,renameat,renameat2:signal=KILL:when=2",
+            "inject=rename,renameat,renameat2:signal=KILL:when=3",
         ])
         .arg(bin_dir().join("podgate-router"))
         .env("CNI_COMMAND", "ADD")

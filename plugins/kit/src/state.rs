@@ -1,5 +1,6 @@
 //! Host-side record of what podgate applied, one JSON file per attachment
-//! (network, container ID, ifname), under a directory-wide lock.
+//! (network, container ID, ifname), under a directory-wide lock and a
+//! per-pod lock (see [`StateStore::lock_pod`]).
 //!
 //! DEL and GC read this record instead of guessing from the kernel: an IP can
 //! be reused by the next pod, a record cannot.
@@ -15,6 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const LOCK_FILE: &str = ".lock";
+/// Pod locks: `.pod-<container ID>.lock`, next to the records (hidden
+/// names: listings skip them).
+const POD_LOCK_PREFIX: &str = ".pod-";
+const LOCK_SUFFIX: &str = ".lock";
 const SUFFIX: &str = ".json";
 /// Bound on waiting for the lock: a wedged peer must not hang pod creation.
 const LOCK_WAIT: Duration = Duration::from_secs(20);
@@ -27,9 +32,20 @@ pub struct StateStore {
 /// Held while reading-then-writing the store; released on drop.
 #[derive(Debug)]
 pub struct StateLock {
-    _file: File,
+    file: Option<File>,
     acquired: Instant,
     waited: Duration,
+    /// A pod lock's file, unlinked on release while still locked.
+    unlink: Option<PathBuf>,
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        if let Some(p) = self.unlink.take() {
+            let _ = fs::remove_file(p);
+        }
+        drop(self.file.take());
+    }
 }
 
 impl StateLock {
@@ -157,45 +173,58 @@ impl StateStore {
 
     /// Exclusive lock over the whole store (flock, bounded wait).
     pub fn lock(&self) -> Result<StateLock> {
-        let path = self.dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
+        acquire(&self.dir.join(LOCK_FILE), false)
+    }
+
+    /// Exclusive lock over one pod (container ID): every attachment of it,
+    /// in every network of this store. Serialises ADD, DEL and CHECK of the
+    /// same pod while the node-wide [`StateStore::lock`] is held only for
+    /// what is node-wide. Take it before the node-wide lock, never after.
+    ///
+    /// The lock file exists only while someone holds it: it is unlinked on
+    /// release (while still locked), and a waiter that then gets the lock
+    /// of an unlinked file retries on the path, so one lock per pod never
+    /// accumulates files.
+    pub fn lock_pod(&self, container_id: &str) -> Result<StateLock> {
+        acquire(&self.pod_lock_path(container_id), true)
+    }
+
+    fn pod_lock_path(&self, container_id: &str) -> PathBuf {
+        self.dir.join(format!(
+            "{POD_LOCK_PREFIX}{}{LOCK_SUFFIX}",
+            escape(container_id)
+        ))
+    }
+
+    /// Unlink the pod lock files killed holders left (a live holder unlinks
+    /// its own on release). For GC and the periodic sweep; returns how many.
+    pub fn sweep_pod_locks(&self) -> usize {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        rd.flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.starts_with(POD_LOCK_PREFIX) && n.ends_with(LOCK_SUFFIX)
+            })
+            .filter(|e| remove_orphaned_lock(&e.path()))
+            .count()
+    }
+
+    /// Is some process holding this pod's lock right now (an ADD or DEL of
+    /// it in flight)? Never creates the lock file.
+    pub fn pod_busy(&self, container_id: &str) -> bool {
+        let Ok(file) = OpenOptions::new()
+            .read(true)
             .custom_flags(libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|source| Error::State {
-                path: path.clone(),
-                op: "open lock",
-                source,
-            })?;
-        let start = Instant::now();
-        // Back off while waiting: dozens of concurrent CNI calls polling a
-        // busy lock must not eat the CPU the holder needs.
-        let mut pause = Duration::from_millis(1);
-        loop {
-            // SAFETY: flock on an fd we own.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
-                let acquired = Instant::now();
-                return Ok(StateLock {
-                    _file: file,
-                    acquired,
-                    waited: acquired - start,
-                });
-            }
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EWOULDBLOCK) || start.elapsed() > LOCK_WAIT {
-                return Err(Error::State {
-                    path,
-                    op: "lock",
-                    source: err,
-                });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(25));
-        }
+            .open(self.pod_lock_path(container_id))
+        else {
+            return false;
+        };
+        // SAFETY: flock on an fd we own; the lock (if taken) goes with it.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
     }
 
     fn path(&self, key: &Key) -> PathBuf {
@@ -294,9 +323,17 @@ impl StateStore {
     }
 
     /// Removes temp files a killed writer left (`.tmp-*`). Call with the lock
-    /// held: every writer holds it, so any temp file seen then is orphaned.
-    /// Returns how many were removed.
+    /// held: every writer holds it, or (records written after the node-wide
+    /// lock was released) the lock of the record's pod, so a temp file seen
+    /// then whose pod is not busy is orphaned. Returns how many were removed.
     pub fn sweep_temp(&self) -> Result<usize> {
+        self.sweep_temp_holding(None)
+    }
+
+    /// [`StateStore::sweep_temp`] by a caller that holds the lock of pod
+    /// `own`: that pod's temp files are orphaned too (no other writer of it
+    /// can be alive).
+    pub fn sweep_temp_holding(&self, own: Option<&str>) -> Result<usize> {
         let rd = match fs::read_dir(&self.dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
@@ -310,17 +347,32 @@ impl StateStore {
         };
         let mut removed = 0;
         for entry in rd.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(".tmp-") {
-                match fs::remove_file(entry.path()) {
-                    Ok(()) => removed += 1,
-                    Err(e) if e.kind() == ErrorKind::NotFound => {}
-                    Err(source) => {
-                        return Err(Error::State {
-                            path: entry.path(),
-                            op: "remove orphaned temp file",
-                            source,
-                        })
-                    }
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let Some(rest) = name.strip_prefix(".tmp-") else {
+                continue;
+            };
+            // `.tmp-PID-<record file name>`: a writer of a pod whose lock is
+            // held may still be writing it.
+            let pod = rest
+                .split_once('-')
+                .and_then(|(_, file)| Key::from_file_name(file))
+                .map(|k| k.container_id);
+            if pod
+                .as_deref()
+                .is_some_and(|c| Some(c) != own && self.pod_busy(c))
+            {
+                continue;
+            }
+            match fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(Error::State {
+                        path: entry.path(),
+                        op: "remove orphaned temp file",
+                        source,
+                    })
                 }
             }
         }
@@ -367,6 +419,114 @@ impl StateStore {
             }
         }
         Ok((ok, bad))
+    }
+}
+
+/// Take an exclusive flock on `path` (created if missing), waiting at most
+/// [`LOCK_WAIT`]. Uncontended: one non-blocking attempt, no thread. Busy: a
+/// helper thread blocks in `flock(LOCK_EX)` and the caller waits for it
+/// with a timeout, so the lock passes to a waiter the moment it is released
+/// (no polling, no signals that could interrupt the caller's syscalls). On
+/// timeout the helper keeps the file: if it gets the lock later, its send
+/// fails and the lock is dropped at once.
+///
+/// `verify`: the file may be unlinked by its holder on release (pod locks);
+/// the lock only counts if the path still names the locked file.
+fn acquire(path: &Path, verify: bool) -> Result<StateLock> {
+    let start = Instant::now();
+    let err = |op, source| Error::State {
+        path: path.into(),
+        op,
+        source,
+    };
+    loop {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| err("open lock", e))?;
+        // SAFETY: flock on an fd we own.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let file = if rc == 0 {
+            file
+        } else {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(err("lock", e));
+            }
+            wait_for(file, LOCK_WAIT.saturating_sub(start.elapsed())).map_err(|e| err("lock", e))?
+        };
+        if verify && !names(path, &file) {
+            // Unlinked by the holder we waited for: lock what the path is now.
+            if start.elapsed() > LOCK_WAIT {
+                return Err(err(
+                    "lock",
+                    std::io::Error::from_raw_os_error(libc::EWOULDBLOCK),
+                ));
+            }
+            continue;
+        }
+        let acquired = Instant::now();
+        return Ok(StateLock {
+            file: Some(file),
+            acquired,
+            waited: acquired - start,
+            unlink: verify.then(|| path.to_path_buf()),
+        });
+    }
+}
+
+/// Block in `flock(LOCK_EX)` on a helper thread for at most `left`.
+fn wait_for(file: File, left: Duration) -> std::io::Result<File> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        // flock needs next to no stack; the default 2 MiB is mapped for nothing.
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let got = loop {
+                // SAFETY: flock on an fd this thread owns.
+                if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                    break Ok(file);
+                }
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    break Err(e);
+                }
+            };
+            // The waiter may have given up: then the file (and lock) drops here.
+            let _ = tx.send(got);
+        })?;
+    match rx.recv_timeout(left) {
+        Ok(got) => got,
+        Err(_) => Err(std::io::Error::from_raw_os_error(libc::EWOULDBLOCK)),
+    }
+}
+
+/// Unlink the lock file at `path` if nobody holds it, taking it first so the
+/// unlink happens under the lock (as a holder's own release does).
+fn remove_orphaned_lock(path: &Path) -> bool {
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return false;
+    };
+    // SAFETY: flock on an fd we own; released when `file` drops, after the
+    // unlink.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    rc == 0 && names(path, &file) && fs::remove_file(path).is_ok()
+}
+
+/// Does `path` still name the open `file` (same device and inode)?
+fn names(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(path), file.metadata()) {
+        (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+        _ => false,
     }
 }
 
@@ -449,6 +609,65 @@ mod tests {
         let e = s.entries().unwrap();
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].key, Some(Key::new("x", "y", "z")));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn pod_locks_exclude_hand_over_and_leave_no_file() {
+        let d = tmpdir("podlock");
+        let s = StateStore::open(&d).unwrap();
+        let held = s.lock_pod("c/1").unwrap();
+        assert!(s.pod_busy("c/1"));
+        assert!(!s.pod_busy("c2"));
+        // A temp file of a busy pod is not swept; of an idle one it is.
+        let busy = format!(".tmp-1-{}", Key::new("n", "c/1", "eth0").file_name());
+        let idle = format!(".tmp-1-{}", Key::new("n", "c2", "eth0").file_name());
+        fs::write(d.join(&busy), b"{").unwrap();
+        fs::write(d.join(&idle), b"{").unwrap();
+        assert_eq!(s.sweep_temp().unwrap(), 1);
+        assert!(d.join(&busy).exists());
+        assert_eq!(s.sweep_temp_holding(Some("c/1")).unwrap(), 1);
+        // A waiter blocks until the release, then holds a lock of its own.
+        let s2 = s.clone();
+        let waiter = std::thread::spawn(move || {
+            let l = s2.lock_pod("c/1").unwrap();
+            assert!(l.waited() >= Duration::from_millis(50));
+            assert!(s2.pod_busy("c/1"));
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        drop(held);
+        waiter.join().unwrap();
+        assert!(!s.pod_busy("c/1"));
+        // Released locks unlink their files; a killed holder's is swept.
+        let names = || {
+            fs::read_dir(&d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(POD_LOCK_PREFIX))
+                .count()
+        };
+        assert_eq!(names(), 0);
+        fs::write(s.pod_lock_path("dead"), b"").unwrap();
+        let _busy = s.lock_pod("alive").unwrap();
+        assert_eq!(names(), 2);
+        assert_eq!(s.sweep_pod_locks(), 1);
+        assert_eq!(names(), 1);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn node_lock_waiter_wakes_on_release() {
+        let d = tmpdir("wake");
+        let s = StateStore::open(&d).unwrap();
+        let held = s.lock().unwrap();
+        let s2 = s.clone();
+        let t0 = Instant::now();
+        let waiter = std::thread::spawn(move || s2.lock().unwrap().waited());
+        std::thread::sleep(Duration::from_millis(60));
+        drop(held);
+        let waited = waiter.join().unwrap();
+        assert!(waited >= Duration::from_millis(50), "{waited:?}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -7,9 +7,12 @@
 //! sysctl goes back only while it still holds the value podgate wrote. A
 //! failed ADD is undone by the same removal a DEL after a crash runs.
 //!
-//! Pod-side sockets are opened inside the pod netns (sysctls are written
-//! there too) and then driven from this thread; node-side changes use a
-//! socket in the plugin's own (the node's) namespace.
+//! ADD's pod side ([`pod_side`]) runs on one thread inside the pod netns
+//! for the whole call: it reads ahead what the record needs while the
+//! caller waits for the node-wide lock, then, after the node side, writes
+//! the sysctls, the nf_tables table and the pod routes (outside that lock,
+//! under the pod's own). Node-side changes use a socket in the plugin's own
+//! (the node's) namespace, opened only when needed ([`NodeSocket`]).
 
 use crate::record::{self, Mode, NsId, Record, Status};
 use crate::routing;
@@ -84,64 +87,230 @@ fn masq_rules(rec: &Record) -> Vec<MasqRule> {
         .collect()
 }
 
-/// Apply `rec` (a pending record). The pending record is on disk before the
-/// first change; on error everything is removed again and the record with
-/// it, unless removal left something (then the pending record stays for DEL
-/// or GC to finish). Returns the applied record, already stored.
+/// The node-side route socket, opened on first use: a masquerade-only ADD
+/// with nothing stale to clear never needs one.
+#[derive(Default)]
+pub struct NodeSocket(Option<RouteSocket>);
+
+impl NodeSocket {
+    pub fn get(&mut self) -> Result<&mut RouteSocket, Error> {
+        match &mut self.0 {
+            Some(s) => Ok(s),
+            slot => Ok(slot.insert(RouteSocket::new()?)),
+        }
+    }
+}
+
+/// Does undoing or applying `rec` touch the node at all?
+pub fn has_node_side(rec: &Record) -> bool {
+    !rec.node_routes.is_empty() || rec.routing.is_some()
+}
+
+/// What ADD learns inside the pod's namespace before it takes the
+/// node-wide lock (all reads: nothing has changed yet).
+#[derive(Debug)]
+pub struct PodFacts {
+    pub netns_id: NsId,
+    /// The pod interface's index, when the profile has pod routes.
+    pub oif: Option<u32>,
+    /// Current values of the sysctls the profile sets.
+    pub sysctls: Vec<(String, Result<String, Error>)>,
+}
+
+impl PodFacts {
+    /// Complete a pending record with what was read in the pod: the netns
+    /// identity, the interface of its pod routes, the sysctl values it will
+    /// overwrite. A sysctl that could not be read fails the ADD here, before
+    /// anything changed.
+    pub fn fill(self, rec: &mut Record) -> Result<(), ApplyError> {
+        rec.netns_id = Some(self.netns_id);
+        for r in &mut rec.pod_routes {
+            r.oif = self.oif;
+        }
+        let mut read = self.sysctls;
+        let used = |n: &String| rec.sysctls.iter().any(|s| s.name == *n);
+        if let Some(i) = read.iter().position(|(n, r)| r.is_err() && used(n)) {
+            if let (_, Err(e)) = read.swap_remove(i) {
+                return Err(e.into());
+            }
+        }
+        for s in &mut rec.sysctls {
+            let Some((_, Ok(cur))) = read.iter().find(|(n, _)| *n == s.name) else {
+                // Not read ahead: the plan and the names disagree (cannot
+                // happen for one profile); refuse rather than guess.
+                return Err(ApplyError::Kit(Error::SysctlRefused {
+                    name: s.name.clone(),
+                    msg: "not read in the pod before the plan".into(),
+                }));
+            };
+            s.previous =
+                (sysctl::normalize(cur) != sysctl::normalize(&s.value)).then(|| cur.clone());
+        }
+        Ok(())
+    }
+}
+
+/// The go-ahead for the pod side, once the node side is applied: the
+/// pending record as it is on disk, and whether the pod's sysctls may have
+/// changed since [`PodFacts`] (an earlier ADD of this attachment was undone
+/// meanwhile), so they are read again.
+pub struct Go {
+    pub rec: Record,
+    pub reread: bool,
+}
+
+/// The pod side of ADD, on a thread inside the pod's namespace, with the
+/// pod lock held and the node-wide lock not: read [`PodFacts`], send them,
+/// wait for [`Go`] (none: the ADD was refused or failed on the node side,
+/// nothing to do), then write the sysctls, the nf_tables table and the
+/// pod routes. Returns the record (sysctl previous values as recorded) and
+/// the outcome; the caller writes it `applied` or rolls it back.
+/// What the pod side reads before the plan, as plain data.
+pub struct PodReads<'a> {
+    /// (dev, ino) of the pod's nsfs file.
+    pub ns: (u64, u64),
+    /// The namespace's path, for error messages.
+    pub label: &'a str,
+    pub ifname: &'a str,
+    /// The profile has pod routes: look up the interface's index.
+    pub want_oif: bool,
+    pub sysctl_names: &'a [String],
+}
+
+pub fn pod_side(
+    want: PodReads<'_>,
+    store: &StateStore,
+    facts: std::sync::mpsc::SyncSender<Result<PodFacts, ApplyError>>,
+    go: std::sync::mpsc::Receiver<Go>,
+) -> Option<(Record, Result<(), ApplyError>)> {
+    let label = want.label;
+    let mut route_sock = None;
+    let read = (|| -> Result<PodFacts, ApplyError> {
+        let netns_id = NsId::from(NsIdentity {
+            dev: want.ns.0,
+            ino: want.ns.1,
+            cookie: netns::current_cookie()?,
+        });
+        let oif = if want.want_oif {
+            let mut sock = RouteSocket::new_labelled(label.to_string())?;
+            let oif = link::index_of(&mut sock, want.ifname)?;
+            route_sock = Some(sock);
+            Some(oif)
+        } else {
+            None
+        };
+        let sysctls = want
+            .sysctl_names
+            .iter()
+            .map(|n| (n.clone(), sysctl::read(n)))
+            .collect();
+        Ok(PodFacts {
+            netns_id,
+            oif,
+            sysctls,
+        })
+    })();
+    if facts.send(read).is_err() {
+        return None;
+    }
+    let Go { mut rec, reread } = go.recv().ok()?;
+    let done = pod_changes(&mut rec, reread, route_sock, label, store);
+    Some((rec, done))
+}
+
+fn pod_changes(
+    rec: &mut Record,
+    reread: bool,
+    route_sock: Option<RouteSocket>,
+    label: &str,
+    store: &StateStore,
+) -> Result<(), ApplyError> {
+    if reread {
+        let mut changed = false;
+        for s in &mut rec.sysctls {
+            let cur = sysctl::read(&s.name)?;
+            let prev = (sysctl::normalize(&cur) != sysctl::normalize(&s.value)).then_some(cur);
+            changed |= prev != s.previous;
+            s.previous = prev;
+        }
+        // Write-ahead again: the values about to be overwritten are on disk.
+        if changed {
+            record::write(store, rec)?;
+        }
+    }
+    for s in rec.sysctls.iter().filter(|s| s.previous.is_some()) {
+        sysctl::ensure(&s.name, &s.value)?;
+    }
+    if let Some(table) = &rec.nft_table {
+        let nft_err = |source| ApplyError::Nft {
+            netns: label.to_string(),
+            source,
+        };
+        let mut nft = NftSocket::new().map_err(nft_err)?;
+        let masq = masq_rules(rec);
+        let mss = mss_rules(rec);
+        let rules = TableRules {
+            masquerade: (!masq.is_empty()).then_some(masq.as_slice()),
+            mss: &mss,
+        };
+        nft.replace_table(table, &rules, &rec.nft_tag())
+            .map_err(nft_err)?;
+    }
+    if !rec.pod_routes.is_empty() {
+        let mut sock = match route_sock {
+            Some(s) => s,
+            None => RouteSocket::new_labelled(label.to_string())?,
+        };
+        for r in &rec.pod_routes {
+            route::add(&mut sock, &r.spec(), true)?;
+        }
+    }
+    Ok(())
+}
+
+/// The node side of ADD, with the node-wide lock held: read what the
+/// host-side interface sysctls hold, write the pending record (the first
+/// change of any kind: it describes the pod side too), then the node's
+/// return routes and the routing boundary. On error what was applied is
+/// removed again and the record with it, unless removal left something
+/// (then the pending record stays for DEL or GC); the leftovers are
+/// returned.
 ///
 /// `last_strict`: no other strict pod exists, so undoing this one may put
 /// node-wide strict settings back.
-pub fn apply(
-    ns: &NetNs,
-    node: &mut RouteSocket,
+pub fn apply_node(
+    node: &mut NodeSocket,
     store: &StateStore,
-    mut rec: Record,
+    rec: &mut Record,
     last_strict: bool,
-) -> Result<Record, (ApplyError, Vec<String>)> {
+) -> Result<(), (ApplyError, Vec<String>)> {
     let mut written = false;
-    match apply_steps(ns, node, store, &mut rec, &mut written) {
-        Ok(()) => {}
+    match node_steps(node, store, rec, &mut written) {
+        Ok(()) => Ok(()),
+        Err(e) if !written => Err((e, Vec::new())),
         Err(e) => {
-            if !written {
-                return Err((e, Vec::new()));
-            }
-            let left = remove(&rec, node, Some(ns), store, last_strict);
+            let left = match node.get() {
+                Ok(n) => remove_node_side(rec, n, store, last_strict),
+                Err(ne) => vec![ne.to_string()],
+            };
             if left.is_empty() {
                 if let Err(re) = store.remove(&rec.key) {
                     return Err((e, vec![re.to_string()]));
                 }
             }
-            return Err((e, left));
+            Err((e, left))
         }
     }
-    rec.status = Status::Applied;
-    if let Err(e) = record::write(store, &rec) {
-        // Still pending on disk and fully applied: take it all back so the
-        // runtime's retry starts clean.
-        rec.status = Status::Pending;
-        let left = remove(&rec, node, Some(ns), store, last_strict);
-        if left.is_empty() {
-            let _ = store.remove(&rec.key);
-        }
-        return Err((ApplyError::Kit(e), left));
-    }
-    Ok(rec)
 }
 
-fn apply_steps(
-    ns: &NetNs,
-    node: &mut RouteSocket,
+fn node_steps(
+    node: &mut NodeSocket,
     store: &StateStore,
     rec: &mut Record,
     written: &mut bool,
 ) -> Result<(), ApplyError> {
-    // One trip into the namespace: learn what the record needs (the pod
-    // netns identity, previous sysctl values, the pod interface index),
-    // write it ahead, then write the sysctls and open the sockets used
-    // afterwards from this thread.
-    let needs_pod_sockets = rec.nft_table.is_some() || !rec.pod_routes.is_empty();
-    // Node side, read from this thread (the node's namespace): what the
-    // pod's host-side interface sysctls hold before podgate writes them.
+    // Read from this thread (the node's namespace): what the pod's
+    // host-side interface sysctls hold before podgate writes them.
     if let Some(r) = rec.routing.as_mut() {
         for s in &r.host_if_sysctls {
             let cur = sysctl::read(&s.name)?;
@@ -150,53 +319,12 @@ fn apply_steps(
             }
         }
     }
-    let label = ns.path().display().to_string();
-    let (dev, ino) = ns.dev_ino();
-    let sockets = ns.run(|| -> Result<Option<PodSockets>, ApplyError> {
-        rec.netns_id = Some(NsId::from(NsIdentity {
-            dev,
-            ino,
-            cookie: netns::current_cookie()?,
-        }));
-        let mut sockets = needs_pod_sockets
-            .then(|| open_pod_sockets(label))
-            .transpose()?;
-        if let Some(pod) = sockets.as_mut() {
-            if !rec.pod_routes.is_empty() {
-                let oif = link::index_of(&mut pod.route, &rec.key.ifname)?;
-                for r in &mut rec.pod_routes {
-                    r.oif = Some(oif);
-                }
-            }
-        }
-        for s in &mut rec.sysctls {
-            let cur = sysctl::read(&s.name)?;
-            s.previous = (sysctl::normalize(&cur) != sysctl::normalize(&s.value)).then_some(cur);
-        }
-        record::write(store, rec)?;
-        *written = true;
-        for s in rec.sysctls.iter().filter(|s| s.previous.is_some()) {
-            sysctl::ensure(&s.name, &s.value)?;
-        }
-        Ok(sockets)
-    })??;
-
-    if let Some(mut pod) = sockets {
-        if let Some(table) = &rec.nft_table {
-            let masq = masq_rules(rec);
-            let mss = mss_rules(rec);
-            let rules = TableRules {
-                masquerade: (!masq.is_empty()).then_some(masq.as_slice()),
-                mss: &mss,
-            };
-            pod.nft
-                .replace_table(table, &rules, &rec.nft_tag())
-                .map_err(|e| pod.nft_err(e))?;
-        }
-        for r in &rec.pod_routes {
-            route::add(&mut pod.route, &r.spec(), true)?;
-        }
+    record::write(store, rec)?;
+    *written = true;
+    if !has_node_side(rec) {
+        return Ok(());
     }
+    let node = node.get()?;
 
     for r in &rec.node_routes {
         route::add(node, &r.spec(), false)?;
@@ -288,29 +416,42 @@ pub fn remove_node_side(
 /// pod's own namespace, and writing forwarding sysctls can wait on the
 /// kernel's rtnl lock for a long time on a busy node.
 pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
-    let mut failures = Vec::new();
-    match ns.run(|| restore_sysctls(rec)) {
-        Ok(f) => failures.extend(f),
-        Err(e) => failures.push(e.to_string()),
-    }
-    if rec.nft_table.is_none() && rec.pod_routes.is_empty() {
-        return failures;
-    }
-    match pod_sockets(ns) {
-        Ok(mut pod) => {
-            if let Some(t) = &rec.nft_table {
-                if let Err(e) = pod.nft.delete_table(t) {
-                    failures.push(pod.nft_err(e).to_string());
+    // One trip into the namespace (no probe first: the plugin never runs in
+    // a pod's namespace), and only the sockets the record needs.
+    let label = ns.path().display().to_string();
+    let (done, ()) = ns.run_beside(|| remove_pod_here(rec, &label), || ());
+    done.unwrap_or_else(|e| vec![e.to_string()])
+}
+
+/// `remove_pod_side` on a thread already inside the pod's namespace.
+fn remove_pod_here(rec: &Record, label: &str) -> Vec<String> {
+    let mut failures = restore_sysctls(rec);
+    if let Some(t) = &rec.nft_table {
+        let nft_err = |source| ApplyError::Nft {
+            netns: label.to_string(),
+            source,
+        };
+        match NftSocket::new() {
+            Ok(mut nft) => {
+                if let Err(e) = nft.delete_table(t) {
+                    failures.push(nft_err(e).to_string());
                 }
             }
-            for r in &rec.pod_routes {
-                // Gone with its interface is fine: del treats that as absent.
-                if let Err(e) = route::del(&mut pod.route, &r.spec()) {
-                    failures.push(e.to_string());
-                }
-            }
+            Err(e) => failures.push(nft_err(e).to_string()),
         }
-        Err(e) => failures.push(e.to_string()),
+    }
+    if !rec.pod_routes.is_empty() {
+        match RouteSocket::new_labelled(label.to_string()) {
+            Ok(mut sock) => {
+                for r in &rec.pod_routes {
+                    // Gone with its interface is fine: del treats that as absent.
+                    if let Err(e) = route::del(&mut sock, &r.spec()) {
+                        failures.push(e.to_string());
+                    }
+                }
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
     }
     failures
 }

@@ -40,6 +40,52 @@ impl Census {
         Ok(Census { listing, stale })
     }
 
+    /// For a census taken before the node-wide lock: re-read, under it, the
+    /// records it found stale (rare) and judge them again; one removed or
+    /// replaced meanwhile (by another call's sweep, or a new ADD of that
+    /// key) is dropped or judged afresh. The live records are left as read:
+    /// only a caller whose plan checks no claims may use such a census.
+    pub fn confirm_stale(
+        self,
+        store: &StateStore,
+        here: &Here,
+        depth: impl Fn(&Record) -> Depth,
+    ) -> Census {
+        if self.stale.is_empty() {
+            return self;
+        }
+        let Census { listing, stale } = self;
+        let Listing {
+            records,
+            newer,
+            unreadable,
+        } = listing;
+        let mut kept = Vec::with_capacity(records.len());
+        let mut still = Vec::new();
+        for (i, rec) in records.into_iter().enumerate() {
+            if !stale.iter().any(|(s, _)| *s == i) {
+                kept.push(rec);
+                continue;
+            }
+            // Gone, or unreadable now: nothing for this call to clear.
+            if let Ok(Some(fresh)) = record::read(store, &rec.key) {
+                let l = fresh.liveness(here, depth(&fresh));
+                if l.is_stale() {
+                    still.push((kept.len(), l));
+                }
+                kept.push(fresh);
+            }
+        }
+        Census {
+            listing: Listing {
+                records: kept,
+                newer,
+                unreadable,
+            },
+            stale: still,
+        }
+    }
+
     /// `take` with every record checked precisely (GC, the sweep).
     pub fn take_precise(store: &StateStore, here: &Here) -> Result<Census, podgate_kit::Error> {
         Census::take(store, here, |_| Depth::Precise)
@@ -213,9 +259,20 @@ pub fn remove_unreadable(
     out
 }
 
-/// Remove orphaned temp files of killed writers (lock held).
-pub fn sweep_temp(store: &StateStore) -> Result<usize, podgate_kit::Error> {
-    Ok(store.sweep_temp()? + routing::sweep_temp(store)?)
+/// Remove orphaned temp files of killed writers (node-wide lock held;
+/// `own`: the pod whose lock the caller holds, whose temp files are then
+/// orphaned too).
+///
+/// Without `own` (GC, the periodic sweep) also the pod lock files of killed
+/// holders; ADD and DEL leave those to them, as checking each pod lock
+/// costs two syscalls per pod in flight under the node-wide lock.
+pub fn sweep_temp(store: &StateStore, own: Option<&str>) -> Result<usize, podgate_kit::Error> {
+    let locks = if own.is_none() {
+        store.sweep_pod_locks()
+    } else {
+        0
+    };
+    Ok(store.sweep_temp_holding(own)? + routing::sweep_temp(store)? + locks)
 }
 
 /// The periodic sweep (the installer daemon, `podgate install --watch`):
@@ -228,7 +285,7 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     };
     let _lock = store.lock()?;
     let mut out = Swept::default();
-    let temps = sweep_temp(&store)?;
+    let temps = sweep_temp(&store, None)?;
     if temps > 0 {
         out.removed.push(format!("{temps} orphaned temp file(s)"));
     }

@@ -1,4 +1,20 @@
+extern "C" {
+    /// glibc's `mallopt(3)`.
+    fn mallopt(param: i32, value: i32) -> i32;
+}
+
+/// glibc's `M_ARENA_MAX`.
+const M_ARENA_MAX: i32 = -8;
+
 fn main() {
+    // One malloc arena: the thread ADD runs in the pod's namespace would
+    // otherwise get one of its own on its first allocation (a 64 MiB
+    // reservation: mmap, munmap twice, mprotect) for a few KiB of work.
+    // SAFETY: mallopt only sets an allocator parameter; called before any
+    // other thread exists.
+    unsafe {
+        mallopt(M_ARENA_MAX, 1);
+    }
     podgate_cni::run(
         podgate_router::Router,
         "podgate-router",

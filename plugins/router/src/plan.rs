@@ -110,6 +110,23 @@ fn connected_route(view: &NodeView, ip: IpAddr) -> Option<&RouteEntry> {
         .max_by_key(|r| r.dst.prefix_len())
 }
 
+/// The sysctls the selected profile sets on `ifname`, as `build` names
+/// them: ADD reads their current values in the pod's namespace before the
+/// plan is built (outside the node-wide lock). Names `build` refuses are
+/// left out (nothing is read for them; the refusal comes from `build`).
+pub fn pod_sysctl_names(cfg: &RouterConfig, sel: &Selection, ifname: &str) -> Vec<String> {
+    cfg.profiles
+        .get(&sel.profile)
+        .map(|p| {
+            p.sysctls
+                .keys()
+                .map(|k| sysctl::expand_ifname(k, ifname))
+                .filter(|n| sysctl::path_of(n).is_ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn build(
     cfg: &RouterConfig,
     sel: &Selection,

@@ -107,19 +107,21 @@ impl Needs {
 }
 
 fn observe(
-    node: &mut RouteSocket,
+    node: &mut apply::NodeSocket,
     census: &Census,
     key: &Key,
     needs: Needs,
 ) -> Result<NodeView, CniError> {
     let any = needs.return_routes || needs.routing;
+    let node_err = |e| kit_err("node netlink", e);
     let routes = if any {
+        let node = node.get().map_err(node_err)?;
         route::list_all(node).map_err(|e| kit_err("reading node routes", e))?
     } else {
         Vec::new()
     };
     let addresses = if needs.return_routes {
-        link::addresses(node)
+        link::addresses(node.get().map_err(node_err)?)
             .map_err(|e| kit_err("reading node addresses", e))?
             .into_iter()
             .map(|a| a.addr)
@@ -134,7 +136,7 @@ fn observe(
         Vec::new()
     };
     let links = if needs.routing {
-        link::list(node).map_err(|e| kit_err("reading node links", e))?
+        link::list(node.get().map_err(node_err)?).map_err(|e| kit_err("reading node links", e))?
     } else {
         Vec::new()
     };
@@ -213,35 +215,62 @@ impl Router {
     }
 }
 
-impl Plugin for Router {
-    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
-        let cfg = load(&req.conf)?;
-        let log = logger(&cfg, req);
-        let prev = req.conf.prev_result.as_ref().ok_or_else(|| {
-            CniError::invalid_config(
-                "podgate-router is a chained plugin: no prevResult (put it after the primary plugin in the conflist)",
-            )
-        })?;
-        let mut result = prev_or_empty(&req.conf);
-        let sel = match Self::selection(&cfg, req) {
-            Ok(Some(s)) => s,
-            Ok(None) => {
-                log.info("no profile for this pod; passing through", json!({}));
-                return Ok(result);
-            }
-            Err(e) => {
-                log.warn("refused", json!({"reason": e.msg}));
-                return Err(e);
-            }
-        };
-        require_caps()?;
-        let ns = open_netns(req)?;
-        let key = key_of(req);
-        let store = store(&cfg)?;
-        let lock = store.lock().map_err(io_err)?;
-        lifecycle::sweep_temp(&store).map_err(io_err)?;
-        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+/// The node side of ADD done, the node-wide lock released.
+struct NodeDone {
+    rec: Record,
+    /// An earlier ADD of this attachment was undone under the lock: the
+    /// pod's sysctls may differ from what was read before it.
+    reread: bool,
+    node: apply::NodeSocket,
+    lock_waited: std::time::Duration,
+    lock_held: std::time::Duration,
+}
+
+impl Router {
+    /// ADD's part under the node-wide lock: stale records, a repeated ADD,
+    /// observing the node, the plan (every refusal happens here, before
+    /// anything changed), then the pending record and the node side.
+    #[allow(clippy::too_many_arguments)]
+    fn add_node_side(
+        cfg: &RouterConfig,
+        req: &Request,
+        log: &Logger,
+        sel: &Selection,
+        ns: &NetNs,
+        store: &StateStore,
+        key: &Key,
+        facts: apply::PodFacts,
+    ) -> Result<NodeDone, CniError> {
+        let prev = req
+            .conf
+            .prev_result
+            .as_ref()
+            .ok_or_else(|| CniError::invalid_config("no prevResult"))?;
+        // Boot ID and node netns identity do not change while this runs:
+        // read before the lock, not under it.
         let here = Here::now();
+        let needs = Needs::of(cfg, sel);
+        // A plan that checks no claims (no return routes, no routing
+        // boundary: a masquerade- or sysctl-only pod) needs the other
+        // records only to clear stale ones, so they are read before the
+        // lock and only the stale ones again under it: reading every record
+        // under the lock made each ADD of a burst hold it longer than the
+        // last.
+        let early = if needs.return_routes || needs.routing {
+            None
+        } else {
+            Some(Census::take(store, &here, |r| {
+                if r.key == *key {
+                    Depth::Precise
+                } else {
+                    Depth::Boot
+                }
+            }))
+        };
+        let lock = store.lock().map_err(io_err)?;
+        lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
+        let mut node = apply::NodeSocket::default();
+        let node_err = |e| kit_err("node netlink", e);
         let routing = cfg
             .profiles
             .get(&sel.profile)
@@ -251,7 +280,7 @@ impl Plugin for Router {
         // liveness check; the rest only the cheap one.
         let matters = |r: &Record| {
             let c = r.claim();
-            c.key == key
+            c.key == *key
                 || c.pools
                     .iter()
                     .any(|p| sel.return_routes.iter().any(|q| plan::overlaps(p, q)))
@@ -269,31 +298,46 @@ impl Plugin for Router {
                 Depth::Boot
             }
         };
-        let judge = || Census::take(&store, &here, depth).map_err(io_err);
+        let judge = || Census::take(store, &here, depth).map_err(io_err);
         // Fail closed: a state dir that cannot be listed refuses the ADD
         // rather than guessing which pools and strict slots are free.
-        let census = judge()?;
-        let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
-        log_swept(&log, "cleared stale records", &swept);
-        let mut changed = !swept.removed.is_empty();
+        let census = match early {
+            Some(c) => c.map_err(io_err)?.confirm_stale(store, &here, depth),
+            None => judge()?,
+        };
+        let mut changed = false;
+        if !census.stale.is_empty() {
+            let swept =
+                lifecycle::clear_stale(&census, node.get().map_err(node_err)?, store, &here);
+            log_swept(log, "cleared stale records", &swept);
+            changed = !swept.removed.is_empty();
+        }
+        let mut reread = false;
 
         // A repeated ADD for the same attachment replaces the earlier one
         // (pending or applied: either may have left things).
-        match record::read(&store, &key) {
+        match record::read(store, key) {
             Ok(None) => {}
             // Cleared above with the other stale records.
-            Ok(Some(_)) if census.is_stale(&key) => {}
+            Ok(Some(_)) if census.is_stale(key) => {}
             Ok(Some(old)) => {
-                let left =
-                    lifecycle::remove_record(&old, &census, &mut node, Some(&ns), &store, &here);
+                let left = lifecycle::remove_record(
+                    &old,
+                    &census,
+                    node.get().map_err(node_err)?,
+                    Some(ns),
+                    store,
+                    &here,
+                );
                 if !left.is_empty() {
                     return Err(CniError::apply(format!(
                         "replacing earlier ADD of this attachment: {}",
                         left.join("; ")
                     )));
                 }
-                store.remove(&key).map_err(io_err)?;
+                store.remove(key).map_err(io_err)?;
                 changed = true;
+                reread = true;
             }
             Err(e @ ReadError::Newer { .. }) => return Err(CniError::io(e.to_string())),
             Err(ReadError::Io(e)) => return Err(io_err(e)),
@@ -303,15 +347,15 @@ impl Plugin for Router {
                     json!({"error": e.to_string()}),
                 );
                 let s = lifecycle::remove_unreadable(
-                    &key,
+                    key,
                     &census,
-                    &mut node,
-                    Some(&ns),
+                    node.get().map_err(node_err)?,
+                    Some(ns),
                     &pod_ips_of(req),
                     &format!("{}-", cfg.nft_table),
-                    &store,
+                    store,
                 );
-                log_swept(&log, "removed by ownership", &s);
+                log_swept(log, "removed by ownership", &s);
                 if !s.failures.is_empty() {
                     return Err(CniError::apply(format!(
                         "replacing an unreadable record of this attachment: {}",
@@ -319,13 +363,14 @@ impl Plugin for Router {
                     )));
                 }
                 changed = true;
+                reread = true;
             }
         }
         // Judge again only if records went away (rare): claims must not
         // count what was just removed.
         let census = if changed { judge()? } else { census };
 
-        let view = observe(&mut node, &census, &key, Needs::of(&cfg, &sel))?;
+        let view = observe(&mut node, &census, key, needs)?;
         let mut warnings = Vec::new();
         if strict
             && view
@@ -337,7 +382,7 @@ impl Plugin for Router {
             log.warn(&w, json!({}));
             warnings.push(w);
         }
-        let plan = match plan::build(&cfg, &sel, &key, &prev.typed, &view) {
+        let plan = match plan::build(cfg, sel, key, &prev.typed, &view) {
             Ok(p) => p,
             Err(e) => {
                 log.warn("refused", json!({"profile": sel.profile, "reason": e.msg}));
@@ -354,23 +399,213 @@ impl Plugin for Router {
             node_netns_id: here.node,
             warnings,
         };
-        let rec = Record::pending(&key, &plan, origin);
-        let last = census.last_strict(&key);
-        let rec = apply::apply(&ns, &mut node, &store, rec, last).map_err(|(e, leftovers)| {
-            let mut msg = format!("applying profile {:?}: {e}", sel.profile);
-            if !leftovers.is_empty() {
-                msg += &format!(
-                    "; rollback left (record kept pending for DEL): {}",
-                    leftovers.join("; ")
-                );
-            }
+        let mut rec = Record::pending(key, &plan, origin);
+        let apply_err = |e: ApplyError, leftovers: Vec<String>| {
+            let msg = apply_msg(&sel.profile, &e, &leftovers);
             log.error("apply failed, rolled back", json!({"error": msg}));
-            if matches!(e, apply::ApplyError::Kit(podgate_kit::Error::State { .. })) {
-                CniError::io(msg)
-            } else {
-                CniError::apply(msg)
+            apply_cni_err(&e, msg)
+        };
+        facts.fill(&mut rec).map_err(|e| apply_err(e, Vec::new()))?;
+        let last = census.last_strict(key);
+        apply::apply_node(&mut node, store, &mut rec, last).map_err(|(e, l)| apply_err(e, l))?;
+        let (lock_waited, lock_held) = (lock.waited(), lock.held());
+        drop(lock);
+        Ok(NodeDone {
+            rec,
+            reread,
+            node,
+            lock_waited,
+            lock_held,
+        })
+    }
+
+    /// Undo an ADD whose node side is applied and whose pod side failed (or
+    /// whose final record write did): the pod side, then the node side
+    /// under the node-wide lock with the strict count as it is now, then
+    /// the record. Returns what could not be removed (the pending record
+    /// then stays for DEL or GC).
+    fn roll_back(
+        rec: &Record,
+        ns: &NetNs,
+        node: &mut apply::NodeSocket,
+        store: &StateStore,
+    ) -> Vec<String> {
+        let mut left = apply::remove_pod_side(rec, ns);
+        let lock = match store.lock() {
+            Ok(l) => l,
+            Err(e) => {
+                left.push(e.to_string());
+                return left;
             }
+        };
+        let here = Here::now();
+        let last = if rec.is_strict() {
+            match Census::take(store, &here, |r| {
+                if r.is_strict() {
+                    Depth::Precise
+                } else {
+                    Depth::Boot
+                }
+            }) {
+                Ok(c) => c.last_strict(&rec.key),
+                Err(e) => {
+                    // Fail closed: keep node-wide settings.
+                    left.push(e.to_string());
+                    false
+                }
+            }
+        } else {
+            false
+        };
+        if apply::has_node_side(rec) {
+            match node.get() {
+                Ok(n) => left.extend(apply::remove_node_side(rec, n, store, last)),
+                Err(e) => left.push(e.to_string()),
+            }
+        }
+        if left.is_empty() {
+            if let Err(e) = store.remove(&rec.key) {
+                left.push(e.to_string());
+            }
+        }
+        drop(lock);
+        left
+    }
+}
+
+fn apply_msg(profile: &str, e: &ApplyError, leftovers: &[String]) -> String {
+    let mut msg = format!("applying profile {profile:?}: {e}");
+    if !leftovers.is_empty() {
+        msg += &format!(
+            "; rollback left (record kept pending for DEL): {}",
+            leftovers.join("; ")
+        );
+    }
+    msg
+}
+
+fn apply_cni_err(e: &ApplyError, msg: String) -> CniError {
+    if matches!(e, ApplyError::Kit(podgate_kit::Error::State { .. })) {
+        CniError::io(msg)
+    } else {
+        CniError::apply(msg)
+    }
+}
+
+impl Plugin for Router {
+    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
+        let cfg = load(&req.conf)?;
+        let log = logger(&cfg, req);
+        if req.conf.prev_result.is_none() {
+            return Err(CniError::invalid_config(
+                "podgate-router is a chained plugin: no prevResult (put it after the primary plugin in the conflist)",
+            ));
+        }
+        let mut result = prev_or_empty(&req.conf);
+        let sel = match Self::selection(&cfg, req) {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                log.info("no profile for this pod; passing through", json!({}));
+                return Ok(result);
+            }
+            Err(e) => {
+                log.warn("refused", json!({"reason": e.msg}));
+                return Err(e);
+            }
+        };
+        require_caps()?;
+        let ns = open_netns(req)?;
+        let key = key_of(req);
+        let store = store(&cfg)?;
+        // Every attachment of this pod, ADD and DEL alike, one at a time;
+        // taken before the node-wide lock, which is held only for the node
+        // side (design note "Lock scope").
+        let _pod_lock = store.lock_pod(&key.container_id).map_err(io_err)?;
+        let label = ns.path().display().to_string();
+        let want_oif = cfg
+            .profiles
+            .get(&sel.profile)
+            .is_some_and(|p| !p.pod_routes.is_empty());
+        let names = plan::pod_sysctl_names(&cfg, &sel, &key.ifname);
+        let (facts_tx, facts_rx) = std::sync::mpsc::sync_channel(1);
+        let (go_tx, go_rx) = std::sync::mpsc::sync_channel(1);
+        // One trip into the pod: a thread there reads what the record needs
+        // while this one waits for the node-wide lock; after the node side
+        // it writes the pod side, outside that lock.
+        let dev_ino = ns.dev_ino();
+        let (nsr, storer, keyr, selr, logr, cfgr) = (&ns, &store, &key, &sel, &log, &cfg);
+        let (pod, node) = ns.run_beside(
+            || {
+                apply::pod_side(
+                    apply::PodReads {
+                        ns: dev_ino,
+                        label: &label,
+                        ifname: &key.ifname,
+                        want_oif,
+                        sysctl_names: &names,
+                    },
+                    &store,
+                    facts_tx,
+                    go_rx,
+                )
+            },
+            move || -> Result<NodeDone, CniError> {
+                let facts = match facts_rx.recv() {
+                    Ok(Ok(f)) => f,
+                    Ok(Err(e)) => {
+                        let msg = apply_msg(&selr.profile, &e, &[]);
+                        logr.error("apply failed, rolled back", json!({"error": msg}));
+                        return Err(apply_cni_err(&e, msg));
+                    }
+                    // The thread did not get into the namespace: its error
+                    // comes with its result.
+                    Err(_) => return Err(CniError::apply("pod netns thread ended")),
+                };
+                let done = Router::add_node_side(cfgr, req, logr, selr, nsr, storer, keyr, facts)?;
+                let go = apply::Go {
+                    rec: done.rec.clone(),
+                    reread: done.reread,
+                };
+                if go_tx.send(go).is_err() {
+                    return Err(CniError::apply("pod netns thread ended"));
+                }
+                Ok(done)
+            },
+        );
+        // The thread could not enter the namespace: nothing was done.
+        let pod = pod.map_err(|e| {
+            let e = ApplyError::Kit(e);
+            let msg = apply_msg(&sel.profile, &e, &[]);
+            log.error("apply failed, rolled back", json!({"error": msg}));
+            apply_cni_err(&e, msg)
         })?;
+        let mut done = node?;
+        let outcome = match pod {
+            Some((rec, r)) => {
+                done.rec = rec;
+                r.map_err(|e| (e, true))
+            }
+            None => Err((
+                ApplyError::Kit(podgate_kit::Error::SysctlRefused {
+                    name: "-".into(),
+                    msg: "pod netns thread ended before the pod side".into(),
+                }),
+                true,
+            )),
+        };
+        let rec = &mut done.rec;
+        let outcome = outcome.and_then(|()| {
+            rec.status = record::Status::Applied;
+            record::write(&store, rec).map_err(|e| (ApplyError::Kit(e), true))
+        });
+        if let Err((e, _)) = outcome {
+            rec.status = record::Status::Pending;
+            let left = Router::roll_back(rec, &ns, &mut done.node, &store);
+            let msg = apply_msg(&sel.profile, &e, &left);
+            log.error("apply failed, rolled back", json!({"error": msg}));
+            return Err(apply_cni_err(&e, msg));
+        }
+        let rec = &done.rec;
         log.info(
             "applied",
             json!({
@@ -381,12 +616,11 @@ impl Plugin for Router {
                 "masquerade": rec.masquerade,
                 "returnRoutes": rec.node_routes.iter().map(|r| r.spec().describe()).collect::<Vec<_>>(),
                 // Contention figures for the burst benchmark (integration/bench).
-                "lockWaitMs": ms(lock.waited()),
-                "lockHeldMs": ms(lock.held()),
+                "lockWaitMs": ms(done.lock_waited),
+                "lockHeldMs": ms(done.lock_held),
             }),
         );
-        drop(lock);
-        add_routes_to_result(&mut result, &rec);
+        add_routes_to_result(&mut result, rec);
         Ok(result)
     }
 
@@ -397,6 +631,10 @@ impl Plugin for Router {
             return Ok(());
         };
         let key = key_of(req);
+        let cid = key.container_id.as_str();
+        // No ADD or DEL of this pod runs meanwhile (an ADD past the node
+        // side writes its record without the node-wide lock).
+        let _pod_lock = store.lock_pod(cid).map_err(io_err)?;
         // Records are replaced by rename, so reading without the lock is safe.
         let rec = match record::read(&store, &key) {
             Ok(Some(r)) => r,
@@ -404,7 +642,7 @@ impl Plugin for Router {
                 // Nothing recorded; an ADD killed while writing its record
                 // may have left a temp file.
                 let _lock = store.lock().map_err(io_err)?;
-                lifecycle::sweep_temp(&store).map_err(io_err)?;
+                lifecycle::sweep_temp(&store, Some(cid)).map_err(io_err)?;
                 return Ok(());
             }
             Err(e @ ReadError::Newer { .. }) => {
@@ -442,13 +680,13 @@ impl Plugin for Router {
             }
         }
         let lock = store.lock().map_err(io_err)?;
-        lifecycle::sweep_temp(&store).map_err(io_err)?;
+        lifecycle::sweep_temp(&store, Some(cid)).map_err(io_err)?;
         let rec = match record::read(&store, &key) {
             Ok(Some(r)) => r,
             Ok(None) => return Ok(()), // a concurrent DEL finished it
             Err(e) => return Err(CniError::io(e.to_string())),
         };
-        let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+        let mut node = apply::NodeSocket::default();
         // The other records matter only for a strict pod (whether node-wide
         // settings go back) or a stale one (a live pod may have re-claimed
         // its pool); otherwise DEL does not read them.
@@ -466,7 +704,16 @@ impl Plugin for Router {
         } else {
             Census::none()
         };
-        let failures = lifecycle::remove_record(&rec, &census, &mut node, None, &store, &here);
+        // Nothing on the node (a masquerade-only pod, no stale record to
+        // clear): no node socket either.
+        let failures = if apply::has_node_side(&rec) || !census.stale.is_empty() {
+            match node.get() {
+                Ok(n) => lifecycle::remove_record(&rec, &census, n, None, &store, &here),
+                Err(e) => vec![e.to_string()],
+            }
+        } else {
+            Vec::new()
+        };
         if !failures.is_empty() {
             log.error("teardown incomplete", json!({"failures": failures}));
             return Err(CniError::apply(format!(
@@ -484,11 +731,19 @@ impl Plugin for Router {
                 "lockHeldMs": ms(lock.held()),
             }),
         );
-        log_swept(
-            &log,
-            "cleared stale records",
-            &lifecycle::clear_stale(&census, &mut node, &store, &here),
-        );
+        if !census.stale.is_empty() {
+            match node.get() {
+                Ok(n) => log_swept(
+                    &log,
+                    "cleared stale records",
+                    &lifecycle::clear_stale(&census, n, &store, &here),
+                ),
+                Err(e) => log.warn(
+                    "cleared stale records: incomplete",
+                    json!({"failures": [e.to_string()]}),
+                ),
+            }
+        }
         Ok(())
     }
 
@@ -544,14 +799,17 @@ impl Plugin for Router {
             .limits(&cfg.telemetry)
             .with("cmd", "GC");
         let _lock = store.lock().map_err(io_err)?;
-        lifecycle::sweep_temp(&store).map_err(io_err)?;
+        lifecycle::sweep_temp(&store, None).map_err(io_err)?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
         let here = Here::now();
         let census = Census::take_precise(&store, &here).map_err(io_err)?;
+        // An attachment whose pod lock is held has an ADD or DEL in flight
+        // (an ADD's record is pending until it finishes): that call owns it.
         let is_valid = |k: &Key| {
             valid
                 .iter()
                 .any(|a| a.container_id == k.container_id && a.ifname == k.ifname)
+                || store.pod_busy(&k.container_id)
         };
         let mut failures = Vec::new();
         let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
@@ -635,8 +893,9 @@ impl Router {
             json!({"error": err.to_string()}),
         );
         require_caps()?;
+        // The caller (DEL) holds the pod lock.
         let _lock = store.lock().map_err(io_err)?;
-        lifecycle::sweep_temp(store).map_err(io_err)?;
+        lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
         let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
         let here = Here::now();
         let census = Census::take(store, &here, |_| Depth::Boot).map_err(io_err)?;
