@@ -1,6 +1,6 @@
 //! Routes via rtnetlink.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::netlink::RouteSocket;
 use ipnet::IpNet;
 use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
@@ -261,15 +261,5 @@ impl From<&RouteEntry> for RouteSpec {
             onlink: false,
             link_scope: e.scope == u8::from(RouteScope::Link),
         }
-    }
-}
-
-pub fn err_context(e: Error, ctx: &str) -> Error {
-    match e {
-        Error::Netlink { what, source } => Error::Netlink {
-            what: format!("{ctx}: {what}"),
-            source,
-        },
-        other => other,
     }
 }

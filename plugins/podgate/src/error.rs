@@ -1,7 +1,6 @@
 //! One error type for the CLI, and the exit code each kind maps to.
 
 use crate::install::InstallError;
-use podgate_kit::nft::NftError;
 
 /// Exit codes (also listed in `podgate --help`).
 pub mod exit {
@@ -21,8 +20,6 @@ pub mod exit {
 pub enum Error {
     #[error("{0}")]
     Kit(#[from] podgate_kit::Error),
-    #[error("{0}")]
-    Nft(#[from] NftError),
     #[error("{0}")]
     Router(#[from] podgate_router::apply::ApplyError),
     #[error("{0}")]

@@ -109,6 +109,7 @@ impl BatchBuilder {
         self.w.end_msg(start);
         if self.w.overflow || self.w.buf.len() > MAX_BATCH_BYTES {
             return Err(NftError::TooLarge {
+                family: NFT,
                 object: self.batch_object,
                 size: self.w.buf.len(),
                 limit: MAX_BATCH_BYTES,

@@ -2,6 +2,7 @@
 //! expressions, chains and rules as the kernel reports them.
 
 use super::*;
+pub(super) use crate::netlink::msg::{attr_string, Attrs, Msg as NlMsg};
 
 impl Expr {
     /// Decodes one `NFTA_LIST_ELEM` payload. Unknown or partially understood
@@ -150,52 +151,6 @@ pub(super) fn decode_verdict(data: &[u8]) -> Option<(i32, Option<String>)> {
     Some((i32::from_be_bytes(code.to_be_bytes()), chain))
 }
 
-/// Attributes of one nesting level, in wire order. Parsing is bounds-checked
-/// throughout: kernel data is trusted to be well-formed but never indexed
-/// blindly.
-pub(super) struct Attrs<'a> {
-    pub(super) items: Vec<(u16, &'a [u8])>,
-}
-
-impl<'a> Attrs<'a> {
-    pub(super) fn parse(mut data: &'a [u8]) -> Result<Self, String> {
-        let mut items = Vec::new();
-        while !data.is_empty() {
-            let (len, ty) = match data {
-                [l0, l1, t0, t1, ..] => (
-                    usize::from(u16::from_ne_bytes([*l0, *l1])),
-                    u16::from_ne_bytes([*t0, *t1]),
-                ),
-                // Trailing padding shorter than an attribute header.
-                _ if data.iter().all(|&b| b == 0) => break,
-                _ => return Err(format!("truncated attribute header ({} bytes)", data.len())),
-            };
-            let payload = data
-                .get(4..len)
-                .ok_or_else(|| format!("attribute type {ty} length {len} out of bounds"))?;
-            items.push((ty & sys::NLA_TYPE_MASK, payload));
-            data = data.get(align4(len)..).unwrap_or_default();
-        }
-        Ok(Attrs { items })
-    }
-
-    /// Last occurrence of `ty` (the kernel's nla_parse semantics).
-    pub(super) fn get(&self, ty: u16) -> Option<&'a [u8]> {
-        self.items
-            .iter()
-            .rev()
-            .find(|(t, _)| *t == ty)
-            .map(|(_, p)| *p)
-    }
-
-    pub(super) fn all(&self, ty: u16) -> impl Iterator<Item = &'a [u8]> + '_ {
-        self.items
-            .iter()
-            .filter(move |(t, _)| *t == ty)
-            .map(|(_, p)| *p)
-    }
-}
-
 pub(super) fn be_u32(b: &[u8]) -> Option<u32> {
     <[u8; 4]>::try_from(b).ok().map(u32::from_be_bytes)
 }
@@ -204,98 +159,12 @@ pub(super) fn be_u64(b: &[u8]) -> Option<u64> {
     <[u8; 8]>::try_from(b).ok().map(u64::from_be_bytes)
 }
 
-pub(super) fn ne_u32(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at + 4)
-        .and_then(|s| <[u8; 4]>::try_from(s).ok())
-        .map(u32::from_ne_bytes)
-}
-
-pub(super) fn ne_u16(b: &[u8], at: usize) -> Option<u16> {
-    b.get(at..at + 2)
-        .and_then(|s| <[u8; 2]>::try_from(s).ok())
-        .map(u16::from_ne_bytes)
-}
-
-/// A NUL-terminated (or not) string attribute.
-pub(super) fn attr_string(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(b.get(..end).unwrap_or_default()).into_owned()
-}
-
 /// `NFTA_DATA_VALUE` inside a data nest.
 pub(super) fn data_value(nest: &[u8]) -> Option<Vec<u8>> {
     Attrs::parse(nest)
         .ok()?
         .get(sys::NFTA_DATA_VALUE)
         .map(<[u8]>::to_vec)
-}
-
-/// One netlink message from a received datagram.
-#[derive(Debug)]
-pub(super) struct NlMsg {
-    pub(super) ty: u16,
-    pub(super) flags: u16,
-    pub(super) seq: u32,
-    /// Everything after the 16-byte `nlmsghdr`.
-    pub(super) payload: Vec<u8>,
-}
-
-impl NlMsg {
-    /// The attributes of an nfnetlink data message (after `nfgenmsg`).
-    pub(super) fn nf_attrs(&self) -> &[u8] {
-        self.payload.get(4..).unwrap_or_default()
-    }
-
-    pub(super) fn nf_family(&self) -> u8 {
-        self.payload.first().copied().unwrap_or(sys::NFPROTO_UNSPEC)
-    }
-}
-
-pub(super) fn split_datagram(mut data: &[u8]) -> Result<Vec<NlMsg>, String> {
-    let mut out = Vec::new();
-    while data.len() >= sys::NLMSG_HDRLEN {
-        let len = ne_u32(data, 0).unwrap_or(0) as usize;
-        let ty = ne_u16(data, 4).unwrap_or(0);
-        let flags = ne_u16(data, 6).unwrap_or(0);
-        let seq = ne_u32(data, 8).unwrap_or(0);
-        if len < sys::NLMSG_HDRLEN {
-            return Err(format!("nlmsg_len {len} shorter than the header"));
-        }
-        let payload = data
-            .get(sys::NLMSG_HDRLEN..len)
-            .ok_or_else(|| format!("nlmsg_len {len} exceeds datagram ({} bytes)", data.len()))?;
-        out.push(NlMsg {
-            ty,
-            flags,
-            seq,
-            payload: payload.to_vec(),
-        });
-        data = data.get(align4(len)..).unwrap_or_default();
-    }
-    Ok(out)
-}
-
-/// Decodes an `NLMSG_ERROR` payload into (positive errno, extack message).
-/// errno 0 is an ACK.
-pub(super) fn parse_error(msg: &NlMsg) -> Result<(i32, Option<String>), String> {
-    let raw = ne_u32(&msg.payload, 0).ok_or("NLMSG_ERROR shorter than its error code")?;
-    let errno = i32::from_ne_bytes(raw.to_ne_bytes()).saturating_neg();
-    let mut message = None;
-    if msg.flags & sys::NLM_F_ACK_TLVS != 0 {
-        // The echoed request is only its header with NETLINK_CAP_ACK, else
-        // the whole (padded) request; the TLVs follow it.
-        let echoed = if msg.flags & sys::NLM_F_CAPPED != 0 {
-            sys::NLMSG_HDRLEN
-        } else {
-            align4(ne_u32(&msg.payload, 4).unwrap_or(0) as usize)
-        };
-        if let Some(tlvs) = msg.payload.get(4 + echoed..) {
-            if let Ok(attrs) = Attrs::parse(tlvs) {
-                message = attrs.get(sys::NLMSGERR_ATTR_MSG).map(attr_string);
-            }
-        }
-    }
-    Ok((errno, message))
 }
 
 /// A base or regular chain as reported by a chain dump.

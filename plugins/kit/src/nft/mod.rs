@@ -21,13 +21,11 @@
 //! it from any thread.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::io;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
-use std::time::Duration;
 
+use crate::netlink::msg::align4;
+use crate::netlink::{Netfilter, NetlinkFamily, Socket};
 use ipnet::IpNet;
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
 mod batch;
 mod decode;
@@ -62,116 +60,12 @@ const MANGLE_PRIORITY: i32 = -150;
 /// a batch only if it arrives in a single skb), which the default socket send
 /// buffer (~208 KiB) allows comfortably.
 const MAX_BATCH_BYTES: usize = 128 * 1024;
-/// Upper bound on a single received datagram; dumps use ≤ 32 KiB skbs, so
-/// anything larger means something is badly wrong.
-const MAX_DATAGRAM_BYTES: usize = 1024 * 1024;
-/// Upper bound on the total size of a dump we are willing to buffer.
-const MAX_DUMP_BYTES: usize = 64 * 1024 * 1024;
-/// How long a blocking receive may wait for the kernel. Replies are produced
-/// synchronously inside `sendmsg`, so this only fires on real bugs; it exists
-/// so a CNI plugin can never hang on netlink.
-const RECV_TIMEOUT: Duration = Duration::from_secs(2);
-/// How many times to restart a dump that the kernel flagged as inconsistent.
-const DUMP_ATTEMPTS: u32 = 4;
+/// Errors of the nf_tables code: the kit's one error type (`family`
+/// "nftables"), named for callers that spell it this way.
+pub type NftError = crate::Error;
 
-/// Errors from [`NftSocket`]. Each variant names the object involved (table,
-/// chain, rule or request) and, where the kernel answered, its errno and
-/// extended-ack message.
-#[derive(Debug, thiserror::Error)]
-pub enum NftError {
-    /// Creating, configuring or using the netlink socket failed.
-    #[error("nftables netlink socket: {op} failed: {source}")]
-    Socket {
-        op: &'static str,
-        #[source]
-        source: io::Error,
-    },
-    /// The kernel rejected a request.
-    #[error(
-        "nftables {object}: kernel returned {} ({}){}",
-        errno_name(*.errno),
-        io::Error::from_raw_os_error(*.errno),
-        fmt_kernel_message(.message.as_deref())
-    )]
-    Kernel {
-        object: String,
-        /// Positive errno value, e.g. `libc::ENOENT`.
-        errno: i32,
-        /// Extended-ack message, when the kernel provided one.
-        message: Option<String>,
-    },
-    /// A caller-provided value cannot be encoded.
-    #[error("nftables {object}: invalid input: {reason}")]
-    Invalid { object: String, reason: String },
-    /// The kernel did not answer within the receive timeout.
-    #[error("nftables {object}: no reply from the kernel within {timeout:?}")]
-    Timeout { object: String, timeout: Duration },
-    /// The kernel's reply could not be parsed.
-    #[error("nftables {object}: malformed netlink reply: {reason}")]
-    Protocol { object: String, reason: String },
-    /// A dump kept being interrupted by concurrent ruleset changes.
-    #[error("nftables {object}: dump interrupted by concurrent ruleset changes {attempts} times")]
-    DumpInterrupted { object: String, attempts: u32 },
-    /// A request or reply exceeded our size limits.
-    #[error("nftables {object}: {size} bytes exceeds the limit of {limit} bytes")]
-    TooLarge {
-        object: String,
-        size: usize,
-        limit: usize,
-    },
-}
-
-impl NftError {
-    /// The errno behind this error, if the kernel or the socket reported one.
-    pub fn errno(&self) -> Option<i32> {
-        match self {
-            NftError::Kernel { errno, .. } => Some(*errno),
-            NftError::Socket { source, .. } => source.raw_os_error(),
-            _ => None,
-        }
-    }
-}
-
-fn fmt_kernel_message(message: Option<&str>) -> String {
-    match message {
-        Some(m) if !m.is_empty() => format!(": {m}"),
-        _ => String::new(),
-    }
-}
-
-/// Symbolic name for the errnos nf_tables commonly returns, so logs say
-/// `ENOENT` rather than only "No such file or directory".
-pub fn errno_name(errno: i32) -> &'static str {
-    match errno {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::EINTR => "EINTR",
-        libc::E2BIG => "E2BIG",
-        libc::EAGAIN => "EAGAIN",
-        libc::ENOMEM => "ENOMEM",
-        libc::EACCES => "EACCES",
-        libc::EFAULT => "EFAULT",
-        libc::EBUSY => "EBUSY",
-        libc::EEXIST => "EEXIST",
-        libc::ENODEV => "ENODEV",
-        libc::ENOTDIR => "ENOTDIR",
-        libc::EINVAL => "EINVAL",
-        libc::ENFILE => "ENFILE",
-        libc::EMFILE => "EMFILE",
-        libc::ENOSPC => "ENOSPC",
-        libc::ERANGE => "ERANGE",
-        libc::ENAMETOOLONG => "ENAMETOOLONG",
-        libc::ENOTEMPTY => "ENOTEMPTY",
-        libc::ELOOP => "ELOOP",
-        libc::EMSGSIZE => "EMSGSIZE",
-        libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::EAFNOSUPPORT => "EAFNOSUPPORT",
-        libc::ENOBUFS => "ENOBUFS",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        _ => "errno",
-    }
-}
+/// The family name nf_tables errors carry.
+const NFT: &str = <Netfilter as NetlinkFamily>::NAME;
 
 /// One masquerade rule: traffic from `source` leaving through `oifname` gets
 /// the outgoing interface's address as its source.
@@ -238,10 +132,6 @@ pub struct ListedRule {
     pub handle: u64,
 }
 
-const fn align4(len: usize) -> usize {
-    (len + 3) & !3
-}
-
 fn validate_name(kind: &str, name: &str) -> Result<(), NftError> {
     let reason = if name.is_empty() {
         "must not be empty".to_string()
@@ -253,6 +143,7 @@ fn validate_name(kind: &str, name: &str) -> Result<(), NftError> {
         return Ok(());
     };
     Err(NftError::Invalid {
+        family: NFT,
         object: format!("{kind} {name:?}"),
         reason,
     })
@@ -274,6 +165,7 @@ fn validate_tag(tag: &str) -> Result<(), NftError> {
         return Ok(());
     };
     Err(NftError::Invalid {
+        family: NFT,
         object: format!("tag {tag:?}"),
         reason,
     })
@@ -293,6 +185,7 @@ fn validate_rule(rule: &MasqRule) -> Result<(), NftError> {
         return Ok(());
     };
     Err(NftError::Invalid {
+        family: NFT,
         object: format!("rule {}", describe_rule(rule)),
         reason,
     })
@@ -314,6 +207,7 @@ fn validate_mss(rule: &MssRule) -> Result<(), NftError> {
         return Ok(());
     };
     Err(NftError::Invalid {
+        family: NFT,
         object: format!("rule {}", describe_mss(rule)),
         reason,
     })

@@ -1,4 +1,5 @@
 use super::*;
+use crate::netlink::msg::{parse_error, split_datagram};
 
 fn rule(src: &str, oif: &str) -> MasqRule {
     MasqRule {
@@ -310,12 +311,14 @@ fn error_replies() {
         ty: sys::NLMSG_ERROR,
         flags: sys::NLM_F_CAPPED | sys::NLM_F_ACK_TLVS,
         seq: 1,
+        port: 0,
         payload,
     };
     let (errno, message) = parse_error(&msg).unwrap();
     assert_eq!(errno, libc::EINVAL);
     assert_eq!(message.as_deref(), Some("bad thing"));
     let err = NftError::Kernel {
+        family: NFT,
         object: "table inet x".into(),
         errno,
         message,
@@ -332,6 +335,7 @@ fn error_replies() {
         ty: sys::NLMSG_ERROR,
         flags: 0,
         seq: 1,
+        port: 0,
         payload: [0u8; 20].to_vec(),
     };
     assert_eq!(parse_error(&ack).unwrap(), (0, None));
@@ -340,6 +344,7 @@ fn error_replies() {
         ty: sys::NLMSG_ERROR,
         flags: 0,
         seq: 1,
+        port: 0,
         payload: vec![0, 0],
     };
     assert!(parse_error(&short).is_err());
@@ -371,6 +376,7 @@ fn malformed_input_does_not_panic() {
             ty: 0x0a07,
             flags: 0,
             seq: 0,
+            port: 0,
             payload: bytes,
         };
         let _ = decode_rule(&msg);
