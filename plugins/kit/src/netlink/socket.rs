@@ -49,6 +49,9 @@ impl NetlinkFamily for Xfrm {
 /// synchronously inside `sendmsg`, so this only fires on real bugs; it exists
 /// so a CNI plugin can never hang on netlink.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How far a receive may overshoot its deadline before the socket's receive
+/// timeout is adjusted (a setsockopt) to what is left.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
 /// Upper bound on a single received datagram; dumps use ≤ 32 KiB skbs, so
 /// anything larger means something is badly wrong.
 const MAX_DATAGRAM_BYTES: usize = 1024 * 1024;
@@ -210,13 +213,15 @@ impl<F: NetlinkFamily> Socket<F> {
                 if left.is_zero() {
                     return Err(self.timeout_err(object));
                 }
-                // Only near the deadline (never on a healthy kernel) is the
-                // socket's timeout shortened, so the common path makes no
-                // extra syscall.
-                if left < self.rcvtimeo {
-                    set_timeout(&self.sock, libc::SO_RCVTIMEO, left)
+                // Keep the socket's receive timeout within SLACK of what is
+                // left: shortened near a deadline (never on a healthy
+                // kernel), restored for the next request; the common path
+                // makes no extra syscall.
+                let want = left.min(self.timeout);
+                if want + TIMEOUT_SLACK < self.rcvtimeo || want > self.rcvtimeo + TIMEOUT_SLACK {
+                    set_timeout(&self.sock, libc::SO_RCVTIMEO, want)
                         .map_err(socket_err::<F>("setsockopt(SO_RCVTIMEO)"))?;
-                    self.rcvtimeo = left;
+                    self.rcvtimeo = want;
                 }
             }
             let peeked = {
@@ -592,6 +597,43 @@ mod tests {
         std::thread::spawn(|| {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
             kernel_round_trips();
+        })
+        .join()
+        .unwrap();
+    }
+
+    fn getlink(seq: u32, flags: u16, index: i32) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&32u32.to_ne_bytes());
+        m.extend_from_slice(&18u16.to_ne_bytes()); // RTM_GETLINK
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        let mut ifi = [0u8; 16];
+        ifi[4..8].copy_from_slice(&index.to_ne_bytes());
+        m.extend_from_slice(&ifi);
+        m
+    }
+
+    #[test]
+    fn unanswered_request_times_out_and_the_socket_recovers() {
+        std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let timeout = Duration::from_millis(200);
+            let mut s = Socket::<Route>::with_timeout(timeout).unwrap();
+            // Without NLM_F_REQUEST the kernel ignores a message: no answer.
+            let seq = s.next_seq();
+            let started = Instant::now();
+            let err = s.request(&getlink(seq, 0, 1), seq, "get link").unwrap_err();
+            assert!(matches!(err, Error::Timeout { .. }), "{err}");
+            assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
+            assert!(started.elapsed() < timeout * 5, "{:?}", started.elapsed());
+            // The next request gets its full timeout again and an answer.
+            let seq = s.next_seq();
+            let rows = s
+                .request(&getlink(seq, NLM_F_REQUEST | NLM_F_ACK, 1), seq, "get lo")
+                .unwrap();
+            assert_eq!(rows.len(), 1);
         })
         .join()
         .unwrap();
