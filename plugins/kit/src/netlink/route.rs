@@ -1,7 +1,7 @@
 //! rtnetlink as a codec over the generic [`Socket`]: requests and answers
 //! are `netlink-packet-route` messages.
 
-use super::consts::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
+use super::consts::{NLM_F_DUMP, NLM_F_REQUEST};
 use super::socket::{Route, Socket};
 use crate::error::{Error, Result};
 use crate::netns::NetNs;
@@ -41,9 +41,8 @@ impl RouteSocket {
     }
 
     /// Send one request; return the inner messages of the answer (dump rows,
-    /// or what precedes the ACK), or an error carrying the kernel's errno.
-    /// Requests that are not dumps always ask for an ACK, so every answer
-    /// ends in a known way.
+    /// what precedes the ACK, or a GET's one answer), or an error carrying
+    /// the kernel's errno.
     pub fn request(
         &mut self,
         msg: RouteNetlinkMessage,
@@ -52,7 +51,6 @@ impl RouteSocket {
     ) -> Result<Vec<RouteNetlinkMessage>> {
         let object = format!("{what} (netns {})", self.ns);
         let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
-        let flags = if dump { flags } else { flags | NLM_F_ACK };
         let encode = |seq: u32| {
             let mut header = NetlinkHeader::default();
             header.flags = NLM_F_REQUEST | flags;

@@ -3,7 +3,7 @@
 //! and one timeout, for any family.
 
 use super::consts::*;
-use super::msg::{ne_u32, parse_error, split_datagram, Msg};
+use super::msg::{ne_u16, ne_u32, parse_error, split_datagram, Msg};
 use crate::error::{Error, Result};
 use crate::netns::NetNs;
 use std::io;
@@ -52,9 +52,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How far a receive may overshoot its deadline before the socket's receive
 /// timeout is adjusted (a setsockopt) to what is left.
 const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
-/// Upper bound on a single received datagram; dumps use ≤ 32 KiB skbs, so
-/// anything larger means something is badly wrong.
-const MAX_DATAGRAM_BYTES: usize = 1024 * 1024;
+/// The receive buffer, and so the largest datagram accepted: the kernel caps
+/// dump skbs at 32 KiB and error replies echo only the header (NETLINK_CAP_ACK),
+/// so anything larger means something is badly wrong. One `recv` per
+/// datagram, no peek.
+const RECV_BUF_BYTES: usize = 64 * 1024;
 /// Upper bound on the total size of a dump [`Socket::dump`] buffers.
 pub const MAX_DUMP_BYTES: usize = 64 * 1024 * 1024;
 /// How many times to restart a dump that the kernel flagged as inconsistent.
@@ -128,7 +130,7 @@ impl<F: NetlinkFamily> Socket<F> {
             sock,
             port: local.port_number(),
             seq,
-            buf: vec![0; 64 * 1024],
+            buf: vec![0; RECV_BUF_BYTES],
             timeout,
             rcvtimeo: timeout,
             _family: PhantomData,
@@ -194,8 +196,7 @@ impl<F: NetlinkFamily> Socket<F> {
     /// Receives one datagram and returns its messages that answer `seqs`
     /// (stale answers to an earlier, abandoned request are dropped).
     /// Blocking receives end at `deadline`; non-blocking ones return
-    /// `Ok(None)` when the queue is empty. The datagram is peeked first so
-    /// that an oversized one grows the buffer instead of being truncated.
+    /// `Ok(None)` when the queue is empty.
     pub(crate) fn recv(
         &mut self,
         deadline: Option<Instant>,
@@ -224,12 +225,11 @@ impl<F: NetlinkFamily> Socket<F> {
                     self.rcvtimeo = want;
                 }
             }
-            let peeked = {
+            let got = {
                 let mut slice: &mut [u8] = self.buf.as_mut_slice();
-                self.sock
-                    .recv(&mut slice, base_flags | libc::MSG_PEEK | libc::MSG_TRUNC)
+                self.sock.recv(&mut slice, base_flags | libc::MSG_TRUNC)
             };
-            let size = match peeked {
+            let got = match got {
                 Ok(size) => size,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e)
@@ -243,30 +243,16 @@ impl<F: NetlinkFamily> Socket<F> {
                 }
                 Err(e) => return Err(socket_err::<F>("recv")(e)),
             };
-            if size > MAX_DATAGRAM_BYTES {
-                // Consume it so the socket stays usable, then give up.
-                let mut slice: &mut [u8] = self.buf.as_mut_slice();
-                let _ = self.sock.recv(&mut slice, libc::MSG_DONTWAIT);
+            if got > self.buf.len() {
+                // MSG_TRUNC reports the real size: the datagram did not fit
+                // and is gone (the socket stays usable).
                 return Err(Error::TooLarge {
                     family: F::NAME,
                     object: object.to_string(),
-                    size,
-                    limit: MAX_DATAGRAM_BYTES,
+                    size: got,
+                    limit: self.buf.len(),
                 });
             }
-            if size > self.buf.len() {
-                self.buf.resize(size, 0);
-            }
-            let got = {
-                let mut slice: &mut [u8] = self.buf.as_mut_slice();
-                // The datagram is already queued, so this cannot block.
-                self.sock.recv(&mut slice, libc::MSG_DONTWAIT)
-            };
-            let got = match got {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(socket_err::<F>("recv")(e)),
-            };
             let data = self.buf.get(..got).unwrap_or_default();
             let msgs = split_datagram(data).map_err(Self::protocol_err(object))?;
             return Ok(Some(ours(msgs, seqs, self.port)));
@@ -277,10 +263,11 @@ impl<F: NetlinkFamily> Socket<F> {
         Instant::now() + self.timeout
     }
 
-    /// Sends one request (which must ask for `NLM_F_ACK`, sequence `seq`)
-    /// and returns the data messages that precede its ACK, or the kernel's
-    /// error.
+    /// Sends one request (sequence `seq`) and returns the data messages that
+    /// precede its ACK, or the kernel's error. A request without `NLM_F_ACK`
+    /// (a GET) ends with its first answer.
     pub(crate) fn request(&mut self, bytes: &[u8], seq: u32, object: &str) -> Result<Vec<Msg>> {
+        let ack = ne_u16(bytes, 6).is_none_or(|flags| flags & NLM_F_ACK != 0);
         self.send(bytes, object)?;
         let deadline = self.deadline();
         let mut rows = Vec::new();
@@ -302,7 +289,12 @@ impl<F: NetlinkFamily> Socket<F> {
                     NLMSG_OVERRUN => {
                         return Err(Self::protocol_err(object)("NLMSG_OVERRUN".into()))
                     }
-                    _ => rows.push(msg),
+                    _ => {
+                        rows.push(msg);
+                        if !ack {
+                            return Ok(rows);
+                        }
+                    }
                 }
             }
         }

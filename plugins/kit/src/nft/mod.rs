@@ -60,6 +60,7 @@ const MANGLE_PRIORITY: i32 = -150;
 /// a batch only if it arrives in a single skb), which the default socket send
 /// buffer (~208 KiB) allows comfortably.
 const MAX_BATCH_BYTES: usize = 128 * 1024;
+
 /// Errors of the nf_tables code: the kit's one error type (`family`
 /// "nftables"), named for callers that spell it this way.
 pub type NftError = crate::Error;
