@@ -145,3 +145,96 @@ impl<'a> Attrs<'a> {
             .map(|(_, p)| *p)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nlmsg(ty: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&ty.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&port.to_ne_bytes());
+        m.extend_from_slice(payload);
+        m.resize(align4(m.len()), 0);
+        m
+    }
+
+    fn attr(ty: u16, v: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&ty.to_ne_bytes());
+        a.extend_from_slice(v);
+        a.resize(align4(a.len()), 0);
+        a
+    }
+
+    #[test]
+    fn datagram_framing() {
+        let mut d = nlmsg(20, NLM_F_MULTI, 7, 9, &[1, 2, 3]);
+        d.extend(nlmsg(NLMSG_DONE, NLM_F_MULTI, 7, 9, &0u32.to_ne_bytes()));
+        let msgs = split_datagram(&d).unwrap();
+        assert_eq!(msgs.len(), 2);
+        assert_eq!(
+            (msgs[0].ty, msgs[0].flags, msgs[0].seq, msgs[0].port),
+            (20, NLM_F_MULTI, 7, 9)
+        );
+        assert_eq!(msgs[0].payload, vec![1, 2, 3]);
+        assert_eq!(msgs[1].ty, NLMSG_DONE);
+        // A trailing fragment shorter than a header, a length beyond the
+        // datagram and a length below the header are errors, not panics.
+        assert!(split_datagram(&d[..d.len() - 12]).is_err());
+        let mut long = nlmsg(20, 0, 1, 0, &[0; 4]);
+        long[0] = long[0].wrapping_add(8);
+        assert!(split_datagram(&long).is_err());
+        let mut short = nlmsg(20, 0, 1, 0, &[]);
+        short[0] = 8;
+        assert!(split_datagram(&short).is_err());
+    }
+
+    #[test]
+    fn error_replies_with_and_without_extended_ack() {
+        let request = nlmsg(20, NLM_F_REQUEST | NLM_F_ACK, 5, 0, &[0; 8]);
+        // Uncapped: the whole request is echoed, the TLVs follow it.
+        let mut payload = (-libc::EEXIST).to_ne_bytes().to_vec();
+        payload.extend(&request);
+        payload.extend(attr(NLMSGERR_ATTR_MSG, b"exists already\0"));
+        let d = nlmsg(NLMSG_ERROR, NLM_F_ACK_TLVS, 5, 0, &payload);
+        let msg = split_datagram(&d).unwrap().remove(0);
+        assert_eq!(
+            parse_error(&msg).unwrap(),
+            (libc::EEXIST, Some("exists already".into()))
+        );
+        // Capped: only the header is echoed.
+        let mut payload = (-libc::EPERM).to_ne_bytes().to_vec();
+        payload.extend(request.get(..NLMSG_HDRLEN).unwrap());
+        payload.extend(attr(NLMSGERR_ATTR_MSG, b"no\0"));
+        let d = nlmsg(NLMSG_ERROR, NLM_F_ACK_TLVS | NLM_F_CAPPED, 5, 0, &payload);
+        let msg = split_datagram(&d).unwrap().remove(0);
+        assert_eq!(parse_error(&msg).unwrap(), (libc::EPERM, Some("no".into())));
+        // An ACK, and an error reply too short to hold its code.
+        let d = nlmsg(NLMSG_ERROR, NLM_F_CAPPED, 5, 0, &[0; 20]);
+        let msg = split_datagram(&d).unwrap().remove(0);
+        assert_eq!(parse_error(&msg).unwrap(), (0, None));
+        let d = nlmsg(NLMSG_ERROR, 0, 5, 0, &[0; 2]);
+        let msg = split_datagram(&d).unwrap().remove(0);
+        assert!(parse_error(&msg).is_err());
+    }
+
+    #[test]
+    fn attributes_last_wins_and_bounds() {
+        let mut a = attr(1, b"x\0");
+        a.extend(attr(2 | NLA_F_NESTED, &attr(1, &[7])));
+        a.extend(attr(1, b"y\0"));
+        let attrs = Attrs::parse(&a).unwrap();
+        assert_eq!(attrs.get(1).map(attr_string).as_deref(), Some("y"));
+        assert_eq!(attrs.all(1).count(), 2);
+        let nested = Attrs::parse(attrs.get(2).unwrap()).unwrap();
+        assert_eq!(nested.get(1), Some(&[7u8][..]));
+        assert!(Attrs::parse(&[200, 0, 1, 0, 1]).is_err());
+        assert!(Attrs::parse(&[2, 0, 1, 0]).is_err());
+        assert!(Attrs::parse(&[0, 0]).unwrap().get(1).is_none());
+    }
+}
