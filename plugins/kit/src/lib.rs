@@ -2,7 +2,10 @@
 //!
 //! Every netlink socket is opened inside the namespace it talks to (a socket
 //! stays bound to the netns it was created in) and then used from the calling
-//! thread, so no thread ever runs in the wrong namespace.
+//! thread, so no thread ever runs in the wrong namespace. There is one netlink
+//! socket type, [`netlink::Socket`], generic over the family; route, rule and
+//! link, nf_tables ([`nft`]) and XFRM ([`xfrm`]) are message codecs over it,
+//! and [`Error`] is the one error type.
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)

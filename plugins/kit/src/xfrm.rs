@@ -9,20 +9,14 @@
 //! kernel's uapi `<linux/xfrm.h>` on 64-bit targets (`xfrm_userpolicy_info`
 //! is 168 bytes there; 32-bit x86 lays it out differently).
 
+use crate::netlink::consts::{NLMSG_HDRLEN as NLMSG_HDR_LEN, NLM_F_DUMP, NLM_F_REQUEST};
+use crate::netlink::msg::{align4, Msg};
+use crate::netlink::{DumpEvent, NetlinkFamily, Socket, Xfrm};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use netlink_sys::{protocols::NETLINK_XFRM, Socket, SocketAddr};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const NLMSG_HDR_LEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-#[cfg(test)]
-const NLM_F_MULTI: u16 = 0x2;
-const NLM_F_DUMP: u16 = 0x300;
 const XFRM_MSG_NEWPOLICY: u16 = 0x13;
 const XFRM_MSG_GETPOLICY: u16 = 0x15;
 
@@ -30,7 +24,7 @@ const XFRMA_TMPL: u16 = 5;
 const XFRMA_POLICY_TYPE: u16 = 16;
 const XFRMA_MARK: u16 = 21;
 const XFRMA_IF_ID: u16 = 31;
-const NLA_TYPE_MASK: u16 = 0x3fff;
+use crate::netlink::consts::NLA_TYPE_MASK;
 
 const SELECTOR_LEN: usize = 56;
 const USERPOLICY_INFO_LEN: usize = 168;
@@ -41,34 +35,27 @@ const DIR_OFFSET: usize = 160;
 const AF_INET: u16 = libc::AF_INET as u16;
 const AF_INET6: u16 = libc::AF_INET6 as u16;
 
-/// Largest datagram the kernel sends for a dump (it caps dump skbs at 32 KiB).
-const RECV_BUF: usize = 64 * 1024;
 /// Refuse to hold more than this many policies (a broken or hostile table).
 pub const MAX_POLICIES: usize = 1 << 20;
-/// Timeout used by [`dump_policies`].
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Timeout used by [`dump_policies`]: the kit's one netlink timeout.
+pub const DEFAULT_TIMEOUT: Duration = crate::netlink::DEFAULT_TIMEOUT;
 
 /// IPPROTO_ESP: the only template protocol that encrypts.
 pub const PROTO_ESP: u8 = 50;
 pub const PROTO_AH: u8 = 51;
 pub const PROTO_UDP: u8 = 17;
 
-#[derive(Debug, thiserror::Error)]
-pub enum XfrmError {
-    #[error("netlink xfrm socket: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("xfrm policy dump timed out after {0:?}")]
-    Timeout(Duration),
-    #[error("kernel refused xfrm policy dump: {0}")]
-    Kernel(std::io::Error),
-    #[error("malformed xfrm message: {0}")]
-    Malformed(String),
-    #[error("more than {MAX_POLICIES} xfrm policies")]
-    TooMany,
-}
+/// Errors of the XFRM code: the kit's one error type (`family` "xfrm").
+pub type XfrmError = crate::Error;
+
+const XFRM: &str = <Xfrm as NetlinkFamily>::NAME;
 
 fn malformed(what: impl Into<String>) -> XfrmError {
-    XfrmError::Malformed(what.into())
+    XfrmError::Protocol {
+        family: XFRM,
+        object: "policy dump".into(),
+        reason: what.into(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -262,45 +249,16 @@ pub fn dump_policies_dir(dir: Dir, timeout: Duration) -> Result<Vec<XfrmPolicy>,
 }
 
 fn dump(timeout: Duration, dir: Option<Dir>) -> Result<Vec<XfrmPolicy>, XfrmError> {
-    let deadline = Instant::now() + timeout;
-    let mut sock = Socket::new(NETLINK_XFRM)?;
-    let local = sock.bind_auto()?;
-    sock.connect(&SocketAddr::new(0, 0))?;
-    let seq = seq_number();
-    sock.send(&dump_request(seq), 0)?;
-
+    let mut sock = Socket::<Xfrm>::with_timeout(timeout)?;
     let mut policies = Vec::new();
-    let mut buf: Vec<u8> = Vec::with_capacity(RECV_BUF);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(XfrmError::Timeout(timeout));
+    sock.dump_each("policy dump", dump_request, |event| match event {
+        DumpEvent::Restart => {
+            policies.clear();
+            Ok(())
         }
-        set_recv_timeout(&sock, left)?;
-        buf.clear();
-        let n = match sock.recv(&mut buf, libc::MSG_TRUNC) {
-            Ok(n) => n,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock) => {
-                return Err(XfrmError::Timeout(timeout))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(XfrmError::Io(e)),
-        };
-        if n > buf.len() {
-            return Err(malformed(format!("datagram of {n} bytes truncated")));
-        }
-        if parse_datagram(&buf, seq, local.port_number(), dir, &mut policies)? {
-            return Ok(policies);
-        }
-    }
-}
-
-fn seq_number() -> u32 {
-    // Any value works on a fresh socket; vary it so replies cannot be confused across calls.
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    t.subsec_nanos() | 1
+        DumpEvent::Row(msg) => keep_policy(&msg, dir, &mut policies),
+    })?;
+    Ok(policies)
 }
 
 fn dump_request(seq: u32) -> Vec<u8> {
@@ -313,31 +271,25 @@ fn dump_request(seq: u32) -> Vec<u8> {
     m
 }
 
-fn set_recv_timeout(sock: &Socket, d: Duration) -> Result<(), XfrmError> {
-    // A zero timeval means "block forever": never pass one.
-    let d = d.max(Duration::from_micros(1));
-    let tv = libc::timeval {
-        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_usec: libc::suseconds_t::from(d.subsec_micros()),
-    };
-    // SAFETY: valid fd owned by `sock`, pointer and length of a live timeval.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            std::ptr::from_ref(&tv).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(XfrmError::Io(std::io::Error::last_os_error()));
+/// One row of the dump: a policy of direction `dir` (if given) is parsed
+/// into `out`. The direction is checked before parsing.
+fn keep_policy(msg: &Msg, dir: Option<Dir>, out: &mut Vec<XfrmPolicy>) -> Result<(), XfrmError> {
+    if msg.ty != XFRM_MSG_NEWPOLICY {
+        return Ok(());
     }
+    let policy_dir = msg.payload.get(DIR_OFFSET).copied().map(Dir::from);
+    if dir.is_some() && policy_dir != dir {
+        return Ok(());
+    }
+    if out.len() >= MAX_POLICIES {
+        return Err(XfrmError::TooMany {
+            family: XFRM,
+            object: "policy dump".into(),
+            limit: MAX_POLICIES,
+        });
+    }
+    out.push(parse_policy(&msg.payload)?);
     Ok(())
-}
-
-const fn align4(n: usize) -> usize {
-    (n + 3) & !3
 }
 
 fn u16_at(b: &[u8], off: usize) -> Option<u16> {
@@ -357,63 +309,6 @@ fn u64_at(b: &[u8], off: usize) -> Option<u64> {
 }
 fn u8_at(b: &[u8], off: usize) -> Option<u8> {
     b.get(off).copied()
-}
-
-/// Parse one datagram of the dump into `out` (only direction `dir`, if given).
-/// Returns true once NLMSG_DONE is seen. Messages with another sequence
-/// number or port are not ours and are skipped.
-fn parse_datagram(
-    data: &[u8],
-    seq: u32,
-    port: u32,
-    dir: Option<Dir>,
-    out: &mut Vec<XfrmPolicy>,
-) -> Result<bool, XfrmError> {
-    let mut off = 0;
-    while off < data.len() {
-        let hdr = data
-            .get(off..off + NLMSG_HDR_LEN)
-            .ok_or_else(|| malformed("short netlink header"))?;
-        let len = u32_at(hdr, 0).unwrap_or(0) as usize;
-        let ty = u16_at(hdr, 4).unwrap_or(0);
-        let msg_seq = u32_at(hdr, 8).unwrap_or(0);
-        let msg_port = u32_at(hdr, 12).unwrap_or(0);
-        if len < NLMSG_HDR_LEN {
-            return Err(malformed(format!("netlink message length {len}")));
-        }
-        let payload = data
-            .get(off + NLMSG_HDR_LEN..off + len)
-            .ok_or_else(|| malformed("netlink message longer than datagram"))?;
-        off += align4(len);
-        if msg_seq != seq || (msg_port != 0 && msg_port != port) {
-            continue;
-        }
-        match ty {
-            NLMSG_DONE => return Ok(true),
-            NLMSG_ERROR => {
-                let errno = u32_at(payload, 0).map(|e| e as i32).unwrap_or(-libc::EIO);
-                if errno == 0 {
-                    // An ACK; a dump ends with NLMSG_DONE.
-                    continue;
-                }
-                return Err(XfrmError::Kernel(std::io::Error::from_raw_os_error(
-                    errno.saturating_neg(),
-                )));
-            }
-            XFRM_MSG_NEWPOLICY => {
-                let policy_dir = payload.get(DIR_OFFSET).copied().map(Dir::from);
-                if dir.is_some() && policy_dir != dir {
-                    continue;
-                }
-                if out.len() >= MAX_POLICIES {
-                    return Err(XfrmError::TooMany);
-                }
-                out.push(parse_policy(payload)?);
-            }
-            _ => {}
-        }
-    }
-    Ok(false)
 }
 
 fn addr(b: &[u8], off: usize, family: u16) -> Option<Option<IpAddr>> {
@@ -567,6 +462,38 @@ pub fn parse_policy(p: &[u8]) -> Result<XfrmPolicy, XfrmError> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+    use crate::netlink::consts::{NLMSG_DONE, NLMSG_ERROR, NLM_F_MULTI};
+    use crate::netlink::msg::split_datagram;
+    use crate::netlink::{dump_step, ours};
+
+    /// One datagram of a policy dump through the same steps as
+    /// [`dump`]: framing, sequence and port filter, dump end and errors,
+    /// then [`keep_policy`]. True once the dump is complete.
+    fn parse_datagram(
+        data: &[u8],
+        seq: u32,
+        port: u32,
+        dir: Option<Dir>,
+        out: &mut Vec<XfrmPolicy>,
+    ) -> Result<bool, XfrmError> {
+        let msgs = split_datagram(data).map_err(malformed)?;
+        let mut interrupted = false;
+        let mut failed = None;
+        let done = dump_step::<Xfrm>(
+            ours(msgs, |s| s == seq, port),
+            "policy dump",
+            &mut interrupted,
+            |msg| {
+                if failed.is_none() {
+                    failed = keep_policy(&msg, dir, out).err();
+                }
+            },
+        )?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    }
 
     /// A policy as the kernel would encode it.
     struct Fixture {
@@ -767,7 +694,7 @@ mod tests {
         assert!(parse_datagram(&done, 42, 7, None, &mut out).unwrap());
         let err = nlmsg(NLMSG_ERROR, 0, 42, 7, &(-libc::EPERM).to_ne_bytes());
         match parse_datagram(&err, 42, 7, None, &mut out) {
-            Err(XfrmError::Kernel(e)) => assert_eq!(e.raw_os_error(), Some(libc::EPERM)),
+            Err(XfrmError::Kernel { errno, .. }) => assert_eq!(errno, libc::EPERM),
             other => panic!("{other:?}"),
         }
     }

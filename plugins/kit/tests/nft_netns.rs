@@ -18,7 +18,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use podgate_kit::nft::{
-    ListedRule, MasqRule, MssDirection, MssRule, MssValue, NftError, NftSocket, TableRules,
+    Family, Hook, ListedRule, MasqRule, MssDirection, MssRule, MssValue, NftError, NftSocket,
+    SnatKind, TableRules,
 };
 
 const TAG: &str = "podgate:test-container";
@@ -428,7 +429,18 @@ fn list_tables_and_find_snat_rules() {
             ]
         );
 
-        let found = s.find_snat_rules(Some("ours")).unwrap();
+        let typed = s.find_snat_rules(Some("ours")).unwrap();
+        let kube = &typed[1];
+        assert_eq!(
+            (kube.family, kube.table.as_str(), kube.chain.as_str()),
+            (Family::Ip, "nat", "KUBE-POSTROUTING")
+        );
+        assert_eq!(kube.reached_from.as_deref(), Some("POSTROUTING"));
+        assert_eq!((kube.hook, kube.kind), (Hook::Postrouting, SnatKind::Snat));
+        assert!(kube.in_chain("POSTROUTING") && kube.in_chain("KUBE-POSTROUTING"));
+        assert_eq!(typed[0].kind, SnatKind::Masquerade);
+        assert_eq!(typed[0].reached_from, None);
+        let found: Vec<String> = typed.iter().map(ToString::to_string).collect();
         eprintln!("{found:#?}");
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(
@@ -441,7 +453,12 @@ fn list_tables_and_find_snat_rules() {
             "{found:?}"
         );
 
-        let all = s.find_snat_rules(None).unwrap();
+        let all: Vec<String> = s
+            .find_snat_rules(None)
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(all.len(), 3, "{all:?}");
         assert!(
             all.iter()
@@ -466,6 +483,10 @@ fn list_tables_and_find_snat_rules() {
             Ok(out) if out.status.success() => {
                 let found = s.find_snat_rules(Some("ours")).unwrap();
                 eprintln!("with iptables-nft: {found:#?}");
+                assert!(
+                    found.iter().any(|f| f.kind == SnatKind::XtMasquerade),
+                    "{found:?}"
+                );
                 assert_eq!(found.len(), 3, "{found:?}");
             }
             _ => eprintln!("iptables-nft unavailable; skipped that part"),

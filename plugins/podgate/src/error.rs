@@ -1,7 +1,5 @@
 //! One error type for the CLI, and the exit code each kind maps to.
 
-use podgate_kit::nft::NftError;
-
 /// Exit codes (also listed in `podgate --help`).
 pub mod exit {
     /// Done; every check passed.
@@ -20,8 +18,6 @@ pub mod exit {
 pub enum Error {
     #[error("{0}")]
     Kit(#[from] podgate_kit::Error),
-    #[error("{0}")]
-    Nft(#[from] NftError),
     #[error("{0}")]
     Router(#[from] podgate_router::apply::ApplyError),
     /// The command line is well-formed for clap but not for us.

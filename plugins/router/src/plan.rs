@@ -7,6 +7,7 @@ use crate::routing::{self, RoutingPlan};
 use ipnet::IpNet;
 use podgate_cni::{CniError, CniResult};
 use podgate_kit::link::Link;
+use podgate_kit::nft::SnatFinding;
 use podgate_kit::route::{RouteEntry, RouteSpec, RTPROT_PODGATE, TABLE_MAIN};
 use podgate_kit::state::Key;
 use podgate_kit::sysctl;
@@ -70,7 +71,7 @@ pub struct NodeView {
     pub claims: Vec<Claim>,
     pub links: Vec<Link>,
     /// Masquerade/SNAT rules found in the node's nat postrouting chains.
-    pub node_snat: Vec<String>,
+    pub node_snat: Vec<SnatFinding>,
 }
 
 fn special(net: &IpNet) -> Option<&'static str> {

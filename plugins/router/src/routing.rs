@@ -10,6 +10,7 @@ use ipnet::IpNet;
 use podgate_cni::CniError;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NsIdentity;
+use podgate_kit::nft::SnatFinding;
 use podgate_kit::route::{self, RouteSpec, RTPROT_PODGATE, TABLE_LOCAL, TABLE_MAIN};
 use podgate_kit::rule::{self, RuleSpec};
 use podgate_kit::state::StateStore;
@@ -100,8 +101,8 @@ fn refuse(msg: String) -> CniError {
 /// Node SNAT that masquerades only marked packets (hostPort hairpin, kube
 /// service masquerade) does not touch a pod's own egress; anything else in a
 /// nat postrouting chain would.
-fn snat_matters(desc: &str) -> bool {
-    !(desc.contains("KUBE-POSTROUTING") || desc.contains("CNI-HOSTPORT-MASQ"))
+fn snat_matters(found: &SnatFinding) -> bool {
+    !(found.in_chain("KUBE-POSTROUTING") || found.in_chain("CNI-HOSTPORT-MASQ"))
 }
 
 pub fn plan(

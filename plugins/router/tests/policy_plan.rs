@@ -323,6 +323,7 @@ fn config_errors_are_code_7() {
 mod routing {
     use super::*;
     use podgate_kit::link::Link;
+    use podgate_kit::nft::{Family, Hook, SnatFinding, SnatKind};
 
     fn strict_cfg(max: usize) -> RouterConfig {
         let c: RouterConfig = serde_json::from_value(json!({
@@ -510,6 +511,19 @@ mod routing {
         assert!(r.main_replacement.is_none() && r.node_sysctls.is_empty());
     }
 
+    /// A masquerade rule in `ip nat <chain>` as the node scan reports it.
+    fn snat(chain: &str, reached_from: Option<&str>, handle: u64) -> SnatFinding {
+        SnatFinding {
+            family: Family::Ip,
+            table: "nat".into(),
+            chain: chain.into(),
+            reached_from: reached_from.map(Into::into),
+            hook: Hook::Postrouting,
+            kind: SnatKind::Masquerade,
+            handle,
+        }
+    }
+
     #[test]
     fn strict_refusals() {
         let c = strict_cfg(1);
@@ -517,8 +531,7 @@ mod routing {
         assert!(e.msg.contains("masquerade"), "{}", e.msg);
 
         let mut v = ptp_node();
-        v.node_snat
-            .push("ip nat POSTROUTING: masquerade (handle 4)".into());
+        v.node_snat.push(snat("POSTROUTING", None, 4));
         let e = plan_for(&c, "s-0", &v).unwrap_err();
         assert!(
             e.msg.contains("node SNAT") && e.msg.contains("POSTROUTING"),
@@ -527,9 +540,8 @@ mod routing {
         );
         // Mark-gated masquerade (hostPort hairpin, kube services) does not touch pod egress.
         let mut v = ptp_node();
-        v.node_snat.push(
-            "ip nat CNI-HOSTPORT-MASQ (reached from POSTROUTING): masquerade (handle 9)".into(),
-        );
+        v.node_snat
+            .push(snat("CNI-HOSTPORT-MASQ", Some("POSTROUTING"), 9));
         assert!(plan_for(&c, "s-0", &v).is_ok());
 
         // A bridge primary: the pod sits on a shared subnet.

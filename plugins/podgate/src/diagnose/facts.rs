@@ -5,7 +5,7 @@ use crate::routes::{dev_name, RouteText};
 use ipnet::IpNet;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
-use podgate_kit::nft::NftSocket;
+use podgate_kit::nft::{Family, NftSocket};
 use podgate_kit::route::{self, TABLE_MAIN};
 use podgate_kit::{link, sysctl};
 use podgate_router::plan::overlaps;
@@ -200,7 +200,7 @@ fn read_nat() -> Result<(Vec<MasqFact>, Vec<String>), String> {
     let mut masq = Vec::new();
     let mut decoded = Vec::new();
     for (family, table) in nft.list_tables().map_err(|e| e.to_string())? {
-        if family != 1 {
+        if Family::from(family) != Family::Inet {
             continue; // only inet tables can be podgate's
         }
         let Some(rules) = nft.list_masquerade(&table).map_err(|e| e.to_string())? else {
@@ -218,14 +218,15 @@ fn read_nat() -> Result<(Vec<MasqFact>, Vec<String>), String> {
             }
         }
         if all_ours {
-            decoded.push(format!("inet {table} "));
+            decoded.push(table);
         }
     }
     let other = nft
         .find_snat_rules(None)
         .map_err(|e| e.to_string())?
         .into_iter()
-        .filter(|d| !decoded.iter().any(|p| d.starts_with(p)))
+        .filter(|d| !(d.family == Family::Inet && decoded.contains(&d.table)))
+        .map(|d| d.to_string())
         .collect();
     Ok((masq, other))
 }

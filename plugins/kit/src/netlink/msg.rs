@@ -1,0 +1,240 @@
+//! Framing shared by every family: messages of a datagram, error replies
+//! with their extended-ack text, attributes. Bounds-checked throughout:
+//! kernel data is trusted to be well-formed but never indexed blindly.
+
+use super::consts::*;
+
+pub(crate) const fn align4(len: usize) -> usize {
+    (len + 3) & !3
+}
+
+/// One netlink message from a received datagram.
+#[derive(Debug)]
+pub(crate) struct Msg {
+    pub(crate) ty: u16,
+    pub(crate) flags: u16,
+    pub(crate) seq: u32,
+    pub(crate) port: u32,
+    /// Everything after the 16-byte `nlmsghdr`.
+    pub(crate) payload: Vec<u8>,
+}
+
+impl Msg {
+    /// The attributes of an nfnetlink data message (after `nfgenmsg`).
+    pub(crate) fn nf_attrs(&self) -> &[u8] {
+        self.payload.get(4..).unwrap_or_default()
+    }
+
+    /// The family byte of an nfnetlink data message (`NFPROTO_UNSPEC` if absent).
+    pub(crate) fn nf_family(&self) -> u8 {
+        self.payload.first().copied().unwrap_or(0)
+    }
+}
+
+pub(crate) fn ne_u32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map(u32::from_ne_bytes)
+}
+
+pub(crate) fn ne_u16(b: &[u8], at: usize) -> Option<u16> {
+    b.get(at..at + 2)
+        .and_then(|s| <[u8; 2]>::try_from(s).ok())
+        .map(u16::from_ne_bytes)
+}
+
+/// A NUL-terminated (or not) string attribute.
+pub(crate) fn attr_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(b.get(..end).unwrap_or_default()).into_owned()
+}
+
+/// Splits a datagram into its messages.
+pub(crate) fn split_datagram(mut data: &[u8]) -> Result<Vec<Msg>, String> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        if data.len() < NLMSG_HDRLEN {
+            return Err(format!("short netlink header ({} bytes)", data.len()));
+        }
+        let len = ne_u32(data, 0).unwrap_or(0) as usize;
+        let ty = ne_u16(data, 4).unwrap_or(0);
+        let flags = ne_u16(data, 6).unwrap_or(0);
+        let seq = ne_u32(data, 8).unwrap_or(0);
+        let port = ne_u32(data, 12).unwrap_or(0);
+        if len < NLMSG_HDRLEN {
+            return Err(format!("nlmsg_len {len} shorter than the header"));
+        }
+        let payload = data
+            .get(NLMSG_HDRLEN..len)
+            .ok_or_else(|| format!("nlmsg_len {len} exceeds datagram ({} bytes)", data.len()))?;
+        out.push(Msg {
+            ty,
+            flags,
+            seq,
+            port,
+            payload: payload.to_vec(),
+        });
+        data = data.get(align4(len)..).unwrap_or_default();
+    }
+    Ok(out)
+}
+
+/// Decodes an `NLMSG_ERROR` payload into (positive errno, extack message).
+/// errno 0 is an ACK.
+pub(crate) fn parse_error(msg: &Msg) -> Result<(i32, Option<String>), String> {
+    let raw = ne_u32(&msg.payload, 0).ok_or("NLMSG_ERROR shorter than its error code")?;
+    let errno = i32::from_ne_bytes(raw.to_ne_bytes()).saturating_neg();
+    let mut message = None;
+    if msg.flags & NLM_F_ACK_TLVS != 0 {
+        // The echoed request is only its header with NETLINK_CAP_ACK, else
+        // the whole (padded) request; the TLVs follow it.
+        let echoed = if msg.flags & NLM_F_CAPPED != 0 {
+            NLMSG_HDRLEN
+        } else {
+            align4(ne_u32(&msg.payload, 4).unwrap_or(0) as usize)
+        };
+        if let Some(tlvs) = msg.payload.get(4 + echoed..) {
+            if let Ok(attrs) = Attrs::parse(tlvs) {
+                message = attrs.get(NLMSGERR_ATTR_MSG).map(attr_string);
+            }
+        }
+    }
+    Ok((errno, message))
+}
+
+/// Attributes of one nesting level, in wire order.
+pub(crate) struct Attrs<'a> {
+    items: Vec<(u16, &'a [u8])>,
+}
+
+impl<'a> Attrs<'a> {
+    pub(crate) fn parse(mut data: &'a [u8]) -> Result<Self, String> {
+        let mut items = Vec::new();
+        while !data.is_empty() {
+            let (len, ty) = match data {
+                [l0, l1, t0, t1, ..] => (
+                    usize::from(u16::from_ne_bytes([*l0, *l1])),
+                    u16::from_ne_bytes([*t0, *t1]),
+                ),
+                // Trailing padding shorter than an attribute header.
+                _ if data.iter().all(|&b| b == 0) => break,
+                _ => return Err(format!("truncated attribute header ({} bytes)", data.len())),
+            };
+            let payload = data
+                .get(4..len)
+                .ok_or_else(|| format!("attribute type {ty} length {len} out of bounds"))?;
+            items.push((ty & NLA_TYPE_MASK, payload));
+            data = data.get(align4(len)..).unwrap_or_default();
+        }
+        Ok(Attrs { items })
+    }
+
+    /// Last occurrence of `ty` (the kernel's nla_parse semantics).
+    pub(crate) fn get(&self, ty: u16) -> Option<&'a [u8]> {
+        self.items
+            .iter()
+            .rev()
+            .find(|(t, _)| *t == ty)
+            .map(|(_, p)| *p)
+    }
+
+    pub(crate) fn all(&self, ty: u16) -> impl Iterator<Item = &'a [u8]> + '_ {
+        self.items
+            .iter()
+            .filter(move |(t, _)| *t == ty)
+            .map(|(_, p)| *p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nlmsg(ty: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&ty.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&port.to_ne_bytes());
+        m.extend_from_slice(payload);
+        m.resize(align4(m.len()), 0);
+        m
+    }
+
+    fn attr(ty: u16, v: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&ty.to_ne_bytes());
+        a.extend_from_slice(v);
+        a.resize(align4(a.len()), 0);
+        a
+    }
+
+    #[test]
+    fn datagram_framing() {
+        let mut d = nlmsg(20, NLM_F_MULTI, 7, 9, &[1, 2, 3]);
+        d.extend(nlmsg(NLMSG_DONE, NLM_F_MULTI, 7, 9, &0u32.to_ne_bytes()));
+        let msgs = split_datagram(&d).unwrap();
+        assert_eq!(msgs.len(), 2);
+        assert_eq!(
+            (msgs[0].ty, msgs[0].flags, msgs[0].seq, msgs[0].port),
+            (20, NLM_F_MULTI, 7, 9)
+        );
+        assert_eq!(msgs[0].payload, vec![1, 2, 3]);
+        assert_eq!(msgs[1].ty, NLMSG_DONE);
+        // A trailing fragment shorter than a header, a length beyond the
+        // datagram and a length below the header are errors, not panics.
+        assert!(split_datagram(&d[..d.len() - 12]).is_err());
+        let mut long = nlmsg(20, 0, 1, 0, &[0; 4]);
+        long[0] = long[0].wrapping_add(8);
+        assert!(split_datagram(&long).is_err());
+        let mut short = nlmsg(20, 0, 1, 0, &[]);
+        short[0] = 8;
+        assert!(split_datagram(&short).is_err());
+    }
+
+    #[test]
+    fn error_replies_with_and_without_extended_ack() {
+        let request = nlmsg(20, NLM_F_REQUEST | NLM_F_ACK, 5, 0, &[0; 8]);
+        // Uncapped: the whole request is echoed, the TLVs follow it.
+        let mut payload = (-libc::EEXIST).to_ne_bytes().to_vec();
+        payload.extend(&request);
+        payload.extend(attr(NLMSGERR_ATTR_MSG, b"exists already\0"));
+        let d = nlmsg(NLMSG_ERROR, NLM_F_ACK_TLVS, 5, 0, &payload);
+        let msg = split_datagram(&d).unwrap().remove(0);
+        assert_eq!(
+            parse_error(&msg).unwrap(),
+            (libc::EEXIST, Some("exists already".into()))
+        );
+        // Capped: only the header is echoed.
+        let mut payload = (-libc::EPERM).to_ne_bytes().to_vec();
+        payload.extend(request.get(..NLMSG_HDRLEN).unwrap());
+        payload.extend(attr(NLMSGERR_ATTR_MSG, b"no\0"));
+        let d = nlmsg(NLMSG_ERROR, NLM_F_ACK_TLVS | NLM_F_CAPPED, 5, 0, &payload);
+        let msg = split_datagram(&d).unwrap().remove(0);
+        assert_eq!(parse_error(&msg).unwrap(), (libc::EPERM, Some("no".into())));
+        // An ACK, and an error reply too short to hold its code.
+        let d = nlmsg(NLMSG_ERROR, NLM_F_CAPPED, 5, 0, &[0; 20]);
+        let msg = split_datagram(&d).unwrap().remove(0);
+        assert_eq!(parse_error(&msg).unwrap(), (0, None));
+        let d = nlmsg(NLMSG_ERROR, 0, 5, 0, &[0; 2]);
+        let msg = split_datagram(&d).unwrap().remove(0);
+        assert!(parse_error(&msg).is_err());
+    }
+
+    #[test]
+    fn attributes_last_wins_and_bounds() {
+        let mut a = attr(1, b"x\0");
+        a.extend(attr(2 | NLA_F_NESTED, &attr(1, &[7])));
+        a.extend(attr(1, b"y\0"));
+        let attrs = Attrs::parse(&a).unwrap();
+        assert_eq!(attrs.get(1).map(attr_string).as_deref(), Some("y"));
+        assert_eq!(attrs.all(1).count(), 2);
+        let nested = Attrs::parse(attrs.get(2).unwrap()).unwrap();
+        assert_eq!(nested.get(1), Some(&[7u8][..]));
+        assert!(Attrs::parse(&[200, 0, 1, 0, 1]).is_err());
+        assert!(Attrs::parse(&[2, 0, 1, 0]).is_err());
+        assert!(Attrs::parse(&[0, 0]).unwrap().get(1).is_none());
+    }
+}
