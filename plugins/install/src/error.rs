@@ -88,6 +88,18 @@ pub enum Error {
     OwnTaken(String),
     #[error("watch: {0}")]
     Watch(String),
+    /// Any other failure of a kit call (file errors become [`Error::Io`]).
+    #[error(transparent)]
+    Kit(podgate_kit::Error),
+}
+
+impl From<podgate_kit::Error> for Error {
+    fn from(e: podgate_kit::Error) -> Error {
+        match e {
+            podgate_kit::Error::File { op, path, source } => Error::Io { op, path, source },
+            other => Error::Kit(other),
+        }
+    }
 }
 
 impl Error {

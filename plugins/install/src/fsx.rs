@@ -1,11 +1,14 @@
 //! File operations a runtime may race with: every write goes to a temp file
 //! in the same directory (a name no runtime loads), is fsynced, then renamed
-//! over the target, and the directory is fsynced.
+//! over the target, and the directory is fsynced (the writing and syncing
+//! is `podgate_kit::fs`'s; this module names the temp files and knows the
+//! conf dir).
 
 use crate::Error;
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use podgate_kit::fs::{self as kfs, WriteMode};
+use std::fs;
+use std::io::ErrorKind;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -51,30 +54,21 @@ pub fn mode_of(path: &Path) -> Option<u32> {
         .map(|m| m.permissions().mode() & 0o7777)
 }
 
-/// Atomically replace `path` with `bytes` (mode `mode`).
+/// Atomically replace `path` with `bytes` (mode `mode`, exactly).
+///
+/// Durable (file and directory fsynced), unlike the kit's state records:
+/// these files are the node's CNI configuration and plugin binaries, read by
+/// the runtime after a reboot too. A power loss right after a rename must
+/// not leave a conflist that is empty or a binary that is truncated (every
+/// pod on the node would fail to start), and the installer writes rarely,
+/// so the fsync costs nothing that matters.
 pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let tmp = temp_path(path)?;
-    let _ = fs::remove_file(&tmp);
-    let res = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)
-            .map_err(|e| Error::io("creating", &tmp, e))?;
-        f.write_all(bytes)
-            .map_err(|e| Error::io("writing", &tmp, e))?;
-        // The umask may have narrowed `mode`.
-        f.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|e| Error::io("chmod", &tmp, e))?;
-        f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| Error::io("renaming into place", path, e))
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    res?;
-    sync_dir_of(path)
+    let how = WriteMode {
+        mode,
+        exact_mode: true,
+        durable: true,
+    };
+    Ok(kfs::atomic_write(path, &temp_path(path)?, bytes, how)?)
 }
 
 /// Rename `from` to `to` (same directory) and make it durable.
@@ -96,13 +90,7 @@ pub fn remove(path: &Path) -> Result<bool> {
 }
 
 fn sync_dir_of(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io("fsync", dir, e))
+    Ok(kfs::sync_dir_of(path)?)
 }
 
 /// File names in `dir`, sorted bytewise (as Go's `os.ReadDir` sorts them),

@@ -7,17 +7,19 @@
 
 use super::fsx;
 use crate::Error;
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use podgate_kit::fs::{self as kfs, FileLock, LockFile};
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Held while a pass runs (an exclusive `flock` on `<state-dir>/.lock`).
-#[derive(Debug)]
-pub struct StateLock {
-    _lock: Flock<std::fs::File>,
-}
+pub type StateLock = FileLock;
+
+/// Bound on waiting for another installer's pass. A pass takes
+/// milliseconds (it rewrites a few small files); a peer holding the lock
+/// this long is wedged, and an error naming the lock file tells the
+/// operator more than a by-hand `podgate install` hanging forever.
+const LOCK_WAIT: Duration = Duration::from_secs(120);
 
 const SUFFIX: &str = ".podgate-backup";
 
@@ -79,21 +81,11 @@ impl StateDir {
     /// DaemonSet's watcher and a by-hand run) on this node; released on drop.
     pub fn lock(&self) -> Result<StateLock, Error> {
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::io("creating", &self.dir, e))?;
-        let path = self.dir.join(".lock");
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io("opening", &path, e))?;
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusive) {
-                Ok(lock) => return Ok(StateLock { _lock: lock }),
-                Err((f, Errno::EINTR)) => file = f,
-                Err((_, e)) => return Err(Error::io("locking", &path, e.into())),
-            }
-        }
+        Ok(kfs::lock(
+            &self.dir.join(".lock"),
+            LOCK_WAIT,
+            LockFile::Kept,
+        )?)
     }
 
     pub fn remove(&self, file: &str) -> Result<(), Error> {

@@ -90,6 +90,13 @@ pub enum Error {
         op: &'static str,
         source: io::Error,
     },
+    /// A file podgate keeps (records, locks, the installer's files).
+    #[error("{op} {}: {source}", path.display())]
+    File {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     #[error("state {path}: {op}: {source}")]
     State {
         path: PathBuf,
@@ -112,7 +119,8 @@ impl Error {
             Error::Netns { source, .. }
             | Error::Socket { source, .. }
             | Error::Sysctl { source, .. }
-            | Error::State { source, .. } => source.raw_os_error(),
+            | Error::State { source, .. }
+            | Error::File { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }

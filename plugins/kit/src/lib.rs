@@ -13,6 +13,7 @@
 
 pub mod caps;
 pub mod error;
+pub mod fs;
 pub mod link;
 pub mod netlink;
 pub mod netns;

@@ -5,8 +5,8 @@ use crate::netlink::RouteSocket;
 use ipnet::IpNet;
 use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
-    RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage,
+    RouteProtocol as NlProtocol, RouteScope as NlScope, RouteType as NlType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::{Deserialize, Serialize};
@@ -17,6 +17,150 @@ use std::net::IpAddr;
 pub const RTPROT_PODGATE: u8 = 94;
 pub const TABLE_MAIN: u32 = 254;
 pub const TABLE_LOCAL: u32 = 255;
+
+/// A route's (or rule's) protocol, `RTPROT_*`: the byte the kernel stores,
+/// shown by its iproute2 name (`/usr/share/iproute2/rt_protos`) and podgate's
+/// own (94), else by number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteProtocol(pub u8);
+
+impl RouteProtocol {
+    pub const UNSPEC: RouteProtocol = RouteProtocol(0);
+    pub const KERNEL: RouteProtocol = RouteProtocol(2);
+    pub const BOOT: RouteProtocol = RouteProtocol(3);
+    pub const STATIC: RouteProtocol = RouteProtocol(4);
+    pub const DHCP: RouteProtocol = RouteProtocol(16);
+    pub const PODGATE: RouteProtocol = RouteProtocol(RTPROT_PODGATE);
+
+    /// Names as iproute2 knows them, plus podgate's own.
+    const NAMES: [(u8, &'static str); 21] = [
+        (0, "unspec"),
+        (1, "redirect"),
+        (2, "kernel"),
+        (3, "boot"),
+        (4, "static"),
+        (8, "gated"),
+        (9, "ra"),
+        (10, "mrt"),
+        (11, "zebra"),
+        (12, "bird"),
+        (13, "dnrouted"),
+        (14, "xorp"),
+        (15, "ntk"),
+        (16, "dhcp"),
+        (42, "babel"),
+        (RTPROT_PODGATE, "podgate"),
+        (186, "bgp"),
+        (187, "isis"),
+        (188, "ospf"),
+        (189, "rip"),
+        (192, "eigrp"),
+    ];
+
+    pub fn name(self) -> Option<&'static str> {
+        name_of(&Self::NAMES, self.0)
+    }
+
+    /// A number (0-255) or a known name.
+    pub fn parse(s: &str) -> Option<RouteProtocol> {
+        s.parse::<u8>()
+            .ok()
+            .or_else(|| number_of(&Self::NAMES, s))
+            .map(RouteProtocol)
+    }
+}
+
+impl std::fmt::Display for RouteProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+/// A route's scope, `RT_SCOPE_*`, shown as `ip route` shows it (universe is
+/// "global"), else by number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteScope(pub u8);
+
+impl RouteScope {
+    pub const UNIVERSE: RouteScope = RouteScope(0);
+    pub const SITE: RouteScope = RouteScope(200);
+    pub const LINK: RouteScope = RouteScope(253);
+    pub const HOST: RouteScope = RouteScope(254);
+    pub const NOWHERE: RouteScope = RouteScope(255);
+
+    const NAMES: [(u8, &'static str); 5] = [
+        (0, "global"),
+        (200, "site"),
+        (253, "link"),
+        (254, "host"),
+        (255, "nowhere"),
+    ];
+
+    pub fn name(self) -> Option<&'static str> {
+        name_of(&Self::NAMES, self.0)
+    }
+}
+
+impl std::fmt::Display for RouteScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+/// A route's type, `RTN_*`. Types the kernel does not define show as
+/// "unspec" (as the helper always printed them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteType(pub u8);
+
+impl RouteType {
+    pub const UNSPEC: RouteType = RouteType(0);
+    pub const UNICAST: RouteType = RouteType(1);
+    pub const LOCAL: RouteType = RouteType(2);
+    pub const BROADCAST: RouteType = RouteType(3);
+    pub const ANYCAST: RouteType = RouteType(4);
+    pub const MULTICAST: RouteType = RouteType(5);
+    pub const BLACKHOLE: RouteType = RouteType(6);
+    pub const UNREACHABLE: RouteType = RouteType(7);
+    pub const PROHIBIT: RouteType = RouteType(8);
+    pub const THROW: RouteType = RouteType(9);
+    pub const NAT: RouteType = RouteType(10);
+
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            1 => "unicast",
+            2 => "local",
+            3 => "broadcast",
+            4 => "anycast",
+            5 => "multicast",
+            6 => "blackhole",
+            7 => "unreachable",
+            8 => "prohibit",
+            9 => "throw",
+            10 => "nat",
+            _ => "unspec",
+        }
+    }
+}
+
+impl std::fmt::Display for RouteType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn name_of(names: &[(u8, &'static str)], n: u8) -> Option<&'static str> {
+    names.iter().find(|(k, _)| *k == n).map(|(_, v)| *v)
+}
+
+fn number_of(names: &[(u8, &'static str)], s: &str) -> Option<u8> {
+    names.iter().find(|(_, v)| *v == s).map(|(k, _)| *k)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -69,13 +213,13 @@ impl RouteSpec {
         } else {
             RouteHeader::RT_TABLE_UNSPEC
         };
-        m.header.protocol = RouteProtocol::from(self.protocol);
+        m.header.protocol = NlProtocol::from(self.protocol);
         m.header.scope = if self.link_scope {
-            RouteScope::Link
+            NlScope::Link
         } else {
-            RouteScope::Universe
+            NlScope::Universe
         };
-        m.header.kind = RouteType::Unicast;
+        m.header.kind = NlType::Unicast;
         if self.onlink {
             m.header.flags = RouteFlags::Onlink;
         }
@@ -136,6 +280,20 @@ pub struct RouteEntry {
     pub scope: u8,
     pub kind: u8,
     pub prefsrc: Option<IpAddr>,
+}
+
+impl RouteEntry {
+    pub fn route_protocol(&self) -> RouteProtocol {
+        RouteProtocol(self.protocol)
+    }
+
+    pub fn route_scope(&self) -> RouteScope {
+        RouteScope(self.scope)
+    }
+
+    pub fn route_type(&self) -> RouteType {
+        RouteType(self.kind)
+    }
 }
 
 fn addr_of(a: &RouteAddress) -> Option<IpAddr> {
@@ -202,7 +360,7 @@ pub fn add(sock: &mut RouteSocket, r: &RouteSpec, replace: bool) -> Result<()> {
 pub fn del(sock: &mut RouteSocket, r: &RouteSpec) -> Result<bool> {
     let mut m = r.message();
     // Deleting by key: leave scope to the kernel ("no-where" matches any).
-    m.header.scope = RouteScope::NoWhere;
+    m.header.scope = NlScope::NoWhere;
     match sock.request(
         RouteNetlinkMessage::DelRoute(m),
         NLM_F_ACK,
@@ -259,7 +417,34 @@ impl From<&RouteEntry> for RouteSpec {
             protocol: e.protocol,
             metric: e.metric,
             onlink: false,
-            link_scope: e.scope == u8::from(RouteScope::Link),
+            link_scope: e.route_scope() == RouteScope::LINK,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_show_by_name() {
+        assert_eq!(RouteProtocol::PODGATE.to_string(), "podgate");
+        assert_eq!(RouteProtocol::KERNEL.to_string(), "kernel");
+        assert_eq!(RouteProtocol(77).to_string(), "77");
+        assert_eq!(RouteProtocol::parse("static"), Some(RouteProtocol::STATIC));
+        assert_eq!(RouteProtocol::parse("94"), Some(RouteProtocol::PODGATE));
+        assert_eq!(RouteProtocol::parse("nope"), None);
+        assert_eq!(RouteScope::UNIVERSE.to_string(), "global");
+        assert_eq!(RouteScope::LINK.to_string(), "link");
+        assert_eq!(RouteScope(7).to_string(), "7");
+        assert_eq!(RouteType::LOCAL.to_string(), "local");
+        assert_eq!(RouteType(42).to_string(), "unspec");
+        // The typed values are the kernel's bytes.
+        assert_eq!(RouteScope::LINK.0, u8::from(NlScope::Link));
+        assert_eq!(RouteScope::HOST.0, u8::from(NlScope::Host));
+        assert_eq!(RouteType::UNICAST.0, u8::from(NlType::Unicast));
+        assert_eq!(RouteType::LOCAL.0, u8::from(NlType::Local));
+        assert_eq!(RouteProtocol::BOOT.0, u8::from(NlProtocol::Boot));
     }
 }

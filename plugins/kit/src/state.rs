@@ -6,14 +6,14 @@
 //! be reused by the next pod, a record cannot.
 
 use crate::error::{Error, Result};
+use crate::fs::{self as kfs, LockFile, WriteMode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::io::ErrorKind;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LOCK_FILE: &str = ".lock";
 /// Pod locks: `.pod-<container ID>.lock`, next to the records (hidden
@@ -30,35 +30,9 @@ pub struct StateStore {
 }
 
 /// Held while reading-then-writing the store; released on drop.
-#[derive(Debug)]
-pub struct StateLock {
-    file: Option<File>,
-    acquired: Instant,
-    waited: Duration,
-    /// A pod lock's file, unlinked on release while still locked.
-    unlink: Option<PathBuf>,
-}
-
-impl Drop for StateLock {
-    fn drop(&mut self) {
-        if let Some(p) = self.unlink.take() {
-            let _ = fs::remove_file(p);
-        }
-        drop(self.file.take());
-    }
-}
-
-impl StateLock {
-    /// How long `lock` waited for it (contention with other CNI calls).
-    pub fn waited(&self) -> Duration {
-        self.waited
-    }
-
-    /// How long it has been held so far.
-    pub fn held(&self) -> Duration {
-        self.acquired.elapsed()
-    }
-}
+/// `waited()` is how long `lock` waited for it (contention with other CNI
+/// calls).
+pub type StateLock = crate::fs::FileLock;
 
 /// Identity of one attachment.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -173,7 +147,7 @@ impl StateStore {
 
     /// Exclusive lock over the whole store (flock, bounded wait).
     pub fn lock(&self) -> Result<StateLock> {
-        acquire(&self.dir.join(LOCK_FILE), false)
+        kfs::lock(&self.dir.join(LOCK_FILE), LOCK_WAIT, LockFile::Kept).map_err(in_store)
     }
 
     /// Exclusive lock over one pod (container ID): every attachment of it,
@@ -186,7 +160,12 @@ impl StateStore {
     /// of an unlinked file retries on the path, so one lock per pod never
     /// accumulates files.
     pub fn lock_pod(&self, container_id: &str) -> Result<StateLock> {
-        acquire(&self.pod_lock_path(container_id), true)
+        kfs::lock(
+            &self.pod_lock_path(container_id),
+            LOCK_WAIT,
+            LockFile::Transient,
+        )
+        .map_err(in_store)
     }
 
     fn pod_lock_path(&self, container_id: &str) -> PathBuf {
@@ -208,23 +187,14 @@ impl StateStore {
                 let n = n.to_string_lossy();
                 n.starts_with(POD_LOCK_PREFIX) && n.ends_with(LOCK_SUFFIX)
             })
-            .filter(|e| remove_orphaned_lock(&e.path()))
+            .filter(|e| kfs::remove_orphaned_lock(&e.path()))
             .count()
     }
 
     /// Is some process holding this pod's lock right now (an ADD or DEL of
     /// it in flight)? Never creates the lock file.
     pub fn pod_busy(&self, container_id: &str) -> bool {
-        let Ok(file) = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(self.pod_lock_path(container_id))
-        else {
-            return false;
-        };
-        // SAFETY: flock on an fd we own; the lock (if taken) goes with it.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+        kfs::lock_busy(&self.pod_lock_path(container_id))
     }
 
     fn path(&self, key: &Key) -> PathBuf {
@@ -241,31 +211,18 @@ impl StateStore {
             path: path.clone(),
             msg: e.to_string(),
         })?;
-        let io = |op, source| Error::State {
-            path: path.clone(),
-            op,
-            source,
+        // No fsync: a killed process loses nothing once write() returned
+        // (the page cache is the kernel's), and what a record describes
+        // (routes, rules, pod state) lives in kernel memory and is gone
+        // after a power loss too, where the boot ID marks the record
+        // stale. The rename keeps readers from ever seeing a torn record.
+        // fsync cost ~0.8 ms per write, twice per ADD.
+        let how = WriteMode {
+            mode: 0o600,
+            exact_mode: false,
+            durable: false,
         };
-        let written = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| io("create temp", e))
-            // No fsync: a killed process loses nothing once write() returned
-            // (the page cache is the kernel's), and what a record describes
-            // (routes, rules, pod state) lives in kernel memory and is gone
-            // after a power loss too, where the boot ID marks the record
-            // stale. The rename keeps readers from ever seeing a torn record.
-            // fsync cost ~0.8 ms per write, twice per ADD.
-            .and_then(|mut f| f.write_all(&body).map_err(|e| io("write", e)))
-            .and_then(|_| fs::rename(&tmp, &path).map_err(|e| io("rename", e)));
-        if written.is_err() {
-            // A full or read-only disk must not collect half-written temp files.
-            let _ = fs::remove_file(&tmp);
-        }
-        written
+        kfs::atomic_write(&path, &tmp, &body, how).map_err(in_store)
     }
 
     /// The raw bytes of a record, for readers that check a format version
@@ -422,111 +379,12 @@ impl StateStore {
     }
 }
 
-/// Take an exclusive flock on `path` (created if missing), waiting at most
-/// [`LOCK_WAIT`]. Uncontended: one non-blocking attempt, no thread. Busy: a
-/// helper thread blocks in `flock(LOCK_EX)` and the caller waits for it
-/// with a timeout, so the lock passes to a waiter the moment it is released
-/// (no polling, no signals that could interrupt the caller's syscalls). On
-/// timeout the helper keeps the file: if it gets the lock later, its send
-/// fails and the lock is dropped at once.
-///
-/// `verify`: the file may be unlinked by its holder on release (pod locks);
-/// the lock only counts if the path still names the locked file.
-fn acquire(path: &Path, verify: bool) -> Result<StateLock> {
-    let start = Instant::now();
-    let err = |op, source| Error::State {
-        path: path.into(),
-        op,
-        source,
-    };
-    loop {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| err("open lock", e))?;
-        // SAFETY: flock on an fd we own.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        let file = if rc == 0 {
-            file
-        } else {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(err("lock", e));
-            }
-            wait_for(file, LOCK_WAIT.saturating_sub(start.elapsed())).map_err(|e| err("lock", e))?
-        };
-        if verify && !names(path, &file) {
-            // Unlinked by the holder we waited for: lock what the path is now.
-            if start.elapsed() > LOCK_WAIT {
-                return Err(err(
-                    "lock",
-                    std::io::Error::from_raw_os_error(libc::EWOULDBLOCK),
-                ));
-            }
-            continue;
-        }
-        let acquired = Instant::now();
-        return Ok(StateLock {
-            file: Some(file),
-            acquired,
-            waited: acquired - start,
-            unlink: verify.then(|| path.to_path_buf()),
-        });
-    }
-}
-
-/// Block in `flock(LOCK_EX)` on a helper thread for at most `left`.
-fn wait_for(file: File, left: Duration) -> std::io::Result<File> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        // flock needs next to no stack; the default 2 MiB is mapped for nothing.
-        .stack_size(64 * 1024)
-        .spawn(move || {
-            let got = loop {
-                // SAFETY: flock on an fd this thread owns.
-                if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                    break Ok(file);
-                }
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EINTR) {
-                    break Err(e);
-                }
-            };
-            // The waiter may have given up: then the file (and lock) drops here.
-            let _ = tx.send(got);
-        })?;
-    match rx.recv_timeout(left) {
-        Ok(got) => got,
-        Err(_) => Err(std::io::Error::from_raw_os_error(libc::EWOULDBLOCK)),
-    }
-}
-
-/// Unlink the lock file at `path` if nobody holds it, taking it first so the
-/// unlink happens under the lock (as a holder's own release does).
-fn remove_orphaned_lock(path: &Path) -> bool {
-    let Ok(file) = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-    else {
-        return false;
-    };
-    // SAFETY: flock on an fd we own; released when `file` drops, after the
-    // unlink.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    rc == 0 && names(path, &file) && fs::remove_file(path).is_ok()
-}
-
-/// Does `path` still name the open `file` (same device and inode)?
-fn names(path: &Path, file: &File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (fs::metadata(path), file.metadata()) {
-        (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
-        _ => false,
+/// The store's file errors are [`Error::State`] (callers treat a failing
+/// store as an I/O error of the CNI call).
+fn in_store(e: Error) -> Error {
+    match e {
+        Error::File { op, path, source } => Error::State { path, op, source },
+        e => e,
     }
 }
 
@@ -550,6 +408,7 @@ fn read_file<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("podgate-state-{tag}-{}", std::process::id()));

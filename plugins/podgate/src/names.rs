@@ -1,41 +1,9 @@
-//! Names `ip` users know for route tables, protocols, scopes and route types.
+//! Names `ip` users know for route tables, and parsing of protocol names
+//! (their display is `podgate_kit::route::RouteProtocol`'s).
 
-use podgate_kit::route::{RTPROT_PODGATE, TABLE_LOCAL, TABLE_MAIN};
+use podgate_kit::route::{RouteProtocol, TABLE_LOCAL, TABLE_MAIN};
 
 pub const TABLE_DEFAULT: u32 = 253;
-
-/// Route protocols as iproute2 names them, plus podgate's own (94).
-const PROTOS: [(u8, &str); 21] = [
-    (0, "unspec"),
-    (1, "redirect"),
-    (2, "kernel"),
-    (3, "boot"),
-    (4, "static"),
-    (8, "gated"),
-    (9, "ra"),
-    (10, "mrt"),
-    (11, "zebra"),
-    (12, "bird"),
-    (13, "dnrouted"),
-    (14, "xorp"),
-    (15, "ntk"),
-    (16, "dhcp"),
-    (42, "babel"),
-    (RTPROT_PODGATE, "podgate"),
-    (186, "bgp"),
-    (187, "isis"),
-    (188, "ospf"),
-    (189, "rip"),
-    (192, "eigrp"),
-];
-
-const SCOPES: [(u8, &str); 5] = [
-    (0, "global"),
-    (200, "site"),
-    (253, "link"),
-    (254, "host"),
-    (255, "nowhere"),
-];
 
 /// Extra table names from iproute2's config, when present.
 fn rt_tables() -> Vec<(u32, String)> {
@@ -91,46 +59,10 @@ pub fn parse_table(s: &str) -> Result<u32, String> {
     }
 }
 
-pub fn proto_name(p: u8) -> String {
-    PROTOS
-        .iter()
-        .find(|(n, _)| *n == p)
-        .map_or_else(|| p.to_string(), |(_, s)| s.to_string())
-}
-
 pub fn parse_proto(s: &str) -> Result<u8, String> {
-    if let Ok(n) = s.parse::<u8>() {
-        return Ok(n);
-    }
-    PROTOS
-        .iter()
-        .find(|(_, name)| *name == s)
-        .map(|(n, _)| *n)
+    RouteProtocol::parse(s)
+        .map(|p| p.0)
         .ok_or_else(|| format!("proto {s:?}: not a number (0-255) or a known name (kernel, boot, static, podgate, ...)"))
-}
-
-pub fn scope_name(s: u8) -> String {
-    SCOPES
-        .iter()
-        .find(|(n, _)| *n == s)
-        .map_or_else(|| s.to_string(), |(_, v)| v.to_string())
-}
-
-/// Route type (RTN_*).
-pub fn type_name(k: u8) -> &'static str {
-    match k {
-        1 => "unicast",
-        2 => "local",
-        3 => "broadcast",
-        4 => "anycast",
-        5 => "multicast",
-        6 => "blackhole",
-        7 => "unreachable",
-        8 => "prohibit",
-        9 => "throw",
-        10 => "nat",
-        _ => "unspec",
-    }
 }
 
 #[cfg(test)]
@@ -145,11 +77,7 @@ mod tests {
         assert!(parse_table("0").is_err());
         assert!(parse_table("nope-such-table").is_err());
         assert_eq!(parse_proto("podgate").unwrap(), 94);
-        assert_eq!(proto_name(94), "podgate");
-        assert_eq!(proto_name(2), "kernel");
         assert_eq!(parse_proto("static").unwrap(), 4);
-        assert_eq!(proto_name(77), "77");
-        assert_eq!(scope_name(253), "link");
-        assert_eq!(type_name(2), "local");
+        assert!(parse_proto("nope-such-proto").is_err());
     }
 }

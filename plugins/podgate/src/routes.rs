@@ -56,15 +56,15 @@ pub fn row_of(e: &RouteEntry, links: &[Link]) -> RouteRow {
         } else {
             "ipv6"
         },
-        kind: names::type_name(e.kind),
+        kind: e.route_type().name(),
         dst: dst_text(&e.dst),
         gateway: e.gateway,
         dev: dev_name(links, e.oif),
         table: e.table,
         table_name: names::table_name(e.table),
         protocol: e.protocol,
-        protocol_name: names::proto_name(e.protocol),
-        scope: names::scope_name(e.scope),
+        protocol_name: e.route_protocol().to_string(),
+        scope: e.route_scope().to_string(),
         prefsrc: e.prefsrc,
         metric: e.metric,
     }

@@ -10,7 +10,7 @@ use crate::select::{pick_container, Target};
 use clap::Args;
 use podgate_kit::link::{self, Link};
 use podgate_kit::netlink::RouteSocket;
-use podgate_kit::route::RouteSpec;
+use podgate_kit::route::{RouteProtocol, RouteSpec};
 use podgate_router::record::{Here, Status};
 use serde::Serialize;
 
@@ -108,7 +108,7 @@ fn node_route(r: &RouteSpec, links: &[Link]) -> String {
         gateway: r.gateway,
         dev: dev.as_deref(),
         onlink: r.onlink,
-        proto: Some(crate::names::proto_name(r.protocol)),
+        proto: Some(RouteProtocol(r.protocol).to_string()),
         ..RouteText::default()
     }
     .to_string()

@@ -8,10 +8,11 @@ use crate::select::Target;
 use clap::{Args, Subcommand};
 use podgate_kit::link;
 use podgate_kit::netlink::RouteSocket;
-use podgate_kit::route::{self, RouteEntry, RouteSpec, TABLE_MAIN};
+use podgate_kit::route::{
+    self, RouteEntry, RouteProtocol, RouteScope, RouteSpec, RouteType, TABLE_MAIN,
+};
 
 /// Routes `ip route add` tags as user-made.
-const RTPROT_BOOT: u8 = 3;
 
 #[derive(Debug, Clone, Args)]
 pub struct Family {
@@ -140,7 +141,11 @@ fn spec_of(
     spec.onlink = a.onlink;
     spec.link_scope = a.scope_link || (a.via.is_none() && a.dev.is_some());
     // Add tags like `ip route add` (boot) unless told; delete matches any proto.
-    spec.protocol = a.proto.unwrap_or(if add { RTPROT_BOOT } else { 0 });
+    spec.protocol = a.proto.unwrap_or(if add {
+        RouteProtocol::BOOT.0
+    } else {
+        RouteProtocol::UNSPEC.0
+    });
     Ok(spec)
 }
 
@@ -159,8 +164,12 @@ fn report(
         table: spec.table,
         protocol: spec.protocol,
         metric: spec.metric,
-        scope: if spec.link_scope { 253 } else { 0 },
-        kind: 1,
+        scope: if spec.link_scope {
+            RouteScope::LINK.0
+        } else {
+            RouteScope::UNIVERSE.0
+        },
+        kind: RouteType::UNICAST.0,
         prefsrc: None,
     };
     let row = row_of(&entry, &links);

@@ -8,7 +8,7 @@ use crate::output;
 use crate::select::Target;
 use clap::Subcommand;
 use podgate_kit::netlink::RouteSocket;
-use podgate_kit::route::TABLE_MAIN;
+use podgate_kit::route::{RouteProtocol, TABLE_MAIN};
 use podgate_kit::rule::{self, RuleSpec};
 use serde::Serialize;
 
@@ -83,7 +83,7 @@ pub fn row_of(r: &RuleSpec) -> RuleRow {
         table: r.table,
         table_name: names::table_name(r.table),
         protocol: r.protocol,
-        protocol_name: names::proto_name(r.protocol),
+        protocol_name: RouteProtocol(r.protocol).to_string(),
     }
 }
 

@@ -6,7 +6,7 @@ use ipnet::IpNet;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::nft::{Family, NftSocket};
-use podgate_kit::route::{self, TABLE_MAIN};
+use podgate_kit::route::{self, RouteProtocol, RouteType, TABLE_MAIN};
 use podgate_kit::{link, sysctl};
 use podgate_router::plan::overlaps;
 use serde::Serialize;
@@ -33,7 +33,7 @@ impl RouteFact {
             },
             gateway: self.gateway,
             dev: self.dev.as_deref(),
-            proto: (self.protocol != 0).then(|| crate::names::proto_name(self.protocol)),
+            proto: (self.protocol != 0).then(|| RouteProtocol(self.protocol).to_string()),
             ..RouteText::default()
         }
         .to_string()
@@ -91,7 +91,7 @@ fn main_routes(sock: &mut RouteSocket) -> podgate_kit::Result<Vec<RouteFact>> {
     let links = link::list(sock)?;
     Ok(route::list_all(sock)?
         .into_iter()
-        .filter(|e| e.table == TABLE_MAIN && e.kind == 1)
+        .filter(|e| e.table == TABLE_MAIN && e.route_type() == RouteType::UNICAST)
         .map(|e| RouteFact {
             dst: e.dst,
             gateway: e.gateway,

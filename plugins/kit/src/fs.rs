@@ -1,0 +1,309 @@
+//! Files podgate keeps: atomic replacement (temp file in the same directory,
+//! then rename) and an exclusive `flock` with a bounded wait. The state
+//! store and the installer both write and lock through here.
+
+use crate::error::{Error, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn err(op: &'static str, path: &Path, source: std::io::Error) -> Error {
+    Error::File {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// How [`atomic_write`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteMode {
+    /// Permission bits of the new file.
+    pub mode: u32,
+    /// Set `mode` exactly after creating the file (the umask may have
+    /// narrowed it).
+    pub exact_mode: bool,
+    /// fsync the file before the rename and its directory after: the new
+    /// contents survive a power loss, not only a killed process.
+    pub durable: bool,
+}
+
+/// Replace `path` with `bytes`: written to `tmp` (a name in the same
+/// directory that no reader loads; a stale file there is removed first and
+/// the temp file created anew, never written through), then
+/// renamed over `path`, so a reader sees the old or the new file, never a
+/// torn one. On failure `tmp` is removed: a full or read-only disk must not
+/// collect half-written temp files.
+pub fn atomic_write(path: &Path, tmp: &Path, bytes: &[u8], how: WriteMode) -> Result<()> {
+    let _ = fs::remove_file(tmp);
+    let res = (|| {
+        let mut f = OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(how.mode)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(tmp)
+            .map_err(|e| err("creating", tmp, e))?;
+        f.write_all(bytes).map_err(|e| err("writing", tmp, e))?;
+        if how.exact_mode {
+            f.set_permissions(fs::Permissions::from_mode(how.mode))
+                .map_err(|e| err("chmod", tmp, e))?;
+        }
+        if how.durable {
+            f.sync_all().map_err(|e| err("fsync", tmp, e))?;
+        }
+        fs::rename(tmp, path).map_err(|e| err("renaming into place", path, e))
+    })();
+    if res.is_err() {
+        let _ = fs::remove_file(tmp);
+    }
+    res?;
+    if how.durable {
+        sync_dir_of(path)?;
+    }
+    Ok(())
+}
+
+/// fsync the directory holding `path` (makes a rename or unlink durable).
+pub fn sync_dir_of(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| err("fsync", dir, e))
+}
+
+/// An exclusive `flock`, released on drop.
+#[derive(Debug)]
+pub struct FileLock {
+    file: Option<File>,
+    acquired: Instant,
+    waited: Duration,
+    /// A lock file that exists only while held: unlinked on release while
+    /// still locked.
+    unlink: Option<PathBuf>,
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        if let Some(p) = self.unlink.take() {
+            let _ = fs::remove_file(p);
+        }
+        drop(self.file.take());
+    }
+}
+
+impl FileLock {
+    /// How long [`lock`] waited for it (contention).
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// How long it has been held so far.
+    pub fn held(&self) -> Duration {
+        self.acquired.elapsed()
+    }
+}
+
+/// How a lock file lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockFile {
+    /// Created once and kept.
+    Kept,
+    /// Unlinked by its holder on release; a waiter that then gets the lock
+    /// of an unlinked file retries on the path, so no files accumulate.
+    Transient,
+}
+
+/// Take an exclusive flock on `path` (created with mode 0600 if missing),
+/// waiting at most `wait`. Uncontended: one non-blocking attempt, no
+/// thread. Busy: a helper thread blocks in `flock(LOCK_EX)` and the caller
+/// waits for it with a timeout, so the lock passes to a waiter the moment
+/// it is released (no polling, no signals that could interrupt the caller's
+/// syscalls). On timeout the helper keeps the file: if it gets the lock
+/// later, its send fails and the lock is dropped at once. A timeout is an
+/// `EWOULDBLOCK` "locking" error naming the file.
+pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
+    let start = Instant::now();
+    let verify = file == LockFile::Transient;
+    loop {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| err("opening", path, e))?;
+        let f = match try_flock(&f) {
+            Ok(true) => f,
+            Ok(false) => wait_for(f, wait.saturating_sub(start.elapsed()))
+                .map_err(|e| err("locking", path, e))?,
+            Err(e) => return Err(err("locking", path, e)),
+        };
+        if verify && !names(path, &f) {
+            // Unlinked by the holder we waited for: lock what the path is now.
+            if start.elapsed() > wait {
+                return Err(err(
+                    "locking",
+                    path,
+                    std::io::Error::from_raw_os_error(libc::EWOULDBLOCK),
+                ));
+            }
+            continue;
+        }
+        let acquired = Instant::now();
+        return Ok(FileLock {
+            file: Some(f),
+            acquired,
+            waited: acquired - start,
+            unlink: verify.then(|| path.to_path_buf()),
+        });
+    }
+}
+
+/// Is some process holding the lock on `path` right now? Never creates the
+/// file.
+pub fn lock_busy(path: &Path) -> bool {
+    let Ok(f) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return false;
+    };
+    // The lock, if taken, goes with `f`.
+    matches!(try_flock(&f), Ok(false))
+}
+
+/// Unlink the [`LockFile::Transient`] lock file at `path` if nobody holds
+/// it, taking it first so the unlink happens under the lock (as a holder's
+/// own release does).
+pub fn remove_orphaned_lock(path: &Path) -> bool {
+    let Ok(f) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return false;
+    };
+    // Released when `f` drops, after the unlink.
+    matches!(try_flock(&f), Ok(true)) && names(path, &f) && fs::remove_file(path).is_ok()
+}
+
+/// `flock(LOCK_EX | LOCK_NB)`: Ok(false) when another holder has it.
+fn try_flock(f: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// Block in `flock(LOCK_EX)` on a helper thread for at most `left`.
+fn wait_for(file: File, left: Duration) -> std::io::Result<File> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        // flock needs next to no stack; the default 2 MiB is mapped for nothing.
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let got = loop {
+                // SAFETY: flock on an fd this thread owns.
+                if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                    break Ok(file);
+                }
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    break Err(e);
+                }
+            };
+            // The waiter may have given up: then the file (and lock) drops here.
+            let _ = tx.send(got);
+        })?;
+    match rx.recv_timeout(left) {
+        Ok(got) => got,
+        Err(_) => Err(std::io::Error::from_raw_os_error(libc::EWOULDBLOCK)),
+    }
+}
+
+/// Does `path` still name the open `file` (same device and inode)?
+fn names(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(path), file.metadata()) {
+        (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("podgate-kitfs-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_cleans_up() {
+        let d = tmpdir("w");
+        let (f, tmp) = (d.join("x"), d.join(".x.tmp"));
+        for durable in [false, true] {
+            let how = WriteMode {
+                mode: 0o640,
+                exact_mode: true,
+                durable,
+            };
+            atomic_write(&f, &tmp, b"one", how).unwrap();
+            atomic_write(&f, &tmp, b"two", how).unwrap();
+            assert_eq!(fs::read(&f).unwrap(), b"two");
+            assert_eq!(
+                fs::metadata(&f).unwrap().permissions().mode() & 0o7777,
+                0o640
+            );
+            assert!(!tmp.exists());
+        }
+        // A failed rename (target is a non-empty directory) leaves no temp.
+        let sub = d.join("sub");
+        fs::create_dir_all(sub.join("y")).unwrap();
+        let how = WriteMode {
+            mode: 0o600,
+            exact_mode: false,
+            durable: false,
+        };
+        let e = atomic_write(&sub, &tmp, b"x", how).unwrap_err();
+        assert!(e.to_string().starts_with("renaming into place"), "{e}");
+        assert!(!tmp.exists());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn lock_is_exclusive_and_bounded() {
+        let d = tmpdir("l");
+        let p = d.join(".lock");
+        let held = lock(&p, Duration::from_secs(1), LockFile::Kept).unwrap();
+        assert!(lock_busy(&p));
+        let e = lock(&p, Duration::from_millis(50), LockFile::Kept).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EWOULDBLOCK));
+        assert!(e.to_string().contains(".lock"), "{e}");
+        drop(held);
+        assert!(!lock_busy(&p));
+        let t = lock(&p, Duration::from_secs(1), LockFile::Transient).unwrap();
+        assert!(!remove_orphaned_lock(&p));
+        drop(t);
+        assert!(!p.exists());
+        fs::remove_dir_all(&d).unwrap();
+    }
+}
