@@ -14,6 +14,7 @@
 //! under the pod's own). Node-side changes use a socket in the plugin's own
 //! (the node's) namespace, opened only when needed ([`NodeSocket`]).
 
+use crate::kernel::{Kernel, Live};
 use crate::record::{self, Mode, NsId, Record, Status};
 use crate::routing;
 use podgate_kit::netlink::RouteSocket;
@@ -284,15 +285,23 @@ pub fn apply_node(
     rec: &mut Record,
     last_strict: bool,
 ) -> Result<(), (ApplyError, Vec<String>)> {
+    apply_node_with(&mut Live::lazy(node), store, rec, last_strict)
+}
+
+/// [`apply_node`] over any [`Kernel`]: on error, what was applied is removed
+/// by the same record-driven removal DEL runs ([`remove_node_with`]).
+pub fn apply_node_with(
+    k: &mut impl Kernel,
+    store: &StateStore,
+    rec: &mut Record,
+    last_strict: bool,
+) -> Result<(), (ApplyError, Vec<String>)> {
     let mut written = false;
-    match node_steps(node, store, rec, &mut written) {
+    match node_steps(k, store, rec, &mut written) {
         Ok(()) => Ok(()),
         Err(e) if !written => Err((e, Vec::new())),
         Err(e) => {
-            let left = match node.get() {
-                Ok(n) => remove_node_side(rec, n, store, last_strict),
-                Err(ne) => vec![ne.to_string()],
-            };
+            let left = remove_node_with(rec, k, store, last_strict);
             if left.is_empty() {
                 if let Err(re) = store.remove(&rec.key) {
                     return Err((e, vec![re.to_string()]));
@@ -304,7 +313,7 @@ pub fn apply_node(
 }
 
 fn node_steps(
-    node: &mut NodeSocket,
+    k: &mut impl Kernel,
     store: &StateStore,
     rec: &mut Record,
     written: &mut bool,
@@ -313,7 +322,7 @@ fn node_steps(
     // host-side interface sysctls hold before podgate writes them.
     if let Some(r) = rec.routing.as_mut() {
         for s in &r.host_if_sysctls {
-            let cur = sysctl::read(&s.name)?;
+            let cur = k.sysctl_read(&s.name)?;
             if sysctl::normalize(&cur) != sysctl::normalize(&s.value) {
                 r.host_if_previous.insert(s.name.clone(), cur);
             }
@@ -324,24 +333,22 @@ fn node_steps(
     if !has_node_side(rec) {
         return Ok(());
     }
-    let node = node.get()?;
 
     for r in &rec.node_routes {
-        route::add(node, &r.spec(), false)?;
+        k.route_add(&r.spec(), false)?;
     }
 
     if let Some(mut rp) = rec.routing.as_ref().map(record::Routing::plan) {
         if rp.mode == crate::config::RoutingMode::Strict {
             routing::ensure_node(
                 store,
-                node,
+                k,
                 &rp,
                 rec.boot_id.as_deref(),
                 rec.node_netns_id.map(NsIdentity::from),
             )?;
         }
-        let mut steps = Vec::new();
-        routing::apply_pod(node, &mut rp, &mut steps)?;
+        routing::apply_pod(k, &mut rp)?;
     }
     Ok(())
 }
@@ -391,20 +398,26 @@ pub fn remove_node_side(
     store: &StateStore,
     last_strict: bool,
 ) -> Vec<String> {
+    remove_node_with(rec, &mut Live::on(node), store, last_strict)
+}
+
+/// [`remove_node_side`] over any [`Kernel`].
+pub fn remove_node_with(
+    rec: &Record,
+    k: &mut impl Kernel,
+    store: &StateStore,
+    last_strict: bool,
+) -> Vec<String> {
     let mut failures = Vec::new();
     if let Some(r) = &rec.routing {
         let rp = r.plan();
-        failures.extend(routing::remove_pod(node, &rp));
+        failures.extend(routing::remove_pod(k, &rp));
         if r.mode == Mode::Strict && last_strict {
-            failures.extend(routing::restore_node(
-                store,
-                node,
-                !rp.pod_ip.addr().is_ipv4(),
-            ));
+            failures.extend(routing::restore_node(store, k, !rp.pod_ip.addr().is_ipv4()));
         }
     }
     for r in &rec.node_routes {
-        if let Err(e) = route::del(node, &r.spec()) {
+        if let Err(e) = k.route_del(&r.spec()) {
             failures.push(e.to_string());
         }
     }
@@ -686,4 +699,296 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
         drift.extend(routing::check(node, &rp.plan())?);
     }
     Ok(drift)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every rollback path of ADD's node side, through the in-memory kernel.
+
+    use super::*;
+    use crate::kernel::fake::Fake;
+    use crate::record::NodeSysctl;
+    use podgate_kit::rule::RuleSpec;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct TempStore(PathBuf, StateStore);
+
+    impl Drop for TempStore {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn temp_store() -> TempStore {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "pg-apply-unit-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let store = StateStore::open(&dir).unwrap();
+        TempStore(dir, store)
+    }
+
+    /// The strict golden record as ADD's plan produces it: pending, on this
+    /// node (no boot or node identity to compare), with a return route and
+    /// the host-side interface sysctls.
+    fn strict_record() -> Record {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v1-strict.json");
+        let mut rec = record::parse(&p, &std::fs::read(&p).unwrap()).unwrap();
+        rec.status = Status::Pending;
+        rec.boot_id = None;
+        rec.node_netns_id = None;
+        rec.node_routes = vec![serde_json::from_str(
+            r#"{"dst": "10.40.0.3/32", "oif": 5, "table": 30000, "protocol": 94, "linkScope": true}"#,
+        )
+        .unwrap()];
+        let r = rec.routing.as_mut().unwrap();
+        r.host_if_sysctls = vec![
+            NodeSysctl {
+                name: "net.ipv4.conf.veth1234.proxy_arp".into(),
+                value: "1".into(),
+            },
+            NodeSysctl {
+                name: "net.ipv4.neigh.veth1234.proxy_delay".into(),
+                value: "0".into(),
+            },
+        ];
+        rec
+    }
+
+    fn local_rule(priority: u32) -> RuleSpec {
+        RuleSpec {
+            v6: false,
+            priority,
+            from: None,
+            to: None,
+            iif: None,
+            table: route::TABLE_LOCAL,
+            protocol: 0,
+            suppress_prefixlen: None,
+        }
+    }
+
+    /// A node before the pod's ADD: the primary's route to the pod, the
+    /// local rule at 0, kernel defaults for every sysctl podgate writes.
+    fn node_before(rec: &Record) -> Fake {
+        let r = rec.routing.as_ref().unwrap();
+        let mut k = Fake {
+            routes: vec![r.main_original.as_ref().unwrap().spec()],
+            rules: vec![local_rule(0)],
+            ..Fake::default()
+        };
+        for (name, v) in [
+            ("net.ipv4.tcp_early_demux", "1"),
+            ("net.ipv4.udp_early_demux", "1"),
+            ("net.ipv4.conf.up0.accept_local", "0"),
+            ("net.ipv4.conf.up0.rp_filter", "0"),
+            ("net.ipv4.conf.veth1234.proxy_arp", "0"),
+            ("net.ipv4.neigh.veth1234.proxy_delay", "80"),
+        ] {
+            k.sysctls.insert(name.into(), v.into());
+        }
+        k
+    }
+
+    fn strict_file(store: &StateStore) -> PathBuf {
+        store.dir().join("node/strict.json")
+    }
+
+    fn same_state(a: &Fake, b: &Fake) -> bool {
+        let mut ra = a.routes.clone();
+        let mut rb = b.routes.clone();
+        ra.sort_by_key(|r| (r.table, r.dst.to_string()));
+        rb.sort_by_key(|r| (r.table, r.dst.to_string()));
+        a.rules == b.rules && a.sysctls == b.sysctls && ra == rb
+    }
+
+    #[test]
+    fn a_full_apply_changes_what_the_record_says_and_records_previous_values() {
+        let t = temp_store();
+        let mut rec = strict_record();
+        let mut k = node_before(&rec);
+        apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+        let r = rec.routing.as_ref().unwrap();
+        assert_eq!(
+            r.host_if_previous
+                .get("net.ipv4.neigh.veth1234.proxy_delay"),
+            Some(&"80".to_string())
+        );
+        let on_disk = record::read(&t.1, &rec.key).unwrap().unwrap();
+        assert_eq!(on_disk.status, Status::Pending);
+        assert_eq!(
+            on_disk.routing.as_ref().unwrap().host_if_previous,
+            r.host_if_previous
+        );
+        assert!(k.rules.contains(&local_rule(routing::PRIO_LOCAL_MOVED)));
+        assert!(!k.rules.iter().any(|x| x.matches(&local_rule(0))));
+        assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "0");
+        assert_eq!(k.sysctls["net.ipv4.conf.veth1234.proxy_arp"], "1");
+        for x in &r.table_routes {
+            assert!(k.routes.contains(&x.spec()), "{x:?}");
+        }
+        assert!(k
+            .routes
+            .contains(&r.main_replacement.as_ref().unwrap().spec()));
+        assert!(k.routes.contains(&rec.node_routes[0].spec()));
+        assert!(strict_file(&t.1).exists());
+    }
+
+    #[test]
+    fn every_failing_step_is_undone_and_its_record_removed() {
+        let calls = {
+            let t = temp_store();
+            let mut rec = strict_record();
+            let mut k = node_before(&rec);
+            apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+            k.calls.len()
+        };
+        // Host sysctl reads, return route, node setup, per-pod boundary.
+        assert!(calls >= 15, "{calls} calls");
+        for n in 1..=calls {
+            let t = temp_store();
+            let mut rec = strict_record();
+            let mut k = node_before(&rec);
+            let before = node_before(&rec);
+            k.fail_call(n, libc::EPERM);
+            let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+            let failed = k.calls[n - 1].clone();
+            assert!(e.to_string().contains(&failed), "call {n}: {e}");
+            assert!(left.is_empty(), "call {n} ({failed}): left {left:?}");
+            assert!(
+                same_state(&k, &before),
+                "call {n} ({failed}) not undone:\n{k:#?}"
+            );
+            assert!(
+                record::read(&t.1, &rec.key).unwrap().is_none(),
+                "call {n} ({failed}): record kept"
+            );
+            assert!(!strict_file(&t.1).exists(), "call {n}: strict.json kept");
+        }
+    }
+
+    #[test]
+    fn a_failure_while_undoing_keeps_the_pending_record_for_del() {
+        let t = temp_store();
+        let mut rec = strict_record();
+        let mut k = node_before(&rec);
+        let pos = |k: &Fake, what: &str| k.calls.iter().position(|c| c.starts_with(what));
+        // Dry run to find the call numbers: the first rule add fails, and
+        // then the delete of the first table route while undoing (the first
+        // per-pod rule, not the node-wide local rule at 1000).
+        let mut dry = node_before(&rec);
+        let dry_store = temp_store();
+        apply_node_with(&mut dry, &dry_store.1, &mut rec.clone(), true).unwrap();
+        let rule_add = pos(&dry, "rule add 100:").unwrap() + 1;
+        let r = rec.routing.clone().unwrap();
+        let route0 = format!("route del {}", r.table_routes[0].spec().describe());
+        k.fail_call(rule_add, libc::EPERM);
+        let mut with_undo = node_before(&rec);
+        with_undo.fail_call(rule_add, libc::EPERM);
+        let probe_store = temp_store();
+        let _ = apply_node_with(&mut with_undo, &probe_store.1, &mut rec.clone(), true);
+        let del = with_undo.calls.iter().position(|c| *c == route0).unwrap() + 1;
+        k.fail_call(del, libc::EIO);
+
+        let (_, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(left[0].contains(&route0), "{left:?}");
+        let kept = record::read(&t.1, &rec.key).unwrap().unwrap();
+        assert_eq!(kept.status, Status::Pending);
+        // What the removal could undo, it did; DEL finishes from the record.
+        assert!(k.routes.contains(&r.table_routes[0].spec()), "{k:#?}");
+        assert_eq!(k.sysctls["net.ipv4.conf.veth1234.proxy_arp"], "0");
+        assert!(remove_node_with(&kept, &mut k, &t.1, true).is_empty());
+        assert!(same_state(&k, &node_before(&rec)));
+    }
+
+    #[test]
+    fn removal_is_idempotent_and_already_gone_is_success() {
+        let t = temp_store();
+        let mut rec = strict_record();
+        let mut k = node_before(&rec);
+        apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+        assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+        assert!(same_state(&k, &node_before(&rec)));
+        assert!(!strict_file(&t.1).exists());
+        // Again: everything is gone already.
+        assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+        assert!(same_state(&k, &node_before(&rec)));
+        // The pod's host-side interface is gone with its sysctls, and the
+        // primary's route cannot be put back (ENODEV): only podgate's own
+        // replacement is deleted, and that is gone too.
+        let mut bare = Fake::default();
+        bare.fail_call(1, libc::ENODEV);
+        assert!(remove_node_with(&rec, &mut bare, &t.1, true).is_empty());
+        assert!(bare.routes.is_empty() && bare.rules.is_empty());
+        let main = rec
+            .routing
+            .as_ref()
+            .unwrap()
+            .main_replacement
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            bare.calls[1],
+            format!("route del {}", main.spec().describe())
+        );
+    }
+
+    #[test]
+    fn sysctls_go_back_only_while_they_hold_podgates_value() {
+        let t = temp_store();
+        let mut rec = strict_record();
+        let mut k = node_before(&rec);
+        apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+        // Another writer changed these after podgate.
+        k.sysctls
+            .insert("net.ipv4.tcp_early_demux".into(), "1 ".into());
+        k.sysctls
+            .insert("net.ipv4.conf.up0.rp_filter".into(), "1".into());
+        k.sysctls
+            .insert("net.ipv4.conf.veth1234.proxy_arp".into(), "0".into());
+        k.sysctls
+            .insert("net.ipv4.neigh.veth1234.proxy_delay".into(), "5".into());
+        let start = k.calls.len();
+        assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+        assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "1 ");
+        assert_eq!(k.sysctls["net.ipv4.conf.up0.rp_filter"], "1");
+        assert_eq!(k.sysctls["net.ipv4.conf.veth1234.proxy_arp"], "0");
+        assert_eq!(k.sysctls["net.ipv4.neigh.veth1234.proxy_delay"], "5");
+        let writes: Vec<_> = k.calls[start..]
+            .iter()
+            .filter(|c| c.starts_with("sysctl write"))
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                "sysctl write net.ipv4.conf.up0.accept_local=0",
+                "sysctl write net.ipv4.udp_early_demux=1",
+            ],
+            "{:#?}",
+            &k.calls[start..]
+        );
+        // Still podgate's: back to what they were.
+        assert_eq!(k.sysctls["net.ipv4.udp_early_demux"], "1");
+        assert_eq!(k.sysctls["net.ipv4.conf.up0.accept_local"], "0");
+    }
+
+    #[test]
+    fn node_settings_stay_while_another_strict_pod_needs_them() {
+        let t = temp_store();
+        let mut rec = strict_record();
+        let mut k = node_before(&rec);
+        apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+        assert!(remove_node_with(&rec, &mut k, &t.1, false).is_empty());
+        assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "0");
+        assert!(k.rules.contains(&local_rule(routing::PRIO_LOCAL_MOVED)));
+        assert!(strict_file(&t.1).exists());
+        // Per-pod parts are gone all the same.
+        let r = rec.routing.as_ref().unwrap();
+        assert!(!k.routes.contains(&r.table_routes[0].spec()));
+        assert!(k.routes.contains(&r.main_original.as_ref().unwrap().spec()));
+    }
 }

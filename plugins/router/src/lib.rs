@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod config;
 pub mod intent;
+pub mod kernel;
 pub mod lifecycle;
 pub mod mss;
 pub mod plan;

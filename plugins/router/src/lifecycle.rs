@@ -171,7 +171,7 @@ pub fn remove_record(
         // The node settings of an earlier boot are gone; drop their file.
         failures.extend(routing::restore_node(
             store,
-            node,
+            &mut crate::kernel::Live::on(node),
             rec.routing
                 .as_ref()
                 .is_some_and(|r| !r.pod_ip.addr().is_ipv4()),

@@ -5,6 +5,7 @@
 //! traffic too. standard: only off-node traffic uses the pod's table.
 
 use crate::config::{RouterConfig, Routing, RoutingMode, TableChoice};
+use crate::kernel::Kernel;
 use crate::plan::{NodeView, SysctlSetting};
 use ipnet::IpNet;
 use podgate_cni::CniError;
@@ -447,7 +448,7 @@ fn local_rule(v6: bool, priority: u32) -> RuleSpec {
 /// What it changes is on disk before it changes it.
 pub fn ensure_node(
     store: &StateStore,
-    node: &mut RouteSocket,
+    k: &mut impl Kernel,
     p: &RoutingPlan,
     boot_id: Option<&str>,
     node_id: Option<NsIdentity>,
@@ -456,14 +457,14 @@ pub fn ensure_node(
     let first = existing.is_none();
     let mut shared = existing.unwrap_or_default();
     let v6 = !p.pod_ip.addr().is_ipv4();
-    let rules = rule::list(node, v6)?;
+    let rules = k.rule_list(v6)?;
     let at_zero = rules.iter().any(|r| r.matches(&local_rule(v6, 0)));
     if first {
         shared.version = 1;
         shared.boot_id = boot_id.map(str::to_string);
         shared.node_netns_id = node_id;
         for s in &p.node_sysctls {
-            let cur = sysctl::read(&s.name)?;
+            let cur = k.sysctl_read(&s.name)?;
             if sysctl::normalize(&cur) != sysctl::normalize(&s.value) {
                 shared.sysctl_previous.insert(s.name.clone(), cur);
                 shared
@@ -477,7 +478,7 @@ pub fn ensure_node(
         write_shared(store, &shared)?;
     }
     for s in &p.node_sysctls {
-        sysctl::ensure(&s.name, &s.value)?;
+        k.sysctl_ensure(&s.name, &s.value)?;
     }
     if at_zero {
         // Add the moved rule first: there is never a moment without local lookup.
@@ -485,9 +486,9 @@ pub fn ensure_node(
             .iter()
             .any(|r| r.matches(&local_rule(v6, PRIO_LOCAL_MOVED)))
         {
-            rule::add(node, &local_rule(v6, PRIO_LOCAL_MOVED))?;
+            k.rule_add(&local_rule(v6, PRIO_LOCAL_MOVED))?;
         }
-        rule::del(node, &local_rule(v6, 0))?;
+        k.rule_del(&local_rule(v6, 0))?;
     }
     Ok(first)
 }
@@ -495,7 +496,7 @@ pub fn ensure_node(
 /// Undo `ensure_node` when no strict pod is left. Idempotent: a rule already
 /// back, a sysctl someone else changed since, are left alone. A file from
 /// another boot or node netns describes nothing here and is just removed.
-pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec<String> {
+pub fn restore_node(store: &StateStore, k: &mut impl Kernel, v6: bool) -> Vec<String> {
     let mut failed = Vec::new();
     let shared = match read_shared(store) {
         Ok(Some(s)) => s,
@@ -509,7 +510,7 @@ pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec
         return failed;
     }
     if shared.local_moved {
-        let has_zero = match rule::list(node, v6) {
+        let has_zero = match k.rule_list(v6) {
             Ok(rs) => rs.iter().any(|r| r.matches(&local_rule(v6, 0))),
             Err(e) => {
                 // Unknown: never risk a node without local lookup.
@@ -517,11 +518,11 @@ pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec
             }
         };
         if !has_zero {
-            if let Err(e) = rule::add(node, &local_rule(v6, 0)) {
+            if let Err(e) = k.rule_add(&local_rule(v6, 0)) {
                 failed.push(e.to_string());
             }
         }
-        if let Err(e) = rule::del(node, &local_rule(v6, PRIO_LOCAL_MOVED)) {
+        if let Err(e) = k.rule_del(&local_rule(v6, PRIO_LOCAL_MOVED)) {
             failed.push(e.to_string());
         }
     }
@@ -529,12 +530,12 @@ pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec
         let ours = match shared.sysctl_written.get(name) {
             // Files from before `sysctlWritten`: restore as those releases did.
             None => true,
-            Some(w) => {
-                sysctl::read(name).is_ok_and(|cur| sysctl::normalize(&cur) == sysctl::normalize(w))
-            }
+            Some(w) => k
+                .sysctl_read(name)
+                .is_ok_and(|cur| sysctl::normalize(&cur) == sysctl::normalize(w)),
         };
         if ours {
-            if let Err(e) = sysctl::ensure(name, prev) {
+            if let Err(e) = k.sysctl_ensure(name, prev) {
                 failed.push(e.to_string());
             }
         }
@@ -546,52 +547,40 @@ pub fn restore_node(store: &StateStore, node: &mut RouteSocket, v6: bool) -> Vec
 }
 
 /// Per-pod part: host-side interface sysctls (their previous values go into
-/// `p.host_if_previous`), table routes, rules, main route replacement.
-pub fn apply_pod(
-    node: &mut RouteSocket,
-    p: &mut RoutingPlan,
-    done: &mut Vec<Step>,
-) -> Result<(), Error> {
+/// `p.host_if_previous`), table routes, rules, main route replacement. A
+/// failure leaves what was done for [`remove_pod`], which undoes a routing
+/// plan from the record whether or not each step was reached.
+pub fn apply_pod(k: &mut impl Kernel, p: &mut RoutingPlan) -> Result<(), Error> {
     for s in &p.host_if_sysctls {
-        let previous = sysctl::ensure(&s.name, &s.value)?;
-        if let Some(prev) = &previous {
-            p.host_if_previous.insert(s.name.clone(), prev.clone());
+        if let Some(prev) = k.sysctl_ensure(&s.name, &s.value)? {
+            p.host_if_previous.insert(s.name.clone(), prev);
         }
-        done.push(Step::HostSysctl(s.clone(), previous));
     }
     for r in &p.table_routes {
-        route::add(node, r, true)?;
-        done.push(Step::Route(r.clone()));
+        k.route_add(r, true)?;
     }
     for r in &p.rules {
-        rule::add(node, r)?;
-        done.push(Step::Rule(r.clone()));
+        k.rule_add(r)?;
     }
-    if let (Some(orig), Some(repl)) = (&p.main_original, &p.main_replacement) {
-        route::add(node, repl, true)?;
-        done.push(Step::MainReplaced(orig.clone(), repl.clone()));
+    if let (Some(_), Some(repl)) = (&p.main_original, &p.main_replacement) {
+        k.route_add(repl, true)?;
     }
     Ok(())
 }
 
-#[derive(Debug, Clone)]
-pub enum Step {
-    Route(RouteSpec),
-    Rule(RuleSpec),
-    MainReplaced(RouteSpec, RouteSpec),
-    /// A host-side interface sysctl and the value it had (None: unchanged).
-    HostSysctl(SysctlSetting, Option<String>),
-}
-
 /// Put a host-side interface sysctl back, but only while it still holds our
 /// value (a later writer wins); an interface already gone is fine.
-fn restore_host_sysctl(s: &SysctlSetting, previous: Option<&String>) -> Result<(), Error> {
+fn restore_host_sysctl(
+    k: &mut impl Kernel,
+    s: &SysctlSetting,
+    previous: Option<&String>,
+) -> Result<(), Error> {
     let Some(prev) = previous else {
         return Ok(());
     };
-    match sysctl::read(&s.name) {
+    match k.sysctl_read(&s.name) {
         Ok(cur) if sysctl::normalize(&cur) == sysctl::normalize(&s.value) => {
-            match sysctl::ensure(&s.name, prev) {
+            match k.sysctl_ensure(&s.name, prev) {
                 Err(e) if !e.is_not_found() => Err(e),
                 _ => Ok(()),
             }
@@ -602,40 +591,39 @@ fn restore_host_sysctl(s: &SysctlSetting, previous: Option<&String>) -> Result<(
     }
 }
 
-pub fn undo(node: &mut RouteSocket, step: Step) -> Result<(), Error> {
-    match step {
-        Step::Route(r) => route::del(node, &r).map(|_| ()),
-        Step::Rule(r) => rule::del(node, &r).map(|_| ()),
-        Step::HostSysctl(s, previous) => restore_host_sysctl(&s, previous.as_ref()),
-        Step::MainReplaced(orig, repl) => {
-            // Put the primary's route back if its interface still exists;
-            // otherwise the pod is gone and only our replacement must go.
-            match route::add(node, &orig, true) {
-                Ok(()) => Ok(()),
-                Err(e) if e.is_not_found() => route::del(node, &repl).map(|_| ()),
-                Err(e) => Err(e),
-            }
-        }
+/// Put the primary's route back if its interface still exists; otherwise
+/// the pod is gone and only our replacement must go.
+fn restore_main(k: &mut impl Kernel, orig: &RouteSpec, repl: &RouteSpec) -> Result<(), Error> {
+    match k.route_add(orig, true) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_not_found() => k.route_del(repl).map(|_| ()),
+        Err(e) => Err(e),
     }
 }
 
-/// Everything a routing plan installed, in reverse order.
-pub fn remove_pod(node: &mut RouteSocket, p: &RoutingPlan) -> Vec<String> {
-    let mut steps: Vec<Step> = p
-        .host_if_sysctls
-        .iter()
-        .map(|s| Step::HostSysctl(s.clone(), p.host_if_previous.get(&s.name).cloned()))
-        .collect();
-    steps.extend(p.table_routes.iter().cloned().map(Step::Route));
-    steps.extend(p.rules.iter().cloned().map(Step::Rule));
+/// Everything a routing plan installed, in reverse order of [`apply_pod`]:
+/// the one removal of a routing plan (DEL, GC, a failed ADD). Absent things
+/// are success; each real failure is one line.
+pub fn remove_pod(k: &mut impl Kernel, p: &RoutingPlan) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut note = |r: Result<(), Error>| {
+        if let Err(e) = r {
+            failed.push(e.to_string());
+        }
+    };
     if let (Some(o), Some(r)) = (&p.main_original, &p.main_replacement) {
-        steps.push(Step::MainReplaced(o.clone(), r.clone()));
+        note(restore_main(k, o, r));
     }
-    steps
-        .into_iter()
-        .rev()
-        .filter_map(|s| undo(node, s).err().map(|e| e.to_string()))
-        .collect()
+    for r in p.rules.iter().rev() {
+        note(k.rule_del(r).map(|_| ()));
+    }
+    for r in p.table_routes.iter().rev() {
+        note(k.route_del(r).map(|_| ()));
+    }
+    for s in p.host_if_sysctls.iter().rev() {
+        note(restore_host_sysctl(k, s, p.host_if_previous.get(&s.name)));
+    }
+    failed
 }
 
 /// Drift of a routing plan.

@@ -1,0 +1,184 @@
+//! The kernel operations ADD's node side and its removal use, behind one
+//! small trait: the real implementation goes through the kit (netlink in the
+//! node's namespace, `/proc/sys`), and unit tests use [`fake::Fake`], which
+//! keeps routes, rules and sysctls in memory, records every call and can be
+//! told to fail the Nth one with a given errno. The netns integration tests
+//! still run the real thing.
+
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::route::{self, RouteSpec};
+use podgate_kit::rule::{self, RuleSpec};
+use podgate_kit::{sysctl, Error};
+
+/// Route, rule and sysctl operations in one namespace.
+pub trait Kernel {
+    /// Add a route; `replace` overwrites one with the same key.
+    fn route_add(&mut self, r: &RouteSpec, replace: bool) -> Result<(), Error>;
+    /// Delete a route; Ok(false) when it was already gone.
+    fn route_del(&mut self, r: &RouteSpec) -> Result<bool, Error>;
+    fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error>;
+    fn rule_add(&mut self, r: &RuleSpec) -> Result<(), Error>;
+    /// Delete a rule; Ok(false) when it was already gone.
+    fn rule_del(&mut self, r: &RuleSpec) -> Result<bool, Error>;
+    fn sysctl_read(&mut self, name: &str) -> Result<String, Error>;
+    /// Write `value` unless already there; the previous value when changed.
+    fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error>;
+}
+
+enum Sock<'a> {
+    Lazy(&'a mut crate::apply::NodeSocket),
+    Open(&'a mut RouteSocket),
+}
+
+/// The real kernel: the kit's netlink codecs on a route socket of the
+/// calling thread's namespace, sysctls through `/proc/sys`.
+pub struct Live<'a>(Sock<'a>);
+
+impl<'a> Live<'a> {
+    /// Over a node socket opened on first use.
+    pub fn lazy(node: &'a mut crate::apply::NodeSocket) -> Live<'a> {
+        Live(Sock::Lazy(node))
+    }
+
+    /// Over an open socket.
+    pub fn on(sock: &'a mut RouteSocket) -> Live<'a> {
+        Live(Sock::Open(sock))
+    }
+
+    fn sock(&mut self) -> Result<&mut RouteSocket, Error> {
+        match &mut self.0 {
+            Sock::Lazy(n) => n.get(),
+            Sock::Open(s) => Ok(s),
+        }
+    }
+}
+
+impl Kernel for Live<'_> {
+    fn route_add(&mut self, r: &RouteSpec, replace: bool) -> Result<(), Error> {
+        route::add(self.sock()?, r, replace)
+    }
+    fn route_del(&mut self, r: &RouteSpec) -> Result<bool, Error> {
+        route::del(self.sock()?, r)
+    }
+    fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error> {
+        rule::list(self.sock()?, v6)
+    }
+    fn rule_add(&mut self, r: &RuleSpec) -> Result<(), Error> {
+        rule::add(self.sock()?, r)
+    }
+    fn rule_del(&mut self, r: &RuleSpec) -> Result<bool, Error> {
+        rule::del(self.sock()?, r)
+    }
+    fn sysctl_read(&mut self, name: &str) -> Result<String, Error> {
+        sysctl::read(name)
+    }
+    fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error> {
+        sysctl::ensure(name, value)
+    }
+}
+
+#[cfg(test)]
+pub mod fake {
+    //! In-memory kernel for unit tests (youki's fake netlink client is the
+    //! model): state as plain data, every call logged as one line.
+
+    use super::Kernel;
+    use podgate_kit::route::RouteSpec;
+    use podgate_kit::rule::RuleSpec;
+    use podgate_kit::{sysctl, Error};
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, Default)]
+    pub struct Fake {
+        pub routes: Vec<RouteSpec>,
+        pub rules: Vec<RuleSpec>,
+        pub sysctls: BTreeMap<String, String>,
+        /// Every call, in order ("route add ...", "sysctl write n=v", ...).
+        pub calls: Vec<String>,
+        /// Fail the Nth call (1-based, counting every call) with this errno.
+        pub fail: Vec<(usize, i32)>,
+    }
+
+    impl Fake {
+        /// Fail the `n`th call from now with `errno`.
+        pub fn fail_call(&mut self, n: usize, errno: i32) {
+            self.fail.push((self.calls.len() + n, errno));
+        }
+
+        fn call(&mut self, what: String) -> Result<(), Error> {
+            self.calls.push(what.clone());
+            let now = self.calls.len();
+            match self.fail.iter().find(|(n, _)| *n == now) {
+                Some(&(_, errno)) => Err(self.errno(&what, errno)),
+                None => Ok(()),
+            }
+        }
+
+        fn errno(&self, what: &str, errno: i32) -> Error {
+            Error::Kernel {
+                family: "fake",
+                object: what.to_string(),
+                errno,
+                message: None,
+            }
+        }
+    }
+
+    impl Kernel for Fake {
+        fn route_add(&mut self, r: &RouteSpec, replace: bool) -> Result<(), Error> {
+            let what = format!("route add {}", r.describe());
+            self.call(what.clone())?;
+            let same = |x: &RouteSpec| x.dst == r.dst && x.table == r.table;
+            match self.routes.iter().position(same) {
+                Some(i) if replace => self.routes[i] = r.clone(),
+                Some(_) => return Err(self.errno(&what, libc::EEXIST)),
+                None => self.routes.push(r.clone()),
+            }
+            Ok(())
+        }
+        fn route_del(&mut self, r: &RouteSpec) -> Result<bool, Error> {
+            self.call(format!("route del {}", r.describe()))?;
+            // By key, as the kernel deletes.
+            let before = self.routes.len();
+            self.routes
+                .retain(|x| !(x.dst == r.dst && x.table == r.table));
+            Ok(self.routes.len() != before)
+        }
+        fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error> {
+            self.call(format!("rule list v6={v6}"))?;
+            Ok(self.rules.iter().filter(|r| r.v6 == v6).cloned().collect())
+        }
+        fn rule_add(&mut self, r: &RuleSpec) -> Result<(), Error> {
+            self.call(format!("rule add {}", r.describe()))?;
+            self.rules.push(r.clone());
+            Ok(())
+        }
+        fn rule_del(&mut self, r: &RuleSpec) -> Result<bool, Error> {
+            self.call(format!("rule del {}", r.describe()))?;
+            match self.rules.iter().position(|x| x.matches(r)) {
+                Some(i) => {
+                    self.rules.remove(i);
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        }
+        fn sysctl_read(&mut self, name: &str) -> Result<String, Error> {
+            let what = format!("sysctl read {name}");
+            self.call(what.clone())?;
+            match self.sysctls.get(name) {
+                Some(v) => Ok(v.clone()),
+                None => Err(self.errno(&what, libc::ENOENT)),
+            }
+        }
+        fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error> {
+            let what = format!("sysctl write {name}={value}");
+            self.call(what.clone())?;
+            match self.sysctls.get_mut(name) {
+                Some(cur) if sysctl::normalize(cur) == sysctl::normalize(value) => Ok(None),
+                Some(cur) => Ok(Some(std::mem::replace(cur, value.to_string()))),
+                None => Err(self.errno(&what, libc::ENOENT)),
+            }
+        }
+    }
+}
