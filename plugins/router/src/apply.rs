@@ -226,10 +226,23 @@ fn pod_changes(
     label: &str,
     store: &StateStore,
 ) -> Result<(), ApplyError> {
+    pod_changes_with(&mut Live::pod(label, route_sock), rec, reread, label, store)
+}
+
+/// The pod side's changes over any [`Kernel`]: sysctls, the nf_tables
+/// table, the pod routes. A failure leaves what was done for
+/// [`remove_pod_with`], which the caller's roll-back runs from the record.
+pub fn pod_changes_with(
+    k: &mut impl Kernel,
+    rec: &mut Record,
+    reread: bool,
+    label: &str,
+    store: &StateStore,
+) -> Result<(), ApplyError> {
     if reread {
         let mut changed = false;
         for s in &mut rec.sysctls {
-            let cur = sysctl::read(&s.name)?;
+            let cur = k.sysctl_read(&s.name)?;
             let prev = (sysctl::normalize(&cur) != sysctl::normalize(&s.value)).then_some(cur);
             changed |= prev != s.previous;
             s.previous = prev;
@@ -240,31 +253,23 @@ fn pod_changes(
         }
     }
     for s in rec.sysctls.iter().filter(|s| s.previous.is_some()) {
-        sysctl::ensure(&s.name, &s.value)?;
+        k.sysctl_ensure(&s.name, &s.value)?;
     }
     if let Some(table) = &rec.nft_table {
-        let nft_err = |source| ApplyError::Nft {
-            netns: label.to_string(),
-            source,
-        };
-        let mut nft = NftSocket::new().map_err(nft_err)?;
         let masq = masq_rules(rec);
         let mss = mss_rules(rec);
         let rules = TableRules {
             masquerade: (!masq.is_empty()).then_some(masq.as_slice()),
             mss: &mss,
         };
-        nft.replace_table(table, &rules, &rec.nft_tag())
-            .map_err(nft_err)?;
+        k.nft_replace(table, &rules, &rec.nft_tag())
+            .map_err(|source| ApplyError::Nft {
+                netns: label.to_string(),
+                source,
+            })?;
     }
-    if !rec.pod_routes.is_empty() {
-        let mut sock = match route_sock {
-            Some(s) => s,
-            None => RouteSocket::new_labelled(label.to_string())?,
-        };
-        for r in &rec.pod_routes {
-            route::add(&mut sock, &r.spec(), true)?;
-        }
+    for r in &rec.pod_routes {
+        k.route_add(&r.spec(), true)?;
     }
     Ok(())
 }
@@ -356,14 +361,15 @@ fn node_steps(
 /// Put back what we changed, but only where the value is still ours: another
 /// writer's later change wins, and a sysctl a killed ADD never reached still
 /// holds its previous value.
-fn restore_sysctls(rec: &Record) -> Vec<String> {
+fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
     let mut failed = Vec::new();
     for s in &rec.sysctls {
         let Some(prev) = &s.previous else { continue };
-        let still_ours = sysctl::read(&s.name)
+        let still_ours = k
+            .sysctl_read(&s.name)
             .is_ok_and(|cur| sysctl::normalize(&cur) == sysctl::normalize(&s.value));
         if still_ours {
-            if let Err(e) = sysctl::ensure(&s.name, prev) {
+            if let Err(e) = k.sysctl_ensure(&s.name, prev) {
                 failed.push(e.to_string());
             }
         }
@@ -438,32 +444,26 @@ pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
 
 /// `remove_pod_side` on a thread already inside the pod's namespace.
 fn remove_pod_here(rec: &Record, label: &str) -> Vec<String> {
-    let mut failures = restore_sysctls(rec);
+    remove_pod_with(&mut Live::pod(label, None), rec, label)
+}
+
+/// Pod-side removal over any [`Kernel`]: sysctls back (where still ours),
+/// podgate's nf_tables table, pod routes; already-gone is success.
+pub fn remove_pod_with(k: &mut impl Kernel, rec: &Record, label: &str) -> Vec<String> {
+    let mut failures = restore_sysctls(k, rec);
     if let Some(t) = &rec.nft_table {
-        let nft_err = |source| ApplyError::Nft {
-            netns: label.to_string(),
-            source,
-        };
-        match NftSocket::new() {
-            Ok(mut nft) => {
-                if let Err(e) = nft.delete_table(t) {
-                    failures.push(nft_err(e).to_string());
-                }
-            }
-            Err(e) => failures.push(nft_err(e).to_string()),
+        if let Err(source) = k.nft_delete(t) {
+            let e = ApplyError::Nft {
+                netns: label.to_string(),
+                source,
+            };
+            failures.push(e.to_string());
         }
     }
-    if !rec.pod_routes.is_empty() {
-        match RouteSocket::new_labelled(label.to_string()) {
-            Ok(mut sock) => {
-                for r in &rec.pod_routes {
-                    // Gone with its interface is fine: del treats that as absent.
-                    if let Err(e) = route::del(&mut sock, &r.spec()) {
-                        failures.push(e.to_string());
-                    }
-                }
-            }
-            Err(e) => failures.push(e.to_string()),
+    for r in &rec.pod_routes {
+        // Gone with its interface is fine: del treats that as absent.
+        if let Err(e) = k.route_del(&r.spec()) {
+            failures.push(e.to_string());
         }
     }
     failures
@@ -990,5 +990,106 @@ mod tests {
         let r = rec.routing.as_ref().unwrap();
         assert!(!k.routes.contains(&r.table_routes[0].spec()));
         assert!(k.routes.contains(&r.main_original.as_ref().unwrap().spec()));
+    }
+
+    /// The VPN golden record: pod sysctls, a masquerade table, a pod route.
+    fn pod_record() -> Record {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v1-vpn-full.json");
+        let mut rec = record::parse(&p, &std::fs::read(&p).unwrap()).unwrap();
+        rec.status = Status::Pending;
+        rec
+    }
+
+    fn pod_before() -> Fake {
+        let mut k = Fake::default();
+        k.sysctls.insert("net.ipv4.ip_forward".into(), "0".into());
+        k.sysctls
+            .insert("net.ipv4.conf.eth0.accept_local".into(), "0".into());
+        k
+    }
+
+    const NS: &str = "/var/run/netns/pg-unit";
+
+    #[test]
+    fn every_failing_pod_step_is_undone_by_the_pod_removal() {
+        let t = temp_store();
+        let mut dry = pod_before();
+        pod_changes_with(&mut dry, &mut pod_record(), false, NS, &t.1).unwrap();
+        assert_eq!(
+            dry.calls,
+            [
+                "sysctl write net.ipv4.ip_forward=1",
+                "sysctl write net.ipv4.conf.eth0.accept_local=1",
+                "nft replace podgate-eth0",
+                "route add 10.99.0.0/16 via 10.22.0.1 oif 7",
+            ]
+        );
+        assert_eq!(dry.tables["podgate-eth0"].0, 1);
+        for n in 1..=dry.calls.len() {
+            let mut k = pod_before();
+            let mut rec = pod_record();
+            k.fail_call(n, libc::EPERM);
+            let e = pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap_err();
+            let failed = k.calls[n - 1].clone();
+            assert!(e.to_string().contains(&failed), "call {n}: {e}");
+            if failed.starts_with("nft") {
+                assert!(e.to_string().contains(NS), "{e}");
+            }
+            let left = remove_pod_with(&mut k, &rec, NS);
+            assert!(left.is_empty(), "call {n} ({failed}): {left:?}");
+            let before = pod_before();
+            assert_eq!(k.sysctls, before.sysctls, "call {n} ({failed})");
+            assert!(
+                k.tables.is_empty() && k.routes.is_empty(),
+                "call {n}: {k:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn pod_values_reread_are_on_disk_before_the_first_pod_change() {
+        let t = temp_store();
+        let mut rec = pod_record();
+        record::write(&t.1, &rec).unwrap();
+        // Since the pod facts were read, an undone ADD put ip_forward to 1.
+        let mut k = pod_before();
+        k.sysctls.insert("net.ipv4.ip_forward".into(), "1".into());
+        k.fail_call(4, libc::EPERM); // reads 2, write accept_local, nft
+        pod_changes_with(&mut k, &mut rec, true, NS, &t.1).unwrap_err();
+        assert_eq!(k.calls[3], "nft replace podgate-eth0");
+        let on_disk = record::read(&t.1, &rec.key).unwrap().unwrap();
+        assert_eq!(on_disk.sysctls, rec.sysctls);
+        assert_eq!(on_disk.sysctls[0].previous, None);
+        assert_eq!(on_disk.sysctls[1].previous.as_deref(), Some("0"));
+        assert!(remove_pod_with(&mut k, &on_disk, NS).is_empty());
+        assert_eq!(k.sysctls["net.ipv4.ip_forward"], "1");
+        assert_eq!(k.sysctls["net.ipv4.conf.eth0.accept_local"], "0");
+    }
+
+    #[test]
+    fn pod_removal_is_idempotent_and_restores_only_podgates_values() {
+        let t = temp_store();
+        let mut rec = pod_record();
+        let mut k = pod_before();
+        pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap();
+        // Another writer changed ip_forward after podgate.
+        k.sysctls.insert("net.ipv4.ip_forward".into(), "2".into());
+        assert!(remove_pod_with(&mut k, &rec, NS).is_empty());
+        assert_eq!(k.sysctls["net.ipv4.ip_forward"], "2");
+        assert_eq!(k.sysctls["net.ipv4.conf.eth0.accept_local"], "0");
+        assert!(k.tables.is_empty() && k.routes.is_empty());
+        let start = k.calls.len();
+        assert!(remove_pod_with(&mut k, &rec, NS).is_empty());
+        assert!(!k.calls[start..]
+            .iter()
+            .any(|c| c.starts_with("sysctl write")));
+        // A real failure is reported, naming the namespace and the object.
+        k.fail_call(3, libc::EBUSY);
+        let left = remove_pod_with(&mut k, &rec, NS);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(
+            left[0].contains(NS) && left[0].contains("podgate-eth0"),
+            "{left:?}"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! The kernel operations ADD's node side and its removal use, behind one
+//! The kernel operations ADD's apply and its removal use, behind one
 //! small trait: the real implementation goes through the kit (netlink in the
 //! node's namespace, `/proc/sys`), and unit tests use [`fake::Fake`], which
 //! keeps routes, rules and sysctls in memory, records every call and can be
@@ -6,11 +6,12 @@
 //! still run the real thing.
 
 use podgate_kit::netlink::RouteSocket;
+use podgate_kit::nft::{NftSocket, TableRules};
 use podgate_kit::route::{self, RouteSpec};
 use podgate_kit::rule::{self, RuleSpec};
 use podgate_kit::{sysctl, Error};
 
-/// Route, rule and sysctl operations in one namespace.
+/// Route, rule, sysctl and nf_tables operations in one namespace.
 pub trait Kernel {
     /// Add a route; `replace` overwrites one with the same key.
     fn route_add(&mut self, r: &RouteSpec, replace: bool) -> Result<(), Error>;
@@ -23,32 +24,69 @@ pub trait Kernel {
     fn sysctl_read(&mut self, name: &str) -> Result<String, Error>;
     /// Write `value` unless already there; the previous value when changed.
     fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error>;
+    /// Create or atomically replace podgate's `inet <table>`.
+    fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error>;
+    /// Delete `inet <table>`; Ok(false) when it was already gone.
+    fn nft_delete(&mut self, table: &str) -> Result<bool, Error>;
 }
 
 enum Sock<'a> {
     Lazy(&'a mut crate::apply::NodeSocket),
     Open(&'a mut RouteSocket),
+    /// In a pod's namespace (the calling thread is inside it), opened on
+    /// first use; the label names the namespace in errors.
+    Pod(String, Option<RouteSocket>),
 }
 
-/// The real kernel: the kit's netlink codecs on a route socket of the
-/// calling thread's namespace, sysctls through `/proc/sys`.
-pub struct Live<'a>(Sock<'a>);
+/// The real kernel: the kit's netlink codecs on sockets of the calling
+/// thread's namespace (opened when first needed), sysctls through
+/// `/proc/sys`.
+pub struct Live<'a> {
+    route: Sock<'a>,
+    nft: Option<NftSocket>,
+}
 
 impl<'a> Live<'a> {
     /// Over a node socket opened on first use.
     pub fn lazy(node: &'a mut crate::apply::NodeSocket) -> Live<'a> {
-        Live(Sock::Lazy(node))
+        Live {
+            route: Sock::Lazy(node),
+            nft: None,
+        }
     }
 
     /// Over an open socket.
     pub fn on(sock: &'a mut RouteSocket) -> Live<'a> {
-        Live(Sock::Open(sock))
+        Live {
+            route: Sock::Open(sock),
+            nft: None,
+        }
+    }
+
+    /// On a thread inside the pod namespace `label`, reusing a route socket
+    /// already opened there.
+    pub fn pod(label: &str, route: Option<RouteSocket>) -> Live<'static> {
+        Live {
+            route: Sock::Pod(label.to_string(), route),
+            nft: None,
+        }
     }
 
     fn sock(&mut self) -> Result<&mut RouteSocket, Error> {
-        match &mut self.0 {
+        match &mut self.route {
             Sock::Lazy(n) => n.get(),
             Sock::Open(s) => Ok(s),
+            Sock::Pod(label, slot) => match slot {
+                Some(s) => Ok(s),
+                None => Ok(slot.insert(RouteSocket::new_labelled(label.clone())?)),
+            },
+        }
+    }
+
+    fn nft(&mut self) -> Result<&mut NftSocket, Error> {
+        match &mut self.nft {
+            Some(s) => Ok(s),
+            slot => Ok(slot.insert(NftSocket::new()?)),
         }
     }
 }
@@ -75,6 +113,12 @@ impl Kernel for Live<'_> {
     fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error> {
         sysctl::ensure(name, value)
     }
+    fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error> {
+        self.nft()?.replace_table(table, rules, tag)
+    }
+    fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
+        self.nft()?.delete_table(table)
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +127,7 @@ pub mod fake {
     //! model): state as plain data, every call logged as one line.
 
     use super::Kernel;
+    use podgate_kit::nft::TableRules;
     use podgate_kit::route::RouteSpec;
     use podgate_kit::rule::RuleSpec;
     use podgate_kit::{sysctl, Error};
@@ -93,6 +138,8 @@ pub mod fake {
         pub routes: Vec<RouteSpec>,
         pub rules: Vec<RuleSpec>,
         pub sysctls: BTreeMap<String, String>,
+        /// `inet` tables: name → (masquerade rules, MSS rules, tag).
+        pub tables: BTreeMap<String, (usize, usize, String)>,
         /// Every call, in order ("route add ...", "sysctl write n=v", ...).
         pub calls: Vec<String>,
         /// Fail the Nth call (1-based, counting every call) with this errno.
@@ -179,6 +226,22 @@ pub mod fake {
                 Some(cur) => Ok(Some(std::mem::replace(cur, value.to_string()))),
                 None => Err(self.errno(&what, libc::ENOENT)),
             }
+        }
+        fn nft_replace(
+            &mut self,
+            table: &str,
+            rules: &TableRules<'_>,
+            tag: &str,
+        ) -> Result<(), Error> {
+            self.call(format!("nft replace {table}"))?;
+            let masq = rules.masquerade.map_or(0, <[_]>::len);
+            self.tables
+                .insert(table.into(), (masq, rules.mss.len(), tag.into()));
+            Ok(())
+        }
+        fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
+            self.call(format!("nft delete {table}"))?;
+            Ok(self.tables.remove(table).is_some())
         }
     }
 }
