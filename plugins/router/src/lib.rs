@@ -18,5 +18,6 @@ pub mod plan;
 pub mod plugin;
 pub mod record;
 pub mod routing;
+pub mod strict_node;
 
 pub use plugin::Router;
