@@ -89,19 +89,7 @@ fn masq_rules(rec: &Record) -> Vec<MasqRule> {
         .collect()
 }
 
-/// The node-side route socket, opened on first use: a masquerade-only ADD
-/// with nothing stale to clear never needs one.
-#[derive(Default)]
-pub struct NodeSocket(Option<RouteSocket>);
-
-impl NodeSocket {
-    pub fn get(&mut self) -> Result<&mut RouteSocket, Error> {
-        match &mut self.0 {
-            Some(s) => Ok(s),
-            slot => Ok(slot.insert(RouteSocket::new()?)),
-        }
-    }
-}
+pub use crate::kernel::NodeSocket;
 
 /// Does undoing or applying `rec` touch the node at all?
 pub fn has_node_side(rec: &Record) -> bool {

@@ -30,8 +30,22 @@ pub trait Kernel {
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error>;
 }
 
+/// The node-side route socket, opened on first use: a masquerade-only ADD
+/// with nothing stale to clear never needs one.
+#[derive(Default)]
+pub struct NodeSocket(Option<RouteSocket>);
+
+impl NodeSocket {
+    pub fn get(&mut self) -> Result<&mut RouteSocket, Error> {
+        match &mut self.0 {
+            Some(s) => Ok(s),
+            slot => Ok(slot.insert(RouteSocket::new()?)),
+        }
+    }
+}
+
 enum Sock<'a> {
-    Lazy(&'a mut crate::apply::NodeSocket),
+    Lazy(&'a mut NodeSocket),
     Open(&'a mut RouteSocket),
     /// In a pod's namespace (the calling thread is inside it), opened on
     /// first use; the label names the namespace in errors.
@@ -48,7 +62,7 @@ pub struct Live<'a> {
 
 impl<'a> Live<'a> {
     /// Over a node socket opened on first use.
-    pub fn lazy(node: &'a mut crate::apply::NodeSocket) -> Live<'a> {
+    pub fn lazy(node: &'a mut NodeSocket) -> Live<'a> {
         Live {
             route: Sock::Lazy(node),
             nft: None,

@@ -13,6 +13,7 @@ pub mod config;
 pub mod intent;
 pub mod kernel;
 pub mod lifecycle;
+pub mod model;
 pub mod mss;
 pub mod plan;
 pub mod plugin;

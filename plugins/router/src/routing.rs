@@ -9,7 +9,7 @@
 //! the node-wide strict state file is [`crate::strict_node`].
 
 use crate::config::{RouterConfig, Routing, RoutingMode, TableChoice};
-use crate::plan::{NodeView, SysctlSetting};
+use crate::model::{overlaps, NodeView, SysctlSetting};
 use ipnet::IpNet;
 use podgate_cni::CniError;
 use podgate_kit::link;
@@ -154,10 +154,7 @@ pub fn plan(
             )));
         }
         for e in &routing.exempt {
-            if let Some(own) = key_pod_ips
-                .iter()
-                .find(|ip| crate::plan::overlaps(&ip.trunc(), e))
-            {
+            if let Some(own) = key_pod_ips.iter().find(|ip| overlaps(&ip.trunc(), e)) {
                 return Err(refuse(format!(
                     "refused by routing.exempt: {e} overlaps the pod's own subnet {} (its gateway included)",
                     own.trunc()

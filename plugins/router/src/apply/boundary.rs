@@ -3,7 +3,7 @@
 //! its plan, through the [`Kernel`] trait. Planning is in [`crate::routing`].
 
 use crate::kernel::Kernel;
-use crate::plan::SysctlSetting;
+use crate::model::SysctlSetting;
 use crate::routing::{RoutingPlan, PRIO_LOCAL_MOVED};
 use crate::strict_node::{read_shared, remove_shared, write_shared};
 use podgate_kit::netlink::RouteSocket;
