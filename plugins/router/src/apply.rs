@@ -14,8 +14,10 @@
 //! under the pod's own). Node-side changes use a socket in the plugin's own
 //! (the node's) namespace, opened only when needed ([`NodeSocket`]).
 
+pub mod boundary;
+
+use crate::kernel::{Kernel, Live};
 use crate::record::{self, Mode, NsId, Record, Status};
-use crate::routing;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::{self, NetNs, NsIdentity};
 use podgate_kit::nft::{MasqRule, MssRule, NftSocket, TableRules};
@@ -87,19 +89,7 @@ fn masq_rules(rec: &Record) -> Vec<MasqRule> {
         .collect()
 }
 
-/// The node-side route socket, opened on first use: a masquerade-only ADD
-/// with nothing stale to clear never needs one.
-#[derive(Default)]
-pub struct NodeSocket(Option<RouteSocket>);
-
-impl NodeSocket {
-    pub fn get(&mut self) -> Result<&mut RouteSocket, Error> {
-        match &mut self.0 {
-            Some(s) => Ok(s),
-            slot => Ok(slot.insert(RouteSocket::new()?)),
-        }
-    }
-}
+pub use crate::kernel::NodeSocket;
 
 /// Does undoing or applying `rec` touch the node at all?
 pub fn has_node_side(rec: &Record) -> bool {
@@ -225,10 +215,23 @@ fn pod_changes(
     label: &str,
     store: &StateStore,
 ) -> Result<(), ApplyError> {
+    pod_changes_with(&mut Live::pod(label, route_sock), rec, reread, label, store)
+}
+
+/// The pod side's changes over any [`Kernel`]: sysctls, the nf_tables
+/// table, the pod routes. A failure leaves what was done for
+/// [`remove_pod_with`], which the caller's roll-back runs from the record.
+pub fn pod_changes_with(
+    k: &mut impl Kernel,
+    rec: &mut Record,
+    reread: bool,
+    label: &str,
+    store: &StateStore,
+) -> Result<(), ApplyError> {
     if reread {
         let mut changed = false;
         for s in &mut rec.sysctls {
-            let cur = sysctl::read(&s.name)?;
+            let cur = k.sysctl_read(&s.name)?;
             let prev = (sysctl::normalize(&cur) != sysctl::normalize(&s.value)).then_some(cur);
             changed |= prev != s.previous;
             s.previous = prev;
@@ -239,31 +242,23 @@ fn pod_changes(
         }
     }
     for s in rec.sysctls.iter().filter(|s| s.previous.is_some()) {
-        sysctl::ensure(&s.name, &s.value)?;
+        k.sysctl_ensure(&s.name, &s.value)?;
     }
     if let Some(table) = &rec.nft_table {
-        let nft_err = |source| ApplyError::Nft {
-            netns: label.to_string(),
-            source,
-        };
-        let mut nft = NftSocket::new().map_err(nft_err)?;
         let masq = masq_rules(rec);
         let mss = mss_rules(rec);
         let rules = TableRules {
             masquerade: (!masq.is_empty()).then_some(masq.as_slice()),
             mss: &mss,
         };
-        nft.replace_table(table, &rules, &rec.nft_tag())
-            .map_err(nft_err)?;
+        k.nft_replace(table, &rules, &rec.nft_tag())
+            .map_err(|source| ApplyError::Nft {
+                netns: label.to_string(),
+                source,
+            })?;
     }
-    if !rec.pod_routes.is_empty() {
-        let mut sock = match route_sock {
-            Some(s) => s,
-            None => RouteSocket::new_labelled(label.to_string())?,
-        };
-        for r in &rec.pod_routes {
-            route::add(&mut sock, &r.spec(), true)?;
-        }
+    for r in &rec.pod_routes {
+        k.route_add(&r.spec(), true)?;
     }
     Ok(())
 }
@@ -284,15 +279,23 @@ pub fn apply_node(
     rec: &mut Record,
     last_strict: bool,
 ) -> Result<(), (ApplyError, Vec<String>)> {
+    apply_node_with(&mut Live::lazy(node), store, rec, last_strict)
+}
+
+/// [`apply_node`] over any [`Kernel`]: on error, what was applied is removed
+/// by the same record-driven removal DEL runs ([`remove_node_with`]).
+pub fn apply_node_with(
+    k: &mut impl Kernel,
+    store: &StateStore,
+    rec: &mut Record,
+    last_strict: bool,
+) -> Result<(), (ApplyError, Vec<String>)> {
     let mut written = false;
-    match node_steps(node, store, rec, &mut written) {
+    match node_steps(k, store, rec, &mut written) {
         Ok(()) => Ok(()),
         Err(e) if !written => Err((e, Vec::new())),
         Err(e) => {
-            let left = match node.get() {
-                Ok(n) => remove_node_side(rec, n, store, last_strict),
-                Err(ne) => vec![ne.to_string()],
-            };
+            let left = remove_node_with(rec, k, store, last_strict);
             if left.is_empty() {
                 if let Err(re) = store.remove(&rec.key) {
                     return Err((e, vec![re.to_string()]));
@@ -304,7 +307,7 @@ pub fn apply_node(
 }
 
 fn node_steps(
-    node: &mut NodeSocket,
+    k: &mut impl Kernel,
     store: &StateStore,
     rec: &mut Record,
     written: &mut bool,
@@ -313,7 +316,7 @@ fn node_steps(
     // host-side interface sysctls hold before podgate writes them.
     if let Some(r) = rec.routing.as_mut() {
         for s in &r.host_if_sysctls {
-            let cur = sysctl::read(&s.name)?;
+            let cur = k.sysctl_read(&s.name)?;
             if sysctl::normalize(&cur) != sysctl::normalize(&s.value) {
                 r.host_if_previous.insert(s.name.clone(), cur);
             }
@@ -324,24 +327,22 @@ fn node_steps(
     if !has_node_side(rec) {
         return Ok(());
     }
-    let node = node.get()?;
 
     for r in &rec.node_routes {
-        route::add(node, &r.spec(), false)?;
+        k.route_add(&r.spec(), false)?;
     }
 
     if let Some(mut rp) = rec.routing.as_ref().map(record::Routing::plan) {
         if rp.mode == crate::config::RoutingMode::Strict {
-            routing::ensure_node(
+            boundary::ensure_node(
                 store,
-                node,
+                k,
                 &rp,
                 rec.boot_id.as_deref(),
                 rec.node_netns_id.map(NsIdentity::from),
             )?;
         }
-        let mut steps = Vec::new();
-        routing::apply_pod(node, &mut rp, &mut steps)?;
+        boundary::apply_pod(k, &mut rp)?;
     }
     Ok(())
 }
@@ -349,14 +350,15 @@ fn node_steps(
 /// Put back what we changed, but only where the value is still ours: another
 /// writer's later change wins, and a sysctl a killed ADD never reached still
 /// holds its previous value.
-fn restore_sysctls(rec: &Record) -> Vec<String> {
+fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
     let mut failed = Vec::new();
     for s in &rec.sysctls {
         let Some(prev) = &s.previous else { continue };
-        let still_ours = sysctl::read(&s.name)
+        let still_ours = k
+            .sysctl_read(&s.name)
             .is_ok_and(|cur| sysctl::normalize(&cur) == sysctl::normalize(&s.value));
         if still_ours {
-            if let Err(e) = sysctl::ensure(&s.name, prev) {
+            if let Err(e) = k.sysctl_ensure(&s.name, prev) {
                 failed.push(e.to_string());
             }
         }
@@ -391,20 +393,30 @@ pub fn remove_node_side(
     store: &StateStore,
     last_strict: bool,
 ) -> Vec<String> {
+    remove_node_with(rec, &mut Live::on(node), store, last_strict)
+}
+
+/// [`remove_node_side`] over any [`Kernel`].
+pub fn remove_node_with(
+    rec: &Record,
+    k: &mut impl Kernel,
+    store: &StateStore,
+    last_strict: bool,
+) -> Vec<String> {
     let mut failures = Vec::new();
     if let Some(r) = &rec.routing {
         let rp = r.plan();
-        failures.extend(routing::remove_pod(node, &rp));
+        failures.extend(boundary::remove_pod(k, &rp));
         if r.mode == Mode::Strict && last_strict {
-            failures.extend(routing::restore_node(
+            failures.extend(boundary::restore_node(
                 store,
-                node,
+                k,
                 !rp.pod_ip.addr().is_ipv4(),
             ));
         }
     }
     for r in &rec.node_routes {
-        if let Err(e) = route::del(node, &r.spec()) {
+        if let Err(e) = k.route_del(&r.spec()) {
             failures.push(e.to_string());
         }
     }
@@ -425,32 +437,26 @@ pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
 
 /// `remove_pod_side` on a thread already inside the pod's namespace.
 fn remove_pod_here(rec: &Record, label: &str) -> Vec<String> {
-    let mut failures = restore_sysctls(rec);
+    remove_pod_with(&mut Live::pod(label, None), rec, label)
+}
+
+/// Pod-side removal over any [`Kernel`]: sysctls back (where still ours),
+/// podgate's nf_tables table, pod routes; already-gone is success.
+pub fn remove_pod_with(k: &mut impl Kernel, rec: &Record, label: &str) -> Vec<String> {
+    let mut failures = restore_sysctls(k, rec);
     if let Some(t) = &rec.nft_table {
-        let nft_err = |source| ApplyError::Nft {
-            netns: label.to_string(),
-            source,
-        };
-        match NftSocket::new() {
-            Ok(mut nft) => {
-                if let Err(e) = nft.delete_table(t) {
-                    failures.push(nft_err(e).to_string());
-                }
-            }
-            Err(e) => failures.push(nft_err(e).to_string()),
+        if let Err(source) = k.nft_delete(t) {
+            let e = ApplyError::Nft {
+                netns: label.to_string(),
+                source,
+            };
+            failures.push(e.to_string());
         }
     }
-    if !rec.pod_routes.is_empty() {
-        match RouteSocket::new_labelled(label.to_string()) {
-            Ok(mut sock) => {
-                for r in &rec.pod_routes {
-                    // Gone with its interface is fine: del treats that as absent.
-                    if let Err(e) = route::del(&mut sock, &r.spec()) {
-                        failures.push(e.to_string());
-                    }
-                }
-            }
-            Err(e) => failures.push(e.to_string()),
+    for r in &rec.pod_routes {
+        // Gone with its interface is fine: del treats that as absent.
+        if let Err(e) = k.route_del(&r.spec()) {
+            failures.push(e.to_string());
         }
     }
     failures
@@ -683,7 +689,10 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
         }
     }
     if let Some(rp) = &rec.routing {
-        drift.extend(routing::check(node, &rp.plan())?);
+        drift.extend(boundary::check(node, &rp.plan())?);
     }
     Ok(drift)
 }
+
+#[cfg(test)]
+mod tests;

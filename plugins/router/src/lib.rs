@@ -11,11 +11,14 @@
 pub mod apply;
 pub mod config;
 pub mod intent;
+pub mod kernel;
 pub mod lifecycle;
+pub mod model;
 pub mod mss;
 pub mod plan;
 pub mod plugin;
 pub mod record;
 pub mod routing;
+pub mod strict_node;
 
 pub use plugin::Router;

@@ -5,7 +5,6 @@
 
 use crate::apply;
 use crate::record::{self, Depth, Here, Listing, Liveness, Record};
-use crate::routing;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::state::{Key, StateStore};
@@ -169,9 +168,9 @@ pub fn remove_record(
         ));
     } else if rec.is_strict() && census.last_strict(&rec.key) {
         // The node settings of an earlier boot are gone; drop their file.
-        failures.extend(routing::restore_node(
+        failures.extend(apply::boundary::restore_node(
             store,
-            node,
+            &mut crate::kernel::Live::on(node),
             rec.routing
                 .as_ref()
                 .is_some_and(|r| !r.pod_ip.addr().is_ipv4()),
@@ -272,7 +271,7 @@ pub fn sweep_temp(store: &StateStore, own: Option<&str>) -> Result<usize, podgat
     } else {
         0
     };
-    Ok(store.sweep_temp_holding(own)? + routing::sweep_temp(store)? + locks)
+    Ok(store.sweep_temp_holding(own)? + crate::strict_node::sweep_temp(store)? + locks)
 }
 
 /// The periodic sweep (the installer daemon, `podgate install --watch`):

@@ -3,22 +3,15 @@
 
 use crate::config::{PodRoute, RouterConfig};
 use crate::intent::Selection;
+pub use crate::model::{overlaps, Claim, NodeView, SysctlSetting};
 use crate::routing::{self, RoutingPlan};
 use ipnet::IpNet;
 use podgate_cni::{CniError, CniResult};
-use podgate_kit::link::Link;
-use podgate_kit::nft::SnatFinding;
 use podgate_kit::route::{RouteEntry, RouteSpec, RTPROT_PODGATE, TABLE_MAIN};
 use podgate_kit::state::Key;
 use podgate_kit::sysctl;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SysctlSetting {
-    pub name: String,
-    pub value: String,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Masquerade {
@@ -51,29 +44,6 @@ pub struct Plan {
     pub routing: Option<RoutingPlan>,
 }
 
-/// What one live attachment holds on to node-wide, from its record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    pub key: Key,
-    /// Return-route pools.
-    pub pools: Vec<IpNet>,
-    /// Its per-pod route table (routing boundary).
-    pub table: Option<u32>,
-    pub strict: bool,
-}
-
-/// What the node looks like, read before planning (no writes).
-#[derive(Debug, Clone, Default)]
-pub struct NodeView {
-    pub routes: Vec<RouteEntry>,
-    pub addresses: Vec<IpNet>,
-    /// Claims of the live attachments on this node (stale records excluded).
-    pub claims: Vec<Claim>,
-    pub links: Vec<Link>,
-    /// Masquerade/SNAT rules found in the node's nat postrouting chains.
-    pub node_snat: Vec<SnatFinding>,
-}
-
 fn special(net: &IpNet) -> Option<&'static str> {
     let specials: [(&str, &str); 7] = [
         ("127.0.0.0/8", "loopback"),
@@ -91,10 +61,6 @@ fn special(net: &IpNet) -> Option<&'static str> {
         let s: IpNet = cidr.parse().ok()?;
         overlaps(&s, net).then_some(*what)
     })
-}
-
-pub fn overlaps(a: &IpNet, b: &IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 fn same_family(a: IpAddr, b: IpAddr) -> bool {

@@ -1,0 +1,394 @@
+//! Every rollback path of ADD's apply (node side and pod side), through the
+//! in-memory kernel.
+
+use super::*;
+use crate::kernel::fake::Fake;
+use crate::record::NodeSysctl;
+use podgate_kit::rule::RuleSpec;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct TempStore(PathBuf, StateStore);
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_store() -> TempStore {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pg-apply-unit-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let store = StateStore::open(&dir).unwrap();
+    TempStore(dir, store)
+}
+
+/// The strict golden record as ADD's plan produces it: pending, on this
+/// node (no boot or node identity to compare), with a return route and
+/// the host-side interface sysctls.
+fn strict_record() -> Record {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v1-strict.json");
+    let mut rec = record::parse(&p, &std::fs::read(&p).unwrap()).unwrap();
+    rec.status = Status::Pending;
+    rec.boot_id = None;
+    rec.node_netns_id = None;
+    rec.node_routes = vec![serde_json::from_str(
+        r#"{"dst": "10.40.0.3/32", "oif": 5, "table": 30000, "protocol": 94, "linkScope": true}"#,
+    )
+    .unwrap()];
+    let r = rec.routing.as_mut().unwrap();
+    r.host_if_sysctls = vec![
+        NodeSysctl {
+            name: "net.ipv4.conf.veth1234.proxy_arp".into(),
+            value: "1".into(),
+        },
+        NodeSysctl {
+            name: "net.ipv4.neigh.veth1234.proxy_delay".into(),
+            value: "0".into(),
+        },
+    ];
+    rec
+}
+
+fn local_rule(priority: u32) -> RuleSpec {
+    RuleSpec {
+        v6: false,
+        priority,
+        from: None,
+        to: None,
+        iif: None,
+        table: route::TABLE_LOCAL,
+        protocol: 0,
+        suppress_prefixlen: None,
+    }
+}
+
+/// A node before the pod's ADD: the primary's route to the pod, the
+/// local rule at 0, kernel defaults for every sysctl podgate writes.
+fn node_before(rec: &Record) -> Fake {
+    let r = rec.routing.as_ref().unwrap();
+    let mut k = Fake {
+        routes: vec![r.main_original.as_ref().unwrap().spec()],
+        rules: vec![local_rule(0)],
+        ..Fake::default()
+    };
+    for (name, v) in [
+        ("net.ipv4.tcp_early_demux", "1"),
+        ("net.ipv4.udp_early_demux", "1"),
+        ("net.ipv4.conf.up0.accept_local", "0"),
+        ("net.ipv4.conf.up0.rp_filter", "0"),
+        ("net.ipv4.conf.veth1234.proxy_arp", "0"),
+        ("net.ipv4.neigh.veth1234.proxy_delay", "80"),
+    ] {
+        k.sysctls.insert(name.into(), v.into());
+    }
+    k
+}
+
+fn strict_file(store: &StateStore) -> PathBuf {
+    store.dir().join("node/strict.json")
+}
+
+fn same_state(a: &Fake, b: &Fake) -> bool {
+    let mut ra = a.routes.clone();
+    let mut rb = b.routes.clone();
+    ra.sort_by_key(|r| (r.table, r.dst.to_string()));
+    rb.sort_by_key(|r| (r.table, r.dst.to_string()));
+    a.rules == b.rules && a.sysctls == b.sysctls && ra == rb
+}
+
+#[test]
+fn a_full_apply_changes_what_the_record_says_and_records_previous_values() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+    let r = rec.routing.as_ref().unwrap();
+    assert_eq!(
+        r.host_if_previous
+            .get("net.ipv4.neigh.veth1234.proxy_delay"),
+        Some(&"80".to_string())
+    );
+    let on_disk = record::read(&t.1, &rec.key).unwrap().unwrap();
+    assert_eq!(on_disk.status, Status::Pending);
+    assert_eq!(
+        on_disk.routing.as_ref().unwrap().host_if_previous,
+        r.host_if_previous
+    );
+    assert!(k
+        .rules
+        .contains(&local_rule(crate::routing::PRIO_LOCAL_MOVED)));
+    assert!(!k.rules.iter().any(|x| x.matches(&local_rule(0))));
+    assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "0");
+    assert_eq!(k.sysctls["net.ipv4.conf.veth1234.proxy_arp"], "1");
+    for x in &r.table_routes {
+        assert!(k.routes.contains(&x.spec()), "{x:?}");
+    }
+    assert!(k
+        .routes
+        .contains(&r.main_replacement.as_ref().unwrap().spec()));
+    assert!(k.routes.contains(&rec.node_routes[0].spec()));
+    assert!(strict_file(&t.1).exists());
+}
+
+#[test]
+fn every_failing_step_is_undone_and_its_record_removed() {
+    let calls = {
+        let t = temp_store();
+        let mut rec = strict_record();
+        let mut k = node_before(&rec);
+        apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+        k.calls.len()
+    };
+    // Host sysctl reads, return route, node setup, per-pod boundary.
+    assert!(calls >= 15, "{calls} calls");
+    for n in 1..=calls {
+        let t = temp_store();
+        let mut rec = strict_record();
+        let mut k = node_before(&rec);
+        let before = node_before(&rec);
+        k.fail_call(n, libc::EPERM);
+        let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+        let failed = k.calls[n - 1].clone();
+        assert!(e.to_string().contains(&failed), "call {n}: {e}");
+        assert!(left.is_empty(), "call {n} ({failed}): left {left:?}");
+        assert!(
+            same_state(&k, &before),
+            "call {n} ({failed}) not undone:\n{k:#?}"
+        );
+        assert!(
+            record::read(&t.1, &rec.key).unwrap().is_none(),
+            "call {n} ({failed}): record kept"
+        );
+        assert!(!strict_file(&t.1).exists(), "call {n}: strict.json kept");
+    }
+}
+
+#[test]
+fn a_failure_while_undoing_keeps_the_pending_record_for_del() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    let pos = |k: &Fake, what: &str| k.calls.iter().position(|c| c.starts_with(what));
+    // Dry run to find the call numbers: the first rule add fails, and
+    // then the delete of the first table route while undoing (the first
+    // per-pod rule, not the node-wide local rule at 1000).
+    let mut dry = node_before(&rec);
+    let dry_store = temp_store();
+    apply_node_with(&mut dry, &dry_store.1, &mut rec.clone(), true).unwrap();
+    let rule_add = pos(&dry, "rule add 100:").unwrap() + 1;
+    let r = rec.routing.clone().unwrap();
+    let route0 = format!("route del {}", r.table_routes[0].spec().describe());
+    k.fail_call(rule_add, libc::EPERM);
+    let mut with_undo = node_before(&rec);
+    with_undo.fail_call(rule_add, libc::EPERM);
+    let probe_store = temp_store();
+    let _ = apply_node_with(&mut with_undo, &probe_store.1, &mut rec.clone(), true);
+    let del = with_undo.calls.iter().position(|c| *c == route0).unwrap() + 1;
+    k.fail_call(del, libc::EIO);
+
+    let (_, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].contains(&route0), "{left:?}");
+    let kept = record::read(&t.1, &rec.key).unwrap().unwrap();
+    assert_eq!(kept.status, Status::Pending);
+    // What the removal could undo, it did; DEL finishes from the record.
+    assert!(k.routes.contains(&r.table_routes[0].spec()), "{k:#?}");
+    assert_eq!(k.sysctls["net.ipv4.conf.veth1234.proxy_arp"], "0");
+    assert!(remove_node_with(&kept, &mut k, &t.1, true).is_empty());
+    assert!(same_state(&k, &node_before(&rec)));
+}
+
+#[test]
+fn removal_is_idempotent_and_already_gone_is_success() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+    assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+    assert!(same_state(&k, &node_before(&rec)));
+    assert!(!strict_file(&t.1).exists());
+    // Again: everything is gone already.
+    assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+    assert!(same_state(&k, &node_before(&rec)));
+    // The pod's host-side interface is gone with its sysctls, and the
+    // primary's route cannot be put back (ENODEV): only podgate's own
+    // replacement is deleted, and that is gone too.
+    let mut bare = Fake::default();
+    bare.fail_call(1, libc::ENODEV);
+    assert!(remove_node_with(&rec, &mut bare, &t.1, true).is_empty());
+    assert!(bare.routes.is_empty() && bare.rules.is_empty());
+    let main = rec
+        .routing
+        .as_ref()
+        .unwrap()
+        .main_replacement
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        bare.calls[1],
+        format!("route del {}", main.spec().describe())
+    );
+}
+
+#[test]
+fn sysctls_go_back_only_while_they_hold_podgates_value() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+    // Another writer changed these after podgate.
+    k.sysctls
+        .insert("net.ipv4.tcp_early_demux".into(), "1 ".into());
+    k.sysctls
+        .insert("net.ipv4.conf.up0.rp_filter".into(), "1".into());
+    k.sysctls
+        .insert("net.ipv4.conf.veth1234.proxy_arp".into(), "0".into());
+    k.sysctls
+        .insert("net.ipv4.neigh.veth1234.proxy_delay".into(), "5".into());
+    let start = k.calls.len();
+    assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+    assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "1 ");
+    assert_eq!(k.sysctls["net.ipv4.conf.up0.rp_filter"], "1");
+    assert_eq!(k.sysctls["net.ipv4.conf.veth1234.proxy_arp"], "0");
+    assert_eq!(k.sysctls["net.ipv4.neigh.veth1234.proxy_delay"], "5");
+    let writes: Vec<_> = k.calls[start..]
+        .iter()
+        .filter(|c| c.starts_with("sysctl write"))
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            "sysctl write net.ipv4.conf.up0.accept_local=0",
+            "sysctl write net.ipv4.udp_early_demux=1",
+        ],
+        "{:#?}",
+        &k.calls[start..]
+    );
+    // Still podgate's: back to what they were.
+    assert_eq!(k.sysctls["net.ipv4.udp_early_demux"], "1");
+    assert_eq!(k.sysctls["net.ipv4.conf.up0.accept_local"], "0");
+}
+
+#[test]
+fn node_settings_stay_while_another_strict_pod_needs_them() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+    assert!(remove_node_with(&rec, &mut k, &t.1, false).is_empty());
+    assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "0");
+    assert!(k
+        .rules
+        .contains(&local_rule(crate::routing::PRIO_LOCAL_MOVED)));
+    assert!(strict_file(&t.1).exists());
+    // Per-pod parts are gone all the same.
+    let r = rec.routing.as_ref().unwrap();
+    assert!(!k.routes.contains(&r.table_routes[0].spec()));
+    assert!(k.routes.contains(&r.main_original.as_ref().unwrap().spec()));
+}
+
+/// The VPN golden record: pod sysctls, a masquerade table, a pod route.
+fn pod_record() -> Record {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v1-vpn-full.json");
+    let mut rec = record::parse(&p, &std::fs::read(&p).unwrap()).unwrap();
+    rec.status = Status::Pending;
+    rec
+}
+
+fn pod_before() -> Fake {
+    let mut k = Fake::default();
+    k.sysctls.insert("net.ipv4.ip_forward".into(), "0".into());
+    k.sysctls
+        .insert("net.ipv4.conf.eth0.accept_local".into(), "0".into());
+    k
+}
+
+const NS: &str = "/var/run/netns/pg-unit";
+
+#[test]
+fn every_failing_pod_step_is_undone_by_the_pod_removal() {
+    let t = temp_store();
+    let mut dry = pod_before();
+    pod_changes_with(&mut dry, &mut pod_record(), false, NS, &t.1).unwrap();
+    assert_eq!(
+        dry.calls,
+        [
+            "sysctl write net.ipv4.ip_forward=1",
+            "sysctl write net.ipv4.conf.eth0.accept_local=1",
+            "nft replace podgate-eth0",
+            "route add 10.99.0.0/16 via 10.22.0.1 oif 7",
+        ]
+    );
+    assert_eq!(dry.tables["podgate-eth0"].0, 1);
+    for n in 1..=dry.calls.len() {
+        let mut k = pod_before();
+        let mut rec = pod_record();
+        k.fail_call(n, libc::EPERM);
+        let e = pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap_err();
+        let failed = k.calls[n - 1].clone();
+        assert!(e.to_string().contains(&failed), "call {n}: {e}");
+        if failed.starts_with("nft") {
+            assert!(e.to_string().contains(NS), "{e}");
+        }
+        let left = remove_pod_with(&mut k, &rec, NS);
+        assert!(left.is_empty(), "call {n} ({failed}): {left:?}");
+        let before = pod_before();
+        assert_eq!(k.sysctls, before.sysctls, "call {n} ({failed})");
+        assert!(
+            k.tables.is_empty() && k.routes.is_empty(),
+            "call {n}: {k:#?}"
+        );
+    }
+}
+
+#[test]
+fn pod_values_reread_are_on_disk_before_the_first_pod_change() {
+    let t = temp_store();
+    let mut rec = pod_record();
+    record::write(&t.1, &rec).unwrap();
+    // Since the pod facts were read, an undone ADD put ip_forward to 1.
+    let mut k = pod_before();
+    k.sysctls.insert("net.ipv4.ip_forward".into(), "1".into());
+    k.fail_call(4, libc::EPERM); // reads 2, write accept_local, nft
+    pod_changes_with(&mut k, &mut rec, true, NS, &t.1).unwrap_err();
+    assert_eq!(k.calls[3], "nft replace podgate-eth0");
+    let on_disk = record::read(&t.1, &rec.key).unwrap().unwrap();
+    assert_eq!(on_disk.sysctls, rec.sysctls);
+    assert_eq!(on_disk.sysctls[0].previous, None);
+    assert_eq!(on_disk.sysctls[1].previous.as_deref(), Some("0"));
+    assert!(remove_pod_with(&mut k, &on_disk, NS).is_empty());
+    assert_eq!(k.sysctls["net.ipv4.ip_forward"], "1");
+    assert_eq!(k.sysctls["net.ipv4.conf.eth0.accept_local"], "0");
+}
+
+#[test]
+fn pod_removal_is_idempotent_and_restores_only_podgates_values() {
+    let t = temp_store();
+    let mut rec = pod_record();
+    let mut k = pod_before();
+    pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap();
+    // Another writer changed ip_forward after podgate.
+    k.sysctls.insert("net.ipv4.ip_forward".into(), "2".into());
+    assert!(remove_pod_with(&mut k, &rec, NS).is_empty());
+    assert_eq!(k.sysctls["net.ipv4.ip_forward"], "2");
+    assert_eq!(k.sysctls["net.ipv4.conf.eth0.accept_local"], "0");
+    assert!(k.tables.is_empty() && k.routes.is_empty());
+    let start = k.calls.len();
+    assert!(remove_pod_with(&mut k, &rec, NS).is_empty());
+    assert!(!k.calls[start..]
+        .iter()
+        .any(|c| c.starts_with("sysctl write")));
+    // A real failure is reported, naming the namespace and the object.
+    k.fail_call(3, libc::EBUSY);
+    let left = remove_pod_with(&mut k, &rec, NS);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        left[0].contains(NS) && left[0].contains("podgate-eth0"),
+        "{left:?}"
+    );
+}

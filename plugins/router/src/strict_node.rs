@@ -1,0 +1,134 @@
+//! `node/strict.json` in the state dir: what the node looked like before
+//! the first strict pod, restored after the last. Written before the
+//! node-wide settings change (write-ahead), like the attachment records.
+
+use podgate_kit::netns::NsIdentity;
+use podgate_kit::state::StateStore;
+use podgate_kit::Error;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What the node looked like before the first strict pod, restored after the
+/// last (`node/strict.json` in the state dir). Written before the node-wide
+/// settings change (write-ahead), like the attachment records.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeShared {
+    /// 1; absent in files written before the format was versioned.
+    #[serde(default)]
+    pub version: u64,
+    /// Boot and node netns it was written in: from another one, it
+    /// describes nothing that still exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_netns_id: Option<NsIdentity>,
+    pub local_moved: bool,
+    pub sysctl_previous: BTreeMap<String, String>,
+    /// The values podgate wrote: a sysctl is put back only while it holds one.
+    #[serde(default)]
+    pub sysctl_written: BTreeMap<String, String>,
+}
+
+impl NodeShared {
+    pub fn describes_this_node(&self, boot_id: Option<&str>, node: Option<NsIdentity>) -> bool {
+        let same_boot = match (self.boot_id.as_deref(), boot_id) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        let same_ns = match (self.node_netns_id, node) {
+            (Some(a), Some(b)) => a.same_as(&b),
+            _ => true,
+        };
+        same_boot && same_ns
+    }
+}
+
+const SHARED_KEY: &str = "strict.json";
+
+fn shared_path(store: &StateStore) -> std::path::PathBuf {
+    store.dir().join("node").join(SHARED_KEY)
+}
+
+pub fn read_shared(store: &StateStore) -> Result<Option<NodeShared>, Error> {
+    let p = shared_path(store);
+    match std::fs::read(&p) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| Error::StateCorrupt {
+                path: p,
+                msg: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::State {
+            path: p,
+            op: "read",
+            source,
+        }),
+    }
+}
+
+pub fn write_shared(store: &StateStore, s: &NodeShared) -> Result<(), Error> {
+    let node = StateStore::open(&store.dir().join("node"))?;
+    let p = shared_path(store);
+    let tmp = node
+        .dir()
+        .join(format!(".tmp-{}-{SHARED_KEY}", std::process::id()));
+    let body = serde_json::to_vec_pretty(s).map_err(|e| Error::StateCorrupt {
+        path: p.clone(),
+        msg: e.to_string(),
+    })?;
+    std::fs::write(&tmp, body)
+        .and_then(|_| std::fs::rename(&tmp, &p))
+        .map_err(|source| Error::State {
+            path: node.dir().join(SHARED_KEY),
+            op: "write",
+            source,
+        })
+}
+
+/// Temp files a killed writer of `node/strict.json` left (lock held).
+pub fn sweep_temp(store: &StateStore) -> Result<usize, Error> {
+    match StateStore::existing(&store.dir().join("node")) {
+        Some(node) => node.sweep_temp(),
+        None => Ok(0),
+    }
+}
+
+pub fn remove_shared(store: &StateStore) {
+    let _ = std::fs::remove_file(shared_path(store));
+    let _ = std::fs::remove_dir(store.dir().join("node"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_settings_of_another_boot_or_netns_describe_nothing_here() {
+        let id = NsIdentity {
+            dev: 4,
+            ino: 100,
+            cookie: Some(7),
+        };
+        let s = NodeShared {
+            version: 1,
+            boot_id: Some("b1".into()),
+            node_netns_id: Some(id),
+            ..Default::default()
+        };
+        assert!(s.describes_this_node(Some("b1"), Some(id)));
+        assert!(!s.describes_this_node(Some("b2"), Some(id)));
+        let other = NsIdentity { ino: 101, ..id };
+        assert!(!s.describes_this_node(Some("b1"), Some(other)));
+        // Unknown on either side never discards the file.
+        assert!(s.describes_this_node(None, None));
+        let old: NodeShared = serde_json::from_str(
+            r#"{"localMoved": true, "sysctlPrevious": {"net.ipv4.tcp_early_demux": "1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.version, 0);
+        assert!(old.describes_this_node(Some("b1"), Some(id)));
+        assert!(old.sysctl_written.is_empty());
+    }
+}
