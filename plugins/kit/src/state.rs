@@ -203,10 +203,25 @@ impl StateStore {
 
     /// Atomic write: temp file in the same directory, then rename.
     pub fn write<T: Serialize>(&self, key: &Key, value: &T) -> Result<()> {
-        let path = self.path(key);
-        let tmp = self
-            .dir
-            .join(format!(".tmp-{}-{}", std::process::id(), key.file_name()));
+        self.write_file(&key.file_name(), value)
+    }
+
+    /// [`StateStore::write`] for a file that is not an attachment's record
+    /// (node-wide shared state such as `node/strict.json`): a plain name in
+    /// this directory, never a path or a dot file.
+    pub fn write_named<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        if name.is_empty() || name.starts_with('.') || name.contains('/') {
+            return Err(Error::StateCorrupt {
+                path: self.dir.join(name),
+                msg: "not a plain file name".into(),
+            });
+        }
+        self.write_file(name, value)
+    }
+
+    fn write_file<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        let path = self.dir.join(name);
+        let tmp = self.dir.join(format!(".tmp-{}-{name}", std::process::id()));
         let body = serde_json::to_vec_pretty(value).map_err(|e| Error::StateCorrupt {
             path: path.clone(),
             msg: e.to_string(),

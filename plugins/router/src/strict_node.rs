@@ -69,22 +69,7 @@ pub fn read_shared(store: &StateStore) -> Result<Option<NodeShared>, Error> {
 }
 
 pub fn write_shared(store: &StateStore, s: &NodeShared) -> Result<(), Error> {
-    let node = StateStore::open(&store.dir().join("node"))?;
-    let p = shared_path(store);
-    let tmp = node
-        .dir()
-        .join(format!(".tmp-{}-{SHARED_KEY}", std::process::id()));
-    let body = serde_json::to_vec_pretty(s).map_err(|e| Error::StateCorrupt {
-        path: p.clone(),
-        msg: e.to_string(),
-    })?;
-    std::fs::write(&tmp, body)
-        .and_then(|_| std::fs::rename(&tmp, &p))
-        .map_err(|source| Error::State {
-            path: node.dir().join(SHARED_KEY),
-            op: "write",
-            source,
-        })
+    StateStore::open(&store.dir().join("node"))?.write_named(SHARED_KEY, s)
 }
 
 /// Temp files a killed writer of `node/strict.json` left (lock held).
