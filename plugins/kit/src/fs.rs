@@ -299,7 +299,17 @@ mod tests {
         assert_eq!(e.errno(), Some(libc::EWOULDBLOCK));
         assert!(e.to_string().contains(".lock"), "{e}");
         drop(held);
-        assert!(!lock_busy(&p));
+        // The waiter that timed out above left its helper thread blocked in
+        // flock: it takes the lock for an instant when `held` goes, finds
+        // nobody waiting and drops it. The lock must be free right after.
+        let free_by = Instant::now() + Duration::from_secs(2);
+        while lock_busy(&p) {
+            assert!(
+                Instant::now() < free_by,
+                "lock still held after its holder released it"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let t = lock(&p, Duration::from_secs(1), LockFile::Transient).unwrap();
         assert!(!remove_orphaned_lock(&p));
         drop(t);
