@@ -1,0 +1,522 @@
+//! ADD: the node side under the node-wide lock, the pod side beside it in
+//! the pod's namespace, the record written ahead and after.
+
+use super::{
+    io_err, key_of, kit_err, load, log_swept, logger, ms, open_netns, pod_ips_of, require_caps,
+    selection, store,
+};
+use crate::apply::{self, ApplyError};
+use crate::config::RouterConfig;
+use crate::intent::Selection;
+use crate::lifecycle::{self, Census};
+use crate::plan::{self, NodeView};
+use crate::record::{self, Depth, Here, Origin, ReadError, Record};
+use podgate_cni::log::{rfc3339_now, Logger};
+use podgate_cni::{prev_or_empty, CniError, Request};
+use podgate_kit::netns::NetNs;
+use podgate_kit::state::{Key, StateStore};
+use podgate_kit::{link, route};
+use serde_json::{json, Map, Value};
+
+/// The parts of the node a plan checks against. Everything else stays
+/// unread: observing runs under the node-wide lock, and on a node with 110
+/// pods the link dump alone is 110+ messages of ~1.4 KiB.
+#[derive(Debug, Clone, Copy)]
+struct Needs {
+    /// Return routes: node routes (conflicts, the connected route to the pod),
+    /// node addresses, other pods' records (pool owners).
+    return_routes: bool,
+    /// A routing boundary reads all of it, links included.
+    routing: bool,
+    /// Strict routing also reads the node's nf_tables SNAT rules.
+    snat: bool,
+}
+
+impl Needs {
+    fn of(cfg: &RouterConfig, sel: &Selection) -> Needs {
+        let routing = cfg
+            .profiles
+            .get(&sel.profile)
+            .and_then(|p| p.routing.as_ref());
+        Needs {
+            return_routes: !sel.return_routes.is_empty(),
+            routing: routing.is_some(),
+            snat: routing.is_some_and(|r| r.mode == crate::config::RoutingMode::Strict),
+        }
+    }
+}
+
+fn observe(
+    node: &mut apply::NodeSocket,
+    census: &Census,
+    key: &Key,
+    needs: Needs,
+) -> Result<NodeView, CniError> {
+    let any = needs.return_routes || needs.routing;
+    let node_err = |e| kit_err("node netlink", e);
+    let routes = if any {
+        let node = node.get().map_err(node_err)?;
+        route::list_all(node).map_err(|e| kit_err("reading node routes", e))?
+    } else {
+        Vec::new()
+    };
+    let addresses = if needs.return_routes {
+        link::addresses(node.get().map_err(node_err)?)
+            .map_err(|e| kit_err("reading node addresses", e))?
+            .into_iter()
+            .map(|a| a.addr)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // Pool owners, tables and strict slots of the other live attachments.
+    let claims = if any {
+        census.live_except(key).map(Record::claim).collect()
+    } else {
+        Vec::new()
+    };
+    let links = if needs.routing {
+        link::list(node.get().map_err(node_err)?).map_err(|e| kit_err("reading node links", e))?
+    } else {
+        Vec::new()
+    };
+    // Reading nf_tables only when a strict profile needs it keeps the common path short.
+    let node_snat = if needs.snat {
+        podgate_kit::nft::NftSocket::new()
+            .and_then(|mut s| s.find_snat_rules(None))
+            .map_err(|e| kit_err("reading node nf_tables", e))?
+    } else {
+        Vec::new()
+    };
+    Ok(NodeView {
+        routes,
+        addresses,
+        claims,
+        links,
+        node_snat,
+    })
+}
+
+/// Pod routes from the plan are reported in the result, as a primary would.
+fn add_routes_to_result(result: &mut Map<String, Value>, rec: &Record) {
+    if rec.pod_routes.is_empty() {
+        return;
+    }
+    let routes = result
+        .entry("routes")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Value::Array(list) = routes {
+        for r in &rec.pod_routes {
+            let mut v = json!({"dst": r.dst.to_string()});
+            if let (Some(gw), Some(o)) = (r.gateway, v.as_object_mut()) {
+                o.insert("gw".into(), Value::String(gw.to_string()));
+            }
+            list.push(v);
+        }
+    }
+}
+
+/// The node side of ADD done, the node-wide lock released.
+struct NodeDone {
+    rec: Record,
+    /// An earlier ADD of this attachment was undone under the lock: the
+    /// pod's sysctls may differ from what was read before it.
+    reread: bool,
+    node: apply::NodeSocket,
+    lock_waited: std::time::Duration,
+    lock_held: std::time::Duration,
+}
+
+/// ADD's part under the node-wide lock: stale records, a repeated ADD,
+/// observing the node, the plan (every refusal happens here, before
+/// anything changed), then the pending record and the node side.
+#[allow(clippy::too_many_arguments)]
+fn add_node_side(
+    cfg: &RouterConfig,
+    req: &Request,
+    log: &Logger,
+    sel: &Selection,
+    ns: &NetNs,
+    store: &StateStore,
+    key: &Key,
+    facts: apply::PodFacts,
+) -> Result<NodeDone, CniError> {
+    let prev = req
+        .conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| CniError::invalid_config("no prevResult"))?;
+    // Boot ID and node netns identity do not change while this runs:
+    // read before the lock, not under it.
+    let here = Here::now();
+    let needs = Needs::of(cfg, sel);
+    // A plan that checks no claims (no return routes, no routing
+    // boundary: a masquerade- or sysctl-only pod) needs the other
+    // records only to clear stale ones, so they are read before the
+    // lock and only the stale ones again under it: reading every record
+    // under the lock made each ADD of a burst hold it longer than the
+    // last.
+    let early = if needs.return_routes || needs.routing {
+        None
+    } else {
+        Some(Census::take(store, &here, |r| {
+            if r.key == *key {
+                Depth::Precise
+            } else {
+                Depth::Boot
+            }
+        }))
+    };
+    let lock = store.lock().map_err(io_err)?;
+    lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
+    let mut node = apply::NodeSocket::default();
+    let node_err = |e| kit_err("node netlink", e);
+    let routing = cfg
+        .profiles
+        .get(&sel.profile)
+        .and_then(|p| p.routing.as_ref());
+    let strict = routing.is_some_and(|r| r.mode == crate::config::RoutingMode::Strict);
+    // The records whose claims would refuse this pod get the precise
+    // liveness check; the rest only the cheap one.
+    let matters = |r: &Record| {
+        let c = r.claim();
+        c.key == *key
+            || c.pools
+                .iter()
+                .any(|p| sel.return_routes.iter().any(|q| plan::overlaps(p, q)))
+            || (routing.is_some() && c.table.is_some())
+            || (strict && c.strict)
+    };
+    // Records of an earlier boot are always recognised (no syscall);
+    // the rest are looked at only where they would refuse this pod: the
+    // lock is held meanwhile, and GC and the installer's sweep find the
+    // others.
+    let depth = |r: &Record| {
+        if matters(r) {
+            Depth::Precise
+        } else {
+            Depth::Boot
+        }
+    };
+    let judge = || Census::take(store, &here, depth).map_err(io_err);
+    // Fail closed: a state dir that cannot be listed refuses the ADD
+    // rather than guessing which pools and strict slots are free.
+    let census = match early {
+        Some(c) => c.map_err(io_err)?.confirm_stale(store, &here, depth),
+        None => judge()?,
+    };
+    let mut changed = false;
+    if !census.stale.is_empty() {
+        let swept = lifecycle::clear_stale(&census, node.get().map_err(node_err)?, store, &here);
+        log_swept(log, "cleared stale records", &swept);
+        changed = !swept.removed.is_empty();
+    }
+    let mut reread = false;
+
+    // A repeated ADD for the same attachment replaces the earlier one
+    // (pending or applied: either may have left things).
+    match record::read(store, key) {
+        Ok(None) => {}
+        // Cleared above with the other stale records.
+        Ok(Some(_)) if census.is_stale(key) => {}
+        Ok(Some(old)) => {
+            let left = lifecycle::remove_record(
+                &old,
+                &census,
+                node.get().map_err(node_err)?,
+                Some(ns),
+                store,
+                &here,
+            );
+            if !left.is_empty() {
+                return Err(CniError::apply(format!(
+                    "replacing earlier ADD of this attachment: {}",
+                    left.join("; ")
+                )));
+            }
+            store.remove(key).map_err(io_err)?;
+            changed = true;
+            reread = true;
+        }
+        Err(e @ ReadError::Newer { .. }) => return Err(CniError::io(e.to_string())),
+        Err(ReadError::Io(e)) => return Err(io_err(e)),
+        Err(e) => {
+            log.warn(
+                "unreadable record of this attachment",
+                json!({"error": e.to_string()}),
+            );
+            let s = lifecycle::remove_unreadable(
+                key,
+                &census,
+                node.get().map_err(node_err)?,
+                Some(ns),
+                &pod_ips_of(req),
+                &format!("{}-", cfg.nft_table),
+                store,
+            );
+            log_swept(log, "removed by ownership", &s);
+            if !s.failures.is_empty() {
+                return Err(CniError::apply(format!(
+                    "replacing an unreadable record of this attachment: {}",
+                    s.failures.join("; ")
+                )));
+            }
+            changed = true;
+            reread = true;
+        }
+    }
+    // Judge again only if records went away (rare): claims must not
+    // count what was just removed.
+    let census = if changed { judge()? } else { census };
+
+    let view = observe(&mut node, &census, key, needs)?;
+    let mut warnings = Vec::new();
+    if strict
+        && view
+            .links
+            .iter()
+            .any(|l| l.name == crate::routing::IPVS_LINK)
+    {
+        let w = "kube-ipvs0 present: IPVS-mode kube-proxy is not compatible with strict routing (service traffic may bypass or break the boundary)".to_string();
+        log.warn(&w, json!({}));
+        warnings.push(w);
+    }
+    let plan = match plan::build(cfg, sel, key, &prev.typed, &view) {
+        Ok(p) => p,
+        Err(e) => {
+            log.warn("refused", json!({"profile": sel.profile, "reason": e.msg}));
+            return Err(e);
+        }
+    };
+    if log.enabled(podgate_cni::log::Level::Debug) {
+        log.debug("plan", json!({"plan": plan}));
+    }
+    let origin = Origin {
+        created: rfc3339_now(),
+        boot_id: here.boot_id.clone(),
+        netns: req.env.netns.clone(),
+        node_netns_id: here.node,
+        warnings,
+    };
+    let mut rec = Record::pending(key, &plan, origin);
+    let apply_err = |e: ApplyError, leftovers: Vec<String>| {
+        let msg = apply_msg(&sel.profile, &e, &leftovers);
+        log.error("apply failed, rolled back", json!({"error": msg}));
+        apply_cni_err(&e, msg)
+    };
+    facts.fill(&mut rec).map_err(|e| apply_err(e, Vec::new()))?;
+    let last = census.last_strict(key);
+    apply::apply_node(&mut node, store, &mut rec, last).map_err(|(e, l)| apply_err(e, l))?;
+    let (lock_waited, lock_held) = (lock.waited(), lock.held());
+    drop(lock);
+    Ok(NodeDone {
+        rec,
+        reread,
+        node,
+        lock_waited,
+        lock_held,
+    })
+}
+
+/// Undo an ADD whose node side is applied and whose pod side failed (or
+/// whose final record write did): the pod side, then the node side
+/// under the node-wide lock with the strict count as it is now, then
+/// the record. Returns what could not be removed (the pending record
+/// then stays for DEL or GC).
+fn roll_back(
+    rec: &Record,
+    ns: &NetNs,
+    node: &mut apply::NodeSocket,
+    store: &StateStore,
+) -> Vec<String> {
+    let mut left = apply::remove_pod_side(rec, ns);
+    let lock = match store.lock() {
+        Ok(l) => l,
+        Err(e) => {
+            left.push(e.to_string());
+            return left;
+        }
+    };
+    let here = Here::now();
+    let last = if rec.is_strict() {
+        match Census::take(store, &here, |r| {
+            if r.is_strict() {
+                Depth::Precise
+            } else {
+                Depth::Boot
+            }
+        }) {
+            Ok(c) => c.last_strict(&rec.key),
+            Err(e) => {
+                // Fail closed: keep node-wide settings.
+                left.push(e.to_string());
+                false
+            }
+        }
+    } else {
+        false
+    };
+    if apply::has_node_side(rec) {
+        match node.get() {
+            Ok(n) => left.extend(apply::remove_node_side(rec, n, store, last)),
+            Err(e) => left.push(e.to_string()),
+        }
+    }
+    if left.is_empty() {
+        if let Err(e) = store.remove(&rec.key) {
+            left.push(e.to_string());
+        }
+    }
+    drop(lock);
+    left
+}
+
+fn apply_msg(profile: &str, e: &ApplyError, leftovers: &[String]) -> String {
+    let mut msg = format!("applying profile {profile:?}: {e}");
+    if !leftovers.is_empty() {
+        msg += &format!(
+            "; rollback left (record kept pending for DEL): {}",
+            leftovers.join("; ")
+        );
+    }
+    msg
+}
+
+fn apply_cni_err(e: &ApplyError, msg: String) -> CniError {
+    if matches!(e, ApplyError::Kit(podgate_kit::Error::State { .. })) {
+        CniError::io(msg)
+    } else {
+        CniError::apply(msg)
+    }
+}
+
+pub(super) fn add(req: &Request) -> Result<Map<String, Value>, CniError> {
+    let cfg = load(&req.conf)?;
+    let log = logger(&cfg, req);
+    if req.conf.prev_result.is_none() {
+        return Err(CniError::invalid_config(
+            "podgate-router is a chained plugin: no prevResult (put it after the primary plugin in the conflist)",
+        ));
+    }
+    let mut result = prev_or_empty(&req.conf);
+    let sel = match selection(&cfg, req) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            log.info("no profile for this pod; passing through", json!({}));
+            return Ok(result);
+        }
+        Err(e) => {
+            log.warn("refused", json!({"reason": e.msg}));
+            return Err(e);
+        }
+    };
+    require_caps()?;
+    let ns = open_netns(req)?;
+    let key = key_of(req);
+    let store = store(&cfg)?;
+    // Every attachment of this pod, ADD and DEL alike, one at a time;
+    // taken before the node-wide lock, which is held only for the node
+    // side (design note "Lock scope").
+    let _pod_lock = store.lock_pod(&key.container_id).map_err(io_err)?;
+    let label = ns.path().display().to_string();
+    let want_oif = cfg
+        .profiles
+        .get(&sel.profile)
+        .is_some_and(|p| !p.pod_routes.is_empty());
+    let names = plan::pod_sysctl_names(&cfg, &sel, &key.ifname);
+    let (facts_tx, facts_rx) = std::sync::mpsc::sync_channel(1);
+    let (go_tx, go_rx) = std::sync::mpsc::sync_channel(1);
+    // One trip into the pod: a thread there reads what the record needs
+    // while this one waits for the node-wide lock; after the node side
+    // it writes the pod side, outside that lock.
+    let dev_ino = ns.dev_ino();
+    let (nsr, storer, keyr, selr, logr, cfgr) = (&ns, &store, &key, &sel, &log, &cfg);
+    let (pod, node) = ns.run_beside(
+        || {
+            apply::pod_side(
+                apply::PodReads {
+                    ns: dev_ino,
+                    label: &label,
+                    ifname: &key.ifname,
+                    want_oif,
+                    sysctl_names: &names,
+                },
+                &store,
+                facts_tx,
+                go_rx,
+            )
+        },
+        move || -> Result<NodeDone, CniError> {
+            let facts = match facts_rx.recv() {
+                Ok(Ok(f)) => f,
+                Ok(Err(e)) => {
+                    let msg = apply_msg(&selr.profile, &e, &[]);
+                    logr.error("apply failed, rolled back", json!({"error": msg}));
+                    return Err(apply_cni_err(&e, msg));
+                }
+                // The thread did not get into the namespace: its error
+                // comes with its result.
+                Err(_) => return Err(CniError::apply("pod netns thread ended")),
+            };
+            let done = add_node_side(cfgr, req, logr, selr, nsr, storer, keyr, facts)?;
+            let go = apply::Go {
+                rec: done.rec.clone(),
+                reread: done.reread,
+            };
+            if go_tx.send(go).is_err() {
+                return Err(CniError::apply("pod netns thread ended"));
+            }
+            Ok(done)
+        },
+    );
+    // The thread could not enter the namespace: nothing was done.
+    let pod = pod.map_err(|e| {
+        let e = ApplyError::Kit(e);
+        let msg = apply_msg(&sel.profile, &e, &[]);
+        log.error("apply failed, rolled back", json!({"error": msg}));
+        apply_cni_err(&e, msg)
+    })?;
+    let mut done = node?;
+    let outcome = match pod {
+        Some((rec, r)) => {
+            done.rec = rec;
+            r.map_err(|e| (e, true))
+        }
+        None => Err((
+            ApplyError::Kit(podgate_kit::Error::SysctlRefused {
+                name: "-".into(),
+                msg: "pod netns thread ended before the pod side".into(),
+            }),
+            true,
+        )),
+    };
+    let rec = &mut done.rec;
+    let outcome = outcome.and_then(|()| {
+        rec.status = record::Status::Applied;
+        record::write(&store, rec).map_err(|e| (ApplyError::Kit(e), true))
+    });
+    if let Err((e, _)) = outcome {
+        rec.status = record::Status::Pending;
+        let left = roll_back(rec, &ns, &mut done.node, &store);
+        let msg = apply_msg(&sel.profile, &e, &left);
+        log.error("apply failed, rolled back", json!({"error": msg}));
+        return Err(apply_cni_err(&e, msg));
+    }
+    let rec = &done.rec;
+    log.info(
+        "applied",
+        json!({
+            "pod": format!("{}/{}", req.env.arg("K8S_POD_NAMESPACE").unwrap_or("-"), req.env.arg("K8S_POD_NAME").unwrap_or("-")),
+            "profile": rec.profile,
+            "source": rec.source,
+            "sysctls": rec.sysctls,
+            "masquerade": rec.masquerade,
+            "returnRoutes": rec.node_routes.iter().map(|r| r.spec().describe()).collect::<Vec<_>>(),
+            // Contention figures for the burst benchmark (integration/bench).
+            "lockWaitMs": ms(done.lock_waited),
+            "lockHeldMs": ms(done.lock_held),
+        }),
+    );
+    add_routes_to_result(&mut result, rec);
+    Ok(result)
+}

@@ -1,0 +1,178 @@
+//! DEL: idempotent, with or without the pod's namespace.
+
+use super::{io_err, key_of, kit_err, load, log_swept, logger, ms, pod_ips_of, require_caps};
+use crate::apply;
+use crate::config::RouterConfig;
+use crate::lifecycle::{self, Census};
+use crate::record::{self, Depth, Here, ReadError};
+use podgate_cni::log::Logger;
+use podgate_cni::{CniError, Request};
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::NetNs;
+use podgate_kit::state::{Key, StateStore};
+use serde_json::json;
+
+pub(super) fn del(req: &Request) -> Result<(), CniError> {
+    let cfg = load(&req.conf)?;
+    let log = logger(&cfg, req);
+    let Some(store) = StateStore::existing(&cfg.state_dir) else {
+        return Ok(());
+    };
+    let key = key_of(req);
+    let cid = key.container_id.as_str();
+    // No ADD or DEL of this pod runs meanwhile (an ADD past the node
+    // side writes its record without the node-wide lock).
+    let _pod_lock = store.lock_pod(cid).map_err(io_err)?;
+    // Records are replaced by rename, so reading without the lock is safe.
+    let rec = match record::read(&store, &key) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            // Nothing recorded; an ADD killed while writing its record
+            // may have left a temp file.
+            let _lock = store.lock().map_err(io_err)?;
+            lifecycle::sweep_temp(&store, Some(cid)).map_err(io_err)?;
+            return Ok(());
+        }
+        Err(e @ ReadError::Newer { .. }) => {
+            log.error("record kept", json!({"error": e.to_string()}));
+            return Err(CniError::io(e.to_string()));
+        }
+        Err(ReadError::Io(e)) => return Err(io_err(e)),
+        Err(e) => return del_unreadable(req, &cfg, &log, &store, &key, &e),
+    };
+    require_caps()?;
+    let here = Here::now();
+    let recorded = rec.netns.clone();
+    let ns = req
+        .env
+        .netns
+        .as_deref()
+        .or(recorded.as_deref())
+        .and_then(|p| NetNs::open(p).ok())
+        .filter(|ns| !rec.liveness(&here, Depth::Path).is_stale() && apply::same_netns(&rec, ns));
+    // Pod side first, outside the node-wide lock: it touches only this
+    // pod's namespace, which may be gone already (pod deleted).
+    if let Some(ns) = &ns {
+        let failures = apply::remove_pod_side(&rec, ns);
+        if !failures.is_empty() {
+            log.error(
+                "pod-side teardown incomplete",
+                json!({"failures": failures}),
+            );
+            return Err(CniError::apply(format!(
+                "teardown: {}",
+                failures.join("; ")
+            )));
+        }
+    }
+    let lock = store.lock().map_err(io_err)?;
+    lifecycle::sweep_temp(&store, Some(cid)).map_err(io_err)?;
+    let rec = match record::read(&store, &key) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(()), // a concurrent DEL finished it
+        Err(e) => return Err(CniError::io(e.to_string())),
+    };
+    let mut node = apply::NodeSocket::default();
+    // The other records matter only for a strict pod (whether node-wide
+    // settings go back) or a stale one (a live pod may have re-claimed
+    // its pool); otherwise DEL does not read them.
+    let census = if rec.is_strict() || rec.liveness(&here, Depth::Path).is_stale() {
+        Census::take(&store, &here, |r| {
+            if r.is_strict() {
+                Depth::Precise
+            } else if r.node_routes.is_empty() {
+                Depth::Boot
+            } else {
+                Depth::Path
+            }
+        })
+        .map_err(io_err)?
+    } else {
+        Census::none()
+    };
+    // Nothing on the node (a masquerade-only pod, no stale record to
+    // clear): no node socket either.
+    let failures = if apply::has_node_side(&rec) || !census.stale.is_empty() {
+        match node.get() {
+            Ok(n) => lifecycle::remove_record(&rec, &census, n, None, &store, &here),
+            Err(e) => vec![e.to_string()],
+        }
+    } else {
+        Vec::new()
+    };
+    if !failures.is_empty() {
+        log.error("teardown incomplete", json!({"failures": failures}));
+        return Err(CniError::apply(format!(
+            "teardown: {}",
+            failures.join("; ")
+        )));
+    }
+    store.remove(&key).map_err(io_err)?;
+    log.info(
+        "removed",
+        json!({
+            "profile": rec.profile,
+            "status": rec.status,
+            "lockWaitMs": ms(lock.waited()),
+            "lockHeldMs": ms(lock.held()),
+        }),
+    );
+    if !census.stale.is_empty() {
+        match node.get() {
+            Ok(n) => log_swept(
+                &log,
+                "cleared stale records",
+                &lifecycle::clear_stale(&census, n, &store, &here),
+            ),
+            Err(e) => log.warn(
+                "cleared stale records: incomplete",
+                json!({"failures": [e.to_string()]}),
+            ),
+        }
+    }
+    Ok(())
+}
+
+/// DEL of an attachment whose record does not parse: clean up by
+/// ownership (its tagged tables in CNI_NETNS, podgate's node routes and
+/// rules for its prevResult addresses that no other record accounts
+/// for), then drop the record. The failure to parse is logged.
+fn del_unreadable(
+    req: &Request,
+    cfg: &RouterConfig,
+    log: &Logger,
+    store: &StateStore,
+    key: &Key,
+    err: &ReadError,
+) -> Result<(), CniError> {
+    log.warn(
+        "unreadable record: removing by ownership",
+        json!({"error": err.to_string()}),
+    );
+    require_caps()?;
+    // The caller (DEL) holds the pod lock.
+    let _lock = store.lock().map_err(io_err)?;
+    lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
+    let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+    let here = Here::now();
+    let census = Census::take(store, &here, |_| Depth::Boot).map_err(io_err)?;
+    let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
+    let s = lifecycle::remove_unreadable(
+        key,
+        &census,
+        &mut node,
+        ns.as_ref(),
+        &pod_ips_of(req),
+        &format!("{}-", cfg.nft_table),
+        store,
+    );
+    log_swept(log, "removed by ownership", &s);
+    if s.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CniError::apply(format!(
+            "teardown by ownership: {}",
+            s.failures.join("; ")
+        )))
+    }
+}

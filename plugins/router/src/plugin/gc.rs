@@ -1,0 +1,138 @@
+//! CHECK, STATUS and GC.
+
+use super::{io_err, key_of, kit_err, load, log_swept, open_netns, selection};
+use crate::apply::{self, ApplyError};
+use crate::lifecycle::{self, Census};
+use crate::record::{self, Here};
+use podgate_cni::log::Logger;
+use podgate_cni::{Attachment, CniError, NetConf, Request};
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::NetNs;
+use podgate_kit::state::{Key, StateStore};
+use serde_json::json;
+
+pub(super) fn check(req: &Request) -> Result<(), CniError> {
+    let cfg = load(&req.conf)?;
+    if req.conf.prev_result.is_none() {
+        return Err(CniError::invalid_config("CHECK needs prevResult"));
+    }
+    let sel = selection(&cfg, req)?;
+    let key = key_of(req);
+    let rec = StateStore::existing(&cfg.state_dir)
+        .map(|s| record::read(&s, &key))
+        .transpose()
+        .map_err(|e| CniError::io(e.to_string()))?
+        .flatten();
+    let rec = match (sel, rec) {
+        (None, None) => return Ok(()),
+        (Some(s), None) => {
+            return Err(CniError::apply(format!(
+                "profile {:?} applies to this pod but podgate has no record of applying it",
+                s.profile
+            )))
+        }
+        (_, Some(r)) => r,
+    };
+    let ns = open_netns(req)?;
+    let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+    let drift = apply::check(&rec, &mut node, &ns).map_err(|e: ApplyError| kit_err("check", e))?;
+    if drift.is_empty() {
+        Ok(())
+    } else {
+        Err(CniError::apply(format!("drift: {}", drift.join("; "))))
+    }
+}
+
+pub(super) fn status(conf: &NetConf) -> Result<(), CniError> {
+    let cfg = load(conf)?;
+    let store = StateStore::open(&cfg.state_dir)
+        .map_err(|e| CniError::not_available(format!("state dir unusable: {e}")))?;
+    store
+        .lock()
+        .map(|_| ())
+        .map_err(|e| CniError::not_available(format!("state dir unusable: {e}")))
+}
+
+pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
+    let cfg = load(conf)?;
+    let Some(store) = StateStore::existing(&cfg.state_dir) else {
+        return Ok(());
+    };
+    let log = Logger::new("podgate-router", cfg.log_file.as_deref())
+        .limits(&cfg.telemetry)
+        .with("cmd", "GC");
+    let _lock = store.lock().map_err(io_err)?;
+    lifecycle::sweep_temp(&store, None).map_err(io_err)?;
+    let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+    let here = Here::now();
+    let census = Census::take_precise(&store, &here).map_err(io_err)?;
+    // An attachment whose pod lock is held has an ADD or DEL in flight
+    // (an ADD's record is pending until it finishes): that call owns it.
+    let is_valid = |k: &Key| {
+        valid
+            .iter()
+            .any(|a| a.container_id == k.container_id && a.ifname == k.ifname)
+            || store.pod_busy(&k.container_id)
+    };
+    let mut failures = Vec::new();
+    let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
+    log_swept(&log, "cleared stale records", &swept);
+    failures.extend(swept.failures);
+    for rec in census
+        .listing
+        .records
+        .iter()
+        .filter(|r| r.key.network == conf.name && !is_valid(&r.key) && !census.is_stale(&r.key))
+    {
+        let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
+        let f = lifecycle::remove_record(rec, &census, &mut node, ns.as_ref(), &store, &here);
+        if f.is_empty() {
+            let _ = store.remove(&rec.key);
+            log.info(
+                "collected",
+                json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname, "status": rec.status}),
+            );
+        } else {
+            failures.extend(f);
+        }
+    }
+    // Unreadable records of attachments that are gone: their objects are
+    // found by ownership below.
+    let mut keep_unreadable = false;
+    for (key, e) in &census.listing.unreadable {
+        match key {
+            Some(k) if k.network == conf.name && !is_valid(k) => {
+                log.warn(
+                    "removing unreadable record",
+                    json!({"error": e.to_string()}),
+                );
+                if let Err(e) = store.remove(k) {
+                    failures.push(e.to_string());
+                }
+            }
+            _ => keep_unreadable = true,
+        }
+    }
+    // Ownership sweep: podgate's node routes and rules that no remaining
+    // record accounts for. Not while some record cannot be judged (a
+    // newer release's, an unreadable one still valid): its objects would
+    // look unaccounted for.
+    if census.listing.newer.is_empty() && !keep_unreadable {
+        let remaining = record::list(&store).map_err(io_err)?;
+        let (removed, f) = apply::sweep_node(&mut node, &remaining.records, None);
+        if !removed.is_empty() {
+            log.info("removed by ownership", json!({"removed": removed}));
+        }
+        failures.extend(f);
+    } else {
+        log.warn(
+            "ownership sweep skipped: some records cannot be judged",
+            json!({"newer": census.listing.newer.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>()}),
+        );
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CniError::apply(format!("gc: {}", failures.join("; "))))
+    }
+}

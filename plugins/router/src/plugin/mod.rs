@@ -1,0 +1,137 @@
+//! The CNI verbs: one file a verb, the helpers they share here.
+
+mod add;
+mod del;
+mod gc;
+
+use crate::config::RouterConfig;
+use crate::intent::{self, PodIntent, Selection};
+use crate::lifecycle::Swept;
+use podgate_cni::log::Logger;
+use podgate_cni::{code, Attachment, CniError, NetConf, Plugin, Request};
+use podgate_kit::netns::NetNs;
+use podgate_kit::state::{Key, StateStore};
+use serde_json::{json, Map, Value};
+
+pub struct Router;
+
+fn kit_err(what: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::apply(format!("{what}: {e}"))
+}
+
+fn load(conf: &NetConf) -> Result<RouterConfig, CniError> {
+    let cfg: RouterConfig = conf.plugin_config()?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn logger(cfg: &RouterConfig, req: &Request) -> Logger {
+    Logger::new("podgate-router", cfg.log_file.as_deref())
+        .limits(&cfg.telemetry)
+        .with("cmd", format!("{:?}", req.command).to_uppercase())
+        .with("containerID", req.env.container_id.clone())
+        .with("ifname", req.env.ifname.clone())
+        .with("network", req.conf.name.clone())
+}
+
+/// Changing another namespace needs both: say which one is missing, not EPERM.
+fn require_caps() -> Result<(), CniError> {
+    use podgate_kit::caps;
+    caps::require(
+        caps::CAP_NET_ADMIN,
+        "podgate-router changes routes, rules, nf_tables and net sysctls",
+    )
+    .and_then(|_| {
+        caps::require(
+            caps::CAP_SYS_ADMIN,
+            "podgate-router enters the pod's network namespace (setns)",
+        )
+    })
+    .map_err(|e| CniError::new(podgate_cni::code::NOT_AVAILABLE, e.to_string()))
+}
+
+fn key_of(req: &Request) -> Key {
+    Key::new(&req.conf.name, &req.env.container_id, &req.env.ifname)
+}
+
+fn store(cfg: &RouterConfig) -> Result<StateStore, CniError> {
+    StateStore::open(&cfg.state_dir).map_err(|e| CniError::io(e.to_string()))
+}
+
+fn open_netns(req: &Request) -> Result<NetNs, CniError> {
+    let path = req
+        .env
+        .netns
+        .as_deref()
+        .ok_or_else(|| CniError::invalid_env("CNI_NETNS is missing"))?;
+    NetNs::open(path).map_err(|e| {
+        if e.is_not_found() {
+            CniError::new(code::UNKNOWN_CONTAINER, e.to_string())
+        } else {
+            CniError::invalid_env(e.to_string())
+        }
+    })
+}
+
+fn io_err(e: impl std::fmt::Display) -> CniError {
+    CniError::io(e.to_string())
+}
+
+/// The pod's addresses on this interface from prevResult (DEL may have it).
+fn pod_ips_of(req: &Request) -> Vec<std::net::IpAddr> {
+    req.conf
+        .prev_result
+        .as_ref()
+        .map(|p| {
+            p.typed
+                .ips_of(&req.env.ifname)
+                .iter()
+                .map(|i| i.address.addr())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn log_swept(log: &Logger, what: &str, s: &Swept) {
+    if !s.removed.is_empty() {
+        log.info(what, json!({"removed": s.removed}));
+    }
+    if !s.failures.is_empty() {
+        log.warn(
+            &format!("{what}: incomplete"),
+            json!({"failures": s.failures}),
+        );
+    }
+}
+
+/// Milliseconds with microsecond resolution, for log fields.
+fn ms(d: std::time::Duration) -> f64 {
+    (d.as_micros() as f64) / 1000.0
+}
+
+fn selection(cfg: &RouterConfig, req: &Request) -> Result<Option<Selection>, CniError> {
+    let intent = PodIntent::from_request(&req.env, &req.conf)?;
+    intent::select(cfg, &intent)
+}
+
+impl Plugin for Router {
+    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
+        add::add(req)
+    }
+
+    fn del(&self, req: &Request) -> Result<(), CniError> {
+        del::del(req)
+    }
+
+    fn check(&self, req: &Request) -> Result<(), CniError> {
+        gc::check(req)
+    }
+
+    fn status(&self, conf: &NetConf) -> Result<(), CniError> {
+        gc::status(conf)
+    }
+
+    fn gc(&self, conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
+        gc::gc(conf, valid)
+    }
+}
