@@ -422,6 +422,29 @@ impl From<&RouteEntry> for RouteSpec {
     }
 }
 
+/// The entry the kernel lists for a route added from this spec: unicast, no
+/// preferred source, link scope when asked for.
+impl From<&RouteSpec> for RouteEntry {
+    fn from(r: &RouteSpec) -> RouteEntry {
+        let scope = if r.link_scope {
+            RouteScope::LINK
+        } else {
+            RouteScope::UNIVERSE
+        };
+        RouteEntry {
+            dst: r.dst,
+            gateway: r.gateway,
+            oif: r.oif,
+            table: r.table,
+            protocol: r.protocol,
+            metric: r.metric,
+            scope: scope.0,
+            kind: RouteType::UNICAST.0,
+            prefsrc: None,
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -618,29 +618,43 @@ pub fn sweep_node(
     (removed, failed)
 }
 
-/// What no longer holds, each a one-line description naming the object.
+/// What no longer holds, each a one-line description naming the object:
+/// the pod side read on one trip into `ns` ([`check_pod_with`]), the node
+/// side from this thread ([`check_node_with`]).
 pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<String>, ApplyError> {
+    let label = ns.path().display().to_string();
+    let mut drift = ns.run(|| check_pod_with(&mut Live::pod(&label, None), rec, &label))??;
+    drift.extend(check_node_with(&mut Live::on(node), rec)?);
+    Ok(drift)
+}
+
+/// The pod side of [`check`] over any [`Kernel`] in the pod's namespace
+/// (`label` names it in errors): the record's state, its sysctls, the
+/// nf_tables table and the pod routes.
+pub fn check_pod_with(
+    k: &mut impl Kernel,
+    rec: &Record,
+    label: &str,
+) -> Result<Vec<String>, ApplyError> {
+    let nft_err = |source| ApplyError::Nft {
+        netns: label.to_string(),
+        source,
+    };
     let mut drift = Vec::new();
     if rec.status == Status::Pending {
         drift.push("ADD has not finished (record pending): it is running, or was killed half-way and awaits DEL".into());
     }
-    let sysctls: Vec<(String, Result<String, Error>)> = ns.run(|| {
-        rec.sysctls
-            .iter()
-            .map(|s| (s.name.clone(), sysctl::read(&s.name)))
-            .collect()
-    })?;
-    for ((name, got), want) in sysctls.iter().zip(&rec.sysctls) {
-        match got {
-            Ok(v) if sysctl::normalize(v) == sysctl::normalize(&want.value) => {}
+    for want in &rec.sysctls {
+        let name = &want.name;
+        match k.sysctl_read(name) {
+            Ok(v) if sysctl::normalize(&v) == sysctl::normalize(&want.value) => {}
             Ok(v) => drift.push(format!("sysctl {name} is {v}, want {}", want.value)),
             Err(e) => drift.push(format!("sysctl {name}: {e}")),
         }
     }
-    let mut pod = pod_sockets(ns)?;
     if let Some(t) = &rec.nft_table {
         let wanted = masq_rules(rec);
-        match pod.nft.list_masquerade(t).map_err(|e| pod.nft_err(e))? {
+        match k.nft_list_masquerade(t).map_err(nft_err)? {
             None => drift.push(format!("nft table inet {t} is missing")),
             Some(listed) => {
                 for m in &wanted {
@@ -661,24 +675,30 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
                     ));
                 }
                 if !rec.mss_clamp.is_empty() {
-                    drift.extend(
-                        crate::mss::check(&mut pod.nft, t, &mss_rules(rec))
-                            .map_err(|e| pod.nft_err(e))?,
-                    );
+                    if let Some(listed) = k.nft_list_mss(t).map_err(nft_err)? {
+                        drift.extend(crate::mss::drift(&listed, t, &mss_rules(rec)));
+                    }
                 }
             }
         }
     }
     if !rec.pod_routes.is_empty() {
-        let routes = route::list_all(&mut pod.route)?;
+        let routes = list_all(k)?;
         for r in &rec.pod_routes {
             if route::find(&routes, &r.spec()).is_none() {
                 drift.push(format!("pod route {} is missing", r.spec().describe()));
             }
         }
     }
+    Ok(drift)
+}
+
+/// The node side of [`check`] over any [`Kernel`] in the node's namespace:
+/// the return routes and the routing boundary.
+pub fn check_node_with(k: &mut impl Kernel, rec: &Record) -> Result<Vec<String>, ApplyError> {
+    let mut drift = Vec::new();
     if !rec.node_routes.is_empty() {
-        let routes = route::list_all(node)?;
+        let routes = list_all(k)?;
         for r in &rec.node_routes {
             if route::find(&routes, &r.spec()).is_none() {
                 drift.push(format!(
@@ -689,9 +709,16 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
         }
     }
     if let Some(rp) = &rec.routing {
-        drift.extend(boundary::check(node, &rp.plan())?);
+        drift.extend(boundary::check(k, &rp.plan())?);
     }
     Ok(drift)
+}
+
+/// Routes of both families, as [`route::list_all`].
+fn list_all(k: &mut impl Kernel) -> Result<Vec<RouteEntry>, Error> {
+    let mut v = k.route_list(false)?;
+    v.extend(k.route_list(true)?);
+    Ok(v)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use crate::config::MssClamp;
 use ipnet::IpNet;
 use podgate_cni::CniError;
-use podgate_kit::nft::{describe_mss, MssDirection, MssRule, MssValue, NftError, NftSocket};
+use podgate_kit::nft::{describe_mss, ListedMss, MssDirection, MssRule, MssValue};
 
 /// The clamp rules for `pools` on `ifname`: per pool, the SYN from the pool
 /// leaving by the interface and the SYN arriving by it for the pool.
@@ -39,13 +39,10 @@ pub fn plan(clamp: MssClamp, pools: &[IpNet], ifname: &str) -> Result<Vec<MssRul
     Ok(rules)
 }
 
-/// Drift of the clamp chain in `inet <table>` (a missing table is reported by
-/// the caller, with the rest of the table).
-pub fn check(nft: &mut NftSocket, table: &str, rules: &[MssRule]) -> Result<Vec<String>, NftError> {
+/// Drift of the clamp chain `forward` of `inet <table>` as listed (a
+/// missing table is reported by the caller, with the rest of the table).
+pub fn drift(listed: &[ListedMss], table: &str, rules: &[MssRule]) -> Vec<String> {
     let mut drift = Vec::new();
-    let Some(listed) = nft.list_mss(table)? else {
-        return Ok(drift);
-    };
     for r in rules {
         if !listed.iter().any(|l| l.rule.as_ref() == Some(r)) {
             drift.push(format!(
@@ -63,7 +60,7 @@ pub fn check(nft: &mut NftSocket, table: &str, rules: &[MssRule]) -> Result<Vec<
             "inet {table} forward holds {extra} rule(s) podgate did not write"
         ));
     }
-    Ok(drift)
+    drift
 }
 
 #[cfg(test)]
