@@ -20,7 +20,7 @@ use crate::kernel::{Kernel, Live};
 use crate::record::{self, Mode, NsId, Record, Status};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::{self, NetNs, NsIdentity};
-use podgate_kit::nft::{MasqRule, MssRule, NftSocket, TableRules};
+use podgate_kit::nft::{describe_mss, Listed, MasqRule, MssRule, NftSocket, TableRules};
 use podgate_kit::route::{self, RouteEntry, RTPROT_PODGATE};
 use podgate_kit::rule::{self, RuleSpec};
 use podgate_kit::state::{Key, StateStore};
@@ -653,30 +653,28 @@ pub fn check_pod_with(
         }
     }
     if let Some(t) = &rec.nft_table {
-        let wanted = masq_rules(rec);
         match k.nft_list_masquerade(t).map_err(nft_err)? {
             None => drift.push(format!("nft table inet {t} is missing")),
             Some(listed) => {
-                for m in &wanted {
-                    if !listed.iter().any(|l| l.rule.as_ref() == Some(m)) {
-                        drift.push(format!(
+                drift.extend(chain_drift(
+                    &listed,
+                    &masq_rules(rec),
+                    |m| {
+                        format!(
                             "masquerade for {} out of {} is missing in inet {t}",
                             m.source, m.oifname
-                        ));
-                    }
-                }
-                let extra = listed
-                    .iter()
-                    .filter(|l| l.rule.as_ref().is_none_or(|r| !wanted.contains(r)))
-                    .count();
-                if extra > 0 {
-                    drift.push(format!(
-                        "inet {t} holds {extra} rule(s) podgate did not write"
-                    ));
-                }
+                        )
+                    },
+                    &format!("inet {t}"),
+                ));
                 if !rec.mss_clamp.is_empty() {
                     if let Some(listed) = k.nft_list_mss(t).map_err(nft_err)? {
-                        drift.extend(crate::mss::drift(&listed, t, &mss_rules(rec)));
+                        drift.extend(chain_drift(
+                            &listed,
+                            &mss_rules(rec),
+                            |r| format!("mss clamp `{}` is missing in inet {t}", describe_mss(r)),
+                            &format!("inet {t} forward"),
+                        ));
                     }
                 }
             }
@@ -691,6 +689,32 @@ pub fn check_pod_with(
         }
     }
     Ok(drift)
+}
+
+/// Drift of one of podgate's chains as listed: each wanted rule that is
+/// missing (`missing` words it), and one line for the rules podgate did
+/// not write (`chain` names where they are).
+fn chain_drift<R: PartialEq>(
+    listed: &[Listed<R>],
+    wanted: &[R],
+    missing: impl Fn(&R) -> String,
+    chain: &str,
+) -> Vec<String> {
+    let mut drift: Vec<String> = wanted
+        .iter()
+        .filter(|w| !listed.iter().any(|l| l.rule.as_ref() == Some(*w)))
+        .map(missing)
+        .collect();
+    let extra = listed
+        .iter()
+        .filter(|l| l.rule.as_ref().is_none_or(|r| !wanted.contains(r)))
+        .count();
+    if extra > 0 {
+        drift.push(format!(
+            "{chain} holds {extra} rule(s) podgate did not write"
+        ));
+    }
+    drift
 }
 
 /// The node side of [`check`] over any [`Kernel`] in the node's namespace:
