@@ -731,3 +731,47 @@ fn check_reads_the_node_side_through_the_kernel_and_names_each_drift() {
     assert_eq!(k.calls[start], "route list v6=false");
     assert!(e.to_string().contains("route list v6=false"), "{e}");
 }
+
+#[test]
+fn every_failing_pod_step_after_a_reread_is_undone_by_the_pod_removal() {
+    // The pod facts were read while an earlier ADD of this attachment held
+    // ip_forward at podgate's 1 (nothing to put back, says the pending
+    // record); that ADD was undone since, so the pod side reads the values
+    // again, writes the record, then changes.
+    let pending = || {
+        let mut rec = pod_record();
+        rec.sysctls[0].previous = None;
+        rec
+    };
+    let calls = {
+        let t = temp_store();
+        let mut k = pod_before();
+        pod_changes_with(&mut k, &mut pending(), true, NS, &t.1).unwrap();
+        k.calls.len()
+    };
+    // Two reads, two writes, nft, the pod route.
+    assert_eq!(calls, 6);
+    for n in 1..=calls {
+        let t = temp_store();
+        let mut k = pod_before();
+        let mut rec = pending();
+        record::write(&t.1, &rec).unwrap();
+        k.fail_call(n, libc::EPERM);
+        let e = pod_changes_with(&mut k, &mut rec, true, NS, &t.1).unwrap_err();
+        let failed = k.calls[n - 1].clone();
+        assert!(e.to_string().contains(&failed), "call {n}: {e}");
+        // Write-ahead: once anything changed, the disk says what it found.
+        let on_disk = record::read(&t.1, &rec.key).unwrap().unwrap();
+        if !failed.starts_with("sysctl read") {
+            assert_eq!(on_disk.sysctls, rec.sysctls, "call {n} ({failed})");
+        }
+        // The caller rolls back from the record the pod side returns.
+        let left = remove_pod_with(&mut k, &rec, NS);
+        assert!(left.is_empty(), "call {n} ({failed}): {left:?}");
+        assert_eq!(k.sysctls, pod_before().sysctls, "call {n} ({failed})");
+        assert!(
+            k.tables.is_empty() && k.routes.is_empty(),
+            "call {n}: {k:#?}"
+        );
+    }
+}
