@@ -47,14 +47,48 @@ pub const DEFAULT_PLUGINS_FILE: &str = "/etc/podgate/plugins.json";
 /// (Kube-OVN `01-`, Cilium `05-`, Calico/Flannel `10-`).
 pub const DEFAULT_CONFLIST_NAME: &str = "00-podgate.conflist";
 
+/// The node's CNI directories and podgate's files in them, the same for
+/// install and uninstall.
 #[derive(Debug, Clone, Args)]
-pub struct InstallArgs {
+pub struct NodeArgs {
     /// Where the container runtime looks for CNI binaries.
     #[arg(long, default_value = DEFAULT_BIN_DIR, value_name = "DIR")]
     pub cni_bin_dir: PathBuf,
     /// Where the container runtime looks for CNI configs.
     #[arg(long, default_value = DEFAULT_CONF_DIR, value_name = "DIR")]
     pub cni_conf_dir: PathBuf,
+    /// podgate's own conflist in --cni-conf-dir; must sort before the
+    /// primary's file (runtimes load the first file in lexical order).
+    #[arg(long, default_value = DEFAULT_CONFLIST_NAME, value_name = "NAME")]
+    pub conflist_name: String,
+    /// Where install keeps its records (and the primary's original bytes,
+    /// for uninstall).
+    #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
+    pub state_dir: PathBuf,
+}
+
+impl NodeArgs {
+    /// The node these paths describe; refuses a conflist name that is not
+    /// a plain `*.conflist` file name.
+    fn node(&self) -> Result<Node, Error> {
+        let own = &self.conflist_name;
+        let plain = !own.contains('/') && !own.starts_with('.') && own.len() > ".conflist".len();
+        if !plain || chain::kind_of(own) != Some(chain::Kind::List) {
+            return Err(Error::BadConflistName(own.clone()));
+        }
+        Ok(Node {
+            conf_dir: self.cni_conf_dir.clone(),
+            bin_dir: self.cni_bin_dir.clone(),
+            state: state::StateDir::new(&self.state_dir),
+            own_file: own.clone(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
     /// Directory holding the podgate-router and podgate-tunnel-guard binaries
     /// to install [default: the directory of this executable].
     #[arg(long, value_name = "DIR")]
@@ -68,13 +102,6 @@ pub struct InstallArgs {
     /// runtimes would load).
     #[arg(long, value_name = "FILE")]
     pub primary: Option<String>,
-    /// podgate's own conflist in --cni-conf-dir; must sort before the
-    /// primary's file (runtimes load the first file in lexical order).
-    #[arg(long, default_value = DEFAULT_CONFLIST_NAME, value_name = "NAME")]
-    pub conflist_name: String,
-    /// Where the primary's original bytes are kept for uninstall.
-    #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
-    pub state_dir: PathBuf,
     /// Keep running and re-chain whenever the conf dir, the binaries or the
     /// plugins file change; stop on SIGTERM/SIGINT (SIGHUP: re-check now).
     #[arg(long)]
@@ -133,18 +160,8 @@ static AGENT_LOG: std::sync::OnceLock<AgentLogArgs> = std::sync::OnceLock::new()
 
 #[derive(Debug, Clone, Args)]
 pub struct UninstallArgs {
-    /// Where the container runtime looks for CNI binaries.
-    #[arg(long, default_value = DEFAULT_BIN_DIR, value_name = "DIR")]
-    pub cni_bin_dir: PathBuf,
-    /// Where the container runtime looks for CNI configs.
-    #[arg(long, default_value = DEFAULT_CONF_DIR, value_name = "DIR")]
-    pub cni_conf_dir: PathBuf,
-    /// Where install kept its records.
-    #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
-    pub state_dir: PathBuf,
-    /// podgate's own conflist, as given to install.
-    #[arg(long, default_value = DEFAULT_CONFLIST_NAME, value_name = "NAME")]
-    pub conflist_name: String,
+    #[command(flatten)]
+    pub node: NodeArgs,
     /// Also remove podgate-router and podgate-tunnel-guard from --cni-bin-dir
     /// (only once no pod on the node still needs them for its DEL).
     #[arg(long)]
@@ -241,7 +258,7 @@ fn source_of(args: &InstallArgs) -> Result<Source, Error> {
             // A path is fine when it points into the conf dir.
             let parent = path.parent().filter(|d| !d.as_os_str().is_empty());
             if let Some(dir) = parent {
-                let same = dir.canonicalize().ok() == args.cni_conf_dir.canonicalize().ok();
+                let same = dir.canonicalize().ok() == args.node.cni_conf_dir.canonicalize().ok();
                 if !same {
                     return Err(Error::BadPrimary(p.clone()));
                 }
@@ -256,32 +273,9 @@ fn source_of(args: &InstallArgs) -> Result<Source, Error> {
     })
 }
 
-fn node_of(
-    bin: &std::path::Path,
-    conf: &std::path::Path,
-    state: &std::path::Path,
-    own: &str,
-) -> Result<Node, Error> {
-    let plain = !own.contains('/') && !own.starts_with('.') && own.len() > ".conflist".len();
-    if !plain || chain::kind_of(own) != Some(chain::Kind::List) {
-        return Err(Error::BadConflistName(own.into()));
-    }
-    Ok(Node {
-        conf_dir: conf.into(),
-        bin_dir: bin.into(),
-        state: state::StateDir::new(state),
-        own_file: own.into(),
-    })
-}
-
 pub fn install(args: &InstallArgs) -> Result<(), Error> {
     let _ = AGENT_LOG.set(args.log.clone());
-    let node = node_of(
-        &args.cni_bin_dir,
-        &args.cni_conf_dir,
-        &args.state_dir,
-        &args.conflist_name,
-    )?;
+    let node = args.node.node()?;
     let src = source_of(args)?;
     if args.check {
         let entries = reconcile::load_entries(&src.plugins_file)?;
@@ -299,7 +293,7 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
                 node: node.clone(),
                 src: src.clone(),
             };
-            crate::metrics::start(addr, &args.metrics, &args.state_dir, probe)
+            crate::metrics::start(addr, &args.metrics, &args.node.state_dir, probe)
                 .map_err(Error::Watch)?;
         }
         let opts = watch::WatchOpts {
@@ -330,12 +324,7 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
 }
 
 pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
-    let node = node_of(
-        &args.cni_bin_dir,
-        &args.cni_conf_dir,
-        &args.state_dir,
-        &args.conflist_name,
-    )?;
+    let node = args.node.node()?;
     for msg in reconcile::unchain_all(&node)? {
         log(msg);
     }

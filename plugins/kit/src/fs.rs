@@ -170,11 +170,7 @@ pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
 /// Is some process holding the lock on `path` right now? Never creates the
 /// file.
 pub fn lock_busy(path: &Path) -> bool {
-    let Ok(f) = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-    else {
+    let Some(f) = open_existing(path) else {
         return false;
     };
     // The lock, if taken, goes with `f`.
@@ -185,15 +181,21 @@ pub fn lock_busy(path: &Path) -> bool {
 /// it, taking it first so the unlink happens under the lock (as a holder's
 /// own release does).
 pub fn remove_orphaned_lock(path: &Path) -> bool {
-    let Ok(f) = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-    else {
+    let Some(f) = open_existing(path) else {
         return false;
     };
     // Released when `f` drops, after the unlink.
     matches!(try_flock(&f), Ok(true)) && names(path, &f) && fs::remove_file(path).is_ok()
+}
+
+/// A lock file opened for `flock` only if it exists (read-only, never
+/// created).
+fn open_existing(path: &Path) -> Option<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .ok()
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: Ok(false) when another holder has it.

@@ -9,7 +9,7 @@ use netlink_packet_route::route::{
     RouteProtocol as NlProtocol, RouteScope as NlScope, RouteType as NlType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::net::IpAddr;
 
 /// Route protocol number podgate tags its routes with (`ip route ... proto 94`),
@@ -162,31 +162,26 @@ fn number_of(names: &[(u8, &'static str)], s: &str) -> Option<u8> {
     names.iter().find(|(_, v)| *v == s).map(|(k, _)| *k)
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A route to add, delete or look for. Serialized only to show a plan (the
+/// router's debug log); what is kept on disk is the router's record, a
+/// format of its own, so this type is never read back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteSpec {
     pub dst: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway: Option<IpAddr>,
     /// Output interface index.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub oif: Option<u32>,
-    #[serde(default = "main_table")]
     pub table: u32,
-    #[serde(default)]
     pub protocol: u8,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<u32>,
     /// `onlink`: the gateway is reachable on `oif` without a connected route.
-    #[serde(default)]
     pub onlink: bool,
     /// Link scope (a directly connected route, no gateway).
-    #[serde(default)]
     pub link_scope: bool,
-}
-
-fn main_table() -> u32 {
-    TABLE_MAIN
 }
 
 impl RouteSpec {
@@ -418,6 +413,29 @@ impl From<&RouteEntry> for RouteSpec {
             metric: e.metric,
             onlink: false,
             link_scope: e.route_scope() == RouteScope::LINK,
+        }
+    }
+}
+
+/// The entry the kernel lists for a route added from this spec: unicast, no
+/// preferred source, link scope when asked for.
+impl From<&RouteSpec> for RouteEntry {
+    fn from(spec: &RouteSpec) -> RouteEntry {
+        let scope = if spec.link_scope {
+            RouteScope::LINK
+        } else {
+            RouteScope::UNIVERSE
+        };
+        RouteEntry {
+            dst: spec.dst,
+            gateway: spec.gateway,
+            oif: spec.oif,
+            table: spec.table,
+            protocol: spec.protocol,
+            metric: spec.metric,
+            scope: scope.0,
+            kind: RouteType::UNICAST.0,
+            prefsrc: None,
         }
     }
 }

@@ -7,25 +7,26 @@ use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 use netlink_packet_route::route::RouteProtocol;
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A policy rule to add, delete or match. Serialized only to show a plan
+/// (as [`crate::route::RouteSpec`]); never read back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleSpec {
     pub v6: bool,
     pub priority: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub from: Option<IpNet>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub to: Option<IpNet>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub iif: Option<String>,
     pub table: u32,
-    #[serde(default)]
     pub protocol: u8,
     /// `suppress_prefixlength N`: ignore routes of prefix length <= N found
     /// by this rule's lookup (e.g. 31: only /32 host routes count).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub suppress_prefixlen: Option<u32>,
 }
 

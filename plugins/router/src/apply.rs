@@ -20,7 +20,7 @@ use crate::kernel::{Kernel, Live};
 use crate::record::{self, Mode, NsId, Record, Status};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::{self, NetNs, NsIdentity};
-use podgate_kit::nft::{MasqRule, MssRule, NftSocket, TableRules};
+use podgate_kit::nft::{describe_mss, Listed, MasqRule, MssRule, NftSocket, TableRules};
 use podgate_kit::route::{self, RouteEntry, RTPROT_PODGATE};
 use podgate_kit::rule::{self, RuleSpec};
 use podgate_kit::state::{Key, StateStore};
@@ -618,67 +618,111 @@ pub fn sweep_node(
     (removed, failed)
 }
 
-/// What no longer holds, each a one-line description naming the object.
+/// What no longer holds, each a one-line description naming the object:
+/// the pod side read on one trip into `ns` ([`check_pod_with`]), the node
+/// side from this thread ([`check_node_with`]).
 pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<String>, ApplyError> {
+    let label = ns.path().display().to_string();
+    let mut drift = ns.run(|| check_pod_with(&mut Live::pod(&label, None), rec, &label))??;
+    drift.extend(check_node_with(&mut Live::on(node), rec)?);
+    Ok(drift)
+}
+
+/// The pod side of [`check`] over any [`Kernel`] in the pod's namespace
+/// (`label` names it in errors): the record's state, its sysctls, the
+/// nf_tables table and the pod routes.
+pub fn check_pod_with(
+    k: &mut impl Kernel,
+    rec: &Record,
+    label: &str,
+) -> Result<Vec<String>, ApplyError> {
+    let nft_err = |source| ApplyError::Nft {
+        netns: label.to_string(),
+        source,
+    };
     let mut drift = Vec::new();
     if rec.status == Status::Pending {
         drift.push("ADD has not finished (record pending): it is running, or was killed half-way and awaits DEL".into());
     }
-    let sysctls: Vec<(String, Result<String, Error>)> = ns.run(|| {
-        rec.sysctls
-            .iter()
-            .map(|s| (s.name.clone(), sysctl::read(&s.name)))
-            .collect()
-    })?;
-    for ((name, got), want) in sysctls.iter().zip(&rec.sysctls) {
-        match got {
-            Ok(v) if sysctl::normalize(v) == sysctl::normalize(&want.value) => {}
+    for want in &rec.sysctls {
+        let name = &want.name;
+        match k.sysctl_read(name) {
+            Ok(v) if sysctl::normalize(&v) == sysctl::normalize(&want.value) => {}
             Ok(v) => drift.push(format!("sysctl {name} is {v}, want {}", want.value)),
             Err(e) => drift.push(format!("sysctl {name}: {e}")),
         }
     }
-    let mut pod = pod_sockets(ns)?;
     if let Some(t) = &rec.nft_table {
-        let wanted = masq_rules(rec);
-        match pod.nft.list_masquerade(t).map_err(|e| pod.nft_err(e))? {
+        match k.nft_list_masquerade(t).map_err(nft_err)? {
             None => drift.push(format!("nft table inet {t} is missing")),
             Some(listed) => {
-                for m in &wanted {
-                    if !listed.iter().any(|l| l.rule.as_ref() == Some(m)) {
-                        drift.push(format!(
+                drift.extend(chain_drift(
+                    &listed,
+                    &masq_rules(rec),
+                    |m| {
+                        format!(
                             "masquerade for {} out of {} is missing in inet {t}",
                             m.source, m.oifname
+                        )
+                    },
+                    &format!("inet {t}"),
+                ));
+                if !rec.mss_clamp.is_empty() {
+                    if let Some(listed) = k.nft_list_mss(t).map_err(nft_err)? {
+                        drift.extend(chain_drift(
+                            &listed,
+                            &mss_rules(rec),
+                            |r| format!("mss clamp `{}` is missing in inet {t}", describe_mss(r)),
+                            &format!("inet {t} forward"),
                         ));
                     }
-                }
-                let extra = listed
-                    .iter()
-                    .filter(|l| l.rule.as_ref().is_none_or(|r| !wanted.contains(r)))
-                    .count();
-                if extra > 0 {
-                    drift.push(format!(
-                        "inet {t} holds {extra} rule(s) podgate did not write"
-                    ));
-                }
-                if !rec.mss_clamp.is_empty() {
-                    drift.extend(
-                        crate::mss::check(&mut pod.nft, t, &mss_rules(rec))
-                            .map_err(|e| pod.nft_err(e))?,
-                    );
                 }
             }
         }
     }
     if !rec.pod_routes.is_empty() {
-        let routes = route::list_all(&mut pod.route)?;
+        let routes = list_all(k)?;
         for r in &rec.pod_routes {
             if route::find(&routes, &r.spec()).is_none() {
                 drift.push(format!("pod route {} is missing", r.spec().describe()));
             }
         }
     }
+    Ok(drift)
+}
+
+/// Drift of one of podgate's chains as listed: each wanted rule that is
+/// missing (`missing` words it), and one line for the rules podgate did
+/// not write (`chain` names where they are).
+fn chain_drift<R: PartialEq>(
+    listed: &[Listed<R>],
+    wanted: &[R],
+    missing: impl Fn(&R) -> String,
+    chain: &str,
+) -> Vec<String> {
+    let mut drift: Vec<String> = wanted
+        .iter()
+        .filter(|w| !listed.iter().any(|l| l.rule.as_ref() == Some(*w)))
+        .map(missing)
+        .collect();
+    let extra = listed
+        .iter()
+        .filter(|l| l.rule.as_ref().is_none_or(|r| !wanted.contains(r)))
+        .count();
+    if extra > 0 {
+        drift.push(format!(
+            "{chain} holds {extra} rule(s) podgate did not write"
+        ));
+    }
+    drift
+}
+
+/// The node side of [`check`] over any [`Kernel`] in the node's namespace:
+/// the return routes and the routing boundary.
+pub fn check_node_with(k: &mut impl Kernel, rec: &Record) -> Result<Vec<String>, ApplyError> {
+    let mut drift = Vec::new();
     if !rec.node_routes.is_empty() {
-        let routes = route::list_all(node)?;
+        let routes = list_all(k)?;
         for r in &rec.node_routes {
             if route::find(&routes, &r.spec()).is_none() {
                 drift.push(format!(
@@ -689,9 +733,16 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
         }
     }
     if let Some(rp) = &rec.routing {
-        drift.extend(boundary::check(node, &rp.plan())?);
+        drift.extend(boundary::check(k, &rp.plan())?);
     }
     Ok(drift)
+}
+
+/// Routes of both families, as [`route::list_all`].
+fn list_all(k: &mut impl Kernel) -> Result<Vec<RouteEntry>, Error> {
+    let mut v = k.route_list(false)?;
+    v.extend(k.route_list(true)?);
+    Ok(v)
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 //! still run the real thing.
 
 use podgate_kit::netlink::RouteSocket;
-use podgate_kit::nft::{NftSocket, TableRules};
-use podgate_kit::route::{self, RouteSpec};
+use podgate_kit::nft::{ListedMss, ListedRule, NftSocket, TableRules};
+use podgate_kit::route::{self, RouteEntry, RouteSpec};
 use podgate_kit::rule::{self, RuleSpec};
 use podgate_kit::{sysctl, Error};
 
@@ -17,6 +17,8 @@ pub trait Kernel {
     fn route_add(&mut self, r: &RouteSpec, replace: bool) -> Result<(), Error>;
     /// Delete a route; Ok(false) when it was already gone.
     fn route_del(&mut self, r: &RouteSpec) -> Result<bool, Error>;
+    /// Routes of one family in every table.
+    fn route_list(&mut self, v6: bool) -> Result<Vec<RouteEntry>, Error>;
     fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error>;
     fn rule_add(&mut self, r: &RuleSpec) -> Result<(), Error>;
     /// Delete a rule; Ok(false) when it was already gone.
@@ -28,6 +30,11 @@ pub trait Kernel {
     fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error>;
     /// Delete `inet <table>`; Ok(false) when it was already gone.
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error>;
+    /// Chain `postrouting` of `inet <table>`; None when the table is missing.
+    fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error>;
+    /// Chain `forward` (MSS clamp) of `inet <table>`; None when the table is
+    /// missing.
+    fn nft_list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, Error>;
 }
 
 /// The node-side route socket, opened on first use: a masquerade-only ADD
@@ -112,6 +119,9 @@ impl Kernel for Live<'_> {
     fn route_del(&mut self, r: &RouteSpec) -> Result<bool, Error> {
         route::del(self.sock()?, r)
     }
+    fn route_list(&mut self, v6: bool) -> Result<Vec<RouteEntry>, Error> {
+        route::list(self.sock()?, v6)
+    }
     fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error> {
         rule::list(self.sock()?, v6)
     }
@@ -133,6 +143,12 @@ impl Kernel for Live<'_> {
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
         self.nft()?.delete_table(table)
     }
+    fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
+        self.nft()?.list_masquerade(table)
+    }
+    fn nft_list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, Error> {
+        self.nft()?.list_mss(table)
+    }
 }
 
 #[cfg(test)]
@@ -141,8 +157,8 @@ pub mod fake {
     //! model): state as plain data, every call logged as one line.
 
     use super::Kernel;
-    use podgate_kit::nft::TableRules;
-    use podgate_kit::route::RouteSpec;
+    use podgate_kit::nft::{ListedMss, ListedRule, TableRules};
+    use podgate_kit::route::{RouteEntry, RouteSpec};
     use podgate_kit::rule::RuleSpec;
     use podgate_kit::{sysctl, Error};
     use std::collections::BTreeMap;
@@ -152,12 +168,21 @@ pub mod fake {
         pub routes: Vec<RouteSpec>,
         pub rules: Vec<RuleSpec>,
         pub sysctls: BTreeMap<String, String>,
-        /// `inet` tables: name → (masquerade rules, MSS rules, tag).
-        pub tables: BTreeMap<String, (usize, usize, String)>,
+        /// `inet` tables by name.
+        pub tables: BTreeMap<String, Table>,
         /// Every call, in order ("route add ...", "sysctl write n=v", ...).
         pub calls: Vec<String>,
         /// Fail the Nth call (1-based, counting every call) with this errno.
         pub fail: Vec<(usize, i32)>,
+    }
+
+    /// An `inet` table: its two chains as they list (a test may add a rule
+    /// of a shape podgate does not write: `rule: None`).
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    pub struct Table {
+        pub masquerade: Vec<ListedRule>,
+        pub mss: Vec<ListedMss>,
+        pub tag: String,
     }
 
     impl Fake {
@@ -205,6 +230,15 @@ pub mod fake {
                 .retain(|x| !(x.dst == r.dst && x.table == r.table));
             Ok(self.routes.len() != before)
         }
+        fn route_list(&mut self, v6: bool) -> Result<Vec<RouteEntry>, Error> {
+            self.call(format!("route list v6={v6}"))?;
+            Ok(self
+                .routes
+                .iter()
+                .filter(|r| r.dst.addr().is_ipv6() == v6)
+                .map(RouteEntry::from)
+                .collect())
+        }
         fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error> {
             self.call(format!("rule list v6={v6}"))?;
             Ok(self.rules.iter().filter(|r| r.v6 == v6).cloned().collect())
@@ -248,14 +282,47 @@ pub mod fake {
             tag: &str,
         ) -> Result<(), Error> {
             self.call(format!("nft replace {table}"))?;
-            let masq = rules.masquerade.map_or(0, <[_]>::len);
-            self.tables
-                .insert(table.into(), (masq, rules.mss.len(), tag.into()));
+            let handles = 1u64..;
+            let masquerade = rules
+                .masquerade
+                .unwrap_or_default()
+                .iter()
+                .zip(handles.clone())
+                .map(|(r, handle)| ListedRule {
+                    rule: Some(r.clone()),
+                    tag: Some(tag.into()),
+                    handle,
+                })
+                .collect();
+            let mss = rules
+                .mss
+                .iter()
+                .zip(handles)
+                .map(|(r, handle)| ListedMss {
+                    rule: Some(r.clone()),
+                    tag: Some(tag.into()),
+                    handle,
+                })
+                .collect();
+            let t = Table {
+                masquerade,
+                mss,
+                tag: tag.into(),
+            };
+            self.tables.insert(table.into(), t);
             Ok(())
         }
         fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
             self.call(format!("nft delete {table}"))?;
             Ok(self.tables.remove(table).is_some())
+        }
+        fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
+            self.call(format!("nft list {table} postrouting"))?;
+            Ok(self.tables.get(table).map(|t| t.masquerade.clone()))
+        }
+        fn nft_list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, Error> {
+            self.call(format!("nft list {table} forward"))?;
+            Ok(self.tables.get(table).map(|t| t.mss.clone()))
         }
     }
 }

@@ -6,7 +6,7 @@
 use crate::config::MssClamp;
 use ipnet::IpNet;
 use podgate_cni::CniError;
-use podgate_kit::nft::{describe_mss, MssDirection, MssRule, MssValue, NftError, NftSocket};
+use podgate_kit::nft::{MssDirection, MssRule, MssValue};
 
 /// The clamp rules for `pools` on `ifname`: per pool, the SYN from the pool
 /// leaving by the interface and the SYN arriving by it for the pool.
@@ -37,33 +37,6 @@ pub fn plan(clamp: MssClamp, pools: &[IpNet], ifname: &str) -> Result<Vec<MssRul
         }
     }
     Ok(rules)
-}
-
-/// Drift of the clamp chain in `inet <table>` (a missing table is reported by
-/// the caller, with the rest of the table).
-pub fn check(nft: &mut NftSocket, table: &str, rules: &[MssRule]) -> Result<Vec<String>, NftError> {
-    let mut drift = Vec::new();
-    let Some(listed) = nft.list_mss(table)? else {
-        return Ok(drift);
-    };
-    for r in rules {
-        if !listed.iter().any(|l| l.rule.as_ref() == Some(r)) {
-            drift.push(format!(
-                "mss clamp `{}` is missing in inet {table}",
-                describe_mss(r)
-            ));
-        }
-    }
-    let extra = listed
-        .iter()
-        .filter(|l| l.rule.as_ref().is_none_or(|r| !rules.contains(r)))
-        .count();
-    if extra > 0 {
-        drift.push(format!(
-            "inet {table} forward holds {extra} rule(s) podgate did not write"
-        ));
-    }
-    Ok(drift)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ pub struct Masquerade {
     pub oifname: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     pub profile: String,
@@ -33,14 +33,14 @@ pub struct Plan {
     pub nft_table: Option<String>,
     pub masquerade: Vec<Masquerade>,
     /// `mssClamp`: chain `forward` of `nft_table`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mss_clamp: Vec<podgate_kit::nft::MssRule>,
     /// In the pod netns, out of `ifname` (oif resolved when applied).
     pub pod_routes: Vec<PodRoute>,
     /// In the node netns, tagged with RTPROT_PODGATE.
     pub node_routes: Vec<RouteSpec>,
     /// Strict/standard routing boundary (node side).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingPlan>,
 }
 

@@ -16,7 +16,7 @@ use podgate_kit::link;
 use podgate_kit::nft::SnatFinding;
 use podgate_kit::route::{RouteSpec, RTPROT_PODGATE, TABLE_LOCAL, TABLE_MAIN};
 use podgate_kit::rule::RuleSpec;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -33,7 +33,7 @@ pub const TABLE_AUTO: std::ops::RangeInclusive<u32> = 20_000..=29_999;
 /// IPVS-mode kube-proxy's dummy interface: strict pods are not compatible.
 pub const IPVS_LINK: &str = "kube-ipvs0";
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RoutingPlan {
     pub mode: RoutingMode,
@@ -51,11 +51,9 @@ pub struct RoutingPlan {
     pub node_sysctls: Vec<SysctlSetting>,
     /// strict: sysctls of the pod's host-side interface. Proxy ARP answers
     /// the pod's requests for its gateway (see `host_if_sysctls`).
-    #[serde(default)]
     pub host_if_sysctls: Vec<SysctlSetting>,
     /// strict: what `host_if_sysctls` held before ADD wrote them (only those
     /// it changed). Observed when applied, not planned.
-    #[serde(default)]
     pub host_if_previous: BTreeMap<String, String>,
 }
 

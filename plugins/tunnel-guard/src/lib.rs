@@ -467,6 +467,25 @@ fn check_endpoint(
     }
 }
 
+/// A number from the OVSDB lease (`external_ids`): None when absent or
+/// empty; one that does not parse or fails `valid` is reported in `bad`
+/// (worded by `complaint`) and is None too.
+fn lease_number(
+    raw: Option<&str>,
+    valid: impl Fn(u32) -> bool,
+    bad: &mut Vec<String>,
+    complaint: impl Fn(&str) -> String,
+) -> Option<u32> {
+    let raw = raw.filter(|m| !m.is_empty())?;
+    match config::parse_mark(raw) {
+        Some(n) if valid(n) => Some(n),
+        _ => {
+            bad.push(complaint(raw));
+            None
+        }
+    }
+}
+
 /// The lease keys as the agent validates them (`pkg/ovs` `tunnelOptions`).
 fn check_lease(
     info: &OvsInfo,
@@ -481,35 +500,23 @@ fn check_lease(
             bad.push(format!("{k} missing"));
         }
     }
-    let mark = info
-        .protection_mark
-        .as_deref()
-        .filter(|m| !m.is_empty())
-        .map(|m| (m, config::parse_mark(m)));
-    let mark = match mark {
-        Some((_, Some(m))) if m != 0 => Some(m),
-        Some((raw, _)) => {
-            bad.push(format!(
+    let mark = lease_number(
+        info.protection_mark.as_deref(),
+        |m| m != 0,
+        &mut bad,
+        |raw| {
+            format!(
                 "{} {raw:?} is not a non-zero 32-bit number",
                 ovsdb::PROTECTION_MARK
-            ));
-            None
-        }
-        None => None,
-    };
-    let reqid = info
-        .reqid
-        .as_deref()
-        .filter(|m| !m.is_empty())
-        .map(|m| (m, config::parse_mark(m)));
-    let reqid = match reqid {
-        Some((_, Some(q))) if (1..=0x7fff_ffff).contains(&q) => Some(q),
-        Some((raw, _)) => {
-            bad.push(format!("{} {raw:?} is not within 1..2^31-1", ovsdb::REQID));
-            None
-        }
-        None => None,
-    };
+            )
+        },
+    );
+    let reqid = lease_number(
+        info.reqid.as_deref(),
+        |q| (1..=0x7fff_ffff).contains(&q),
+        &mut bad,
+        |raw| format!("{} {raw:?} is not within 1..2^31-1", ovsdb::REQID),
+    );
     if info.system_id.as_deref().is_none_or(str::is_empty) {
         bad.push("system-id missing".into());
     }

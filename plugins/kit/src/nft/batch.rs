@@ -206,29 +206,8 @@ pub(super) fn build_table_batch(
             SRCNAT_PRIORITY,
             "nat",
         );
-        for (i, rule) in rules.iter().enumerate() {
-            b.msg(
-                sys::NFT_MSG_NEWRULE,
-                // APPEND keeps the rules in the caller's order.
-                sys::NLM_F_CREATE | sys::NLM_F_APPEND,
-                sys::NFPROTO_INET,
-                format!(
-                    "rule #{} ({}) in chain inet {table} {CHAIN}",
-                    i + 1,
-                    describe_rule(rule)
-                ),
-                |w| {
-                    w.attr_str(sys::NFTA_RULE_TABLE, table);
-                    w.attr_str(sys::NFTA_RULE_CHAIN, CHAIN);
-                    let list = w.begin_nest(sys::NFTA_RULE_EXPRESSIONS);
-                    for expr in masq_exprs(rule) {
-                        expr.encode(w);
-                    }
-                    w.end_nest(list);
-                    w.attr(sys::NFTA_RULE_USERDATA, &udata);
-                },
-            );
-        }
+        let rules = rules.iter().map(|r| (describe_rule(r), masq_exprs(r)));
+        append_rules(&mut b, table, CHAIN, &udata, rules);
     }
     if !spec.mss.is_empty() {
         base_chain(
@@ -239,30 +218,40 @@ pub(super) fn build_table_batch(
             MANGLE_PRIORITY,
             "filter",
         );
-        for (i, rule) in spec.mss.iter().enumerate() {
-            b.msg(
-                sys::NFT_MSG_NEWRULE,
-                sys::NLM_F_CREATE | sys::NLM_F_APPEND,
-                sys::NFPROTO_INET,
-                format!(
-                    "rule #{} ({}) in chain inet {table} {MSS_CHAIN}",
-                    i + 1,
-                    describe_mss(rule)
-                ),
-                |w| {
-                    w.attr_str(sys::NFTA_RULE_TABLE, table);
-                    w.attr_str(sys::NFTA_RULE_CHAIN, MSS_CHAIN);
-                    let list = w.begin_nest(sys::NFTA_RULE_EXPRESSIONS);
-                    for expr in mss_exprs(rule) {
-                        expr.encode(w);
-                    }
-                    w.end_nest(list);
-                    w.attr(sys::NFTA_RULE_USERDATA, &udata);
-                },
-            );
-        }
+        let rules = spec.mss.iter().map(|r| (describe_mss(r), mss_exprs(r)));
+        append_rules(&mut b, table, MSS_CHAIN, &udata, rules);
     }
     b.finish()
+}
+
+/// One rule per `(description, expressions)` at the end of chain
+/// `inet <table> <chain>`, each tagged with `udata`; APPEND keeps the
+/// caller's order.
+fn append_rules(
+    b: &mut BatchBuilder,
+    table: &str,
+    chain: &str,
+    udata: &[u8],
+    rules: impl Iterator<Item = (String, Vec<Expr>)>,
+) {
+    for (i, (what, exprs)) in rules.enumerate() {
+        b.msg(
+            sys::NFT_MSG_NEWRULE,
+            sys::NLM_F_CREATE | sys::NLM_F_APPEND,
+            sys::NFPROTO_INET,
+            format!("rule #{} ({what}) in chain inet {table} {chain}", i + 1),
+            |w| {
+                w.attr_str(sys::NFTA_RULE_TABLE, table);
+                w.attr_str(sys::NFTA_RULE_CHAIN, chain);
+                let list = w.begin_nest(sys::NFTA_RULE_EXPRESSIONS);
+                for expr in &exprs {
+                    expr.encode(w);
+                }
+                w.end_nest(list);
+                w.attr(sys::NFTA_RULE_USERDATA, udata);
+            },
+        );
+    }
 }
 
 /// `chain inet <table> <name> { type <ty> hook <hook> priority <prio>; policy accept; }`

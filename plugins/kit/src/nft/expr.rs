@@ -91,6 +91,27 @@ pub(super) fn masq_exprs(rule: &MasqRule) -> Vec<Expr> {
     exprs
 }
 
+/// The prefix a `meta nfproto <family>; [bitwise & mask;] cmp == <addr>`
+/// match checks (the mask's bits, else the whole address).
+fn prefix_of(nfproto: &[u8], addr: &[u8], mask: Option<&Vec<u8>>) -> Option<IpNet> {
+    let addr = match (nfproto, addr.len()) {
+        ([sys::NFPROTO_IPV4], 4) => IpAddr::from(<[u8; 4]>::try_from(addr).ok()?),
+        ([sys::NFPROTO_IPV6], 16) => IpAddr::from(<[u8; 16]>::try_from(addr).ok()?),
+        _ => return None,
+    };
+    let prefix = match mask {
+        Some(mask) => mask.iter().map(|b| b.count_ones()).sum::<u32>(),
+        None => addr_bits(&addr),
+    };
+    IpNet::new(addr, u8::try_from(prefix).ok()?).ok()
+}
+
+/// The interface name a `meta oifname`/`iifname` compare holds (NUL-padded).
+fn ifname_of(data: &[u8]) -> Option<String> {
+    let len = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+    String::from_utf8(data.get(..len)?.to_vec()).ok()
+}
+
 /// Recovers a [`MasqRule`] from decoded expressions, but only if re-encoding
 /// it yields exactly the same expressions: anything else (extra matches,
 /// flags, non-contiguous masks, nft's shortened loads…) is foreign.
@@ -105,18 +126,8 @@ pub(super) fn rule_from_exprs(exprs: &[Expr]) -> Option<MasqRule> {
     let [Expr::Cmp { data: addr, .. }, _, Expr::Cmp { data: ifname, .. }, _] = rest else {
         return None;
     };
-    let addr = match (nfproto.as_slice(), addr.len()) {
-        ([sys::NFPROTO_IPV4], 4) => IpAddr::from(<[u8; 4]>::try_from(addr.as_slice()).ok()?),
-        ([sys::NFPROTO_IPV6], 16) => IpAddr::from(<[u8; 16]>::try_from(addr.as_slice()).ok()?),
-        _ => return None,
-    };
-    let prefix = match mask {
-        Some(mask) => mask.iter().map(|b| b.count_ones()).sum::<u32>(),
-        None => addr_bits(&addr),
-    };
-    let source = IpNet::new(addr, u8::try_from(prefix).ok()?).ok()?;
-    let name_len = ifname.iter().position(|&b| b == 0).unwrap_or(ifname.len());
-    let oifname = String::from_utf8(ifname.get(..name_len)?.to_vec()).ok()?;
+    let source = prefix_of(nfproto, addr, mask)?;
+    let oifname = ifname_of(ifname)?;
     let rule = MasqRule { source, oifname };
     (validate_rule(&rule).is_ok() && masq_exprs(&rule) == exprs).then_some(rule)
 }
@@ -273,23 +284,13 @@ pub(super) fn mss_from_exprs(exprs: &[Expr]) -> Option<MssRule> {
     else {
         return None;
     };
-    let addr = match (nfproto.as_slice(), addr.len()) {
-        ([sys::NFPROTO_IPV4], 4) => IpAddr::from(<[u8; 4]>::try_from(addr.as_slice()).ok()?),
-        ([sys::NFPROTO_IPV6], 16) => IpAddr::from(<[u8; 16]>::try_from(addr.as_slice()).ok()?),
-        _ => return None,
-    };
     let direction = match (*if_key, *offset) {
         (sys::NFT_META_OIFNAME, 12 | 8) => MssDirection::FromPool,
         (sys::NFT_META_IIFNAME, 16 | 24) => MssDirection::ToPool,
         _ => return None,
     };
-    let prefix = match mask {
-        Some(mask) => mask.iter().map(|b| b.count_ones()).sum::<u32>(),
-        None => addr_bits(&addr),
-    };
-    let pool = IpNet::new(addr, u8::try_from(prefix).ok()?).ok()?;
-    let name_len = ifname.iter().position(|&b| b == 0).unwrap_or(ifname.len());
-    let ifname = String::from_utf8(ifname.get(..name_len)?.to_vec()).ok()?;
+    let pool = prefix_of(nfproto, addr, mask)?;
+    let ifname = ifname_of(ifname)?;
     let mss = match rest.iter().rev().nth(1)? {
         Expr::ImmediateData { data, .. } => MssValue::Fixed(u16::from_be_bytes(
             <[u8; 2]>::try_from(data.as_slice()).ok()?,

@@ -111,27 +111,25 @@ pub struct MssRule {
     pub mss: MssValue,
 }
 
-/// An MSS rule read back from chain `forward`.
+/// A rule read back from one of podgate's chains: `R` is [`MasqRule`]
+/// (chain `postrouting`, [`ListedRule`]) or [`MssRule`] (chain `forward`,
+/// [`ListedMss`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedMss {
-    /// `None` when the rule is not exactly the shape we write.
-    pub rule: Option<MssRule>,
-    pub tag: Option<String>,
-    pub handle: u64,
-}
-
-/// A rule read back from our chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedRule {
+pub struct Listed<R> {
     /// The decoded rule, or `None` when the rule's expressions are not exactly
-    /// the shape [`NftSocket::replace_masquerade_table`] creates (someone else
-    /// added or modified it).
-    pub rule: Option<MasqRule>,
+    /// the shape podgate writes (someone else added or modified it).
+    pub rule: Option<R>,
     /// The ownership tag stored as the rule's comment, if any.
     pub tag: Option<String>,
     /// Kernel rule handle (useful in diagnostics).
     pub handle: u64,
 }
+
+/// A rule read back from chain `postrouting`.
+pub type ListedRule = Listed<MasqRule>;
+
+/// An MSS rule read back from chain `forward`.
+pub type ListedMss = Listed<MssRule>;
 
 fn validate_name(kind: &str, name: &str) -> Result<(), NftError> {
     let reason = if name.is_empty() {

@@ -81,26 +81,27 @@ impl NftSocket {
     /// order. Returns `Ok(None)` if the table does not exist, and an empty
     /// list if the table exists without that chain.
     pub fn list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, NftError> {
-        Ok(self.list_chain(table, CHAIN)?.map(|rules| {
-            rules
-                .iter()
-                .map(|rule| ListedRule {
-                    rule: rule_from_exprs(&rule.exprs),
-                    tag: rule.userdata.as_deref().and_then(decode_comment_udata),
-                    handle: rule.handle,
-                })
-                .collect()
-        }))
+        self.list_decoded(table, CHAIN, rule_from_exprs)
     }
 
     /// Lists the rules of chain `forward` (MSS clamp) in `inet <table>`;
     /// `Ok(None)` if the table does not exist, empty without that chain.
     pub fn list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, NftError> {
-        Ok(self.list_chain(table, MSS_CHAIN)?.map(|rules| {
+        self.list_decoded(table, MSS_CHAIN, mss_from_exprs)
+    }
+
+    /// The rules of `chain`, each decoded as the shape podgate writes there.
+    fn list_decoded<R>(
+        &mut self,
+        table: &str,
+        chain: &str,
+        decode: fn(&[Expr]) -> Option<R>,
+    ) -> Result<Option<Vec<Listed<R>>>, NftError> {
+        Ok(self.list_chain(table, chain)?.map(|rules| {
             rules
                 .iter()
-                .map(|rule| ListedMss {
-                    rule: mss_from_exprs(&rule.exprs),
+                .map(|rule| Listed {
+                    rule: decode(&rule.exprs),
                     tag: rule.userdata.as_deref().and_then(decode_comment_udata),
                     handle: rule.handle,
                 })

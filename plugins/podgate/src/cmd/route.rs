@@ -8,9 +8,7 @@ use crate::select::Target;
 use clap::{Args, Subcommand};
 use podgate_kit::link;
 use podgate_kit::netlink::RouteSocket;
-use podgate_kit::route::{
-    self, RouteEntry, RouteProtocol, RouteScope, RouteSpec, RouteType, TABLE_MAIN,
-};
+use podgate_kit::route::{self, RouteEntry, RouteProtocol, RouteSpec, TABLE_MAIN};
 
 /// Routes `ip route add` tags as user-made.
 
@@ -157,22 +155,7 @@ fn report(
     json: bool,
 ) -> Result<Found> {
     let links = link::list(sock)?;
-    let entry = RouteEntry {
-        dst: spec.dst,
-        gateway: spec.gateway,
-        oif: spec.oif,
-        table: spec.table,
-        protocol: spec.protocol,
-        metric: spec.metric,
-        scope: if spec.link_scope {
-            RouteScope::LINK.0
-        } else {
-            RouteScope::UNIVERSE.0
-        },
-        kind: RouteType::UNICAST.0,
-        prefsrc: None,
-    };
-    let row = row_of(&entry, &links);
+    let row = row_of(&RouteEntry::from(spec), &links);
     if json {
         output::json(&serde_json::json!({ "action": what, "route": row }))?;
     } else {

@@ -6,10 +6,9 @@ use crate::kernel::Kernel;
 use crate::model::SysctlSetting;
 use crate::routing::{RoutingPlan, PRIO_LOCAL_MOVED};
 use crate::strict_node::{read_shared, remove_shared, write_shared};
-use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NsIdentity;
 use podgate_kit::route::{self, RouteSpec, TABLE_LOCAL};
-use podgate_kit::rule::{self, RuleSpec};
+use podgate_kit::rule::RuleSpec;
 use podgate_kit::state::StateStore;
 use podgate_kit::{sysctl, Error};
 
@@ -209,11 +208,11 @@ pub fn remove_pod(k: &mut impl Kernel, p: &RoutingPlan) -> Vec<String> {
     failed
 }
 
-/// Drift of a routing plan.
-pub fn check(node: &mut RouteSocket, p: &RoutingPlan) -> Result<Vec<String>, Error> {
+/// Drift of a routing plan, read through `k` in the node's namespace.
+pub fn check(k: &mut impl Kernel, p: &RoutingPlan) -> Result<Vec<String>, Error> {
     let mut drift = Vec::new();
     let v6 = !p.pod_ip.addr().is_ipv4();
-    let routes = route::list(node, v6)?;
+    let routes = k.route_list(v6)?;
     for r in &p.table_routes {
         if route::find(&routes, r).is_none() {
             drift.push(format!("route {} is missing", r.describe()));
@@ -227,14 +226,14 @@ pub fn check(node: &mut RouteSocket, p: &RoutingPlan) -> Result<Vec<String>, Err
             ));
         }
     }
-    let rules = rule::list(node, v6)?;
+    let rules = k.rule_list(v6)?;
     for r in &p.rules {
         if !rules.iter().any(|x| x.matches(r)) {
             drift.push(format!("rule {} is missing", r.describe()));
         }
     }
     for s in p.node_sysctls.iter().chain(&p.host_if_sysctls) {
-        match sysctl::read(&s.name) {
+        match k.sysctl_read(&s.name) {
             Ok(v) if sysctl::normalize(&v) == s.value => {}
             Ok(v) => drift.push(format!("node sysctl {} is {v}, want {}", s.name, s.value)),
             Err(e) => drift.push(e.to_string()),

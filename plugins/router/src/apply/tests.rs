@@ -4,6 +4,7 @@
 use super::*;
 use crate::kernel::fake::Fake;
 use crate::record::NodeSysctl;
+use podgate_kit::nft::describe_mss;
 use podgate_kit::rule::RuleSpec;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -324,7 +325,7 @@ fn every_failing_pod_step_is_undone_by_the_pod_removal() {
             "route add 10.99.0.0/16 via 10.22.0.1 oif 7",
         ]
     );
-    assert_eq!(dry.tables["podgate-eth0"].0, 1);
+    assert_eq!(dry.tables["podgate-eth0"].masquerade.len(), 1);
     for n in 1..=dry.calls.len() {
         let mut k = pod_before();
         let mut rec = pod_record();
@@ -391,4 +392,386 @@ fn pod_removal_is_idempotent_and_restores_only_podgates_values() {
         left[0].contains(NS) && left[0].contains("podgate-eth0"),
         "{left:?}"
     );
+}
+
+/// What `k` holds, to compare with later (the fake is not `Clone`: its
+/// call log and failure plan are not state).
+fn snapshot(k: &Fake) -> Fake {
+    Fake {
+        routes: k.routes.clone(),
+        rules: k.rules.clone(),
+        sysctls: k.sysctls.clone(),
+        ..Fake::default()
+    }
+}
+
+/// A second strict pod beside [`strict_record`]'s: its own address, table,
+/// host-side interface and return route.
+fn second_strict_record() -> Record {
+    let text = serde_json::to_string(&strict_record())
+        .unwrap()
+        .replace("10.40.0.3", "10.40.0.4")
+        .replace("20000", "20001")
+        .replace("veth1234", "veth5678")
+        .replace("golden-strict", "golden-strict-2");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The node after the first strict pod's ADD, with what the second pod's
+/// ADD finds of its own (the primary's route, its interface's sysctls).
+fn node_with_first_strict_pod(t: &TempStore) -> Fake {
+    let mut first = strict_record();
+    let mut k = node_before(&first);
+    let second = second_strict_record();
+    let r = second.routing.as_ref().unwrap();
+    k.routes.push(r.main_original.as_ref().unwrap().spec());
+    k.sysctls
+        .insert("net.ipv4.conf.veth5678.proxy_arp".into(), "0".into());
+    k.sysctls
+        .insert("net.ipv4.neigh.veth5678.proxy_delay".into(), "80".into());
+    apply_node_with(&mut k, &t.1, &mut first, true).unwrap();
+    k
+}
+
+#[test]
+fn a_second_strict_pod_failing_at_any_step_leaves_the_node_wide_settings() {
+    let calls = {
+        let t = temp_store();
+        let mut k = node_with_first_strict_pod(&t);
+        let start = k.calls.len();
+        apply_node_with(&mut k, &t.1, &mut second_strict_record(), false).unwrap();
+        // Not the first strict pod: node-wide settings are re-asserted, the
+        // local rule is not moved again.
+        assert!(
+            !k.calls[start..].iter().any(|c| c.starts_with("rule add 0:")
+                || c.starts_with(&format!("rule add {}:", crate::routing::PRIO_LOCAL_MOVED))),
+            "{:#?}",
+            &k.calls[start..]
+        );
+        k.calls.len() - start
+    };
+    assert!(calls >= 12, "{calls} calls");
+    for n in 1..=calls {
+        let t = temp_store();
+        let mut k = node_with_first_strict_pod(&t);
+        let after_first = snapshot(&k);
+        let shared = std::fs::read(strict_file(&t.1)).unwrap();
+        let mut second = second_strict_record();
+        k.fail_call(n, libc::EPERM);
+        let start = k.calls.len();
+        let (e, left) = apply_node_with(&mut k, &t.1, &mut second, false).unwrap_err();
+        let failed = k.calls[start + n - 1].clone();
+        assert!(e.to_string().contains(&failed), "call {n}: {e}");
+        assert!(left.is_empty(), "call {n} ({failed}): left {left:?}");
+        assert!(
+            same_state(&k, &after_first),
+            "call {n} ({failed}) not undone:\n{k:#?}"
+        );
+        assert!(record::read(&t.1, &second.key).unwrap().is_none());
+        assert!(record::read(&t.1, &strict_record().key).unwrap().is_some());
+        assert_eq!(
+            std::fs::read(strict_file(&t.1)).unwrap(),
+            shared,
+            "call {n} ({failed}): node/strict.json changed"
+        );
+    }
+}
+
+/// [`strict_record`] as a standard-mode boundary: the pod's table, the
+/// standard rules, no main-route replacement and nothing node-wide.
+fn standard_record() -> Record {
+    let mut rec = strict_record();
+    let r = rec.routing.as_mut().unwrap();
+    r.mode = Mode::Standard;
+    let pod_ip = r.pod_ip;
+    let rule = |priority, from, to, table| RuleSpec {
+        v6: false,
+        priority,
+        from,
+        to,
+        iif: None,
+        table,
+        protocol: route::RTPROT_PODGATE,
+        suppress_prefixlen: None,
+    };
+    let from = crate::routing::PRIO_STANDARD_FROM;
+    r.rules = [
+        rule(
+            crate::routing::PRIO_STANDARD_TO,
+            None,
+            Some(pod_ip),
+            route::TABLE_MAIN,
+        ),
+        RuleSpec {
+            suppress_prefixlen: Some(31),
+            ..rule(from - 1, Some(pod_ip), None, route::TABLE_MAIN)
+        },
+        rule(from, Some(pod_ip), None, r.table),
+    ]
+    .iter()
+    .map(record::Rule::from)
+    .collect();
+    r.main_original = None;
+    r.main_replacement = None;
+    r.node_sysctls.clear();
+    r.host_if_sysctls.clear();
+    rec
+}
+
+#[test]
+fn a_standard_boundary_failing_at_any_step_is_undone_without_node_wide_changes() {
+    let calls = {
+        let t = temp_store();
+        let mut rec = standard_record();
+        let mut k = node_before(&strict_record());
+        let before = snapshot(&k);
+        apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+        assert!(!strict_file(&t.1).exists());
+        assert_eq!(k.sysctls, before.sysctls);
+        assert_eq!(k.rules.len(), 4, "{:#?}", k.rules);
+        k.calls.len()
+    };
+    // Return route, two table routes, three rules.
+    assert_eq!(calls, 6);
+    for n in 1..=calls {
+        let t = temp_store();
+        let mut rec = standard_record();
+        let mut k = node_before(&strict_record());
+        let before = snapshot(&k);
+        k.fail_call(n, libc::EPERM);
+        let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+        let failed = k.calls[n - 1].clone();
+        assert!(e.to_string().contains(&failed), "call {n}: {e}");
+        assert!(left.is_empty(), "call {n} ({failed}): left {left:?}");
+        assert!(same_state(&k, &before), "call {n} ({failed}):\n{k:#?}");
+        assert!(record::read(&t.1, &rec.key).unwrap().is_none());
+        // Undoing a standard boundary never reads or writes node-wide state.
+        assert!(!strict_file(&t.1).exists());
+        assert!(
+            !k.calls.iter().any(|c| c.contains("early_demux")),
+            "{:#?}",
+            k.calls
+        );
+    }
+}
+
+#[test]
+fn a_record_that_cannot_be_written_stops_the_add_before_any_change() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    let before = snapshot(&k);
+    // The store's directory is gone (a full or read-only disk fails the
+    // same way: the write-ahead record is not on disk).
+    std::fs::remove_dir_all(&t.0).unwrap();
+    let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+    assert!(e.to_string().contains(&*t.0.to_string_lossy()), "{e}");
+    assert!(left.is_empty(), "{left:?}");
+    assert!(same_state(&k, &before));
+    // Only the reads of the host-side interface sysctls happened.
+    assert!(
+        k.calls.iter().all(|c| c.starts_with("sysctl read")),
+        "{:#?}",
+        k.calls
+    );
+    assert_eq!(k.calls.len(), 2);
+
+    // The pod side's second write-ahead (values re-read after an undone
+    // ADD): when it fails, no pod sysctl is written.
+    let t = temp_store();
+    let mut rec = pod_record();
+    let mut k = pod_before();
+    k.sysctls.insert("net.ipv4.ip_forward".into(), "1".into());
+    std::fs::remove_dir_all(&t.0).unwrap();
+    let e = pod_changes_with(&mut k, &mut rec, true, NS, &t.1).unwrap_err();
+    assert!(e.to_string().contains(&*t.0.to_string_lossy()), "{e}");
+    assert_eq!(
+        k.calls,
+        [
+            "sysctl read net.ipv4.ip_forward",
+            "sysctl read net.ipv4.conf.eth0.accept_local",
+        ]
+    );
+    assert_eq!(k.sysctls, {
+        let mut s = pod_before().sysctls;
+        s.insert("net.ipv4.ip_forward".into(), "1".into());
+        s
+    });
+}
+
+#[test]
+fn node_strict_settings_that_cannot_be_written_undo_the_add() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    let before = snapshot(&k);
+    // The temp file `node/strict.json` is written through cannot be
+    // created (a directory stands in its place).
+    let tmp =
+        t.0.join(format!("node/.tmp-{}-strict.json", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+    assert!(e.to_string().contains("strict.json"), "{e}");
+    assert!(left.is_empty(), "{left:?}");
+    assert!(same_state(&k, &before), "{k:#?}");
+    assert!(record::read(&t.1, &rec.key).unwrap().is_none());
+    assert!(!strict_file(&t.1).exists());
+    // Nothing node-wide was written before the file describing it.
+    assert!(
+        !k.calls
+            .iter()
+            .any(|c| c.starts_with("sysctl write net.ipv4.tcp") || c.starts_with("rule add")),
+        "{:#?}",
+        k.calls
+    );
+}
+
+/// The VPN record with an MSS clamp beside its masquerade.
+fn pod_record_with_mss() -> Record {
+    let mut rec = pod_record();
+    rec.mss_clamp = vec![record::MssClamp {
+        pool: "10.8.0.0/24".parse().unwrap(),
+        ifname: "eth0".into(),
+        direction: record::MssDirection::FromPool,
+        mss: record::MssValue::Fixed(1300),
+    }];
+    rec
+}
+
+#[test]
+fn check_reads_the_pod_side_through_the_kernel_and_names_each_drift() {
+    let t = temp_store();
+    let mut rec = pod_record_with_mss();
+    let mut k = pod_before();
+    pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap();
+    assert_eq!(k.tables["podgate-eth0"].mss.len(), 1);
+    let pending = check_pod_with(&mut k, &rec, NS).unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(pending[0].contains("record pending"), "{pending:?}");
+    rec.status = Status::Applied;
+    assert_eq!(
+        check_pod_with(&mut k, &rec, NS).unwrap(),
+        Vec::<String>::new()
+    );
+
+    k.sysctls.insert("net.ipv4.ip_forward".into(), "0".into());
+    let table = k.tables.get_mut("podgate-eth0").unwrap();
+    for l in &mut table.masquerade {
+        l.rule = None; // someone rewrote podgate's rule
+    }
+    table.mss.clear();
+    k.routes.clear();
+    let mss = describe_mss(&rec.mss_clamp[0].rule());
+    let route = rec.pod_routes[0].spec().describe();
+    assert_eq!(
+        check_pod_with(&mut k, &rec, NS).unwrap(),
+        [
+            "sysctl net.ipv4.ip_forward is 0, want 1".to_string(),
+            "masquerade for 10.8.0.0/24 out of eth0 is missing in inet podgate-eth0".into(),
+            "inet podgate-eth0 holds 1 rule(s) podgate did not write".into(),
+            format!("mss clamp `{mss}` is missing in inet podgate-eth0"),
+            format!("pod route {route} is missing"),
+        ]
+    );
+    k.tables.clear();
+    k.sysctls.remove("net.ipv4.conf.eth0.accept_local");
+    let drift = check_pod_with(&mut k, &rec, NS).unwrap();
+    assert_eq!(drift.len(), 4, "{drift:?}");
+    assert!(
+        drift[1].starts_with("sysctl net.ipv4.conf.eth0.accept_local: ")
+            && drift[1].contains("ENOENT"),
+        "{drift:?}"
+    );
+    assert_eq!(drift[2], "nft table inet podgate-eth0 is missing");
+    // A listing that fails is an error naming the namespace, never a
+    // clean bill of health.
+    k.fail_call(3, libc::EIO);
+    let e = check_pod_with(&mut k, &rec, NS).unwrap_err();
+    assert!(
+        e.to_string().contains(NS) && e.to_string().contains("nft list podgate-eth0"),
+        "{e}"
+    );
+}
+
+#[test]
+fn check_reads_the_node_side_through_the_kernel_and_names_each_drift() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+    rec.status = Status::Applied;
+    assert_eq!(check_node_with(&mut k, &rec).unwrap(), Vec::<String>::new());
+
+    let r = rec.routing.clone().unwrap();
+    let ret = rec.node_routes[0].spec();
+    k.routes.retain(|x| *x != ret);
+    // The primary put its own route to the pod back over podgate's.
+    k.route_add(&r.main_original.as_ref().unwrap().spec(), true)
+        .unwrap();
+    let lost = r.rules[1].spec();
+    k.rules.retain(|x| !x.matches(&lost));
+    k.sysctls
+        .insert("net.ipv4.tcp_early_demux".into(), "1".into());
+    k.sysctls
+        .insert("net.ipv4.conf.veth1234.proxy_arp".into(), "0".into());
+    let main = r.main_replacement.as_ref().unwrap().spec().describe();
+    assert_eq!(
+        check_node_with(&mut k, &rec).unwrap(),
+        [
+            format!("node return route {} is missing", ret.describe()),
+            format!("main route {main} is missing (strict boundary bypassed)"),
+            format!("rule {} is missing", lost.describe()),
+            "node sysctl net.ipv4.tcp_early_demux is 1, want 0".into(),
+            "node sysctl net.ipv4.conf.veth1234.proxy_arp is 0, want 1".into(),
+        ]
+    );
+    let start = k.calls.len();
+    k.fail_call(1, libc::EIO);
+    let e = check_node_with(&mut k, &rec).unwrap_err();
+    assert_eq!(k.calls[start], "route list v6=false");
+    assert!(e.to_string().contains("route list v6=false"), "{e}");
+}
+
+#[test]
+fn every_failing_pod_step_after_a_reread_is_undone_by_the_pod_removal() {
+    // The pod facts were read while an earlier ADD of this attachment held
+    // ip_forward at podgate's 1 (nothing to put back, says the pending
+    // record); that ADD was undone since, so the pod side reads the values
+    // again, writes the record, then changes.
+    let pending = || {
+        let mut rec = pod_record();
+        rec.sysctls[0].previous = None;
+        rec
+    };
+    let calls = {
+        let t = temp_store();
+        let mut k = pod_before();
+        pod_changes_with(&mut k, &mut pending(), true, NS, &t.1).unwrap();
+        k.calls.len()
+    };
+    // Two reads, two writes, nft, the pod route.
+    assert_eq!(calls, 6);
+    for n in 1..=calls {
+        let t = temp_store();
+        let mut k = pod_before();
+        let mut rec = pending();
+        record::write(&t.1, &rec).unwrap();
+        k.fail_call(n, libc::EPERM);
+        let e = pod_changes_with(&mut k, &mut rec, true, NS, &t.1).unwrap_err();
+        let failed = k.calls[n - 1].clone();
+        assert!(e.to_string().contains(&failed), "call {n}: {e}");
+        // Write-ahead: once anything changed, the disk says what it found.
+        let on_disk = record::read(&t.1, &rec.key).unwrap().unwrap();
+        if !failed.starts_with("sysctl read") {
+            assert_eq!(on_disk.sysctls, rec.sysctls, "call {n} ({failed})");
+        }
+        // The caller rolls back from the record the pod side returns.
+        let left = remove_pod_with(&mut k, &rec, NS);
+        assert!(left.is_empty(), "call {n} ({failed}): {left:?}");
+        assert_eq!(k.sysctls, pod_before().sysctls, "call {n} ({failed})");
+        assert!(
+            k.tables.is_empty() && k.routes.is_empty(),
+            "call {n}: {k:#?}"
+        );
+    }
 }
