@@ -466,7 +466,7 @@ def reference_header(trace, netns, state_dir, log_file):
 # next one). strace slows every syscall down, so the absolute figures are
 # inflated; the shares are what this is for.
 PHASES = [
-    ("process start (exec, Rust runtime init)", re.compile(r"^execve\(")),
+    ("process start (exec, libc start)", re.compile(r"^execve\(")),
     ("config parse, policy, capability check", re.compile(r"^read\(0,")),
     ("open pod netns, state dir, lock", re.compile(r"^openat\(AT_FDCWD, \"/(var/)?run/netns/")),
     ("node side: netlink socket, dumps, records", re.compile(r"^socket\(AF_NETLINK, [^)]*NETLINK_ROUTE\)")),
