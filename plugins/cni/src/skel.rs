@@ -246,9 +246,11 @@ fn answer_code(o: &Outcome) -> (u32, String) {
 /// without std's message. Two parts of std's start stay, because without
 /// them a plugin can do harm:
 ///
-/// * fds 0-2 that are closed are reopened on `/dev/null`: otherwise the next
-///   file opened (a record, the log) would get fd 1 and the CNI answer would
-///   be written into it.
+/// * fds 0-2 that are closed are reopened on `/dev/null`, as std does:
+///   otherwise the next file or socket opened gets fd 1 or 2. Today every
+///   file is closed before the answer is written, but a warning logged to
+///   stderr while, say, the guard's agent socket sat on fd 2 would go into
+///   that socket; one `poll` per call keeps that from ever mattering.
 /// * SIGPIPE is ignored: a runtime that closed our stdout, or an agent that
 ///   hung up its socket, must be an `EPIPE` the plugin handles (the event is
 ///   still recorded, the guard still answers), not a silent death by signal.
