@@ -502,3 +502,37 @@ fn missing_capability_is_named() {
         "nothing applied"
     );
 }
+
+/// The plugins skip std's runtime start (`#![no_main]`), which is what
+/// ignores SIGPIPE in an ordinary Rust program; `skel::process_start` does
+/// it instead. A runtime that closed our stdout must get the plugin's own
+/// exit code (the write fails with EPIPE), not a death by signal.
+#[test]
+fn a_broken_stdout_pipe_is_an_error_not_a_signal() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    let plugins = ["podgate-router", "podgate-tunnel-guard"];
+    let bins =
+        podgate_integration::built(&plugins, &["-p", plugins[0], "-p", plugins[1], "--bins"]);
+    for (plugin, bin) in plugins.iter().zip(bins) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) writes two fds into the array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both fds were just returned by pipe(2) and are owned here only.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(read);
+        let status = Command::new(&bin)
+            .env_clear()
+            .env("CNI_COMMAND", "VERSION")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            (status.code(), status.signal()),
+            (Some(0), None),
+            "{plugin} writing to a closed pipe: {status:?}"
+        );
+    }
+}

@@ -236,17 +236,16 @@ pub fn append_line(path: &Path, line: &str, limit: Limit) -> io::Result<Appended
             Err(e) => return Err(e),
         };
         flock(&file, libc::LOCK_SH)?;
-        if !names(path, &file)? {
+        let Some(size) = size_if_named(path, &file)? else {
             continue; // rotated (or replaced) between our open and our lock
-        }
-        let size = file.metadata()?.len();
+        };
         match limit {
             Limit::Drop(max) if size + len > max => return Ok(Appended::Dropped),
             Limit::Rotate(max) if size > 0 && size + len > max => {
                 flock(&file, libc::LOCK_UN)?;
                 flock(&file, libc::LOCK_EX)?;
                 // Someone else may have rotated while we waited.
-                if names(path, &file)? && file.metadata()?.len() + len > max {
+                if size_if_named(path, &file)?.is_some_and(|size| size + len > max) {
                     std::fs::rename(path, rotated_path(path))?;
                 }
                 continue; // closing drops the lock; the next round appends
@@ -261,12 +260,14 @@ pub fn append_line(path: &Path, line: &str, limit: Limit) -> io::Result<Appended
     ))
 }
 
-/// Whether `path` still names the file `f` is open on.
-fn names(path: &Path, f: &File) -> io::Result<bool> {
+/// The size of the file `f` is open on, if `path` still names it (one
+/// `fstat` for both questions).
+fn size_if_named(path: &Path, f: &File) -> io::Result<Option<u64>> {
     let open = f.metadata()?;
     match std::fs::metadata(path) {
-        Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Ok(now) if now.dev() == open.dev() && now.ino() == open.ino() => Ok(Some(open.len())),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -236,8 +236,63 @@ fn answer_code(o: &Outcome) -> (u32, String) {
     (code, msg)
 }
 
+/// What std's runtime start would have done before `main` and a plugin
+/// needs. The plugin binaries are `#![no_main]` (their C `main` calls
+/// [`run`]), which skips std's start-up: reading `/proc/self/maps` through
+/// `pthread_getattr_np` for the main thread's stack guard (43k of the 93k
+/// instructions of a bare start), an alternate signal stack and
+/// SIGSEGV/SIGBUS handlers, about 15 syscalls (README "Where a masquerade
+/// ADD's time goes"). The price is that a stack overflow is a plain SIGSEGV
+/// without std's message. Two parts of std's start stay, because without
+/// them a plugin can do harm:
+///
+/// * fds 0-2 that are closed are reopened on `/dev/null`, as std does:
+///   otherwise the next file or socket opened gets fd 1 or 2. Today every
+///   file is closed before the answer is written, but a warning logged to
+///   stderr while, say, the guard's agent socket sat on fd 2 would go into
+///   that socket; one `poll` per call keeps that from ever mattering.
+/// * SIGPIPE is ignored: a runtime that closed our stdout, or an agent that
+///   hung up its socket, must be an `EPIPE` the plugin handles (the event is
+///   still recorded, the guard still answers), not a silent death by signal.
+///
+/// Harmless if std's start-up did run (an ordinary `fn main`): it then finds
+/// the fds open and SIGPIPE already ignored.
+pub fn process_start() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: poll reads and writes only the three pollfds it is given.
+    let polled = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+    if polled != 0 {
+        for pfd in fds
+            .iter()
+            .filter(|p| polled < 0 || p.revents & libc::POLLNVAL != 0)
+        {
+            // poll itself failed: ask each fd whether it exists.
+            // SAFETY: fcntl(F_GETFD) only reads the fd's flags.
+            if polled < 0 && unsafe { libc::fcntl(pfd.fd, libc::F_GETFD) } != -1 {
+                continue;
+            }
+            // The lowest free fd is the closed one (they are visited in order).
+            // SAFETY: open(2) of a constant NUL-terminated path.
+            let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+            if fd != pfd.fd {
+                // No stdout to answer on, and no /dev/null to stand in for it.
+                std::process::exit(1);
+            }
+        }
+    }
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
 /// The whole main of a plugin binary.
 pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
+    process_start();
     install_panic_hook(plugin_name);
     if std::env::var_os("CNI_COMMAND").is_none() {
         crate::log::stderr_line(about);

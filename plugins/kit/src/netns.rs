@@ -98,25 +98,9 @@ impl NetNs {
         if NetNs::current().is_ok_and(|c| c.same_as(self)) {
             return Ok(f());
         }
-        std::thread::scope(|s| {
-            let handle = s.spawn(|| -> Result<T> {
-                setns(&self.file, CloneFlags::CLONE_NEWNET).map_err(|e| Error::Netns {
-                    path: self.path.clone(),
-                    op: "setns",
-                    source: e.into(),
-                })?;
-                Ok(f())
-            });
-            match handle.join() {
-                Ok(r) => r,
-                // Re-raise on the caller's thread so the panic hook reports it.
-                Err(p) => std::panic::resume_unwind(p),
-            }
-        })
+        self.run_beside(f, || ()).0
     }
-}
 
-impl NetNs {
     /// Run `f` inside this namespace on a helper thread while `g` runs on
     /// the calling thread (the two may talk over channels), then join both.
     /// `f`'s result is `Err` if the thread could not enter the namespace;
@@ -144,6 +128,7 @@ impl NetNs {
             let u = g();
             match handle.join() {
                 Ok(r) => (r, u),
+                // Re-raise on the caller's thread so the panic hook reports it.
                 Err(p) => std::panic::resume_unwind(p),
             }
         })

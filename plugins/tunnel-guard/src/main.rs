@@ -2,9 +2,12 @@
 //! (try again later) until the node's IPsec tunnel protection is really in
 //! place, so no pod is wired up while tunnel traffic could leave in plaintext.
 //! See the library docs for what "ready" means.
+// No std runtime start: `podgate_cni::skel::process_start` does the part of
+// it a plugin needs.
+#![cfg_attr(not(test), no_main)]
 
 use podgate_cni::log::Logger;
-use podgate_cni::{prev_or_empty, run, CniError, NetConf, Plugin, Request};
+use podgate_cni::{prev_or_empty, CniError, NetConf, Plugin, Request};
 use podgate_tunnel_guard::{evaluate, GuardConfig, Mode, Required};
 use serde_json::{json, Map, Value};
 use std::time::SystemTime;
@@ -113,8 +116,11 @@ impl Plugin for TunnelGuard {
     }
 }
 
-fn main() {
-    run(
+/// The C entry point (`#![no_main]`); a CNI plugin takes no arguments.
+#[cfg(not(test))]
+#[no_mangle]
+pub extern "C" fn main(_argc: i32, _argv: *const *const u8) -> i32 {
+    podgate_cni::run(
         TunnelGuard,
         NAME,
         "podgate-tunnel-guard: chained CNI plugin gating pod ADD on the node's IPsec tunnel protection",
