@@ -1,9 +1,11 @@
 #!/bin/bash
 # Load-independent figures for one masquerade ADD (sysctl ip_forward=1 +
-# masquerade, the bench's vpn-gateway profile): user-space instructions,
-# context switches and page faults from `perf stat -r N` (each ADD followed
-# by its DEL through --post, which perf does not count), and the syscall
-# count from `strace -f -c`. Compares any number of router binaries in the
+# masquerade, the bench's vpn-gateway profile): user-space instructions
+# (where the machine has a PMU; callgrind's count otherwise), context
+# switches and page faults from `perf stat -r N` (each ADD followed by its
+# DEL through --post, which perf does not count; its wall time is not
+# load-independent), context switches of all threads from wait4's rusage, and
+# the syscall count from `strace -f -c`. Compares any number of router binaries in the
 # same node/pod namespaces, alternating them:
 #
 #   integration/bench/perfstat.sh [-r RUNS] ROUTER_BINARY...
@@ -70,12 +72,22 @@ check_one() {
 printf '#!/bin/sh\nCNI_COMMAND=DEL exec "$ROUTER" <%s >/dev/null\n' "$tmp/conf.json" >"$tmp/del.sh"
 chmod +x "$tmp/del.sh"
 for b in "$@"; do check_one "$b"; done
+# One perf stat per ADD (stdin is the conf, read once per process: `perf
+# stat -r` would hand the later runs an empty stdin), DEL after each, the
+# counts averaged here.
 for round in 1 2; do
     for b in "$@"; do
-        echo "== $b (round $round: $runs ADDs, each followed by its DEL, uncounted)"
-        ROUTER=$b CNI_COMMAND=ADD in_node perf stat -x, -e instructions:u,task-clock,context-switches,cpu-migrations,page-faults \
-            -r "$runs" --post "$tmp/del.sh" -- "$b" <"$tmp/conf.json" 2>&1 >/dev/null |
-            awk -F, '{printf "  %-18s %14s  +-%s\n", $3, $1, $4}'
+        : >"$tmp/perf.csv"
+        for _ in $(seq "$runs"); do
+            CNI_COMMAND=ADD in_node perf stat -x, -o "$tmp/one.csv" \
+                -e instructions:u,task-clock,context-switches,page-faults -- "$b" \
+                <"$tmp/conf.json" >/dev/null
+            grep -v '^#' "$tmp/one.csv" | grep . >>"$tmp/perf.csv"
+            CNI_COMMAND=DEL in_node "$b" <"$tmp/conf.json" >/dev/null
+        done
+        echo "== $b (round $round: mean of $runs ADDs, each followed by its uncounted DEL)"
+        awk -F, '$1 ~ /^[0-9.]+$/ { s[$3] += $1; n[$3]++ } END { for (k in s) printf "  %-20s %12.3f\n", k, s[k] / n[k] }' \
+            "$tmp/perf.csv" | sort
     done
 done
 for b in "$@"; do
@@ -97,8 +109,10 @@ for b in "$@"; do
     fi
     echo "== $b: syscalls of one ADD (strace -f -c)"
     CNI_COMMAND=ADD in_node strace -f -c -o "$tmp/strace.txt" "$b" <"$tmp/conf.json" >/dev/null
-    CNI_COMMAND=DEL in_node "$b" <"$tmp/conf.json" >/dev/null
     tail -n 1 "$tmp/strace.txt" | awk '{print "  total syscalls:", $4}'
     grep -E ' (clone3|futex|setns|openat|read|pread64|pwrite64|write|socket|getsockopt|close)$' "$tmp/strace.txt" |
         awk '{printf "  %-12s %s\n", $NF, $4}'
+    CNI_COMMAND=DEL in_node strace -f -c -o "$tmp/strace.txt" "$b" <"$tmp/conf.json" >/dev/null
+    echo "== $b: syscalls of its DEL: $(tail -n 1 "$tmp/strace.txt" | awk '{print $4}')" \
+        "(futex $(awk '$NF == "futex" {print $4}' "$tmp/strace.txt"))"
 done
