@@ -251,6 +251,44 @@ mod tests {
         assert_eq!(a.run(|| 7).unwrap(), 7);
     }
 
+    /// A fresh namespace, made on a thread that then ends (the nsfs fd
+    /// keeps it alive); needs root, as every netns test here.
+    fn fresh() -> NetNs {
+        std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
+            NetNs::current().unwrap()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn handles_opened_in_a_namespace_stay_bound_to_it() {
+        let ns = fresh();
+        assert!(!ns.same_as(&NetNs::current().unwrap()));
+        let name = "net.ipv4.conf.lo.forwarding";
+        let here = crate::sysctl::read(name).unwrap();
+        let there = if here == "1" { "0" } else { "1" };
+        // Written inside the namespace (by path, on the helper thread) ...
+        ns.open_in(|| crate::sysctl::ensure(name, there))
+            .unwrap()
+            .unwrap();
+        // ... and read through a handle opened there, from this thread.
+        let f = ns
+            .open_in(|| crate::sysctl::SysctlFile::open(name, "fresh"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.read().unwrap(), there);
+        assert_eq!(crate::sysctl::read(name).unwrap(), here);
+        // The cookie off a socket opened there is the namespace's, not ours.
+        let sock = ns.open_in(crate::nft::NftSocket::new).unwrap().unwrap();
+        let cookie = sock.netns_cookie().unwrap();
+        assert_eq!(cookie, ns.identity().unwrap().cookie);
+        if let (Some(a), Some(b)) = (cookie, current_cookie().unwrap()) {
+            assert_ne!(a, b);
+        }
+    }
+
     #[test]
     fn identity_of_the_current_namespace_is_stable() {
         let a = current_identity().unwrap();

@@ -193,6 +193,10 @@ fn again(e: &Error) -> Error {
                 None => std::io::Error::new(source.kind(), source.to_string()),
             },
         },
+        Error::SysctlRefused { name, msg } => Error::SysctlRefused {
+            name: name.clone(),
+            msg: msg.clone(),
+        },
         other => Error::SysctlRefused {
             name: "-".into(),
             msg: other.to_string(),
