@@ -196,7 +196,7 @@ pub fn cookie_of(sock: std::os::fd::BorrowedFd<'_>) -> Result<Option<u64>> {
             return Ok(None);
         }
         return Err(Error::Netns {
-            path: PathBuf::from("/proc/thread-self/ns/net"),
+            path: PathBuf::from("(the netns the socket is bound to)"),
             op: "getsockopt(SO_NETNS_COOKIE)",
             source: e,
         });
