@@ -334,16 +334,19 @@ def unhex(s):
 
 def parse_router_trace(path):
     """What one router ADD asked of the kernel, in order, from `strace -f -s
-    65536 -xx -e trace=socket,setns,openat,close,write,sendto,rename,unlink
+    65536 -xx -e trace=socket,setns,openat,close,write,pwrite64,sendto,rename,unlink
     -e write=all`: node netlink requests, the nf_tables batches, sysctl
-    writes, file writes (records: temp file + rename; the log line; stdout)
-    before and after the trip into the pod netns."""
+    writes (`write`, or `pwrite64` on a handle opened in the pod), file
+    writes (records: temp file + rename; the log line; stdout) before and
+    after the pod side's first change (a sysctl write or the nf_tables
+    batch): the write-ahead record comes before it."""
     with open(path) as f:
         lines = f.read().splitlines()
     main_tid = None
     socks = {}  # fd -> ("node-route" | "pod-route" | "nft")
     files = {}  # fd -> (path, flags text) of open files
     entered = set()  # tids that setns()ed
+    pod_changed = False  # the pod side's first change was made
     out = {"node": [], "nft": [], "sysctls": [], "files_pre": [], "files_post": [], "stdout": None,
            "node_socket": False}
     i = 0
@@ -360,7 +363,7 @@ def parse_router_trace(path):
             dump += bytes.fromhex(lines[i][10:59])
             i += 1
         fd = int(args.split(",")[0]) if args[:1].isdigit() else None
-        fops = out["files_post"] if entered else out["files_pre"]
+        fops = out["files_post"] if pod_changed else out["files_pre"]
         q = QUOTED.findall(args)
         if call == "setns" and ret == "0":
             entered.add(tid)
@@ -378,15 +381,17 @@ def parse_router_trace(path):
                 out["node"].append(dump)
             elif socks[fd] == "nft":
                 out["nft"].append(dump)
+                pod_changed = True
             else:
                 raise RuntimeError("router sent on its pod-side route socket: the reference does not model that")
-        elif call == "write" and fd is not None:
+        elif call in ("write", "pwrite64") and fd is not None:
             body = unhex(q[0]) if q else b""
             target, flags = files.get(fd, ("?", ""))
             if fd == 1:
                 out["stdout"] = body
             elif target.startswith("/proc/sys/"):
                 out["sysctls"].append((target, body))
+                pod_changed = True
             elif target != "?":
                 fops.append(("append" if "O_APPEND" in flags else "write", target, body))
         elif call == "rename" and ret == "0":
@@ -469,10 +474,10 @@ PHASES = [
     ("process start (exec, libc start)", re.compile(r"^execve\(")),
     ("config parse, policy, capability check", re.compile(r"^read\(0,")),
     ("open pod netns, state dir, lock", re.compile(r"^openat\(AT_FDCWD, \"/(var/)?run/netns/")),
-    ("node side: netlink socket, dumps, records", re.compile(r"^socket\(AF_NETLINK, [^)]*NETLINK_ROUTE\)")),
-    ("netns entry: probe, thread, setns", re.compile(r"^(openat\(AT_FDCWD, \"/proc/thread-self/ns/net\"|clone3?\()")),
-    ("sysctl read + write", re.compile(r"^openat\(AT_FDCWD, \"/proc/sys/")),
-    ("pod sockets, thread exit", re.compile(r"^socket\(AF_NETLINK, [^)]*NETLINK_NETFILTER\)")),
+    ("netns entry: thread, setns, handles opened", re.compile(r"^clone3?\(")),
+    ("sysctl read, node lock, plan, write-ahead record", re.compile(r"^pread64\(")),
+    ("node side: netlink socket, requests", re.compile(r"^socket\(AF_NETLINK, [^)]*NETLINK_ROUTE\)")),
+    ("sysctl write", re.compile(r"^pwrite64\(")),
     ("nf_tables batch + acks, close", re.compile(r"^sendto\(\d+, \[\[\{nlmsg_len=20, nlmsg_type=0x10 ")),
     ("record: temp file + rename", re.compile(r"^getpid\(")),
     ("log line, result on stdout", re.compile(r"^openat\(AT_FDCWD, \"[^\"]*\.log\"")),
@@ -594,7 +599,7 @@ def reference_series(sp, tmp, tag, index, router, ref_src, runs, warmup, phase_r
         strace = shutil.which("strace") or "/usr/bin/strace"
         trace = os.path.join(tmp, "router-add.strace")
         traced = Call(
-            [strace, "-f", "-s", "65536", "-xx", "-e", "trace=socket,setns,openat,close,write,sendto,rename,unlink",
+            [strace, "-f", "-s", "65536", "-xx", "-e", "trace=socket,setns,openat,close,write,pwrite64,sendto,rename,unlink",
              "-e", "write=all", "-o", trace, router],
             add.env,
             stdin,

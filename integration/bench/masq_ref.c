@@ -13,23 +13,24 @@
  * In order, as the router does them:
  *   open the pod netns + NS_GET_NSTYPE (the check that it is a network ns),
  *   mkdir the state dir, open + flock its lock, look for an earlier record,
+ *   a thread that setns()es into the pod: open each sysctl file O_RDWR and
+ *     the NETLINK_NETFILTER socket (ext ack, capped acks, timeouts), exit;
+ *     everything after it runs on the main thread through those handles,
+ *   read each sysctl (pread),
  *   node netlink: the NETLINK_ROUTE socket (strict checking, ext ack, receive
  *     timeout) if the router opened one, and every request the router sent on
  *     it (none for a masquerade-only profile), answers read to the end,
  *   list the state dir (the router reads every record for pool ownership),
- *   the file changes the router made before entering the pod (a write-ahead
- *     record, if it writes one),
- *   a thread that setns()es into the pod: read each sysctl, write it when it
- *     differs, open the NETLINK_NETFILTER socket (ext ack, capped acks,
- *     timeouts), exit,
- *   on the main thread: the nf_tables batch, read acks up to the last one,
+ *   the file changes the router made before the pod side's first change
+ *     (the write-ahead record),
+ *   write each sysctl that differs (pwrite), the nf_tables batch, read acks
+ *     up to the last one,
  *   the file changes after it, in the router's order: records (temp file
  *     written, renamed), the log line appended; the result written to stdout.
  * Left out, as overhead rather than the ADD's work: the Rust runtime's start-up
  * calls (/proc/self/maps, sigaltstack, signal handlers), the capability check
- * through /proc/self/status, the "already in this netns?" probe of
- * /proc/thread-self/ns/net, getsockname after bind, and the pod-side
- * NETLINK_ROUTE socket the router opens without using it on this profile.
+ * through /proc/self/status, getsockname after bind, and the netns cookie
+ * (getsockopt SO_NETNS_COOKIE on the nf_tables socket).
  * Each of those is a gap between the two measurements, on purpose.
  */
 #define _GNU_SOURCE
@@ -131,26 +132,19 @@ static void read_until(int fd, unsigned seq, const char *what) {
     }
 }
 
+#define N_SYSCTLS (sizeof ref_sysctls / sizeof ref_sysctls[0])
+static int sysctl_fd[N_SYSCTLS];
+
+/* The pod thread only opens handles: the sysctl files and the nf_tables
+ * socket stay bound to the pod's namespace after it exits. */
 static void *pod_side(void *arg) {
-    char cur[256];
     (void)arg;
     if (setns(ns_fd, CLONE_NEWNET) != 0)
         die("setns");
-    for (size_t i = 0; i < sizeof ref_sysctls / sizeof ref_sysctls[0]; i++) {
-        /* Read before write, as the router does; write when it differs. */
-        int fd = open(ref_sysctls[i].path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd < 0 ? -1 : read(fd, cur, sizeof cur - 1);
-        if (n < 0)
+    for (size_t i = 0; i < N_SYSCTLS; i++) {
+        sysctl_fd[i] = open(ref_sysctls[i].path, O_RDWR | O_CLOEXEC);
+        if (sysctl_fd[i] < 0)
             die(ref_sysctls[i].path);
-        close(fd);
-        while (n > 0 && cur[n - 1] == '\n')
-            n--;
-        if ((size_t)n == ref_sysctls[i].len && memcmp(cur, ref_sysctls[i].value, n) == 0)
-            continue;
-        fd = open(ref_sysctls[i].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-        if (fd < 0 || write(fd, ref_sysctls[i].value, ref_sysctls[i].len) < 0)
-            die(ref_sysctls[i].path);
-        close(fd);
     }
     nft_fd = nl_socket(NETLINK_NETFILTER, 0);
     if (nft_fd < 0)
@@ -209,6 +203,21 @@ int main(void) {
         die("record exists (run DEL first)");
     }
 
+    pthread_t t;
+    if (pthread_create(&t, NULL, pod_side, NULL) != 0 || pthread_join(t, NULL) != 0)
+        die("pod thread");
+    /* Read before write, as the router does; write when it differs. */
+    int differs[N_SYSCTLS];
+    for (size_t i = 0; i < N_SYSCTLS; i++) {
+        char cur[512];
+        ssize_t n = pread(sysctl_fd[i], cur, sizeof cur, 0);
+        if (n < 0)
+            die(ref_sysctls[i].path);
+        while (n > 0 && cur[n - 1] == '\n')
+            n--;
+        differs[i] = !((size_t)n == ref_sysctls[i].len && memcmp(cur, ref_sysctls[i].value, n) == 0);
+    }
+
     int node = REF_NODE_SOCKET ? nl_socket(NETLINK_ROUTE, 1) : -2;
     if (node == -1)
         die("node netlink socket");
@@ -237,9 +246,10 @@ int main(void) {
     closedir(d);
     file_ops(ref_files_pre);
 
-    pthread_t t;
-    if (pthread_create(&t, NULL, pod_side, NULL) != 0 || pthread_join(t, NULL) != 0)
-        die("pod thread");
+    for (size_t i = 0; i < N_SYSCTLS; i++) {
+        if (differs[i] && pwrite(sysctl_fd[i], ref_sysctls[i].value, ref_sysctls[i].len, 0) < 0)
+            die(ref_sysctls[i].path);
+    }
 
     if (send(nft_fd, ref_nft, sizeof ref_nft - 1, 0) != (ssize_t)(sizeof ref_nft - 1))
         die("nf_tables send");
@@ -253,6 +263,8 @@ int main(void) {
     file_ops(ref_files_post);
     if (write(1, ref_stdout, sizeof ref_stdout - 1) < 0)
         die("stdout");
+    for (size_t i = 0; i < N_SYSCTLS; i++)
+        close(sysctl_fd[i]);
     close(lock);
     close(ns_fd);
     return 0;

@@ -691,3 +691,61 @@ fn log_rotation_under_thirty_two_concurrent_adds_loses_no_line() {
         )
     });
 }
+
+/// Sysctls go through /proc/sys files the pod thread opens in the pod's
+/// namespace and this thread writes later: a per-interface one
+/// (`conf/IFNAME/...`) lands on the pod's interface, the rest go back on DEL; one
+/// the pod's namespace lacks fails the ADD before anything changed, with the
+/// sysctl and the namespace named.
+#[test]
+fn sysctls_through_handles_per_interface_and_missing() {
+    require_root();
+    let node = TestNode::new("sysfd");
+    let mut entry = router_entry(&node);
+    entry["profiles"]["per-if"] = json!({"sysctls": {
+        "net.ipv4.ip_forward": "1",
+        "net.ipv4.conf.IFNAME.rp_filter": "2",
+    }});
+    entry["profiles"]["missing"] = json!({"sysctls": {
+        "net.ipv4.ip_forward": "1",
+        "net.ipv4.conf.IFNAME.no_such_knob": "1",
+    }, "masquerade": [{"source": "10.8.0.0/24"}]});
+    let conf = node.bridge_conflist(NET, "1.0.0", SUBNET, vec![entry]);
+    node.write_conflist(NET, &conf);
+    let warm = pod(&node, "warm");
+    add(&node, &warm, "warm", &pod_args("default", "warm"), None).assert_ok();
+    let before = node.settled_snapshot();
+
+    let p = pod(&node, "perif");
+    // eth0 is made by the primary in the same ADD and takes this value.
+    p.sysctl_set("net.ipv4.conf.default.rp_filter", "0");
+    let args = pod_args("vpn", "web");
+    let ann = Some(annotations(json!({"podgate.dev/profile": "per-if"})));
+    add(&node, &p, "perif", &args, ann).assert_ok();
+    assert_eq!(p.sysctl_get("net.ipv4.conf.eth0.rp_filter"), "2");
+    assert_eq!(p.sysctl_get("net.ipv4.ip_forward"), "1");
+    assert_eq!(p.sysctl_get("net.ipv4.conf.default.rp_filter"), "0");
+    del(&node, &p, "perif", &args).assert_ok();
+    // The primary's DEL removed eth0 with its conf/; ip_forward went back.
+    assert_eq!(p.sysctl_get("net.ipv4.ip_forward"), "0");
+
+    let q = pod(&node, "missing");
+    let ann = Some(annotations(json!({"podgate.dev/profile": "missing"})));
+    let out = add(&node, &q, "missing", &args, ann);
+    out.assert_cni_error(101);
+    let msg = out.error_msg().unwrap_or_default().to_string();
+    assert!(
+        msg.contains("net.ipv4.conf.eth0.no_such_knob")
+            && msg.contains(&*q.path().to_string_lossy()),
+        "the error names the sysctl and the pod's netns: {msg}"
+    );
+    assert_eq!(q.sysctl_get("net.ipv4.ip_forward"), "0", "nothing applied");
+    assert!(
+        q.exec_ok(&["nft", "list", "tables"]).trim().is_empty(),
+        "no nf_tables table in the pod"
+    );
+    del(&node, &q, "missing", &args).assert_ok();
+    assert_same(&before, &node.snapshot());
+    del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+}

@@ -1,15 +1,17 @@
 //! Network namespaces: open by path (never created), and scoped entry.
 //!
-//! `run` executes a closure on a short-lived thread that joins the target
-//! namespace and then exits, so no thread of ours is ever left in the wrong
-//! namespace (even on panic), and the calling thread never moves. Sockets made
-//! inside `run` stay bound to that namespace and can be used afterwards from
-//! the caller's thread.
+//! [`NetNs::open_in`] executes a closure on a short-lived thread that joins
+//! the target namespace and then exits, so no thread of ours is ever left in
+//! the wrong namespace (even on panic), and the calling thread never moves.
+//! Handles made there (netlink sockets, /proc/sys files) stay bound to that
+//! namespace and are used afterwards from the caller's thread: the thread's
+//! only hand-over is its join. [`NetNs::run`] is the same for callers that may
+//! already be in the namespace (the CLI).
 
 use crate::error::{Error, Result};
 use nix::sched::{setns, CloneFlags};
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -93,29 +95,24 @@ impl NetNs {
         })
     }
 
-    /// Run `f` inside this namespace on a scoped helper thread.
+    /// Run `f` inside this namespace on a scoped helper thread (or right
+    /// here when the caller already is in it).
     pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
         if NetNs::current().is_ok_and(|c| c.same_as(self)) {
             return Ok(f());
         }
-        self.run_beside(f, || ()).0
+        self.open_in(f)
     }
 
-    /// Run `f` inside this namespace on a helper thread while `g` runs on
-    /// the calling thread (the two may talk over channels), then join both.
-    /// `f`'s result is `Err` if the thread could not enter the namespace;
-    /// `f` is then dropped unrun (with whatever channel ends it owns, so a
-    /// `g` waiting on it wakes up).
+    /// Open handles in this namespace: `f` runs on a helper thread that
+    /// enters the namespace and ends with `f`; the caller's thread waits for
+    /// it (join) and never moves. `Err` if the thread could not enter the
+    /// namespace (`f` is then dropped unrun).
     ///
     /// Unlike [`NetNs::run`] this does not first check whether the caller
     /// already is in the namespace (four syscalls): `setns` into the
     /// namespace a thread is in is allowed and changes nothing.
-    pub fn run_beside<T, U, F, G>(&self, f: F, g: G) -> (Result<T>, U)
-    where
-        T: Send,
-        F: FnOnce() -> T + Send,
-        G: FnOnce() -> U,
-    {
+    pub fn open_in<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
         std::thread::scope(|s| {
             let handle = s.spawn(|| -> Result<T> {
                 setns(&self.file, CloneFlags::CLONE_NEWNET).map_err(|e| Error::Netns {
@@ -125,9 +122,8 @@ impl NetNs {
                 })?;
                 Ok(f())
             });
-            let u = g();
             match handle.join() {
-                Ok(r) => (r, u),
+                Ok(r) => r,
                 // Re-raise on the caller's thread so the panic hook reports it.
                 Err(p) => std::panic::resume_unwind(p),
             }
@@ -165,18 +161,23 @@ const SO_NETNS_COOKIE: libc::c_int = 71;
 /// The netns cookie of the calling thread's namespace (a throwaway socket
 /// asked with `SO_NETNS_COOKIE`). `Ok(None)` on kernels that lack it.
 pub fn current_cookie() -> Result<Option<u64>> {
-    let io_err = |op: &'static str| Error::Netns {
-        path: PathBuf::from("/proc/thread-self/ns/net"),
-        op,
-        source: std::io::Error::last_os_error(),
-    };
     // SAFETY: plain socket(2); the fd is owned by `sock` below.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
-        return Err(io_err("socket for SO_NETNS_COOKIE"));
+        return Err(Error::Netns {
+            path: PathBuf::from("/proc/thread-self/ns/net"),
+            op: "socket for SO_NETNS_COOKIE",
+            source: std::io::Error::last_os_error(),
+        });
     }
     // SAFETY: fd was just returned by socket(2) and is not owned elsewhere.
     let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    cookie_of(sock.as_fd())
+}
+
+/// The netns cookie of the namespace socket `sock` is bound to (the one it
+/// was created in). `Ok(None)` on kernels that lack `SO_NETNS_COOKIE`.
+pub fn cookie_of(sock: std::os::fd::BorrowedFd<'_>) -> Result<Option<u64>> {
     let mut cookie: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `cookie`.
@@ -195,7 +196,7 @@ pub fn current_cookie() -> Result<Option<u64>> {
             return Ok(None);
         }
         return Err(Error::Netns {
-            path: PathBuf::from("/proc/thread-self/ns/net"),
+            path: PathBuf::from("(the netns the socket is bound to)"),
             op: "getsockopt(SO_NETNS_COOKIE)",
             source: e,
         });
@@ -248,6 +249,44 @@ mod tests {
         let b = NetNs::open(Path::new("/proc/self/ns/net")).unwrap();
         assert!(a.same_as(&b));
         assert_eq!(a.run(|| 7).unwrap(), 7);
+    }
+
+    /// A fresh namespace, made on a thread that then ends (the nsfs fd
+    /// keeps it alive); needs root, as every netns test here.
+    fn fresh() -> NetNs {
+        std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
+            NetNs::current().unwrap()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn handles_opened_in_a_namespace_stay_bound_to_it() {
+        let ns = fresh();
+        assert!(!ns.same_as(&NetNs::current().unwrap()));
+        let name = "net.ipv4.conf.lo.forwarding";
+        let here = crate::sysctl::read(name).unwrap();
+        let there = if here == "1" { "0" } else { "1" };
+        // Written inside the namespace (by path, on the helper thread) ...
+        ns.open_in(|| crate::sysctl::ensure(name, there))
+            .unwrap()
+            .unwrap();
+        // ... and read through a handle opened there, from this thread.
+        let f = ns
+            .open_in(|| crate::sysctl::SysctlFile::open(name, "fresh"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.read().unwrap(), there);
+        assert_eq!(crate::sysctl::read(name).unwrap(), here);
+        // The cookie off a socket opened there is the namespace's, not ours.
+        let sock = ns.open_in(crate::nft::NftSocket::new).unwrap().unwrap();
+        let cookie = sock.netns_cookie().unwrap();
+        assert_eq!(cookie, ns.identity().unwrap().cookie);
+        if let (Some(a), Some(b)) = (cookie, current_cookie().unwrap()) {
+            assert_ne!(a, b);
+        }
     }
 
     #[test]

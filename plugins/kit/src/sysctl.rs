@@ -1,11 +1,15 @@
 //! Namespaced sysctls through /proc/sys, read before write.
 //!
 //! /proc/sys/net resolves against the network namespace of the task that
-//! opens the file, so callers run these inside `NetNs::run`.
+//! opens the file, so callers run these inside `NetNs::run`, or open a
+//! [`SysctlFile`] inside `NetNs::open_in` and use it from any thread: a
+//! /proc/sys file keeps reading and writing the value of the namespace it was
+//! opened in, whoever reads or writes it later.
 
 use crate::error::{Error, Result};
-use std::fs;
-use std::io::ErrorKind;
+use std::fs::{self, File};
+use std::io::{self, ErrorKind};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 /// Validate a `net.*` sysctl name and map it to its /proc/sys path.
@@ -85,6 +89,117 @@ pub fn exists(name: &str) -> bool {
     path_of(name).is_ok_and(|p| p.exists())
 }
 
+/// One sysctl of the namespace it was opened in, readable and writable from
+/// any thread (`pread`/`pwrite` at offset 0; the fd is `O_CLOEXEC`, closed
+/// on drop). Opened `O_RDWR`; where the file is read-only (a read-only
+/// sysctl, /proc/sys mounted read-only) it is opened for reading and a write
+/// fails as [`ensure`] does.
+#[derive(Debug)]
+pub struct SysctlFile {
+    name: String,
+    netns: String,
+    file: File,
+    writable: bool,
+}
+
+impl SysctlFile {
+    /// Open `name` in the calling thread's namespace; `netns` names that
+    /// namespace in errors. A sysctl the namespace lacks (IPv6 disabled, an
+    /// interface of another name in `conf/<ifname>/`) fails here with
+    /// `ENOENT`, before anything was changed.
+    pub fn open(name: &str, netns: &str) -> Result<SysctlFile> {
+        let p = path_of(name)?;
+        let err = |op, source| Error::Sysctl {
+            name: format!("{name} in netns {netns}"),
+            op,
+            source,
+        };
+        let (file, writable) = match File::options().read(true).write(true).open(&p) {
+            Ok(f) => (f, true),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EACCES | libc::EROFS | libc::EPERM)
+                ) =>
+            {
+                (File::open(&p).map_err(|e| err("open", e))?, false)
+            }
+            Err(e) => return Err(err("open", e)),
+        };
+        Ok(SysctlFile {
+            name: name.to_string(),
+            netns: netns.to_string(),
+            file,
+            writable,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn err(&self, op: &'static str, source: io::Error) -> Error {
+        Error::Sysctl {
+            name: format!("{} in netns {}", self.name, self.netns),
+            op,
+            source,
+        }
+    }
+
+    /// The current value, trimmed (`pread` from offset 0).
+    pub fn read(&self) -> Result<String> {
+        let mut buf = [0u8; 512];
+        let mut out = Vec::new();
+        loop {
+            let n = self
+                .file
+                .read_at(&mut buf, out.len() as u64)
+                .map_err(|e| self.err("read", e))?;
+            out.extend_from_slice(buf.get(..n).unwrap_or(&buf));
+            // /proc/sys hands out the whole (remaining) value per read: a
+            // short read is the end, no second pread for EOF.
+            if n < buf.len() {
+                break;
+            }
+            if out.len() > 64 * 1024 {
+                return Err(self.err("read", io::Error::from(ErrorKind::InvalidData)));
+            }
+        }
+        String::from_utf8(out)
+            .map(|s| s.trim().to_string())
+            .map_err(|_| self.err("read", io::Error::from(ErrorKind::InvalidData)))
+    }
+
+    /// Write `value` (`pwrite` at offset 0), unconditionally.
+    pub fn write(&self, value: &str) -> Result<()> {
+        if !self.writable {
+            return Err(self.err(
+                "write (read-only here: not namespaced, or /proc/sys mounted read-only)",
+                io::Error::from_raw_os_error(libc::EACCES),
+            ));
+        }
+        self.file.write_all_at(value.as_bytes(), 0).map_err(|e| {
+            let op = if e.kind() == ErrorKind::PermissionDenied {
+                "write (read-only here: not namespaced, or /proc/sys mounted read-only)"
+            } else {
+                "write"
+            };
+            self.err(op, e)
+        })
+    }
+
+    /// [`ensure`] through this handle: write `value` unless it is already
+    /// there; the previous value when it changed something.
+    pub fn ensure(&self, value: &str) -> Result<Option<String>> {
+        let current = self.read()?;
+        if normalize(&current) == normalize(value) {
+            return Ok(None);
+        }
+        self.write(value)?;
+        Ok(Some(current))
+    }
+}
+
 /// Multi-value sysctls print tabs; compare by whitespace-separated fields.
 pub fn normalize(v: &str) -> String {
     v.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -121,6 +236,17 @@ mod tests {
             "net.ipv4.conf.eth0.rp_filter"
         );
         assert_eq!(expand_ifname("net.IFNAMEX.a", "eth0"), "net.IFNAMEX.a");
+    }
+
+    #[test]
+    fn a_handle_reads_and_refuses_what_is_missing() {
+        let f = SysctlFile::open("net.ipv4.ip_forward", "test").unwrap();
+        assert_eq!(f.read().unwrap(), read("net.ipv4.ip_forward").unwrap());
+        let e = SysctlFile::open("net.ipv4.conf.nosuchif0.rp_filter", "pod-x").unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("pod-x") && msg.contains("nosuchif0"), "{msg}");
+        assert!(SysctlFile::open("kernel.pid_max", "test").is_err());
     }
 
     #[test]

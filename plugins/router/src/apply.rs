@@ -7,19 +7,20 @@
 //! sysctl goes back only while it still holds the value podgate wrote. A
 //! failed ADD is undone by the same removal a DEL after a crash runs.
 //!
-//! ADD's pod side ([`pod_side`]) runs on one thread inside the pod netns
-//! for the whole call: it reads ahead what the record needs while the
-//! caller waits for the node-wide lock, then, after the node side, writes
-//! the sysctls, the nf_tables table and the pod routes (outside that lock,
-//! under the pod's own). Node-side changes use a socket in the plugin's own
-//! (the node's) namespace, opened only when needed ([`NodeSocket`]).
+//! The pod side goes through [`PodHandles`]: a short-lived thread enters the
+//! pod netns, opens the nf_tables socket, a route socket if needed and the
+//! sysctl files, and ends; everything else (reading the sysctls, the node
+//! side, writing the pod side) runs on the caller's thread, in order, with
+//! no hand-over between threads but the join. Node-side changes use a socket
+//! in the plugin's own (the node's) namespace, opened only when needed
+//! ([`NodeSocket`]).
 
 pub mod boundary;
 
 use crate::kernel::{Kernel, Live};
 use crate::record::{self, Mode, NsId, Record, Status};
 use podgate_kit::netlink::RouteSocket;
-use podgate_kit::netns::{self, NetNs, NsIdentity};
+use podgate_kit::netns::{NetNs, NsIdentity};
 use podgate_kit::nft::{describe_mss, Listed, MasqRule, MssRule, NftSocket, TableRules};
 use podgate_kit::route::{self, RouteEntry, RTPROT_PODGATE};
 use podgate_kit::rule::{self, RuleSpec};
@@ -96,8 +97,10 @@ pub fn has_node_side(rec: &Record) -> bool {
     !rec.node_routes.is_empty() || rec.routing.is_some()
 }
 
-/// What ADD learns inside the pod's namespace before it takes the
-/// node-wide lock (all reads: nothing has changed yet).
+pub use crate::kernel::{PodHandles, PodWants};
+
+/// What ADD reads in the pod's namespace (through its handles) before it
+/// takes the node-wide lock (all reads: nothing has changed yet).
 #[derive(Debug)]
 pub struct PodFacts {
     pub netns_id: NsId,
@@ -108,6 +111,37 @@ pub struct PodFacts {
 }
 
 impl PodFacts {
+    /// Read through `pod` (opened with the cookie, and with a route socket
+    /// when `want_oif`): the interface index of `ifname`, the values of
+    /// `sysctl_names`. `ns` is (dev, ino) of the pod's nsfs file.
+    pub fn read(
+        pod: &mut PodHandles,
+        ns: (u64, u64),
+        ifname: &str,
+        want_oif: bool,
+        sysctl_names: &[String],
+    ) -> Result<PodFacts, ApplyError> {
+        let netns_id = NsId::from(NsIdentity {
+            dev: ns.0,
+            ino: ns.1,
+            cookie: pod.cookie(),
+        });
+        let oif = if want_oif {
+            Some(link::index_of(pod.route()?, ifname)?)
+        } else {
+            None
+        };
+        let sysctls = sysctl_names
+            .iter()
+            .map(|n| (n.clone(), pod.sysctl(n).and_then(|f| f.read())))
+            .collect();
+        Ok(PodFacts {
+            netns_id,
+            oif,
+            sysctls,
+        })
+    }
+
     /// Complete a pending record with what was read in the pod: the netns
     /// identity, the interface of its pod routes, the sysctl values it will
     /// overwrite. A sysctl that could not be read fails the ADD here, before
@@ -140,82 +174,40 @@ impl PodFacts {
     }
 }
 
-/// The go-ahead for the pod side, once the node side is applied: the
-/// pending record as it is on disk, and whether the pod's sysctls may have
-/// changed since [`PodFacts`] (an earlier ADD of this attachment was undone
-/// meanwhile), so they are read again.
-pub struct Go {
-    pub rec: Record,
-    pub reread: bool,
-}
-
-/// The pod side of ADD, on a thread inside the pod's namespace, with the
-/// pod lock held and the node-wide lock not: read [`PodFacts`], send them,
-/// wait for [`Go`] (none: the ADD was refused or failed on the node side,
-/// nothing to do), then write the sysctls, the nf_tables table and the
-/// pod routes. Returns the record (sysctl previous values as recorded) and
-/// the outcome; the caller writes it `applied` or rolls it back.
-/// What the pod side reads before the plan, as plain data.
-pub struct PodReads<'a> {
-    /// (dev, ino) of the pod's nsfs file.
-    pub ns: (u64, u64),
-    /// The namespace's path, for error messages.
-    pub label: &'a str,
-    pub ifname: &'a str,
-    /// The profile has pod routes: look up the interface's index.
-    pub want_oif: bool,
-    pub sysctl_names: &'a [String],
-}
-
-pub fn pod_side(
-    want: PodReads<'_>,
-    store: &StateStore,
-    facts: std::sync::mpsc::SyncSender<Result<PodFacts, ApplyError>>,
-    go: std::sync::mpsc::Receiver<Go>,
-) -> Option<(Record, Result<(), ApplyError>)> {
-    let label = want.label;
-    let mut route_sock = None;
-    let read = (|| -> Result<PodFacts, ApplyError> {
-        let netns_id = NsId::from(NsIdentity {
-            dev: want.ns.0,
-            ino: want.ns.1,
-            cookie: netns::current_cookie()?,
-        });
-        let oif = if want.want_oif {
-            let mut sock = RouteSocket::new_labelled(label.to_string())?;
-            let oif = link::index_of(&mut sock, want.ifname)?;
-            route_sock = Some(sock);
-            Some(oif)
-        } else {
-            None
-        };
-        let sysctls = want
-            .sysctl_names
+/// The handles undoing `rec`'s pod side needs: the sysctls it changed, the
+/// nf_tables socket for its table, a route socket for its pod routes.
+/// `cookie`: also the namespace's cookie, to check it is still the one.
+pub fn removal_wants(rec: &Record, names: &mut Vec<String>, cookie: bool) -> bool {
+    names.extend(
+        rec.sysctls
             .iter()
-            .map(|n| (n.clone(), sysctl::read(n)))
-            .collect();
-        Ok(PodFacts {
-            netns_id,
-            oif,
-            sysctls,
-        })
-    })();
-    if facts.send(read).is_err() {
-        return None;
-    }
-    let Go { mut rec, reread } = go.recv().ok()?;
-    let done = pod_changes(&mut rec, reread, route_sock, label, store);
-    Some((rec, done))
+            .filter(|s| s.previous.is_some())
+            .map(|s| s.name.clone()),
+    );
+    rec.nft_table.is_some() || !rec.pod_routes.is_empty() || !names.is_empty() || cookie
 }
 
-fn pod_changes(
+fn wants_of<'a>(rec: &Record, names: &'a [String], cookie: bool) -> PodWants<'a> {
+    PodWants {
+        nft: rec.nft_table.is_some(),
+        route: !rec.pod_routes.is_empty(),
+        sysctls: names,
+        cookie,
+    }
+}
+
+/// ADD's pod side after the node side, with the pod lock held and the
+/// node-wide lock not: the sysctls, the nf_tables table and the pod routes,
+/// through the handles opened in the pod's namespace. The caller writes the
+/// record `applied` or rolls it back.
+pub fn pod_changes(
     rec: &mut Record,
     reread: bool,
-    route_sock: Option<RouteSocket>,
-    label: &str,
+    pod: &mut PodHandles,
     store: &StateStore,
 ) -> Result<(), ApplyError> {
-    pod_changes_with(&mut Live::pod(label, route_sock), rec, reread, label, store)
+    let label = pod.netns.clone();
+    pod_changes_with(&mut Live::pod(pod), rec, reread, &label, store)
 }
 
 /// The pod side's changes over any [`Kernel`]: sysctls, the nf_tables
@@ -428,16 +420,45 @@ pub fn remove_node_with(
 /// pod's own namespace, and writing forwarding sysctls can wait on the
 /// kernel's rtnl lock for a long time on a busy node.
 pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
-    // One trip into the namespace (no probe first: the plugin never runs in
-    // a pod's namespace), and only the sockets the record needs.
-    let label = ns.path().display().to_string();
-    let (done, ()) = ns.run_beside(|| remove_pod_here(rec, &label), || ());
-    done.unwrap_or_else(|e| vec![e.to_string()])
+    // One trip into the namespace to open only the handles the record
+    // needs (none: no trip); the removal runs on this thread.
+    let mut names = Vec::new();
+    if !removal_wants(rec, &mut names, false) {
+        return Vec::new();
+    }
+    match PodHandles::open(ns, wants_of(rec, &names, false)) {
+        Ok(mut pod) => remove_pod_through(rec, &mut pod),
+        Err(e) => vec![e.to_string()],
+    }
 }
 
-/// `remove_pod_side` on a thread already inside the pod's namespace.
-fn remove_pod_here(rec: &Record, label: &str) -> Vec<String> {
-    remove_pod_with(&mut Live::pod(label, None), rec, label)
+/// [`remove_pod_side`] through handles already opened in the pod's
+/// namespace (a failed ADD's roll-back, DEL).
+pub fn remove_pod_through(rec: &Record, pod: &mut PodHandles) -> Vec<String> {
+    let label = pod.netns.clone();
+    remove_pod_with(&mut Live::pod(pod), rec, &label)
+}
+
+/// The handles for undoing `rec`'s pod side in `ns`, opened only if `ns`
+/// still is the namespace `rec` was applied in (device and inode here, the
+/// cookie from the handles). `Ok(None)`: nothing to undo there, or another
+/// namespace.
+pub fn removal_handles(rec: &Record, ns: &NetNs) -> Result<Option<PodHandles>, Error> {
+    let id = rec.netns_id;
+    if id.is_some_and(|id| ns.dev_ino() != (id.dev, id.ino)) {
+        return Ok(None);
+    }
+    let cookie = id.is_some_and(|id| id.cookie.is_some());
+    let mut names = Vec::new();
+    if !removal_wants(rec, &mut names, false) {
+        return Ok(None);
+    }
+    let pod = PodHandles::open(ns, wants_of(rec, &names, cookie))?;
+    let same = match (id.and_then(|id| id.cookie), pod.cookie()) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    Ok(same.then_some(pod))
 }
 
 /// Pod-side removal over any [`Kernel`]: sysctls back (where still ours),
@@ -622,8 +643,10 @@ pub fn sweep_node(
 /// the pod side read on one trip into `ns` ([`check_pod_with`]), the node
 /// side from this thread ([`check_node_with`]).
 pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<String>, ApplyError> {
-    let label = ns.path().display().to_string();
-    let mut drift = ns.run(|| check_pod_with(&mut Live::pod(&label, None), rec, &label))??;
+    let names: Vec<String> = rec.sysctls.iter().map(|s| s.name.clone()).collect();
+    let mut pod = PodHandles::open(ns, wants_of(rec, &names, false))?;
+    let label = pod.netns.clone();
+    let mut drift = check_pod_with(&mut Live::pod(&mut pod), rec, &label)?;
     drift.extend(check_node_with(&mut Live::on(node), rec)?);
     Ok(drift)
 }

@@ -6,9 +6,11 @@
 //! still run the real thing.
 
 use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::{self, NetNs};
 use podgate_kit::nft::{ListedMss, ListedRule, NftSocket, TableRules};
 use podgate_kit::route::{self, RouteEntry, RouteSpec};
 use podgate_kit::rule::{self, RuleSpec};
+use podgate_kit::sysctl::SysctlFile;
 use podgate_kit::{sysctl, Error};
 
 /// Route, rule, sysctl and nf_tables operations in one namespace.
@@ -51,17 +53,167 @@ impl NodeSocket {
     }
 }
 
+/// What the pod side needs opened in the pod's namespace.
+#[derive(Debug, Clone, Copy)]
+pub struct PodWants<'a> {
+    /// An nf_tables socket (masquerade or MSS clamp).
+    pub nft: bool,
+    /// A route socket (pod routes, the interface's index).
+    pub route: bool,
+    /// The sysctls, as /proc/sys files opened read-write.
+    pub sysctls: &'a [String],
+    /// The namespace's cookie (from the nf_tables or route socket when one
+    /// is opened, a throwaway socket otherwise).
+    pub cookie: bool,
+}
+
+impl PodWants<'_> {
+    /// Nothing to open: no trip into the namespace at all.
+    pub fn is_empty(&self) -> bool {
+        !self.nft && !self.route && self.sysctls.is_empty() && !self.cookie
+    }
+}
+
+/// Handles bound to a pod's namespace, opened there by a thread that then
+/// ended ([`NetNs::open_in`]): netlink sockets stay bound to the namespace
+/// they were created in, and a /proc/sys file keeps reading and writing the
+/// value of the namespace it was opened in, from whichever thread uses
+/// them. They also keep that namespace alive until they are dropped (every
+/// fd `O_CLOEXEC`, closed on drop).
+pub struct PodHandles {
+    /// The namespace's path, for error messages.
+    pub netns: String,
+    nft: Option<NftSocket>,
+    route: Option<RouteSocket>,
+    sysctls: Vec<(String, Result<SysctlFile, Error>)>,
+    cookie: Option<u64>,
+}
+
+impl PodHandles {
+    /// One trip into `ns`: open what `want` names. A sysctl that cannot be
+    /// opened (missing in this namespace) is kept as its error, reported
+    /// when it is used; a socket that cannot be opened fails the call.
+    pub fn open(ns: &NetNs, want: PodWants<'_>) -> Result<PodHandles, Error> {
+        let label = ns.path().display().to_string();
+        ns.open_in(|| PodHandles::open_here(label, want))?
+    }
+
+    /// On a thread inside the pod's namespace.
+    fn open_here(netns: String, want: PodWants<'_>) -> Result<PodHandles, Error> {
+        let nft = if want.nft {
+            Some(NftSocket::new().map_err(|e| labelled(e, &netns))?)
+        } else {
+            None
+        };
+        let route = if want.route {
+            Some(RouteSocket::new_labelled(netns.clone())?)
+        } else {
+            None
+        };
+        let sysctls = want
+            .sysctls
+            .iter()
+            .map(|n| (n.clone(), SysctlFile::open(n, &netns)))
+            .collect();
+        let cookie = match (&nft, &route) {
+            _ if !want.cookie => None,
+            (Some(n), _) => n.netns_cookie()?,
+            (None, Some(r)) => r.netns_cookie()?,
+            (None, None) => netns::current_cookie()?,
+        };
+        Ok(PodHandles {
+            netns,
+            nft,
+            route,
+            sysctls,
+            cookie,
+        })
+    }
+
+    /// The namespace's cookie, when asked for and the kernel has one.
+    pub fn cookie(&self) -> Option<u64> {
+        self.cookie
+    }
+
+    pub fn route(&mut self) -> Result<&mut RouteSocket, Error> {
+        let netns = &self.netns;
+        self.route
+            .as_mut()
+            .ok_or_else(|| not_opened("route", netns))
+    }
+
+    fn nft(&mut self) -> Result<&mut NftSocket, Error> {
+        let netns = &self.netns;
+        self.nft
+            .as_mut()
+            .ok_or_else(|| not_opened("nf_tables", netns))
+    }
+
+    /// The handle of sysctl `name`, or why it could not be opened.
+    pub fn sysctl(&self, name: &str) -> Result<&SysctlFile, Error> {
+        match self.sysctls.iter().find(|(n, _)| n == name) {
+            Some((_, Ok(f))) => Ok(f),
+            Some((_, Err(e))) => Err(again(e)),
+            None => Err(Error::SysctlRefused {
+                name: name.to_string(),
+                msg: format!("not opened in netns {}", self.netns),
+            }),
+        }
+    }
+}
+
+/// An nf_tables socket error, with the pod's namespace named.
+fn labelled(e: Error, netns: &str) -> Error {
+    match e {
+        Error::Socket { family, op, source } => Error::Socket {
+            family,
+            op: format!("{op} (netns {netns})"),
+            source,
+        },
+        other => other,
+    }
+}
+
+fn not_opened(family: &'static str, netns: &str) -> Error {
+    Error::Socket {
+        family,
+        op: format!("use (not opened in netns {netns})"),
+        source: std::io::Error::from(std::io::ErrorKind::NotConnected),
+    }
+}
+
+/// The same error once more (a failed open is reported at each use).
+fn again(e: &Error) -> Error {
+    match e {
+        Error::Sysctl { name, op, source } => Error::Sysctl {
+            name: name.clone(),
+            op,
+            source: match source.raw_os_error() {
+                Some(errno) => std::io::Error::from_raw_os_error(errno),
+                None => std::io::Error::new(source.kind(), source.to_string()),
+            },
+        },
+        Error::SysctlRefused { name, msg } => Error::SysctlRefused {
+            name: name.clone(),
+            msg: msg.clone(),
+        },
+        other => Error::SysctlRefused {
+            name: "-".into(),
+            msg: other.to_string(),
+        },
+    }
+}
+
 enum Sock<'a> {
     Lazy(&'a mut NodeSocket),
     Open(&'a mut RouteSocket),
-    /// In a pod's namespace (the calling thread is inside it), opened on
-    /// first use; the label names the namespace in errors.
-    Pod(String, Option<RouteSocket>),
+    /// Handles opened in a pod's namespace, used from this thread.
+    Pod(&'a mut PodHandles),
 }
 
 /// The real kernel: the kit's netlink codecs on sockets of the calling
-/// thread's namespace (opened when first needed), sysctls through
-/// `/proc/sys`.
+/// thread's namespace (opened when first needed) and sysctls through
+/// `/proc/sys`, or on the handles opened in a pod's namespace.
 pub struct Live<'a> {
     route: Sock<'a>,
     nft: Option<NftSocket>,
@@ -84,11 +236,10 @@ impl<'a> Live<'a> {
         }
     }
 
-    /// On a thread inside the pod namespace `label`, reusing a route socket
-    /// already opened there.
-    pub fn pod(label: &str, route: Option<RouteSocket>) -> Live<'static> {
+    /// Over handles opened in a pod's namespace (from any thread).
+    pub fn pod(handles: &'a mut PodHandles) -> Live<'a> {
         Live {
-            route: Sock::Pod(label.to_string(), route),
+            route: Sock::Pod(handles),
             nft: None,
         }
     }
@@ -97,14 +248,14 @@ impl<'a> Live<'a> {
         match &mut self.route {
             Sock::Lazy(n) => n.get(),
             Sock::Open(s) => Ok(s),
-            Sock::Pod(label, slot) => match slot {
-                Some(s) => Ok(s),
-                None => Ok(slot.insert(RouteSocket::new_labelled(label.clone())?)),
-            },
+            Sock::Pod(h) => h.route(),
         }
     }
 
     fn nft(&mut self) -> Result<&mut NftSocket, Error> {
+        if let Sock::Pod(h) = &mut self.route {
+            return h.nft();
+        }
         match &mut self.nft {
             Some(s) => Ok(s),
             slot => Ok(slot.insert(NftSocket::new()?)),
@@ -132,10 +283,16 @@ impl Kernel for Live<'_> {
         rule::del(self.sock()?, r)
     }
     fn sysctl_read(&mut self, name: &str) -> Result<String, Error> {
-        sysctl::read(name)
+        match &self.route {
+            Sock::Pod(h) => h.sysctl(name)?.read(),
+            _ => sysctl::read(name),
+        }
     }
     fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error> {
-        sysctl::ensure(name, value)
+        match &self.route {
+            Sock::Pod(h) => h.sysctl(name)?.ensure(value),
+            _ => sysctl::ensure(name, value),
+        }
     }
     fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error> {
         self.nft()?.replace_table(table, rules, tag)

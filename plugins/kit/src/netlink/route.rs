@@ -15,6 +15,11 @@ pub struct RouteSocket {
 }
 
 impl RouteSocket {
+    /// The netns cookie of the namespace this socket is bound to.
+    pub fn netns_cookie(&self) -> Result<Option<u64>> {
+        self.sock.netns_cookie()
+    }
+
     /// A socket in the calling thread's namespace.
     pub fn new() -> Result<RouteSocket> {
         Self::new_labelled("node".to_string())

@@ -95,6 +95,13 @@ fn socket_err<F: NetlinkFamily>(op: &str) -> impl FnOnce(io::Error) -> Error + '
 }
 
 impl<F: NetlinkFamily> Socket<F> {
+    /// The netns cookie of the namespace this socket is bound to.
+    pub fn netns_cookie(&self) -> Result<Option<u64>> {
+        // SAFETY: the fd stays open for as long as `self` is borrowed.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.sock.as_raw_fd()) };
+        crate::netns::cookie_of(fd)
+    }
+
     /// A socket in the calling thread's namespace.
     pub fn new() -> Result<Self> {
         Self::with_timeout(DEFAULT_TIMEOUT)

@@ -22,6 +22,12 @@ impl NftSocket {
         })
     }
 
+    /// The netns cookie of the namespace this socket is bound to (the one
+    /// that was current when it was opened).
+    pub fn netns_cookie(&self) -> crate::Result<Option<u64>> {
+        self.sock.netns_cookie()
+    }
+
     /// Atomically (one batch) (re)creates `inet <table>`: deletes the table if
     /// it exists, creates it, adds chain `postrouting` (type nat, hook
     /// postrouting, priority srcnat/100, policy accept) and one rule per

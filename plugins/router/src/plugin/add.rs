@@ -1,5 +1,6 @@
-//! ADD: the node side under the node-wide lock, the pod side beside it in
-//! the pod's namespace, the record written ahead and after.
+//! ADD: handles opened in the pod's namespace by a thread that then ends;
+//! then, on this thread, the node side under the node-wide lock and the pod
+//! side through those handles, the record written ahead and after.
 
 use super::{
     io_err, key_of, kit_err, load, log_swept, logger, ms, open_netns, pod_ips_of, require_caps,
@@ -325,11 +326,11 @@ fn add_node_side(
 /// then stays for DEL or GC).
 fn roll_back(
     rec: &Record,
-    ns: &NetNs,
+    pod: &mut apply::PodHandles,
     node: &mut apply::NodeSocket,
     store: &StateStore,
 ) -> Vec<String> {
-    let mut left = apply::remove_pod_side(rec, ns);
+    let mut left = apply::remove_pod_through(rec, pod);
     let lock = match store.lock() {
         Ok(l) => l,
         Err(e) => {
@@ -418,90 +419,44 @@ pub(super) fn add(req: &Request) -> Result<Map<String, Value>, CniError> {
     // taken before the node-wide lock, which is held only for the node
     // side (design note "Lock scope").
     let _pod_lock = store.lock_pod(&key.container_id).map_err(io_err)?;
-    let label = ns.path().display().to_string();
-    let want_oif = cfg
-        .profiles
-        .get(&sel.profile)
-        .is_some_and(|p| !p.pod_routes.is_empty());
+    let profile = cfg.profiles.get(&sel.profile);
+    let want_oif = profile.is_some_and(|p| !p.pod_routes.is_empty());
+    let want_nft = profile.is_some_and(|p| !p.masquerade.is_empty() || p.mss_clamp.is_some());
     let names = plan::pod_sysctl_names(&cfg, &sel, &key.ifname);
-    let (facts_tx, facts_rx) = std::sync::mpsc::sync_channel(1);
-    let (go_tx, go_rx) = std::sync::mpsc::sync_channel(1);
-    // One trip into the pod: a thread there reads what the record needs
-    // while this one waits for the node-wide lock; after the node side
-    // it writes the pod side, outside that lock.
-    let dev_ino = ns.dev_ino();
-    let (nsr, storer, keyr, selr, logr, cfgr) = (&ns, &store, &key, &sel, &log, &cfg);
-    let (pod, node) = ns.run_beside(
-        || {
-            apply::pod_side(
-                apply::PodReads {
-                    ns: dev_ino,
-                    label: &label,
-                    ifname: &key.ifname,
-                    want_oif,
-                    sysctl_names: &names,
-                },
-                &store,
-                facts_tx,
-                go_rx,
-            )
-        },
-        move || -> Result<NodeDone, CniError> {
-            let facts = match facts_rx.recv() {
-                Ok(Ok(f)) => f,
-                Ok(Err(e)) => {
-                    let msg = apply_msg(&selr.profile, &e, &[]);
-                    logr.error("apply failed, rolled back", json!({"error": msg}));
-                    return Err(apply_cni_err(&e, msg));
-                }
-                // The thread did not get into the namespace: its error
-                // comes with its result.
-                Err(_) => return Err(CniError::apply("pod netns thread ended")),
-            };
-            let done = add_node_side(cfgr, req, logr, selr, nsr, storer, keyr, facts)?;
-            let go = apply::Go {
-                rec: done.rec.clone(),
-                reread: done.reread,
-            };
-            if go_tx.send(go).is_err() {
-                return Err(CniError::apply("pod netns thread ended"));
-            }
-            Ok(done)
-        },
-    );
-    // The thread could not enter the namespace: nothing was done.
-    let pod = pod.map_err(|e| {
-        let e = ApplyError::Kit(e);
+    let failed = |e: ApplyError| {
         let msg = apply_msg(&sel.profile, &e, &[]);
         log.error("apply failed, rolled back", json!({"error": msg}));
         apply_cni_err(&e, msg)
-    })?;
-    let mut done = node?;
-    let outcome = match pod {
-        Some((rec, r)) => {
-            done.rec = rec;
-            r.map_err(|e| (e, true))
-        }
-        None => Err((
-            ApplyError::Kit(podgate_kit::Error::SysctlRefused {
-                name: "-".into(),
-                msg: "pod netns thread ended before the pod side".into(),
-            }),
-            true,
-        )),
     };
-    let rec = &mut done.rec;
-    let outcome = outcome.and_then(|()| {
-        rec.status = record::Status::Applied;
-        record::write(&store, rec).map_err(|e| (ApplyError::Kit(e), true))
+    // One trip into the pod: a thread there opens the handles and ends
+    // (design note "The pod thread only opens handles"); everything else
+    // runs on this thread through them.
+    let mut pod = apply::PodHandles::open(
+        &ns,
+        apply::PodWants {
+            nft: want_nft,
+            route: want_oif,
+            sysctls: &names,
+            cookie: true,
+        },
+    )
+    .map_err(|e| failed(ApplyError::Kit(e)))?;
+    let facts = apply::PodFacts::read(&mut pod, ns.dev_ino(), &key.ifname, want_oif, &names)
+        .map_err(failed)?;
+    let mut done = add_node_side(&cfg, req, &log, &sel, &ns, &store, &key, facts)?;
+    let outcome = apply::pod_changes(&mut done.rec, done.reread, &mut pod, &store).and_then(|()| {
+        done.rec.status = record::Status::Applied;
+        record::write(&store, &done.rec).map_err(ApplyError::Kit)
     });
-    if let Err((e, _)) = outcome {
+    if let Err(e) = outcome {
+        let rec = &mut done.rec;
         rec.status = record::Status::Pending;
-        let left = roll_back(rec, &ns, &mut done.node, &store);
+        let left = roll_back(rec, &mut pod, &mut done.node, &store);
         let msg = apply_msg(&sel.profile, &e, &left);
         log.error("apply failed, rolled back", json!({"error": msg}));
         return Err(apply_cni_err(&e, msg));
     }
+    drop(pod);
     let rec = &done.rec;
     log.info(
         "applied",

@@ -49,11 +49,17 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
         .as_deref()
         .or(recorded.as_deref())
         .and_then(|p| NetNs::open(p).ok())
-        .filter(|ns| !rec.liveness(&here, Depth::Path).is_stale() && apply::same_netns(&rec, ns));
+        .filter(|_| !rec.liveness(&here, Depth::Path).is_stale());
     // Pod side first, outside the node-wide lock: it touches only this
-    // pod's namespace, which may be gone already (pod deleted).
+    // pod's namespace, which may be gone already (pod deleted). One trip
+    // there opens the handles (and reads the cookie that tells whether it
+    // still is the pod's); the removal runs on this thread.
     if let Some(ns) = &ns {
-        let failures = apply::remove_pod_side(&rec, ns);
+        let failures = match apply::removal_handles(&rec, ns) {
+            Ok(Some(mut pod)) => apply::remove_pod_through(&rec, &mut pod),
+            Ok(None) => Vec::new(),
+            Err(e) => vec![e.to_string()],
+        };
         if !failures.is_empty() {
             log.error(
                 "pod-side teardown incomplete",

@@ -1,0 +1,118 @@
+#!/bin/bash
+# Load-independent figures for one masquerade ADD (sysctl ip_forward=1 +
+# masquerade, the bench's vpn-gateway profile): user-space instructions
+# (where the machine has a PMU; callgrind's count otherwise), context
+# switches and page faults from `perf stat -r N` (each ADD followed by its
+# DEL through --post, which perf does not count; its wall time is not
+# load-independent), context switches of all threads from wait4's rusage, and
+# the syscall count from `strace -f -c`. Compares any number of router binaries in the
+# same node/pod namespaces, alternating them:
+#
+#   integration/bench/perfstat.sh [-r RUNS] ROUTER_BINARY...
+#
+# Namespaces are made here (pg-perf-*) and removed on every exit path; the
+# machine's own namespace is never touched.
+set -eu
+runs=200
+if [ "${1:-}" = -r ]; then runs=$2; shift 2; fi
+[ $# -ge 1 ] || { echo "usage: $0 [-r RUNS] ROUTER..." >&2; exit 2; }
+for b in "$@"; do [ -x "$b" ] || { echo "$0: $b not executable" >&2; exit 2; }; done
+command -v perf >/dev/null || { echo "$0: perf missing (linux-perf)" >&2; exit 2; }
+
+tag=$$-$RANDOM
+node=pg-perf-node-$tag
+pod=pg-perf-pod-$tag
+tmp=$(mktemp -d /tmp/podgate-perf-XXXXXX)
+cleanup() {
+    ip netns del "$pod" 2>/dev/null || true
+    ip netns del "$node" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+ip netns add "$node"
+ip netns add "$pod"
+ip -n "$node" link set lo up
+ip -n "$pod" link set lo up
+ip -n "$node" link add pgph1 type veth peer name eth0 netns "$pod"
+ip -n "$node" addr add 10.22.1.1/24 dev pgph1
+ip -n "$node" link set pgph1 up
+ip -n "$pod" addr add 10.22.1.5/24 dev eth0
+ip -n "$pod" link set eth0 up
+ip -n "$pod" route add default via 10.22.1.1
+ip netns exec "$node" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
+# Off, so every ADD really writes it and every DEL puts it back.
+ip netns exec "$pod" sh -c 'echo 0 > /proc/sys/net/ipv4/ip_forward'
+
+cat >"$tmp/conf.json" <<EOF
+{"cniVersion":"1.0.0","name":"bench","type":"podgate-router",
+ "stateDir":"$tmp/state","logFile":"$tmp/router.log",
+ "profiles":{"vpn-gateway":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}]}},
+ "assign":[{"namespace":"bench","podName":"vpn-gateway","profile":"vpn-gateway"}],
+ "allow":{"annotationNamespaces":["bench"],"pools":["10.8.0.0/16"]},
+ "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"pgph1"},{"name":"eth0","sandbox":"/var/run/netns/$pod"}],
+   "ips":[{"address":"10.22.1.5/24","gateway":"10.22.1.1","interface":1}],
+   "routes":[{"dst":"0.0.0.0/0","gw":"10.22.1.1"}]}}
+EOF
+export CNI_CONTAINERID=perf-1 CNI_NETNS=/var/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni
+export CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=vpn-gateway"
+in_node() { nsenter --net=/var/run/netns/"$node" "$@"; }
+
+check_one() {
+    local b=$1 fwd
+    CNI_COMMAND=ADD in_node "$b" <"$tmp/conf.json" >/dev/null
+    fwd=$(ip netns exec "$pod" cat /proc/sys/net/ipv4/ip_forward)
+    ip netns exec "$pod" nft list tables | grep -q . || { echo "$b: no nft table after ADD" >&2; exit 1; }
+    CNI_COMMAND=DEL in_node "$b" <"$tmp/conf.json" >/dev/null
+    [ "$fwd" = 1 ] && [ "$(ip netns exec "$pod" cat /proc/sys/net/ipv4/ip_forward)" = 0 ] ||
+        { echo "$b: ADD did not set ip_forward or DEL did not restore it" >&2; exit 1; }
+}
+
+# perf's --post takes one command: DEL with the binary of this series.
+printf '#!/bin/sh\nCNI_COMMAND=DEL exec "$ROUTER" <%s >/dev/null\n' "$tmp/conf.json" >"$tmp/del.sh"
+chmod +x "$tmp/del.sh"
+for b in "$@"; do check_one "$b"; done
+# One perf stat per ADD (stdin is the conf, read once per process: `perf
+# stat -r` would hand the later runs an empty stdin), DEL after each, the
+# counts averaged here.
+for round in 1 2; do
+    for b in "$@"; do
+        : >"$tmp/perf.csv"
+        for _ in $(seq "$runs"); do
+            CNI_COMMAND=ADD in_node perf stat -x, -o "$tmp/one.csv" \
+                -e instructions:u,task-clock,context-switches,page-faults -- "$b" \
+                <"$tmp/conf.json" >/dev/null
+            grep -v '^#' "$tmp/one.csv" | grep . >>"$tmp/perf.csv"
+            CNI_COMMAND=DEL in_node "$b" <"$tmp/conf.json" >/dev/null
+        done
+        echo "== $b (round $round: mean of $runs ADDs, each followed by its uncounted DEL)"
+        awk -F, '$1 ~ /^[0-9.]+$/ { s[$3] += $1; n[$3]++ } END { for (k in s) printf "  %-20s %12.3f\n", k, s[k] / n[k] }' \
+            "$tmp/perf.csv" | sort
+    done
+done
+for b in "$@"; do
+    # Context switches of all threads (wait4's rusage), summed over the runs.
+    vol=0 invol=0
+    for _ in $(seq "$runs"); do
+        CNI_COMMAND=ADD in_node /usr/bin/time -f "%w %c" -o "$tmp/time.txt" "$b" \
+            <"$tmp/conf.json" >/dev/null
+        read -r v i <"$tmp/time.txt"
+        vol=$((vol + v)) invol=$((invol + i))
+        CNI_COMMAND=DEL in_node "$b" <"$tmp/conf.json" >/dev/null
+    done
+    echo "== $b: context switches per ADD over $runs (rusage, all threads): voluntary $(echo "scale=2; $vol/$runs" | bc) involuntary $(echo "scale=2; $invol/$runs" | bc)"
+    if command -v valgrind >/dev/null; then
+        CNI_COMMAND=ADD in_node valgrind --tool=callgrind --callgrind-out-file=/dev/null "$b" \
+            <"$tmp/conf.json" >/dev/null 2>"$tmp/cg.txt" || true
+        CNI_COMMAND=DEL in_node "$b" <"$tmp/conf.json" >/dev/null
+        echo "  user-space instructions of one ADD (callgrind, all threads): $(sed -n 's/.*Collected : //p' "$tmp/cg.txt")"
+    fi
+    echo "== $b: syscalls of one ADD (strace -f -c)"
+    CNI_COMMAND=ADD in_node strace -f -c -o "$tmp/strace.txt" "$b" <"$tmp/conf.json" >/dev/null
+    tail -n 1 "$tmp/strace.txt" | awk '{print "  total syscalls:", $4}'
+    grep -E ' (clone3|futex|setns|openat|read|pread64|pwrite64|write|socket|getsockopt|close)$' "$tmp/strace.txt" |
+        awk '{printf "  %-12s %s\n", $NF, $4}'
+    CNI_COMMAND=DEL in_node strace -f -c -o "$tmp/strace.txt" "$b" <"$tmp/conf.json" >/dev/null
+    echo "== $b: syscalls of its DEL: $(tail -n 1 "$tmp/strace.txt" | awk '{print $4}')" \
+        "(futex $(awk '$NF == "futex" {print $4}' "$tmp/strace.txt"))"
+done
