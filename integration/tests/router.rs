@@ -418,6 +418,15 @@ fn del_after_netns_is_gone_leaves_nothing() {
     )
     .assert_ok();
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+    // The kernel destroys a deleted netns asynchronously (cleanup_net) and
+    // the pod's veth peer on the node goes with it; under load that can lag
+    // the DEL. Wait for it (bounded) so the snapshot compares what podgate
+    // left, not the kernel's lag.
+    let gone = podgate_integration::vpn::wait_for(|| node.snapshot().links == before.links, 20);
+    assert!(
+        gone,
+        "the deleted pod's veth is still on the node after 20 s"
+    );
     assert_same(&before, &node.snapshot());
     // DEL again: idempotent.
     node.cni_with_netns_path(
