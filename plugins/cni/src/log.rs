@@ -94,11 +94,13 @@ impl Default for Telemetry {
     }
 }
 
-fn default_max_bytes() -> u64 {
+/// `logMaxBytes`' default, for configs that spell the telemetry keys out.
+pub fn default_max_bytes() -> u64 {
     DEFAULT_MAX_BYTES
 }
 
-fn de_max_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+/// `logMaxBytes`, refusing limits below [`MIN_MAX_BYTES`].
+pub fn de_max_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let n = u64::deserialize(d)?;
     if n < MIN_MAX_BYTES {
         return Err(serde::de::Error::custom(format!(

@@ -5,10 +5,12 @@
 //! We therefore keep the raw JSON as the thing we emit, so fields we do not model
 //! (dns, 1.1.0's socketPath/pciID, vendor keys) survive byte-for-byte in meaning.
 
+use crate::config::message_of;
 use crate::error::CniError;
 use crate::version::Version;
 use ipnet::IpNet;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::net::IpAddr;
 
@@ -96,6 +98,23 @@ impl PrevResult {
         let typed =
             CniResult::deserialize(v).map_err(|e| CniError::decode(format!("prevResult: {e}")))?;
         Ok(PrevResult { raw, typed })
+    }
+
+    /// From the raw text of `prevResult` (not `null`): typed straight from
+    /// the text. None for `{}`, what some runtimes send on DEL.
+    pub fn from_raw(v: &RawValue) -> Result<Option<PrevResult>, CniError> {
+        let text = v.get();
+        if !text.starts_with('{') {
+            return Err(CniError::decode("prevResult is not a JSON object"));
+        }
+        let raw: Map<String, Value> = serde_json::from_str(text)
+            .map_err(|e| CniError::decode(format!("prevResult: {}", message_of(&e))))?;
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        let typed: CniResult = serde_json::from_str(text)
+            .map_err(|e| CniError::decode(format!("prevResult: {}", message_of(&e))))?;
+        Ok(Some(PrevResult { raw, typed }))
     }
 }
 
