@@ -114,13 +114,18 @@ impl PrevResult {
         if !text.starts_with('{') {
             return Err(CniError::decode("prevResult is not a JSON object"));
         }
-        let raw: Map<String, Value> = serde_json::from_str(text)
+        // One pass over the text; the typed view from the tree (as
+        // `parse` does: the same messages, no positions).
+        let v: Value = serde_json::from_str(text)
             .map_err(|e| CniError::decode(format!("prevResult: {}", message_of(&e))))?;
+        let typed =
+            CniResult::deserialize(&v).map_err(|e| CniError::decode(format!("prevResult: {e}")))?;
+        let Value::Object(raw) = v else {
+            return Err(CniError::decode("prevResult is not a JSON object"));
+        };
         if raw.is_empty() {
             return Ok(None);
         }
-        let typed: CniResult = serde_json::from_str(text)
-            .map_err(|e| CniError::decode(format!("prevResult: {}", message_of(&e))))?;
         Ok(Some(PrevResult {
             raw,
             typed,
