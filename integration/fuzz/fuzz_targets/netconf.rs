@@ -75,7 +75,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = convert(prev.raw.clone(), v);
         }
     }
-    let _ = GuardConfig::from_value(&conf.raw).map(|c| {
+    let _ = GuardConfig::from_value(&conf.value().unwrap_or_default()).map(|c| {
         (
             c.timeout(),
             c.protection_socket(),

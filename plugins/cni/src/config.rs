@@ -1,12 +1,21 @@
 //! The network configuration a runtime writes to a plugin's stdin.
+//!
+//! One pass over the bytes: the top-level keys every plugin needs are taken
+//! as raw JSON slices and parsed typed on their own; everything else is only
+//! checked to be JSON and skipped. The plugin's own config is then parsed
+//! typed straight from the text ([`NetConf::plugin_config`]), never through a
+//! `serde_json::Value` of the whole document (README "Performance",
+//! design note "One typed pass over the config").
 
 use crate::error::CniError;
 use crate::result::PrevResult;
-use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
-/// Fields every plugin's config has, plus the raw object for plugin-specific ones.
+/// Fields every plugin's config has, plus the text for plugin-specific ones.
 #[derive(Debug, Clone)]
 pub struct NetConf {
     pub cni_version: String,
@@ -17,7 +26,13 @@ pub struct NetConf {
     pub runtime_config: Map<String, Value>,
     /// `args.cni`: per-attachment args (e.g. from Multus) (untrusted: per pod).
     pub args_cni: Map<String, Value>,
-    pub raw: Value,
+    /// The whole config as received: valid JSON, a top-level object.
+    pub text: Box<str>,
+    /// `eventFile` and `stateDir` when they are non-empty strings (where the
+    /// event channel is, [`crate::event::file_for`]).
+    pub(crate) event_file: Option<String>,
+    pub(crate) state_dir: Option<String>,
+    valid_attachments: Option<Box<RawValue>>,
 }
 
 /// One entry of `cni.dev/valid-attachments` (GC, spec 1.1.0).
@@ -28,48 +43,125 @@ pub struct Attachment {
     pub ifname: String,
 }
 
+/// The top-level keys NetConf reads, as slices of the input. A key given
+/// twice counts with its last value, as in a `serde_json::Map`.
+#[derive(Default)]
+struct Top<'a> {
+    cni_version: Option<&'a RawValue>,
+    name: Option<&'a RawValue>,
+    plugin_type: Option<&'a RawValue>,
+    prev_result: Option<&'a RawValue>,
+    runtime_config: Option<&'a RawValue>,
+    args: Option<&'a RawValue>,
+    event_file: Option<&'a RawValue>,
+    state_dir: Option<&'a RawValue>,
+    valid_attachments: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Top<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Top<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Top<'a>, M::Error> {
+                let mut top = Top::default();
+                while let Some(k) = m.next_key::<Cow<'de, str>>()? {
+                    let slot = match k.as_ref() {
+                        "cniVersion" => &mut top.cni_version,
+                        "name" => &mut top.name,
+                        "type" => &mut top.plugin_type,
+                        "prevResult" => &mut top.prev_result,
+                        "runtimeConfig" => &mut top.runtime_config,
+                        "args" => &mut top.args,
+                        "eventFile" => &mut top.event_file,
+                        "stateDir" => &mut top.state_dir,
+                        "cni.dev/valid-attachments" => &mut top.valid_attachments,
+                        _ => {
+                            m.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(m.next_value()?);
+                }
+                Ok(top)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// A serde_json error without its " at line L column C": the messages of a
+/// typed parse from text read as they did when the parse went through a
+/// `Value`, which has no positions.
+pub fn message_of(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    if e.line() == 0 {
+        return s;
+    }
+    let tail = format!(" at line {} column {}", e.line(), e.column());
+    match s.strip_suffix(&tail) {
+        Some(m) => m.to_string(),
+        None => s,
+    }
+}
+
+fn is_null(v: Option<&RawValue>) -> Option<&RawValue> {
+    v.filter(|r| r.get() != "null")
+}
+
+fn string_field(k: &str, v: Option<&RawValue>) -> Result<String, CniError> {
+    match is_null(v) {
+        None => Ok(String::new()),
+        Some(r) => serde_json::from_str::<String>(r.get())
+            .map_err(|_| CniError::invalid_config(format!("{k} must be a string"))),
+    }
+}
+
+fn object_field(k: &str, v: Option<&RawValue>) -> Result<Map<String, Value>, CniError> {
+    match is_null(v) {
+        None => Ok(Map::new()),
+        Some(r) if r.get().starts_with('{') => serde_json::from_str(r.get())
+            .map_err(|e| CniError::invalid_config(format!("{k}: {}", message_of(&e)))),
+        Some(_) => Err(CniError::invalid_config(format!("{k} must be an object"))),
+    }
+}
+
+/// A non-empty string, or None (what [`crate::event::file_for_entry`] takes).
+fn path_field(v: Option<&RawValue>) -> Option<String> {
+    v.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+        .filter(|s| !s.is_empty())
+}
+
 impl NetConf {
     /// Parse stdin. Errors: 6 for bytes that are not a JSON object, 7 for a
     /// config that is JSON but not a network config. The version is checked by
     /// the caller, which knows the verb.
     pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
-        let raw: Value = serde_json::from_slice(bytes)
-            .map_err(|e| CniError::decode(format!("network config is not valid JSON: {e}")))?;
-        let obj = raw
-            .as_object()
-            .ok_or_else(|| CniError::decode("network config is not a JSON object"))?;
-        let str_field = |k: &str| -> Result<String, CniError> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Ok(String::new()),
-                Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(CniError::invalid_config(format!("{k} must be a string"))),
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            CniError::decode(format!("network config is not valid JSON: not UTF-8 ({e})"))
+        })?;
+        let top: Top = serde_json::from_str(text).map_err(|e| {
+            if e.is_data() {
+                CniError::decode("network config is not a JSON object")
+            } else {
+                CniError::decode(format!("network config is not valid JSON: {e}"))
             }
-        };
-        let cni_version = str_field("cniVersion")?;
-        let name = str_field("name")?;
-        let plugin_type = str_field("type")?;
-        let object_field = |k: &str| -> Result<Map<String, Value>, CniError> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Ok(Map::new()),
-                Some(Value::Object(m)) => Ok(m.clone()),
-                Some(_) => Err(CniError::invalid_config(format!("{k} must be an object"))),
-            }
-        };
-        let runtime_config = object_field("runtimeConfig")?;
-        let args_cni = match obj.get("args") {
+        })?;
+        let cni_version = string_field("cniVersion", top.cni_version)?;
+        let name = string_field("name", top.name)?;
+        let plugin_type = string_field("type", top.plugin_type)?;
+        let runtime_config = object_field("runtimeConfig", top.runtime_config)?;
+        let args_cni = match object_field("args", top.args)?.remove("cni") {
             None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(a)) => match a.get("cni") {
-                None | Some(Value::Null) => Map::new(),
-                Some(Value::Object(m)) => m.clone(),
-                Some(_) => return Err(CniError::invalid_config("args.cni must be an object")),
-            },
-            Some(_) => return Err(CniError::invalid_config("args must be an object")),
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(CniError::invalid_config("args.cni must be an object")),
         };
-        let prev_result = match obj.get("prevResult") {
-            None | Some(Value::Null) => None,
-            // An empty prevResult ({}) is what some runtimes send on DEL.
-            Some(Value::Object(m)) if m.is_empty() => None,
-            Some(v) => Some(PrevResult::parse(v)?),
+        let prev_result = match is_null(top.prev_result) {
+            None => None,
+            Some(r) => PrevResult::from_raw(r)?,
         };
         Ok(NetConf {
             cni_version,
@@ -78,22 +170,34 @@ impl NetConf {
             prev_result,
             runtime_config,
             args_cni,
-            raw,
+            event_file: path_field(top.event_file),
+            state_dir: path_field(top.state_dir),
+            valid_attachments: is_null(top.valid_attachments).map(RawValue::to_owned),
+            text: text.into(),
         })
     }
 
-    /// Deserialize the plugin-specific config; errors are code 7 with the serde path.
+    /// Deserialize the plugin-specific config from the text in one typed
+    /// pass; errors are code 7 with the serde message.
     pub fn plugin_config<T: DeserializeOwned>(&self) -> Result<T, CniError> {
-        T::deserialize(&self.raw)
-            .map_err(|e| CniError::invalid_config(format!("{} config: {e}", self.plugin_type)))
+        serde_json::from_str(&self.text).map_err(|e| {
+            CniError::invalid_config(format!("{} config: {}", self.plugin_type, message_of(&e)))
+        })
+    }
+
+    /// The whole config as a `Value`, for code that walks it by key.
+    pub fn value(&self) -> Result<Value, CniError> {
+        serde_json::from_str(&self.text)
+            .map_err(|e| CniError::decode(format!("network config: {}", message_of(&e))))
     }
 
     /// `cni.dev/valid-attachments` for GC (missing = none are valid).
     pub fn valid_attachments(&self) -> Result<Vec<Attachment>, CniError> {
-        match self.raw.get("cni.dev/valid-attachments") {
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(v) => Vec::<Attachment>::deserialize(v)
-                .map_err(|e| CniError::invalid_config(format!("cni.dev/valid-attachments: {e}"))),
+        match &self.valid_attachments {
+            None => Ok(Vec::new()),
+            Some(v) => serde_json::from_str(v.get()).map_err(|e| {
+                CniError::invalid_config(format!("cni.dev/valid-attachments: {}", message_of(&e)))
+            }),
         }
     }
 }

@@ -234,7 +234,13 @@ fn mark_inflight(file: &Path, id: &str, plugin: &str, command: &str) -> Option<(
 
 /// The event file of this request's plugin entry.
 pub fn file_for(conf: &NetConf) -> PathBuf {
-    file_for_entry(&conf.raw)
+    if let Some(f) = &conf.event_file {
+        return PathBuf::from(f);
+    }
+    match &conf.state_dir {
+        Some(d) => Path::new(d).join(EVENT_FILE_NAME),
+        None => PathBuf::from(DEFAULT_EVENT_FILE),
+    }
 }
 
 #[cfg(test)]

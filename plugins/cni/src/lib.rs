@@ -9,6 +9,7 @@
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod arena;
 pub mod config;
 pub mod env;
 pub mod error;

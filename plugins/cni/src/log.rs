@@ -94,11 +94,13 @@ impl Default for Telemetry {
     }
 }
 
-fn default_max_bytes() -> u64 {
+/// `logMaxBytes`' default, for configs that spell the telemetry keys out.
+pub fn default_max_bytes() -> u64 {
     DEFAULT_MAX_BYTES
 }
 
-fn de_max_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+/// `logMaxBytes`, refusing limits below [`MIN_MAX_BYTES`].
+pub fn de_max_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let n = u64::deserialize(d)?;
     if n < MIN_MAX_BYTES {
         return Err(serde::de::Error::custom(format!(
@@ -164,14 +166,7 @@ impl Logger {
         if !self.enabled(level) {
             return;
         }
-        let mut line = self.base.clone();
-        line.insert("ts".into(), Value::String(rfc3339_now()));
-        line.insert("level".into(), Value::String(level.as_str().into()));
-        line.insert("msg".into(), Value::String(msg.into()));
-        if let Value::Object(f) = fields {
-            line.extend(f);
-        }
-        let text = Value::Object(line).to_string();
+        let text = self.line(level, msg, &rfc3339_now(), &fields);
         match &self.file {
             Some(path) => {
                 if let Err(e) = append_line(path, &text, Limit::Rotate(self.max_bytes)) {
@@ -181,6 +176,50 @@ impl Logger {
             None if level <= Level::Warn => stderr_line(&text),
             None => {}
         }
+    }
+
+    /// One line: the base fields, `ts`, `level`, `msg`, then `fields`, a
+    /// later key replacing an earlier one, keys in sorted order (the
+    /// layout a `serde_json::Map` of them printed). Written straight into
+    /// one buffer: the base fields are not copied into a map per line.
+    fn line(&self, level: Level, msg: &str, ts: &str, fields: &Value) -> String {
+        enum V<'a> {
+            Str(&'a str),
+            Json(&'a Value),
+        }
+        let extra = fields.as_object();
+        let mut entries: Vec<(&str, V)> =
+            Vec::with_capacity(self.base.len() + 3 + extra.map_or(0, Map::len));
+        entries.extend(self.base.iter().map(|(k, v)| (k.as_str(), V::Json(v))));
+        entries.push(("ts", V::Str(ts)));
+        entries.push(("level", V::Str(level.as_str())));
+        entries.push(("msg", V::Str(msg)));
+        if let Some(f) = extra {
+            entries.extend(f.iter().map(|(k, v)| (k.as_str(), V::Json(v))));
+        }
+        // Stable: of equal keys the one pushed last stays last.
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        let mut buf: Vec<u8> = Vec::with_capacity(512);
+        buf.push(b'{');
+        let mut first = true;
+        for (i, (k, v)) in entries.iter().enumerate() {
+            if entries.get(i + 1).is_some_and(|(next, _)| next == k) {
+                continue;
+            }
+            if !first {
+                buf.push(b',');
+            }
+            first = false;
+            // Writing JSON into a Vec cannot fail: strings and Values only.
+            let _ = serde_json::to_writer(&mut buf, k);
+            buf.push(b':');
+            let _ = match v {
+                V::Str(s) => serde_json::to_writer(&mut buf, s),
+                V::Json(j) => serde_json::to_writer(&mut buf, j),
+            };
+        }
+        buf.push(b'}');
+        String::from_utf8(buf).unwrap_or_default()
     }
 }
 
@@ -361,6 +400,24 @@ mod tests {
             .lines()
             .map(str::to_string)
             .collect()
+    }
+
+    /// The line is what a Map of the same fields printed, later keys
+    /// replacing earlier ones.
+    #[test]
+    fn line_is_the_map_layout() {
+        let log = Logger::new("p", None)
+            .with("cmd", "ADD")
+            .with("zeta", json!({"b": [1, "x\"y"]}))
+            .with("msg", "base msg loses");
+        let fields = json!({"cmd": "DEL", "a": 1.5, "level": "x"});
+        let got = log.line(Level::Warn, "m\n", "T", &fields);
+        let mut want = log.base.clone();
+        want.insert("ts".into(), "T".into());
+        want.insert("level".into(), "warn".into());
+        want.insert("msg".into(), "m\n".into());
+        want.extend(fields.as_object().unwrap().clone());
+        assert_eq!(got, Value::Object(want).to_string());
     }
 
     #[test]

@@ -5,10 +5,12 @@
 //! We therefore keep the raw JSON as the thing we emit, so fields we do not model
 //! (dns, 1.1.0's socketPath/pciID, vendor keys) survive byte-for-byte in meaning.
 
+use crate::config::message_of;
 use crate::error::CniError;
 use crate::version::Version;
 use ipnet::IpNet;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::net::IpAddr;
 
@@ -85,6 +87,9 @@ impl CniResult {
 pub struct PrevResult {
     pub raw: Map<String, Value>,
     pub typed: CniResult,
+    /// `raw` as it came (JSON text): what a pass-through prints when
+    /// nothing changes it ([`render`]).
+    pub text: Box<str>,
 }
 
 impl PrevResult {
@@ -95,7 +100,65 @@ impl PrevResult {
             .clone();
         let typed =
             CniResult::deserialize(v).map_err(|e| CniError::decode(format!("prevResult: {e}")))?;
-        Ok(PrevResult { raw, typed })
+        Ok(PrevResult {
+            raw,
+            typed,
+            text: v.to_string().into(),
+        })
+    }
+
+    /// From the raw text of `prevResult` (not `null`): typed straight from
+    /// the text. None for `{}`, what some runtimes send on DEL.
+    pub fn from_raw(v: &RawValue) -> Result<Option<PrevResult>, CniError> {
+        let text = v.get();
+        if !text.starts_with('{') {
+            return Err(CniError::decode("prevResult is not a JSON object"));
+        }
+        // One pass over the text; the typed view from the tree (as
+        // `parse` does: the same messages, no positions).
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| CniError::decode(format!("prevResult: {}", message_of(&e))))?;
+        let typed =
+            CniResult::deserialize(&v).map_err(|e| CniError::decode(format!("prevResult: {e}")))?;
+        let Value::Object(raw) = v else {
+            return Err(CniError::decode("prevResult is not a JSON object"));
+        };
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(PrevResult {
+            raw,
+            typed,
+            text: text.into(),
+        }))
+    }
+}
+
+/// Whether [`convert`] would leave `raw` as it is for `version`: the
+/// version is already `version`'s and every IP already has (0.3.x/0.4.0)
+/// or lacks (1.x) its `version` field.
+fn in_shape_of(raw: &Map<String, Value>, version: &str) -> bool {
+    if raw.get("cniVersion").and_then(Value::as_str) != Some(version) {
+        return false;
+    }
+    let with_ip_version = Version::parse(version).is_some_and(Version::has_ip_version_field);
+    match raw.get("ips") {
+        None => true,
+        Some(Value::Array(ips)) => ips.iter().all(|ip| match ip.as_object() {
+            Some(o) => o.contains_key("version") == with_ip_version,
+            None => true,
+        }),
+        Some(_) => true,
+    }
+}
+
+/// The text of a result in the shape of `version`. A chained plugin that
+/// hands prevResult back unchanged, in a shape `version` already has, gets
+/// prevResult's own text: the same JSON, not parsed and printed again.
+pub fn render(raw: Map<String, Value>, prev: Option<&PrevResult>, version: &str) -> String {
+    match prev {
+        Some(p) if raw == p.raw && in_shape_of(&raw, version) => p.text.to_string(),
+        _ => convert(raw, version).to_string(),
     }
 }
 
@@ -163,6 +226,29 @@ mod tests {
         assert_eq!(v1["dns"], json!({}));
         let back = convert(v1.as_object().unwrap().clone(), "0.3.1");
         assert_eq!(back, sample_030());
+    }
+
+    #[test]
+    fn render_echoes_the_text_only_when_nothing_changes() {
+        let text = r#"{ "cniVersion": "0.3.1", "ips": [{"version": "4", "address": "10.1.0.5/24"}], "x": 1 }"#;
+        let raw: &RawValue = serde_json::from_str(text).unwrap();
+        let p = PrevResult::from_raw(raw).unwrap().unwrap();
+        assert_eq!(render(p.raw.clone(), Some(&p), "0.3.1"), text);
+        // Another version, or a changed result: converted and printed anew.
+        let v: Value = serde_json::from_str(&render(p.raw.clone(), Some(&p), "1.0.0")).unwrap();
+        assert_eq!(v["cniVersion"], "1.0.0");
+        assert!(v["ips"][0].get("version").is_none());
+        let mut changed = p.raw.clone();
+        changed.insert("routes".into(), json!([]));
+        let v: Value = serde_json::from_str(&render(changed, Some(&p), "0.3.1")).unwrap();
+        assert_eq!(v["routes"], json!([]));
+        // An IP without its 0.3.x version field is not in shape: converted.
+        let raw: &RawValue =
+            serde_json::from_str(r#"{"cniVersion":"0.3.1","ips":[{"address":"10.1.0.5/24"}]}"#)
+                .unwrap();
+        let p = PrevResult::from_raw(raw).unwrap().unwrap();
+        let v: Value = serde_json::from_str(&render(p.raw.clone(), Some(&p), "0.3.1")).unwrap();
+        assert_eq!(v["ips"][0]["version"], "4");
     }
 
     #[test]

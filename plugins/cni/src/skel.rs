@@ -158,7 +158,7 @@ pub fn dispatch_observed<P: Plugin>(
     let res = match command {
         Command::Add => plugin
             .add(&req)
-            .map(|raw| result::convert(raw, &v).to_string()),
+            .map(|raw| result::render(raw, req.conf.prev_result.as_ref(), &v)),
         Command::Del => plugin.del(&req).map(|_| String::new()),
         Command::Check => plugin.check(&req).map(|_| String::new()),
         Command::Status => plugin.status(&req.conf).map(|_| String::new()),

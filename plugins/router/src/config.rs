@@ -13,28 +13,74 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/podgate";
 pub const ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(from = "Wire")]
 pub struct RouterConfig {
-    #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
-    #[serde(default)]
     pub log_file: Option<PathBuf>,
     /// `logLevel`, `logMaxBytes`, `eventFile`.
-    #[serde(flatten)]
     pub telemetry: podgate_cni::log::Telemetry,
-    #[serde(default)]
     pub profiles: BTreeMap<String, Profile>,
-    #[serde(default)]
     pub assign: Vec<AssignRule>,
-    #[serde(default)]
     pub allow: Allow,
     /// Prefix of the nf_tables table podgate owns in each pod netns
     /// (`inet <prefix>-<ifname>`).
-    #[serde(default = "default_nft_table")]
     pub nft_table: String,
     /// Per-node limit on strict-mode pods (the seed's trunk quota).
-    #[serde(default = "default_max_strict")]
     pub max_strict_pods: usize,
+}
+
+/// [`RouterConfig`] as the conflist spells it. The telemetry keys are
+/// fields of their own rather than a `#[serde(flatten)]` [`Telemetry`]:
+/// flatten makes serde buffer every key it does not know (`prevResult`,
+/// `capabilities`, the runtime's additions) into a tree of its own before
+/// looking at them; without it they are skipped in place.
+///
+/// [`Telemetry`]: podgate_cni::log::Telemetry
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire {
+    #[serde(default = "default_state_dir")]
+    state_dir: PathBuf,
+    #[serde(default)]
+    log_file: Option<PathBuf>,
+    #[serde(default)]
+    log_level: podgate_cni::log::Level,
+    #[serde(
+        default = "podgate_cni::log::default_max_bytes",
+        deserialize_with = "podgate_cni::log::de_max_bytes"
+    )]
+    log_max_bytes: u64,
+    #[serde(default)]
+    event_file: Option<PathBuf>,
+    #[serde(default)]
+    profiles: BTreeMap<String, Profile>,
+    #[serde(default)]
+    assign: Vec<AssignRule>,
+    #[serde(default)]
+    allow: Allow,
+    #[serde(default = "default_nft_table")]
+    nft_table: String,
+    #[serde(default = "default_max_strict")]
+    max_strict_pods: usize,
+}
+
+impl From<Wire> for RouterConfig {
+    fn from(w: Wire) -> RouterConfig {
+        RouterConfig {
+            state_dir: w.state_dir,
+            log_file: w.log_file,
+            telemetry: podgate_cni::log::Telemetry {
+                log_level: w.log_level,
+                log_max_bytes: w.log_max_bytes,
+                event_file: w.event_file,
+            },
+            profiles: w.profiles,
+            assign: w.assign,
+            allow: w.allow,
+            nft_table: w.nft_table,
+            max_strict_pods: w.max_strict_pods,
+        }
+    }
 }
 
 fn default_max_strict() -> usize {

@@ -8,6 +8,13 @@ extern "C" {
     fn mallopt(param: i32, value: i32) -> i32;
 }
 
+/// Every allocation of the call comes off a static region first
+/// (`podgate_cni::arena`: a bump allocator; what does not fit goes to
+/// glibc's malloc).
+#[cfg(not(test))]
+#[global_allocator]
+static ALLOC: podgate_cni::arena::Arena<{ 1 << 20 }> = podgate_cni::arena::Arena::new();
+
 /// glibc's `M_ARENA_MAX`.
 #[cfg(not(test))]
 const M_ARENA_MAX: i32 = -8;

@@ -17,7 +17,7 @@ const NAME: &str = "podgate-tunnel-guard";
 struct TunnelGuard;
 
 fn load(conf: &NetConf) -> Result<GuardConfig, CniError> {
-    GuardConfig::from_value(&conf.raw).map_err(|e| CniError::invalid_config(e.to_string()))
+    GuardConfig::from_value(&conf.value()?).map_err(|e| CniError::invalid_config(e.to_string()))
 }
 
 fn logger(cfg: &GuardConfig, req: &Request, verb: &str) -> Logger {
