@@ -18,6 +18,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// The region's alignment (`repr(align)` below must say the same).
+const PAGE_ALIGN: usize = 4096;
+
 /// `N` bytes handed out front to back; see the module doc.
 #[repr(C, align(4096))]
 pub struct Arena<const N: usize> {
@@ -60,6 +63,11 @@ impl<const N: usize> Arena<N> {
     }
 
     fn claim(&self, layout: Layout) -> Option<*mut u8> {
+        // Offsets are aligned, and the region only to a page: a stricter
+        // alignment goes to the system allocator.
+        if layout.align() > PAGE_ALIGN {
+            return None;
+        }
         let mut top = self.top.load(Ordering::Relaxed);
         loop {
             // The region is page-aligned, so aligning the offset aligns the address.
@@ -193,6 +201,11 @@ mod tests {
             // Zeroed even where a given-back block left bytes.
             let z = A.alloc_zeroed(l(64, 1));
             assert!(std::slice::from_raw_parts(z, 64).iter().all(|&x| x == 0));
+            // Aligned beyond the region's page alignment: from the system allocator.
+            let wide = A.alloc(l(64, 2 * PAGE_ALIGN));
+            assert!(!wide.is_null() && A.offset_of(wide).is_none());
+            assert_eq!(wide as usize % (2 * PAGE_ALIGN), 0);
+            A.dealloc(wide, l(64, 2 * PAGE_ALIGN));
             // Too large for what is left: from the system allocator.
             let big = A.alloc(l(16384, 8));
             assert!(!big.is_null() && A.offset_of(big).is_none());
