@@ -222,10 +222,14 @@ impl StateStore {
     fn write_file<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
         let path = self.dir.join(name);
         let tmp = self.dir.join(format!(".tmp-{}-{name}", std::process::id()));
-        let body = serde_json::to_vec_pretty(value).map_err(|e| Error::StateCorrupt {
+        // Compact, one line: the same schema as pretty-printed JSON at a
+        // fraction of the formatting (~40k instructions per ADD, two
+        // records); `podgate inspect` is the human view.
+        let mut body = serde_json::to_vec(value).map_err(|e| Error::StateCorrupt {
             path: path.clone(),
             msg: e.to_string(),
         })?;
+        body.push(b'\n');
         // No fsync: a killed process loses nothing once write() returned
         // (the page cache is the kernel's), and what a record describes
         // (routes, rules, pod state) lives in kernel memory and is gone
