@@ -146,21 +146,24 @@ impl<'a> Attrs<'a> {
     }
 }
 
+/// One netlink message as the kernel frames it (header + payload, padded):
+/// the test datagram builder of every family's codec tests.
+#[cfg(test)]
+pub(crate) fn nlmsg(ty: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> Vec<u8> {
+    let mut m = Vec::new();
+    m.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
+    m.extend_from_slice(&ty.to_ne_bytes());
+    m.extend_from_slice(&flags.to_ne_bytes());
+    m.extend_from_slice(&seq.to_ne_bytes());
+    m.extend_from_slice(&port.to_ne_bytes());
+    m.extend_from_slice(payload);
+    m.resize(align4(m.len()), 0);
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn nlmsg(ty: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> Vec<u8> {
-        let mut m = Vec::new();
-        m.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
-        m.extend_from_slice(&ty.to_ne_bytes());
-        m.extend_from_slice(&flags.to_ne_bytes());
-        m.extend_from_slice(&seq.to_ne_bytes());
-        m.extend_from_slice(&port.to_ne_bytes());
-        m.extend_from_slice(payload);
-        m.resize(align4(m.len()), 0);
-        m
-    }
 
     fn attr(ty: u16, v: &[u8]) -> Vec<u8> {
         let mut a = Vec::new();

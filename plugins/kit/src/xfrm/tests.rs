@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::netlink::consts::{NLMSG_DONE, NLMSG_ERROR, NLM_F_MULTI};
-use crate::netlink::msg::split_datagram;
+use crate::netlink::msg::{nlmsg, split_datagram};
 use crate::netlink::{dump_step, ours};
 
 /// One datagram of a policy dump through the same steps as
@@ -113,19 +113,6 @@ fn tmpl(proto: u8, optional: bool, src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
     t[50] = optional as u8;
     t[52..56].copy_from_slice(&u32::MAX.to_ne_bytes());
     t
-}
-
-fn nlmsg(ty: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> Vec<u8> {
-    let len = NLMSG_HDR_LEN + payload.len();
-    let mut m = Vec::new();
-    m.extend_from_slice(&(len as u32).to_ne_bytes());
-    m.extend_from_slice(&ty.to_ne_bytes());
-    m.extend_from_slice(&flags.to_ne_bytes());
-    m.extend_from_slice(&seq.to_ne_bytes());
-    m.extend_from_slice(&port.to_ne_bytes());
-    m.extend_from_slice(payload);
-    m.resize(align4(m.len()), 0);
-    m
 }
 
 #[test]
