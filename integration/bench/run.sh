@@ -117,13 +117,23 @@ rm -f "$out"/{series,guard,concurrency,soak,fuzz}.json
 echo "podgate bench ($mode) on $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 step "release build (static, as shipped)"
+# PODGATE_LINK_ORDER=1: the router's hot code laid out together by the linker
+# (plugins/router/build.rs), as the Dockerfile builds it.
 if [ "$mode" = short ]; then
     # Only what is measured: the two plugins (the CLI adds a minute of build).
-    (cd "$root" && RUSTFLAGS="$rustflags" cargo build -q --release \
+    (cd "$root" && PODGATE_LINK_ORDER=1 RUSTFLAGS="$rustflags" cargo build -q --release \
         --target "$static_target" -p podgate-router -p podgate-tunnel-guard --bins)
 else
-    (cd "$root" && RUSTFLAGS="$rustflags" cargo build -q --release \
+    (cd "$root" && PODGATE_LINK_ORDER=1 RUSTFLAGS="$rustflags" cargo build -q --release \
         --target "$static_target" --bins)
+fi
+# shellcheck source=integration/bench/link-order-stamp.sh
+. "$here/link-order-stamp.sh"
+if grep -qxF "$(link_order_stamp "$root")" "$root/plugins/router/link-order.txt"; then
+    echo "link order: plugins/router/link-order.txt matches this toolchain and Cargo.lock"
+else
+    echo "link order: STALE (another toolchain or Cargo.lock: most names will not match;" \
+        "regenerate with integration/bench/link-order.sh) -- the router figures below are slower than they should be"
 fi
 cc -O2 -static -o "$out/noop" "$here/noop.c" 2>/dev/null || {
     echo "run.sh: no static libc (libc6-dev); the floor is a dynamic binary"

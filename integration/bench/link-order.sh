@@ -1,0 +1,113 @@
+#!/bin/bash
+# Regenerate plugins/router/link-order.txt: the symbols podgate-router runs,
+# those most requests run first, for LLD's --symbol-ordering-file (README "The
+# hot code on as few pages as possible"; plugins/router/build.rs uses it when
+# PODGATE_LINK_ORDER=1, as the Dockerfile and the bench build).
+#
+#   integration/bench/link-order.sh          (root; needs valgrind)
+#
+# Builds the shipped static binary, then runs it under callgrind (which
+# records every function executed, by its mangled name) for the requests a
+# node sees most: a pod without a profile, masquerade, return-route,
+# masquerade + route (ADD, CHECK, DEL each), STATUS and GC. Only names the
+# binary really has are kept. Run it again after a dependency bump or a
+# toolchain change (symbol names carry crate hashes); the bench prints how
+# much of the file the current binary still has.
+#
+# Namespaces are made here (pg-order-*) and removed on every exit path; the
+# machine's own namespace is never touched.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+case "$target" in /*) ;; *) target="$root/$target" ;; esac
+out="$root/plugins/router/link-order.txt"
+for tool in valgrind nm ip nsenter; do
+    command -v "$tool" >/dev/null || { echo "$0: $tool missing" >&2; exit 2; }
+done
+[ "$(id -u)" -eq 0 ] || { echo "$0: must run as root (network namespaces)" >&2; exit 2; }
+# shellcheck source=integration/bench/link-order-stamp.sh
+. "$here/link-order-stamp.sh"
+
+# The shipped build's profile (the profile is part of the crate hashes in the
+# symbol names; RUSTFLAGS are not) with the symbols kept (-C strip=none:
+# callgrind and nm need the names), in a target dir of its own so the shipped
+# build is left alone.
+(cd "$root" && CARGO_TARGET_DIR="$target/link-order" \
+    RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static -C strip=none" \
+    cargo build -q --release --target x86_64-unknown-linux-gnu -p podgate-router --bins)
+bin="$target/link-order/x86_64-unknown-linux-gnu/release/podgate-router"
+
+tag=$$-$RANDOM
+node=pg-order-node-$tag
+pod=pg-order-pod-$tag
+tmp=$(mktemp -d /tmp/podgate-order-XXXXXX)
+cleanup() {
+    ip netns del "$pod" 2>/dev/null || true
+    ip netns del "$node" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+ip netns add "$node"
+ip netns add "$pod"
+ip -n "$node" link set lo up
+ip -n "$pod" link set lo up
+ip -n "$node" link add pgoh1 type veth peer name eth0 netns "$pod"
+ip -n "$node" addr add 10.22.1.1/24 dev pgoh1
+ip -n "$node" link set pgoh1 up
+ip -n "$pod" addr add 10.22.1.5/24 dev eth0
+ip -n "$pod" link set eth0 up
+ip -n "$pod" route add default via 10.22.1.1
+nsenter --net=/var/run/netns/"$node" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
+nsenter --net=/var/run/netns/"$pod" sh -c 'echo 0 > /proc/sys/net/ipv4/ip_forward'
+
+# The bench's profiles (integration/bench/driver.py router_profiles).
+cat >"$tmp/conf.json" <<EOF
+{"cniVersion":"1.0.0","name":"bench","type":"podgate-router",
+ "stateDir":"$tmp/state","logFile":"$tmp/router.log",
+ "profiles":{
+  "vpn-gateway":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}]},
+  "vpn-routed":{"sysctls":{"net.ipv4.ip_forward":"1"},"returnRoutes":[{"dst":"10.8.0.0/24"}]},
+  "vpn-full":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}],"returnRoutes":[{"dst":"10.8.0.0/24"}]}},
+ "assign":[{"namespace":"bench","podName":"vpn-gateway","profile":"vpn-gateway"},
+           {"namespace":"bench","podName":"vpn-routed","profile":"vpn-routed"},
+           {"namespace":"bench","podName":"vpn-full","profile":"vpn-full"}],
+ "allow":{"annotationNamespaces":["bench"],"pools":["10.8.0.0/16"]},
+ "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"pgoh1"},{"name":"eth0","sandbox":"/var/run/netns/$pod"}],
+   "ips":[{"address":"10.22.1.5/24","gateway":"10.22.1.1","interface":1}],
+   "routes":[{"dst":"0.0.0.0/0","gw":"10.22.1.1"}]}}
+EOF
+export CNI_CONTAINERID=order-1 CNI_NETNS=/var/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni
+n=0
+call() { # POD COMMAND [CONF]
+    n=$((n + 1))
+    CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=$1" CNI_COMMAND=$2 \
+        nsenter --net=/var/run/netns/"$node" valgrind --tool=callgrind --demangle=no \
+        --compress-strings=no --dump-instr=no --callgrind-out-file="$tmp/$(printf %02d $n).cg" \
+        "$bin" <"${3:-$tmp/conf.json}" >"$tmp/out.json" 2>"$tmp/valgrind.txt" ||
+        { echo "$0: $2 of pod $1 failed:" >&2; cat "$tmp/out.json" "$tmp/valgrind.txt" >&2; exit 1; }
+}
+for pod_name in plain vpn-gateway vpn-routed vpn-full; do
+    for cmd in ADD CHECK DEL; do call "$pod_name" "$cmd"; done
+done
+printf '%s' '{"cniVersion":"1.1.0","name":"bench","type":"podgate-router","stateDir":"'"$tmp"'/state","cni.dev/valid-attachments":[]}' >"$tmp/v11.json"
+call plain STATUS "$tmp/v11.json"
+call plain GC "$tmp/v11.json"
+
+nm "$bin" | awk '{print $NF}' | sort -u >"$tmp/syms"
+# The functions most requests run first (by how many of the runs ran them,
+# then by first appearance), so the code every call shares is densest; only
+# names the binary has.
+for f in "$tmp"/*.cg; do sed -n 's/^fn=//p' "$f" | awk '!seen[$0]++'; done |
+    awk '{ if (!($0 in runs)) order[n++] = $0; runs[$0]++ }
+         END { for (i = 0; i < n; i++) printf "%d %d %s\n", runs[order[i]], i, order[i] }' |
+    sort -k1,1nr -k2,2n | cut -d' ' -f3- >"$tmp/order"
+# The header (comment lines, which LLD skips) says what the names belong to:
+# the bench compares it with the tree it builds (integration/bench/run.sh).
+{
+    echo "# generated by integration/bench/link-order.sh; regenerate after a dependency or toolchain change"
+    link_order_stamp "$root"
+    grep -Fxf "$tmp/syms" "$tmp/order"
+} >"$out"
+echo "$0: $(grep -vc '^#' "$out") symbols ($(wc -l <"$tmp/order") functions run) -> $out"
