@@ -1,6 +1,6 @@
 #!/bin/bash
 # Regenerate plugins/router/link-order.txt: the symbols podgate-router runs,
-# those most requests run first, for LLD's --symbol-ordering-file (README "The
+# grouped by request, most frequent request first, for LLD's --symbol-ordering-file (README "The
 # hot code on as few pages as possible"; plugins/router/build.rs uses it when
 # PODGATE_LINK_ORDER=1, as the Dockerfile and the bench build).
 #
@@ -8,8 +8,9 @@
 #
 # Builds the shipped static binary, then runs it under callgrind (which
 # records every function executed, by its mangled name) for the requests a
-# node sees most: a pod without a profile, masquerade, return-route,
-# masquerade + route (ADD, CHECK, DEL each), STATUS and GC. Only names the
+# node sees, most frequent first: ADD and DEL of a pod without a profile, of
+# masquerade, return-route and masquerade + route pods, then their CHECKs,
+# STATUS and GC. Only names the
 # binary really has are kept. Run it again after a dependency bump or a
 # toolchain change (symbol names carry crate hashes); the bench prints how
 # much of the file the current binary still has.
@@ -79,30 +80,33 @@ cat >"$tmp/conf.json" <<EOF
    "routes":[{"dst":"0.0.0.0/0","gw":"10.22.1.1"}]}}
 EOF
 export CNI_CONTAINERID=order-1 CNI_NETNS=/var/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni
-n=0
-call() { # POD COMMAND [CONF]
-    n=$((n + 1))
-    CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=$1" CNI_COMMAND=$2 \
+call() { # KEY POD COMMAND [CONF]: the profile goes to KEY.cg (keys sort by priority)
+    CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=$2" CNI_COMMAND=$3 \
         nsenter --net=/var/run/netns/"$node" valgrind --tool=callgrind --demangle=no \
-        --compress-strings=no --dump-instr=no --callgrind-out-file="$tmp/$(printf %02d $n).cg" \
-        "$bin" <"${3:-$tmp/conf.json}" >"$tmp/out.json" 2>"$tmp/valgrind.txt" ||
-        { echo "$0: $2 of pod $1 failed:" >&2; cat "$tmp/out.json" "$tmp/valgrind.txt" >&2; exit 1; }
+        --compress-strings=no --dump-instr=no --callgrind-out-file="$tmp/$1.cg" \
+        "$bin" <"${4:-$tmp/conf.json}" >"$tmp/out.json" 2>"$tmp/valgrind.txt" ||
+        { echo "$0: $3 of pod $2 failed:" >&2; cat "$tmp/out.json" "$tmp/valgrind.txt" >&2; exit 1; }
 }
+# Priority: on a node most pods have no profile, every pod is ADDed and DELed
+# once, CHECK is rarer.
+i=0
 for pod_name in plain vpn-gateway vpn-routed vpn-full; do
-    for cmd in ADD CHECK DEL; do call "$pod_name" "$cmd"; done
+    i=$((i + 1))
+    call "1$i-add" "$pod_name" ADD
+    call "1$i-check" "$pod_name" CHECK
+    call "1$i-del" "$pod_name" DEL
 done
+mv "$tmp/11-check.cg" "$tmp/21-check.cg" # the pass-through's CHECK after every ADD/DEL
+for k in 12 13 14; do mv "$tmp/$k-check.cg" "$tmp/2${k#1}-check.cg"; done
 printf '%s' '{"cniVersion":"1.1.0","name":"bench","type":"podgate-router","stateDir":"'"$tmp"'/state","cni.dev/valid-attachments":[]}' >"$tmp/v11.json"
-call plain STATUS "$tmp/v11.json"
-call plain GC "$tmp/v11.json"
+call 31-status plain STATUS "$tmp/v11.json"
+call 32-gc plain GC "$tmp/v11.json"
 
 nm "$bin" | awk '{print $NF}' | sort -u >"$tmp/syms"
-# The functions most requests run first (by how many of the runs ran them,
-# then by first appearance), so the code every call shares is densest; only
-# names the binary has.
-for f in "$tmp"/*.cg; do sed -n 's/^fn=//p' "$f" | awk '!seen[$0]++'; done |
-    awk '{ if (!($0 in runs)) order[n++] = $0; runs[$0]++ }
-         END { for (i = 0; i < n; i++) printf "%d %d %s\n", runs[order[i]], i, order[i] }' |
-    sort -k1,1nr -k2,2n | cut -d' ' -f3- >"$tmp/order"
+# Each request's functions after those of the more frequent requests before
+# it: a pass-through ADD then runs in one contiguous block, a masquerade ADD
+# in that block and the next. Only names the binary has.
+cat "$tmp"/*.cg | sed -n 's/^fn=//p' | awk '!seen[$0]++' >"$tmp/order"
 # The header (comment lines, which LLD skips) says what the names belong to:
 # the bench compares it with the tree it builds (integration/bench/run.sh).
 {
