@@ -66,6 +66,11 @@ impl MsgWriter {
         self.pad();
     }
 
+    /// A host-order integer (rtnetlink; nf_tables wants big-endian).
+    pub(crate) fn attr_ne_u32(&mut self, ty: u16, value: u32) {
+        self.attr(ty, &value.to_ne_bytes());
+    }
+
     /// Strings are NUL-terminated, as the kernel's `NLA_STRING` policy for
     /// names expects (`nla_strcmp` tolerates the trailing NUL).
     pub(crate) fn attr_str(&mut self, ty: u16, value: &str) {
