@@ -124,14 +124,15 @@ pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, S
     let Some(v6) = is_v6(h.family) else {
         return Ok(None);
     };
-    let net =
-        |len: u8| move |b: &[u8]| addr_of(v6, b, "FRA_SRC/FRA_DST").map(|a| IpNet::new(a, len));
+    let net = |name: &'static str, len: u8| {
+        move |b: &[u8]| addr_of(v6, b, name).map(|a| IpNet::new(a, len))
+    };
     Ok(Some(RuleSpec {
         v6,
         priority: opt(&attrs, FRA_PRIORITY, |b| u32_of(b, "FRA_PRIORITY"))?.unwrap_or(0),
         // A prefix length the address cannot have selects nothing we know.
-        from: opt(&attrs, FRA_SRC, net(h.src_len))?.and_then(|n| n.ok()),
-        to: opt(&attrs, FRA_DST, net(h.dst_len))?.and_then(|n| n.ok()),
+        from: opt(&attrs, FRA_SRC, net("FRA_SRC", h.src_len))?.and_then(|n| n.ok()),
+        to: opt(&attrs, FRA_DST, net("FRA_DST", h.dst_len))?.and_then(|n| n.ok()),
         iif: attrs.get(FRA_IIFNAME).map(attr_string),
         table: opt(&attrs, FRA_TABLE, |b| u32_of(b, "FRA_TABLE"))?.unwrap_or(u32::from(h.table)),
         protocol: opt(&attrs, FRA_PROTOCOL, |b| u8_of(b, "FRA_PROTOCOL"))?.unwrap_or(0),
