@@ -1,12 +1,11 @@
 //! Links and their addresses (read-only: podgate never creates interfaces).
 
 use crate::error::{Error, Result};
+use crate::netlink::consts::NLM_F_DUMP;
+use crate::netlink::msg::attr_string;
+use crate::netlink::rtnl::*;
 use crate::netlink::RouteSocket;
 use ipnet::IpNet;
-use netlink_packet_core::NLM_F_DUMP;
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::link::{LinkAttribute, LinkMessage};
-use netlink_packet_route::RouteNetlinkMessage;
 use serde::Serialize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -22,44 +21,42 @@ pub struct Address {
 }
 
 pub fn list(sock: &mut RouteSocket) -> Result<Vec<Link>> {
-    let rows = sock.request(
-        RouteNetlinkMessage::GetLink(LinkMessage::default()),
+    sock.rows(
+        RTM_GETLINK,
         NLM_F_DUMP,
+        RTM_NEWLINK,
         "list links",
-    )?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| match r {
-            RouteNetlinkMessage::NewLink(m) => {
-                let name = m.attributes.iter().find_map(|a| match a {
-                    LinkAttribute::IfName(n) => Some(n.clone()),
-                    _ => None,
-                })?;
-                Some(Link {
-                    index: m.header.index,
-                    name,
-                })
-            }
-            _ => None,
-        })
-        .collect())
+        |w| IfInfoMsg::default().write(w),
+        link_of,
+    )
+}
+
+/// One row of a link dump; a link without a name (never seen) is skipped.
+pub(crate) fn link_of(payload: &[u8]) -> std::result::Result<Option<Link>, String> {
+    let (h, attrs) = IfInfoMsg::parse(payload)?;
+    Ok(attrs.get(IFLA_IFNAME).map(|n| Link {
+        index: h.index,
+        name: attr_string(n),
+    }))
 }
 
 /// Interface index by name, or `NoSuchLink`.
 pub fn index_of(sock: &mut RouteSocket, name: &str) -> Result<u32> {
-    let mut m = LinkMessage::default();
-    m.attributes.push(LinkAttribute::IfName(name.to_string()));
-    match sock.request(
-        RouteNetlinkMessage::GetLink(m),
+    let found = sock.rows(
+        RTM_GETLINK,
         0,
+        RTM_NEWLINK,
         &format!("look up link {name}"),
-    ) {
+        |w| {
+            IfInfoMsg::default().write(w);
+            w.attr_str(IFLA_IFNAME, name);
+        },
+        |payload| IfInfoMsg::parse(payload).map(|(h, _)| Some(h.index)),
+    );
+    match found {
         Ok(rows) => rows
-            .iter()
-            .find_map(|r| match r {
-                RouteNetlinkMessage::NewLink(m) => Some(m.header.index),
-                _ => None,
-            })
+            .first()
+            .copied()
             .ok_or_else(|| Error::NoSuchLink(name.to_string())),
         Err(e) if e.is_not_found() => Err(Error::NoSuchLink(name.to_string())),
         Err(e) => Err(e),
@@ -75,31 +72,28 @@ pub fn name_of(links: &[Link], index: u32) -> Option<&str> {
 
 /// Every address on every interface (both families).
 pub fn addresses(sock: &mut RouteSocket) -> Result<Vec<Address>> {
-    let rows = sock.request(
-        RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+    sock.rows(
+        RTM_GETADDR,
         NLM_F_DUMP,
+        RTM_NEWADDR,
         "list addresses",
-    )?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| match r {
-            RouteNetlinkMessage::NewAddress(m) => {
-                let ip = m.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Local(ip) => Some(*ip),
-                    _ => None,
-                });
-                let ip = ip.or_else(|| {
-                    m.attributes.iter().find_map(|a| match a {
-                        AddressAttribute::Address(ip) => Some(*ip),
-                        _ => None,
-                    })
-                })?;
-                Some(Address {
-                    index: m.header.index,
-                    addr: IpNet::new(ip, m.header.prefix_len).ok()?,
-                })
-            }
-            _ => None,
+        |w| IfAddrMsg::default().write(w),
+        address_of,
+    )
+}
+
+/// One row of an address dump: IFA_LOCAL (the interface's own address on a
+/// point-to-point link, where IFA_ADDRESS is the peer), else IFA_ADDRESS.
+/// A row with neither, or a prefix length its address cannot have, is
+/// skipped.
+pub(crate) fn address_of(payload: &[u8]) -> std::result::Result<Option<Address>, String> {
+    let (h, attrs) = IfAddrMsg::parse(payload)?;
+    let local = opt(&attrs, IFA_LOCAL, |b| any_addr_of(b, "IFA_LOCAL"))?;
+    let address = opt(&attrs, IFA_ADDRESS, |b| any_addr_of(b, "IFA_ADDRESS"))?;
+    Ok(local.or(address).and_then(|ip| {
+        Some(Address {
+            index: h.index,
+            addr: IpNet::new(ip, h.prefix_len).ok()?,
         })
-        .collect())
+    }))
 }

@@ -1,14 +1,11 @@
 //! Routes via rtnetlink.
 
 use crate::error::Result;
+use crate::netlink::consts::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
+use crate::netlink::msg::MsgWriter;
+use crate::netlink::rtnl::*;
 use crate::netlink::RouteSocket;
 use ipnet::IpNet;
-use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
-use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage,
-    RouteProtocol as NlProtocol, RouteScope as NlScope, RouteType as NlType,
-};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::Serialize;
 use std::net::IpAddr;
 
@@ -198,44 +195,41 @@ impl RouteSpec {
         }
     }
 
-    fn message(&self) -> RouteMessage {
-        let mut m = RouteMessage::default();
-        let family = family_of(self.dst.addr());
-        m.header.address_family = family;
-        m.header.destination_prefix_length = self.dst.prefix_len();
-        m.header.table = if self.table < 256 {
-            self.table as u8
-        } else {
-            RouteHeader::RT_TABLE_UNSPEC
-        };
-        m.header.protocol = NlProtocol::from(self.protocol);
-        m.header.scope = if self.link_scope {
-            NlScope::Link
-        } else {
-            NlScope::Universe
-        };
-        m.header.kind = NlType::Unicast;
-        if self.onlink {
-            m.header.flags = RouteFlags::Onlink;
+    /// `rtmsg` + RTA_DST (unless a default route), RTA_GATEWAY, RTA_OIF,
+    /// RTA_PRIORITY, RTA_TABLE (always: ids above 255 fit only there).
+    pub(crate) fn write(&self, w: &mut MsgWriter, scope: u8) {
+        RtMsg {
+            family: family_of(self.dst.addr().is_ipv6()),
+            dst_len: self.dst.prefix_len(),
+            table: u8::try_from(self.table).unwrap_or(RT_TABLE_UNSPEC),
+            protocol: self.protocol,
+            scope,
+            kind: RTN_UNICAST,
+            flags: if self.onlink { RTNH_F_ONLINK } else { 0 },
+            ..RtMsg::default()
         }
+        .write(w);
         if self.dst.prefix_len() > 0 {
-            m.attributes
-                .push(RouteAttribute::Destination(RouteAddress::from(
-                    self.dst.addr(),
-                )));
+            addr_attr(w, RTA_DST, self.dst.addr());
         }
         if let Some(gw) = self.gateway {
-            m.attributes
-                .push(RouteAttribute::Gateway(RouteAddress::from(gw)));
+            addr_attr(w, RTA_GATEWAY, gw);
         }
         if let Some(oif) = self.oif {
-            m.attributes.push(RouteAttribute::Oif(oif));
+            w.attr_ne_u32(RTA_OIF, oif);
         }
         if let Some(metric) = self.metric {
-            m.attributes.push(RouteAttribute::Priority(metric));
+            w.attr_ne_u32(RTA_PRIORITY, metric);
         }
-        m.attributes.push(RouteAttribute::Table(self.table));
-        m
+        w.attr_ne_u32(RTA_TABLE, self.table);
+    }
+
+    pub(crate) fn scope(&self) -> u8 {
+        if self.link_scope {
+            RT_SCOPE_LINK
+        } else {
+            RT_SCOPE_UNIVERSE
+        }
     }
 
     pub fn describe(&self) -> String {
@@ -253,13 +247,6 @@ impl RouteSpec {
             s += " onlink";
         }
         s
-    }
-}
-
-fn family_of(a: IpAddr) -> AddressFamily {
-    match a {
-        IpAddr::V4(_) => AddressFamily::Inet,
-        IpAddr::V6(_) => AddressFamily::Inet6,
     }
 }
 
@@ -291,75 +278,56 @@ impl RouteEntry {
     }
 }
 
-fn addr_of(a: &RouteAddress) -> Option<IpAddr> {
-    match a {
-        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
-        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
-        _ => None,
-    }
-}
-
-fn entry_of(m: &RouteMessage) -> Option<RouteEntry> {
-    let v4 = match m.header.address_family {
-        AddressFamily::Inet => true,
-        AddressFamily::Inet6 => false,
-        _ => return None,
+/// One row of a route dump; `None` for families other than IPv4/IPv6.
+pub(crate) fn entry_of(payload: &[u8]) -> std::result::Result<Option<RouteEntry>, String> {
+    let (h, attrs) = RtMsg::parse(payload)?;
+    let Some(v6) = is_v6(h.family) else {
+        return Ok(None);
     };
-    let mut e = RouteEntry {
-        dst: IpNet::new(
-            if v4 {
-                IpAddr::from([0u8; 4])
-            } else {
-                IpAddr::from([0u8; 16])
-            },
-            0,
-        )
-        .ok()?,
-        gateway: None,
-        oif: None,
-        table: u32::from(m.header.table),
-        protocol: u8::from(m.header.protocol),
-        metric: None,
-        scope: u8::from(m.header.scope),
-        kind: u8::from(m.header.kind),
-        prefsrc: None,
+    let any = if v6 {
+        IpAddr::from([0u8; 16])
+    } else {
+        IpAddr::from([0u8; 4])
     };
-    for a in &m.attributes {
-        match a {
-            RouteAttribute::Destination(d) => {
-                e.dst = IpNet::new(addr_of(d)?, m.header.destination_prefix_length).ok()?
-            }
-            RouteAttribute::Gateway(g) => e.gateway = addr_of(g),
-            RouteAttribute::Oif(i) => e.oif = Some(*i),
-            RouteAttribute::Table(t) => e.table = *t,
-            RouteAttribute::Priority(p) => e.metric = Some(*p),
-            RouteAttribute::PrefSource(p) => e.prefsrc = addr_of(p),
-            _ => {}
-        }
-    }
-    Some(e)
+    let dst = match opt(&attrs, RTA_DST, |b| addr_of(v6, b, "RTA_DST"))? {
+        Some(d) => IpNet::new(d, h.dst_len)
+            .map_err(|_| format!("route prefix length {} for {d}", h.dst_len))?,
+        // A default route carries no RTA_DST.
+        None => IpNet::new(any, 0).map_err(|e| e.to_string())?,
+    };
+    Ok(Some(RouteEntry {
+        dst,
+        gateway: opt(&attrs, RTA_GATEWAY, |b| addr_of(v6, b, "RTA_GATEWAY"))?,
+        oif: opt(&attrs, RTA_OIF, |b| u32_of(b, "RTA_OIF"))?,
+        table: opt(&attrs, RTA_TABLE, |b| u32_of(b, "RTA_TABLE"))?.unwrap_or(u32::from(h.table)),
+        protocol: h.protocol,
+        metric: opt(&attrs, RTA_PRIORITY, |b| u32_of(b, "RTA_PRIORITY"))?,
+        scope: h.scope,
+        kind: h.kind,
+        prefsrc: opt(&attrs, RTA_PREFSRC, |b| addr_of(v6, b, "RTA_PREFSRC"))?,
+    }))
 }
 
 /// Add a route; `replace` overwrites an existing one with the same key.
 pub fn add(sock: &mut RouteSocket, r: &RouteSpec, replace: bool) -> Result<()> {
     let flags = NLM_F_ACK | NLM_F_CREATE | if replace { NLM_F_REPLACE } else { NLM_F_EXCL };
     sock.request(
-        RouteNetlinkMessage::NewRoute(r.message()),
+        RTM_NEWROUTE,
         flags,
         &format!("add route {}", r.describe()),
+        |w| r.write(w, r.scope()),
     )
     .map(|_| ())
 }
 
 /// Delete a route. Ok(false) when it was already gone.
 pub fn del(sock: &mut RouteSocket, r: &RouteSpec) -> Result<bool> {
-    let mut m = r.message();
     // Deleting by key: leave scope to the kernel ("no-where" matches any).
-    m.header.scope = NlScope::NoWhere;
     match sock.request(
-        RouteNetlinkMessage::DelRoute(m),
+        RTM_DELROUTE,
         NLM_F_ACK,
         &format!("delete route {}", r.describe()),
+        |w| r.write(w, RT_SCOPE_NOWHERE),
     ) {
         Ok(_) => Ok(true),
         Err(e) if e.is_not_found() => Ok(false),
@@ -369,20 +337,18 @@ pub fn del(sock: &mut RouteSocket, r: &RouteSpec) -> Result<bool> {
 
 /// All routes of `v4`/`v6` in every table (filter afterwards).
 pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RouteEntry>> {
-    let mut m = RouteMessage::default();
-    m.header.address_family = if v6 {
-        AddressFamily::Inet6
-    } else {
-        AddressFamily::Inet
+    let header = RtMsg {
+        family: family_of(v6),
+        ..RtMsg::default()
     };
-    let rows = sock.request(RouteNetlinkMessage::GetRoute(m), NLM_F_DUMP, "list routes")?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| match r {
-            RouteNetlinkMessage::NewRoute(m) => entry_of(m),
-            _ => None,
-        })
-        .collect())
+    sock.rows(
+        RTM_GETROUTE,
+        NLM_F_DUMP,
+        RTM_NEWROUTE,
+        "list routes",
+        |w| header.write(w),
+        entry_of,
+    )
 }
 
 /// Routes of both families.
@@ -458,11 +424,19 @@ mod tests {
         assert_eq!(RouteScope(7).to_string(), "7");
         assert_eq!(RouteType::LOCAL.to_string(), "local");
         assert_eq!(RouteType(42).to_string(), "unspec");
-        // The typed values are the kernel's bytes.
-        assert_eq!(RouteScope::LINK.0, u8::from(NlScope::Link));
-        assert_eq!(RouteScope::HOST.0, u8::from(NlScope::Host));
-        assert_eq!(RouteType::UNICAST.0, u8::from(NlType::Unicast));
-        assert_eq!(RouteType::LOCAL.0, u8::from(NlType::Local));
-        assert_eq!(RouteProtocol::BOOT.0, u8::from(NlProtocol::Boot));
+        // The typed values are the kernel's bytes (libc's copy of the UAPI).
+        assert_eq!(RouteScope::UNIVERSE.0, libc::RT_SCOPE_UNIVERSE);
+        assert_eq!(RouteScope::SITE.0, libc::RT_SCOPE_SITE);
+        assert_eq!(RouteScope::LINK.0, libc::RT_SCOPE_LINK);
+        assert_eq!(RouteScope::HOST.0, libc::RT_SCOPE_HOST);
+        assert_eq!(RouteScope::NOWHERE.0, libc::RT_SCOPE_NOWHERE);
+        assert_eq!(RouteType::UNICAST.0, libc::RTN_UNICAST);
+        assert_eq!(RouteType::LOCAL.0, libc::RTN_LOCAL);
+        assert_eq!(RouteType::BLACKHOLE.0, libc::RTN_BLACKHOLE);
+        assert_eq!(RouteType::NAT.0, libc::RTN_NAT);
+        assert_eq!(RouteProtocol::BOOT.0, libc::RTPROT_BOOT);
+        assert_eq!(RouteProtocol::STATIC.0, libc::RTPROT_STATIC);
+        assert_eq!(TABLE_MAIN, u32::from(libc::RT_TABLE_MAIN));
+        assert_eq!(TABLE_LOCAL, u32::from(libc::RT_TABLE_LOCAL));
     }
 }

@@ -1,12 +1,11 @@
 //! Policy routing rules via rtnetlink.
 
 use crate::error::Result;
+use crate::netlink::consts::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use crate::netlink::msg::{attr_string, MsgWriter};
+use crate::netlink::rtnl::*;
 use crate::netlink::RouteSocket;
 use ipnet::IpNet;
-use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
-use netlink_packet_route::route::RouteProtocol;
-use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::Serialize;
 
 /// A policy rule to add, delete or match. Serialized only to show a plan
@@ -31,41 +30,36 @@ pub struct RuleSpec {
 }
 
 impl RuleSpec {
-    fn message(&self) -> RuleMessage {
-        let mut m = RuleMessage::default();
-        m.header.family = if self.v6 {
-            AddressFamily::Inet6
-        } else {
-            AddressFamily::Inet
-        };
-        m.header.action = RuleAction::ToTable;
-        m.header.table = if self.table < 256 {
-            self.table as u8
-        } else {
-            0
-        };
-        m.attributes.push(RuleAttribute::Priority(self.priority));
-        m.attributes.push(RuleAttribute::Table(self.table));
+    /// `fib_rule_hdr` (action "to table") + FRA_PRIORITY, FRA_TABLE, then
+    /// the selectors present: FRA_SRC, FRA_DST, FRA_IIFNAME, FRA_PROTOCOL,
+    /// FRA_SUPPRESS_PREFIXLEN.
+    pub(crate) fn write(&self, w: &mut MsgWriter) {
+        FibRuleHdr {
+            family: family_of(self.v6),
+            dst_len: self.to.map_or(0, |t| t.prefix_len()),
+            src_len: self.from.map_or(0, |f| f.prefix_len()),
+            table: u8::try_from(self.table).unwrap_or(RT_TABLE_UNSPEC),
+            action: FR_ACT_TO_TBL,
+            ..FibRuleHdr::default()
+        }
+        .write(w);
+        w.attr_ne_u32(FRA_PRIORITY, self.priority);
+        w.attr_ne_u32(FRA_TABLE, self.table);
         if let Some(f) = self.from {
-            m.header.src_len = f.prefix_len();
-            m.attributes.push(RuleAttribute::Source(f.trunc().addr()));
+            addr_attr(w, FRA_SRC, f.trunc().addr());
         }
         if let Some(t) = self.to {
-            m.header.dst_len = t.prefix_len();
-            m.attributes
-                .push(RuleAttribute::Destination(t.trunc().addr()));
+            addr_attr(w, FRA_DST, t.trunc().addr());
         }
         if let Some(i) = &self.iif {
-            m.attributes.push(RuleAttribute::Iifname(i.clone()));
+            w.attr_str(FRA_IIFNAME, i);
         }
         if self.protocol != 0 {
-            m.attributes
-                .push(RuleAttribute::Protocol(RouteProtocol::from(self.protocol)));
+            w.attr(FRA_PROTOCOL, &[self.protocol]);
         }
         if let Some(n) = self.suppress_prefixlen {
-            m.attributes.push(RuleAttribute::SuppressPrefixLen(n));
+            w.attr_ne_u32(FRA_SUPPRESS_PREFIXLEN, n);
         }
-        m
     }
 
     pub fn describe(&self) -> String {
@@ -102,9 +96,10 @@ impl RuleSpec {
 
 pub fn add(sock: &mut RouteSocket, r: &RuleSpec) -> Result<()> {
     sock.request(
-        RouteNetlinkMessage::NewRule(r.message()),
+        RTM_NEWRULE,
         NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
         &format!("add rule {}", r.describe()),
+        |w| r.write(w),
     )
     .map(|_| ())
 }
@@ -112,9 +107,10 @@ pub fn add(sock: &mut RouteSocket, r: &RuleSpec) -> Result<()> {
 /// Ok(false) when already gone.
 pub fn del(sock: &mut RouteSocket, r: &RuleSpec) -> Result<bool> {
     match sock.request(
-        RouteNetlinkMessage::DelRule(r.message()),
+        RTM_DELRULE,
         NLM_F_ACK,
         &format!("delete rule {}", r.describe()),
+        |w| r.write(w),
     ) {
         Ok(_) => Ok(true),
         Err(e) if e.is_not_found() => Ok(false),
@@ -122,55 +118,44 @@ pub fn del(sock: &mut RouteSocket, r: &RuleSpec) -> Result<bool> {
     }
 }
 
-fn spec_of(m: &RuleMessage) -> Option<RuleSpec> {
-    let v6 = match m.header.family {
-        AddressFamily::Inet => false,
-        AddressFamily::Inet6 => true,
-        _ => return None,
+/// One row of a rule dump; `None` for families other than IPv4/IPv6.
+pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, String> {
+    let (h, attrs) = FibRuleHdr::parse(payload)?;
+    let Some(v6) = is_v6(h.family) else {
+        return Ok(None);
     };
-    let mut r = RuleSpec {
+    let net = |name: &'static str, len: u8| {
+        move |b: &[u8]| addr_of(v6, b, name).map(|a| IpNet::new(a, len))
+    };
+    Ok(Some(RuleSpec {
         v6,
-        priority: 0,
-        from: None,
-        to: None,
-        iif: None,
-        table: u32::from(m.header.table),
-        protocol: 0,
-        suppress_prefixlen: None,
-    };
-    for a in &m.attributes {
-        match a {
-            RuleAttribute::Priority(p) => r.priority = *p,
-            RuleAttribute::Table(t) => r.table = *t,
-            RuleAttribute::Source(ip) => {
-                r.from = IpNet::new(*ip, m.header.src_len).ok();
-            }
-            RuleAttribute::Destination(ip) => r.to = IpNet::new(*ip, m.header.dst_len).ok(),
-            RuleAttribute::Iifname(i) => r.iif = Some(i.clone()),
-            RuleAttribute::Protocol(p) => r.protocol = u8::from(*p),
-            // The kernel reports "no suppression" as u32::MAX.
-            RuleAttribute::SuppressPrefixLen(n) if *n != u32::MAX => {
-                r.suppress_prefixlen = Some(*n)
-            }
-            _ => {}
-        }
-    }
-    Some(r)
+        priority: opt(&attrs, FRA_PRIORITY, |b| u32_of(b, "FRA_PRIORITY"))?.unwrap_or(0),
+        // A prefix length the address cannot have selects nothing we know.
+        from: opt(&attrs, FRA_SRC, net("FRA_SRC", h.src_len))?.and_then(|n| n.ok()),
+        to: opt(&attrs, FRA_DST, net("FRA_DST", h.dst_len))?.and_then(|n| n.ok()),
+        iif: attrs.get(FRA_IIFNAME).map(attr_string),
+        table: opt(&attrs, FRA_TABLE, |b| u32_of(b, "FRA_TABLE"))?.unwrap_or(u32::from(h.table)),
+        protocol: opt(&attrs, FRA_PROTOCOL, |b| u8_of(b, "FRA_PROTOCOL"))?.unwrap_or(0),
+        // The kernel reports "no suppression" as u32::MAX.
+        suppress_prefixlen: opt(&attrs, FRA_SUPPRESS_PREFIXLEN, |b| {
+            u32_of(b, "FRA_SUPPRESS_PREFIXLEN")
+        })?
+        .filter(|n| *n != u32::MAX),
+    }))
 }
 
 pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RuleSpec>> {
-    let mut m = RuleMessage::default();
-    m.header.family = if v6 {
-        AddressFamily::Inet6
-    } else {
-        AddressFamily::Inet
+    let header = FibRuleHdr {
+        family: family_of(v6),
+        action: FR_ACT_UNSPEC,
+        ..FibRuleHdr::default()
     };
-    let rows = sock.request(RouteNetlinkMessage::GetRule(m), NLM_F_DUMP, "list rules")?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| match r {
-            RouteNetlinkMessage::NewRule(m) => spec_of(m),
-            _ => None,
-        })
-        .collect())
+    sock.rows(
+        RTM_GETRULE,
+        NLM_F_DUMP,
+        RTM_NEWRULE,
+        "list rules",
+        |w| header.write(w),
+        spec_of,
+    )
 }

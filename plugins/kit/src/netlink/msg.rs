@@ -8,6 +8,95 @@ pub(crate) const fn align4(len: usize) -> usize {
     (len + 3) & !3
 }
 
+/// Appends netlink messages and attributes to a byte buffer: the one request
+/// encoder of every family (each adds its own family header after
+/// [`Self::begin`]).
+///
+/// Lengths are written as placeholders and patched when a message or nest is
+/// closed; a length that does not fit its field marks the writer as
+/// overflowed instead of silently wrapping.
+#[derive(Default)]
+pub(crate) struct MsgWriter {
+    pub(crate) buf: Vec<u8>,
+    pub(crate) overflow: bool,
+}
+
+impl MsgWriter {
+    /// Starts a message with its `nlmsghdr`; returns its offset for
+    /// [`Self::end_msg`].
+    pub(crate) fn begin(&mut self, ty: u16, flags: u16, seq: u32) -> usize {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_len, patched later
+        self.buf.extend_from_slice(&ty.to_ne_bytes());
+        self.buf.extend_from_slice(&flags.to_ne_bytes());
+        self.buf.extend_from_slice(&seq.to_ne_bytes());
+        self.buf.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid: 0 = let the kernel fill it
+        start
+    }
+
+    pub(crate) fn end_msg(&mut self, start: usize) {
+        self.pad();
+        let len = self.buf.len().saturating_sub(start);
+        match u32::try_from(len) {
+            Ok(len) => self.patch(start, &len.to_ne_bytes()),
+            Err(_) => self.overflow = true,
+        }
+    }
+
+    pub(crate) fn pad(&mut self) {
+        let padded = align4(self.buf.len());
+        self.buf.resize(padded, 0);
+    }
+
+    pub(crate) fn patch(&mut self, at: usize, bytes: &[u8]) {
+        match self.buf.get_mut(at..at + bytes.len()) {
+            Some(slot) => slot.copy_from_slice(bytes),
+            None => self.overflow = true,
+        }
+    }
+
+    pub(crate) fn attr(&mut self, ty: u16, payload: &[u8]) {
+        let Ok(len) = u16::try_from(4 + payload.len()) else {
+            self.overflow = true;
+            return;
+        };
+        self.buf.extend_from_slice(&len.to_ne_bytes());
+        self.buf.extend_from_slice(&ty.to_ne_bytes());
+        self.buf.extend_from_slice(payload);
+        self.pad();
+    }
+
+    /// A host-order integer (rtnetlink; nf_tables wants big-endian).
+    pub(crate) fn attr_ne_u32(&mut self, ty: u16, value: u32) {
+        self.attr(ty, &value.to_ne_bytes());
+    }
+
+    /// Strings are NUL-terminated, as the kernel's `NLA_STRING` policy for
+    /// names expects (`nla_strcmp` tolerates the trailing NUL).
+    pub(crate) fn attr_str(&mut self, ty: u16, value: &str) {
+        let mut bytes = Vec::with_capacity(value.len() + 1);
+        bytes.extend_from_slice(value.as_bytes());
+        bytes.push(0);
+        self.attr(ty, &bytes);
+    }
+
+    pub(crate) fn begin_nest(&mut self, ty: u16) -> usize {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&0u16.to_ne_bytes());
+        self.buf
+            .extend_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
+        start
+    }
+
+    pub(crate) fn end_nest(&mut self, start: usize) {
+        let len = self.buf.len().saturating_sub(start);
+        match u16::try_from(len) {
+            Ok(len) => self.patch(start, &len.to_ne_bytes()),
+            Err(_) => self.overflow = true,
+        }
+    }
+}
+
 /// One netlink message from a received datagram.
 #[derive(Debug)]
 pub(crate) struct Msg {

@@ -1,12 +1,15 @@
-//! rtnetlink as a codec over the generic [`Socket`]: requests and answers
-//! are `netlink-packet-route` messages.
+//! rtnetlink as a codec over the generic [`Socket`]: requests written with
+//! the shared [`MsgWriter`], answers read by the kit's own decoders (the wire
+//! format is in [`super::rtnl`]).
 
 use super::consts::{NLM_F_DUMP, NLM_F_REQUEST};
+use super::msg::{Msg, MsgWriter};
 use super::socket::{Route, Socket};
 use crate::error::{Error, Result};
 use crate::netns::NetNs;
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
-use netlink_packet_route::RouteNetlinkMessage;
+
+/// Offset of `nlmsg_seq` in the header.
+const NLMSG_SEQ_AT: usize = 8;
 
 pub struct RouteSocket {
     sock: Socket<Route>,
@@ -45,52 +48,79 @@ impl RouteSocket {
         Ok(RouteSocket { sock, ns })
     }
 
-    /// Send one request; return the inner messages of the answer (dump rows,
-    /// what precedes the ACK, or a GET's one answer), or an error carrying
-    /// the kernel's errno.
-    pub fn request(
+    /// Send one request of type `ty` whose body (family header, attributes)
+    /// `body` writes; return the messages of the answer (dump rows, what
+    /// precedes the ACK, or a GET's one answer), or an error carrying the
+    /// kernel's errno.
+    pub(crate) fn request(
         &mut self,
-        msg: RouteNetlinkMessage,
+        ty: u16,
         flags: u16,
         what: &str,
-    ) -> Result<Vec<RouteNetlinkMessage>> {
-        let object = format!("{what} (netns {})", self.ns);
-        let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
-        let encode = |seq: u32| {
-            let mut header = NetlinkHeader::default();
-            header.flags = NLM_F_REQUEST | flags;
-            header.sequence_number = seq;
-            let mut nl = NetlinkMessage::new(header, NetlinkPayload::from(msg.clone()));
-            nl.finalize();
-            let mut out = vec![0u8; nl.buffer_len()];
-            nl.serialize(&mut out);
-            out
-        };
-        let rows = if dump {
-            self.sock.dump(&object, encode)?
+        body: impl FnOnce(&mut MsgWriter),
+    ) -> Result<Vec<Msg>> {
+        let object = self.object(what);
+        // Encoded once; each (re)send only gets its sequence number.
+        let mut w = encode(ty, flags, body);
+        // A request is a header and a handful of attributes: a length field
+        // can only overflow for a name far beyond IFNAMSIZ. Refuse it before
+        // the kernel sees a mangled message.
+        if w.overflow {
+            return Err(Socket::<Route>::protocol_err(&object)(
+                "request too large for a netlink length field".into(),
+            ));
+        }
+        if flags & NLM_F_DUMP == NLM_F_DUMP {
+            self.sock.dump(&object, |seq| {
+                let mut m = MsgWriter {
+                    buf: w.buf.clone(),
+                    overflow: false,
+                };
+                m.patch(NLMSG_SEQ_AT, &seq.to_ne_bytes());
+                m.buf
+            })
         } else {
             let seq = self.sock.next_seq();
-            self.sock.request(&encode(seq), seq, &object)?
-        };
-        rows.iter()
-            .map(|row| {
-                let mut bytes = Vec::with_capacity(16 + row.payload.len());
-                bytes.extend_from_slice(&(16 + row.payload.len() as u32).to_ne_bytes());
-                bytes.extend_from_slice(&row.ty.to_ne_bytes());
-                bytes.extend_from_slice(&row.flags.to_ne_bytes());
-                bytes.extend_from_slice(&row.seq.to_ne_bytes());
-                bytes.extend_from_slice(&row.port.to_ne_bytes());
-                bytes.extend_from_slice(&row.payload);
-                NetlinkMessage::<RouteNetlinkMessage>::deserialize(&bytes)
-                    .map_err(|e| Socket::<Route>::protocol_err(&object)(e.to_string()))
-                    .and_then(|m| match m.payload {
-                        NetlinkPayload::InnerMessage(m) => Ok(m),
-                        other => Err(Socket::<Route>::protocol_err(&object)(format!(
-                            "unexpected message type {}",
-                            other.message_type()
-                        ))),
-                    })
-            })
-            .collect()
+            w.patch(NLMSG_SEQ_AT, &seq.to_ne_bytes());
+            self.sock.request(&w.buf, seq, &object)
+        }
     }
+
+    /// [`Self::request`], then each answer of type `reply` decoded by
+    /// `decode` (`None`: a row that is not ours to read, e.g. another
+    /// address family). A row that does not decode fails the whole request:
+    /// half a route table is worse than an error.
+    pub(crate) fn rows<T>(
+        &mut self,
+        ty: u16,
+        flags: u16,
+        reply: u16,
+        what: &str,
+        body: impl FnOnce(&mut MsgWriter),
+        decode: impl Fn(&[u8]) -> std::result::Result<Option<T>, String>,
+    ) -> Result<Vec<T>> {
+        let rows = self.request(ty, flags, what, body)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows.iter().filter(|r| r.ty == reply) {
+            match decode(&row.payload) {
+                Ok(Some(v)) => out.push(v),
+                Ok(None) => {}
+                Err(e) => return Err(Socket::<Route>::protocol_err(&self.object(what))(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    fn object(&self, what: &str) -> String {
+        format!("{what} (netns {})", self.ns)
+    }
+}
+
+/// One request message (sequence number 0, patched per send).
+pub(crate) fn encode(ty: u16, flags: u16, body: impl FnOnce(&mut MsgWriter)) -> MsgWriter {
+    let mut w = MsgWriter::default();
+    let start = w.begin(ty, NLM_F_REQUEST | flags, 0);
+    body(&mut w);
+    w.end_msg(start);
+    w
 }

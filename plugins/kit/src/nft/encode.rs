@@ -2,17 +2,8 @@
 
 use super::*;
 
-/// Appends netlink messages and attributes to a byte buffer.
-///
-/// Lengths are written as placeholders and patched when a message or nest is
-/// closed; a length that does not fit its field marks the writer as
-/// overflowed instead of silently wrapping.
-#[derive(Default)]
-pub(super) struct MsgWriter {
-    pub(super) buf: Vec<u8>,
-    pub(super) overflow: bool,
-}
-
+/// nfnetlink's parts of the shared [`MsgWriter`]: the `nfgenmsg` after the
+/// header and big-endian integers.
 impl MsgWriter {
     /// Starts an nfnetlink message; returns its offset for [`Self::end_msg`].
     pub(super) fn begin_msg(
@@ -23,78 +14,16 @@ impl MsgWriter {
         family: u8,
         res_id: u16,
     ) -> usize {
-        let start = self.buf.len();
-        self.buf.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_len, patched later
-        self.buf.extend_from_slice(&ty.to_ne_bytes());
-        self.buf.extend_from_slice(&flags.to_ne_bytes());
-        self.buf.extend_from_slice(&seq.to_ne_bytes());
-        self.buf.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid: 0 = let the kernel fill it
+        let start = self.begin(ty, flags, seq);
         self.buf.push(family);
         self.buf.push(sys::NFNETLINK_V0);
         self.buf.extend_from_slice(&res_id.to_be_bytes());
         start
     }
 
-    pub(super) fn end_msg(&mut self, start: usize) {
-        self.pad();
-        let len = self.buf.len().saturating_sub(start);
-        match u32::try_from(len) {
-            Ok(len) => self.patch(start, &len.to_ne_bytes()),
-            Err(_) => self.overflow = true,
-        }
-    }
-
-    pub(super) fn pad(&mut self) {
-        let padded = align4(self.buf.len());
-        self.buf.resize(padded, 0);
-    }
-
-    pub(super) fn patch(&mut self, at: usize, bytes: &[u8]) {
-        match self.buf.get_mut(at..at + bytes.len()) {
-            Some(slot) => slot.copy_from_slice(bytes),
-            None => self.overflow = true,
-        }
-    }
-
-    pub(super) fn attr(&mut self, ty: u16, payload: &[u8]) {
-        let Ok(len) = u16::try_from(4 + payload.len()) else {
-            self.overflow = true;
-            return;
-        };
-        self.buf.extend_from_slice(&len.to_ne_bytes());
-        self.buf.extend_from_slice(&ty.to_ne_bytes());
-        self.buf.extend_from_slice(payload);
-        self.pad();
-    }
-
     pub(super) fn attr_u32(&mut self, ty: u16, value: u32) {
         // nf_tables parses every integer attribute with ntohl().
         self.attr(ty, &value.to_be_bytes());
-    }
-
-    /// Strings are NUL-terminated, as the kernel's `NLA_STRING` policy for
-    /// names expects (`nla_strcmp` tolerates the trailing NUL).
-    pub(super) fn attr_str(&mut self, ty: u16, value: &str) {
-        let mut bytes = Vec::with_capacity(value.len() + 1);
-        bytes.extend_from_slice(value.as_bytes());
-        bytes.push(0);
-        self.attr(ty, &bytes);
-    }
-
-    pub(super) fn begin_nest(&mut self, ty: u16) -> usize {
-        let start = self.buf.len();
-        self.buf.extend_from_slice(&0u16.to_ne_bytes());
-        self.buf
-            .extend_from_slice(&(ty | sys::NLA_F_NESTED).to_ne_bytes());
-        start
-    }
-
-    pub(super) fn end_nest(&mut self, start: usize) {
-        let len = self.buf.len().saturating_sub(start);
-        match u16::try_from(len) {
-            Ok(len) => self.patch(start, &len.to_ne_bytes()),
-            Err(_) => self.overflow = true,
-        }
     }
 
     /// `NFTA_DATA_VALUE` wrapped in the given attribute (cmp data, masks…).

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 
-use crate::netlink::msg::align4;
+use crate::netlink::msg::MsgWriter;
 use crate::netlink::{Netfilter, NetlinkFamily, Socket};
 use ipnet::IpNet;
 
@@ -41,7 +41,6 @@ mod tests;
 
 use batch::*;
 use decode::*;
-use encode::*;
 use expr::*;
 
 pub use batch::{encode_masquerade_batch, encode_table_batch};

@@ -1,0 +1,299 @@
+//! rtnetlink's wire format, exactly as much of it as the kit uses: the fixed
+//! headers of routes (`struct rtmsg`, `linux/rtnetlink.h`), rules (`struct
+//! fib_rule_hdr`, `linux/fib_rules.h`), links (`struct ifinfomsg`,
+//! `linux/rtnetlink.h`) and addresses (`struct ifaddrmsg`, `linux/if_addr.h`),
+//! and the numbers of the attributes read or written. Requests are written
+//! with the shared [`MsgWriter`]; answers are read header first, then only the
+//! attributes asked for ([`Attrs`] skips everything else by its length: link
+//! stats, af_spec, link info, route metrics and cache info are never decoded).
+//! All integers are in host byte order.
+
+use super::msg::{Attrs, MsgWriter};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub(crate) const RTM_NEWLINK: u16 = 16;
+pub(crate) const RTM_GETLINK: u16 = 18;
+pub(crate) const RTM_NEWADDR: u16 = 20;
+pub(crate) const RTM_GETADDR: u16 = 22;
+pub(crate) const RTM_NEWROUTE: u16 = 24;
+pub(crate) const RTM_DELROUTE: u16 = 25;
+pub(crate) const RTM_GETROUTE: u16 = 26;
+pub(crate) const RTM_NEWRULE: u16 = 32;
+pub(crate) const RTM_DELRULE: u16 = 33;
+pub(crate) const RTM_GETRULE: u16 = 34;
+
+pub(crate) const AF_INET: u8 = 2;
+pub(crate) const AF_INET6: u8 = 10;
+
+/// `enum rtattr_type_t`.
+pub(crate) const RTA_DST: u16 = 1;
+pub(crate) const RTA_OIF: u16 = 4;
+pub(crate) const RTA_GATEWAY: u16 = 5;
+pub(crate) const RTA_PRIORITY: u16 = 6;
+pub(crate) const RTA_PREFSRC: u16 = 7;
+pub(crate) const RTA_TABLE: u16 = 15;
+/// `rtm_table` of a table id that does not fit a byte (RTA_TABLE carries it).
+pub(crate) const RT_TABLE_UNSPEC: u8 = 0;
+pub(crate) const RTN_UNICAST: u8 = 1;
+pub(crate) const RT_SCOPE_UNIVERSE: u8 = 0;
+pub(crate) const RT_SCOPE_LINK: u8 = 253;
+/// A delete's scope: "no-where" matches a route of any scope.
+pub(crate) const RT_SCOPE_NOWHERE: u8 = 255;
+/// `rtm_flags`: the gateway is on the link even without a connected route.
+pub(crate) const RTNH_F_ONLINK: u32 = 4;
+
+/// `linux/fib_rules.h`.
+pub(crate) const FRA_DST: u16 = 1;
+pub(crate) const FRA_SRC: u16 = 2;
+pub(crate) const FRA_IIFNAME: u16 = 3;
+pub(crate) const FRA_PRIORITY: u16 = 6;
+pub(crate) const FRA_SUPPRESS_PREFIXLEN: u16 = 14;
+pub(crate) const FRA_TABLE: u16 = 15;
+pub(crate) const FRA_PROTOCOL: u16 = 21;
+pub(crate) const FR_ACT_UNSPEC: u8 = 0;
+pub(crate) const FR_ACT_TO_TBL: u8 = 1;
+
+/// `linux/if_link.h`, `linux/if_addr.h`.
+pub(crate) const IFLA_IFNAME: u16 = 3;
+pub(crate) const IFA_ADDRESS: u16 = 1;
+pub(crate) const IFA_LOCAL: u16 = 2;
+
+/// `struct rtmsg`, the header of every route message (12 bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RtMsg {
+    pub(crate) family: u8,
+    pub(crate) dst_len: u8,
+    pub(crate) src_len: u8,
+    pub(crate) tos: u8,
+    pub(crate) table: u8,
+    pub(crate) protocol: u8,
+    pub(crate) scope: u8,
+    pub(crate) kind: u8,
+    pub(crate) flags: u32,
+}
+
+impl RtMsg {
+    const LEN: usize = 12;
+
+    pub(crate) fn write(&self, w: &mut MsgWriter) {
+        w.buf.extend_from_slice(&[
+            self.family,
+            self.dst_len,
+            self.src_len,
+            self.tos,
+            self.table,
+            self.protocol,
+            self.scope,
+            self.kind,
+        ]);
+        w.buf.extend_from_slice(&self.flags.to_ne_bytes());
+    }
+
+    /// The header and the attributes that follow it.
+    pub(crate) fn parse(payload: &[u8]) -> Result<(RtMsg, Attrs<'_>), String> {
+        let (h, rest) = fixed::<{ RtMsg::LEN }>(payload, "rtmsg")?;
+        let [family, dst_len, src_len, tos, table, protocol, scope, kind, f0, f1, f2, f3] = h;
+        let m = RtMsg {
+            family,
+            dst_len,
+            src_len,
+            tos,
+            table,
+            protocol,
+            scope,
+            kind,
+            flags: u32::from_ne_bytes([f0, f1, f2, f3]),
+        };
+        Ok((m, attrs(rest, "rtmsg")?))
+    }
+}
+
+/// `struct fib_rule_hdr`, the header of every rule message (12 bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FibRuleHdr {
+    pub(crate) family: u8,
+    pub(crate) dst_len: u8,
+    pub(crate) src_len: u8,
+    pub(crate) tos: u8,
+    pub(crate) table: u8,
+    pub(crate) action: u8,
+    pub(crate) flags: u32,
+}
+
+impl FibRuleHdr {
+    const LEN: usize = 12;
+
+    pub(crate) fn write(&self, w: &mut MsgWriter) {
+        w.buf.extend_from_slice(&[
+            self.family,
+            self.dst_len,
+            self.src_len,
+            self.tos,
+            self.table,
+            0, // res1
+            0, // res2
+            self.action,
+        ]);
+        w.buf.extend_from_slice(&self.flags.to_ne_bytes());
+    }
+
+    pub(crate) fn parse(payload: &[u8]) -> Result<(FibRuleHdr, Attrs<'_>), String> {
+        let (h, rest) = fixed::<{ FibRuleHdr::LEN }>(payload, "fib_rule_hdr")?;
+        let [family, dst_len, src_len, tos, table, _res1, _res2, action, f0, f1, f2, f3] = h;
+        let m = FibRuleHdr {
+            family,
+            dst_len,
+            src_len,
+            tos,
+            table,
+            action,
+            flags: u32::from_ne_bytes([f0, f1, f2, f3]),
+        };
+        Ok((m, attrs(rest, "fib_rule_hdr")?))
+    }
+}
+
+/// `struct ifinfomsg` (16 bytes); the kit only ever asks with an empty one
+/// and reads the index back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct IfInfoMsg {
+    pub(crate) family: u8,
+    pub(crate) index: u32,
+}
+
+impl IfInfoMsg {
+    const LEN: usize = 16;
+
+    pub(crate) fn write(&self, w: &mut MsgWriter) {
+        w.buf.extend_from_slice(&[self.family, 0]);
+        w.buf.extend_from_slice(&0u16.to_ne_bytes()); // ifi_type
+        w.buf.extend_from_slice(&self.index.to_ne_bytes());
+        w.buf.extend_from_slice(&0u32.to_ne_bytes()); // ifi_flags
+        w.buf.extend_from_slice(&0u32.to_ne_bytes()); // ifi_change
+    }
+
+    pub(crate) fn parse(payload: &[u8]) -> Result<(IfInfoMsg, Attrs<'_>), String> {
+        let (h, rest) = fixed::<{ IfInfoMsg::LEN }>(payload, "ifinfomsg")?;
+        let [family, _, _, _, i0, i1, i2, i3, ..] = h;
+        let m = IfInfoMsg {
+            family,
+            index: u32::from_ne_bytes([i0, i1, i2, i3]),
+        };
+        Ok((m, attrs(rest, "ifinfomsg")?))
+    }
+}
+
+/// `struct ifaddrmsg` (8 bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct IfAddrMsg {
+    pub(crate) family: u8,
+    pub(crate) prefix_len: u8,
+    pub(crate) index: u32,
+}
+
+impl IfAddrMsg {
+    const LEN: usize = 8;
+
+    pub(crate) fn write(&self, w: &mut MsgWriter) {
+        w.buf
+            .extend_from_slice(&[self.family, self.prefix_len, 0, 0]); // flags, scope
+        w.buf.extend_from_slice(&self.index.to_ne_bytes());
+    }
+
+    pub(crate) fn parse(payload: &[u8]) -> Result<(IfAddrMsg, Attrs<'_>), String> {
+        let (h, rest) = fixed::<{ IfAddrMsg::LEN }>(payload, "ifaddrmsg")?;
+        let [family, prefix_len, _flags, _scope, i0, i1, i2, i3] = h;
+        let m = IfAddrMsg {
+            family,
+            prefix_len,
+            index: u32::from_ne_bytes([i0, i1, i2, i3]),
+        };
+        Ok((m, attrs(rest, "ifaddrmsg")?))
+    }
+}
+
+/// The first `N` bytes of a payload and what follows them (every header
+/// here is a multiple of 4 long, so the attributes start right after it).
+fn fixed<'a, const N: usize>(payload: &'a [u8], what: &str) -> Result<([u8; N], &'a [u8]), String> {
+    let head = payload
+        .get(..N)
+        .and_then(|h| <[u8; N]>::try_from(h).ok())
+        .ok_or_else(|| format!("{what} truncated ({} of {N} bytes)", payload.len()))?;
+    Ok((head, payload.get(N..).unwrap_or_default()))
+}
+
+fn attrs<'a>(rest: &'a [u8], what: &str) -> Result<Attrs<'a>, String> {
+    Attrs::parse(rest).map_err(|e| format!("{what} attributes: {e}"))
+}
+
+/// The address family byte as IPv4 (false) / IPv6 (true); other families
+/// (MPLS routes, bridge rules ...) are not ours to read.
+pub(crate) fn is_v6(family: u8) -> Option<bool> {
+    match family {
+        AF_INET => Some(false),
+        AF_INET6 => Some(true),
+        _ => None,
+    }
+}
+
+pub(crate) fn family_of(v6: bool) -> u8 {
+    if v6 {
+        AF_INET6
+    } else {
+        AF_INET
+    }
+}
+
+/// The address bytes as the kernel carries them (4 or 16, network order).
+pub(crate) fn addr_attr(w: &mut MsgWriter, ty: u16, addr: IpAddr) {
+    match addr {
+        IpAddr::V4(a) => w.attr(ty, &a.octets()),
+        IpAddr::V6(a) => w.attr(ty, &a.octets()),
+    }
+}
+
+/// An address attribute of a message of family `v6`: exactly 4 or 16 bytes.
+pub(crate) fn addr_of(v6: bool, b: &[u8], name: &str) -> Result<IpAddr, String> {
+    if v6 {
+        <[u8; 16]>::try_from(b)
+            .map(|a| IpAddr::V6(Ipv6Addr::from(a)))
+            .map_err(|_| format!("{name}: {} bytes, not an IPv6 address", b.len()))
+    } else {
+        <[u8; 4]>::try_from(b)
+            .map(|a| IpAddr::V4(Ipv4Addr::from(a)))
+            .map_err(|_| format!("{name}: {} bytes, not an IPv4 address", b.len()))
+    }
+}
+
+/// An address attribute whose length says its family (an address row's
+/// IFA_LOCAL / IFA_ADDRESS).
+pub(crate) fn any_addr_of(b: &[u8], name: &str) -> Result<IpAddr, String> {
+    match b.len() {
+        4 => addr_of(false, b, name),
+        16 => addr_of(true, b, name),
+        n => Err(format!("{name}: {n} bytes, not an IP address")),
+    }
+}
+
+pub(crate) fn u32_of(b: &[u8], name: &str) -> Result<u32, String> {
+    <[u8; 4]>::try_from(b)
+        .map(u32::from_ne_bytes)
+        .map_err(|_| format!("{name}: {} bytes, want 4", b.len()))
+}
+
+pub(crate) fn u8_of(b: &[u8], name: &str) -> Result<u8, String> {
+    match b {
+        [v] => Ok(*v),
+        _ => Err(format!("{name}: {} bytes, want 1", b.len())),
+    }
+}
+
+/// Attribute `ty` decoded by `f`, if present (last occurrence wins, as in
+/// the kernel's own parser).
+pub(crate) fn opt<T>(
+    attrs: &Attrs<'_>,
+    ty: u16,
+    f: impl FnOnce(&[u8]) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    attrs.get(ty).map(f).transpose()
+}
