@@ -345,7 +345,7 @@ def parse_router_trace(path):
     main_tid = None
     socks = {}  # fd -> ("node-route" | "pod-route" | "nft")
     files = {}  # fd -> (path, flags text) of open files
-    entered = set()  # tids that setns()ed
+    entered = set()  # tids inside the pod's namespace
     pod_changed = False  # the pod side's first change was made
     out = {"node": [], "nft": [], "sysctls": [], "files_pre": [], "files_post": [], "stdout": None,
            "node_socket": False}
@@ -366,7 +366,12 @@ def parse_router_trace(path):
         fops = out["files_post"] if pod_changed else out["files_pre"]
         q = QUOTED.findall(args)
         if call == "setns" and ret == "0":
-            entered.add(tid)
+            # Into the pod, or back to the thread's own namespace (the fd of
+            # /proc/thread-self/ns/net opened before going in).
+            if files.get(fd, ("", ""))[0].startswith("/proc/thread-self/ns/"):
+                entered.discard(tid)
+            else:
+                entered.add(tid)
         elif call == "socket" and "AF_NETLINK" in args and ret.isdigit():
             kind = "nft" if "NETLINK_NETFILTER" in args else ("pod-route" if tid in entered else "node-route")
             socks[int(ret)] = kind
@@ -474,7 +479,7 @@ PHASES = [
     ("process start (exec, libc start)", re.compile(r"^execve\(")),
     ("config parse, policy, capability check", re.compile(r"^read\(0,")),
     ("open pod netns, state dir, lock", re.compile(r"^openat\(AT_FDCWD, \"/(var/)?run/netns/")),
-    ("netns entry: thread, setns, handles opened", re.compile(r"^clone3?\(")),
+    ("netns entry: setns, handles opened, setns back", re.compile(r"^setns\(")),
     ("sysctl read, node lock, plan, write-ahead record", re.compile(r"^pread64\(")),
     ("node side: netlink socket, requests", re.compile(r"^socket\(AF_NETLINK, [^)]*NETLINK_ROUTE\)")),
     ("sysctl write", re.compile(r"^pwrite64\(")),
@@ -612,7 +617,7 @@ def reference_series(sp, tmp, tag, index, router, ref_src, runs, warmup, phase_r
         with open(os.path.join(ref_dir, "masq_ref.h"), "w") as f:
             f.write(reference_header(parsed, pod.path, conf["stateDir"], conf["logFile"]))
         ref_bin = os.path.join(ref_dir, "masq_ref")
-        base = ["cc", "-O2", "-Wall", "-I", ref_dir, "-o", ref_bin, ref_src, "-lpthread"]
+        base = ["cc", "-O2", "-Wall", "-I", ref_dir, "-o", ref_bin, ref_src]
         static = subprocess.run(base[:2] + ["-static"] + base[2:], capture_output=True, text=True)
         if static.returncode != 0:
             print(f"  masq_ref: static build failed ({static.stderr.strip()[-200:]}); trying a dynamic one", flush=True)

@@ -13,9 +13,10 @@
  * In order, as the router does them:
  *   open the pod netns + NS_GET_NSTYPE (the check that it is a network ns),
  *   mkdir the state dir, open + flock its lock, look for an earlier record,
- *   a thread that setns()es into the pod: open each sysctl file O_RDWR and
- *     the NETLINK_NETFILTER socket (ext ack, capped acks, timeouts), exit;
- *     everything after it runs on the main thread through those handles,
+ *   setns() into the pod (the main thread, its own netns opened first to
+ *     come back to): open each sysctl file O_RDWR and the NETLINK_NETFILTER
+ *     socket (ext ack, capped acks, timeouts), setns() back; everything
+ *     after it runs through those handles,
  *   read each sysctl (pread),
  *   node netlink: the NETLINK_ROUTE socket (strict checking, ext ack, receive
  *     timeout) if the router opened one, and every request the router sent on
@@ -38,7 +39,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/netlink.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,10 +135,13 @@ static void read_until(int fd, unsigned seq, const char *what) {
 #define N_SYSCTLS (sizeof ref_sysctls / sizeof ref_sysctls[0])
 static int sysctl_fd[N_SYSCTLS];
 
-/* The pod thread only opens handles: the sysctl files and the nf_tables
- * socket stay bound to the pod's namespace after it exits. */
-static void *pod_side(void *arg) {
-    (void)arg;
+/* The pod side only opens handles, on the main thread moved into the pod's
+ * namespace and back (as the router's NetNs::open_in): the sysctl files and
+ * the nf_tables socket stay bound to the pod's namespace. */
+static void pod_side(void) {
+    int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (home < 0)
+        die("own netns");
     if (setns(ns_fd, CLONE_NEWNET) != 0)
         die("setns");
     for (size_t i = 0; i < N_SYSCTLS; i++) {
@@ -149,7 +152,9 @@ static void *pod_side(void *arg) {
     nft_fd = nl_socket(NETLINK_NETFILTER, 0);
     if (nft_fd < 0)
         die("nf_tables socket");
-    return NULL;
+    if (setns(home, CLONE_NEWNET) != 0)
+        die("setns back");
+    close(home);
 }
 
 static void write_file(const char *path, int flags, const char *body, size_t len) {
@@ -203,9 +208,7 @@ int main(void) {
         die("record exists (run DEL first)");
     }
 
-    pthread_t t;
-    if (pthread_create(&t, NULL, pod_side, NULL) != 0 || pthread_join(t, NULL) != 0)
-        die("pod thread");
+    pod_side();
     /* Read before write, as the router does; write when it differs. */
     int differs[N_SYSCTLS];
     for (size_t i = 0; i < N_SYSCTLS; i++) {
