@@ -106,7 +106,21 @@ nm "$bin" | awk '{print $NF}' | sort -u >"$tmp/syms"
 # Each request's functions after those of the more frequent requests before
 # it: a pass-through ADD then runs in one contiguous block, a masquerade ADD
 # in that block and the next. Only names the binary has.
-cat "$tmp"/*.cg | sed -n 's/^fn=//p' | awk '!seen[$0]++' >"$tmp/order"
+cat "$tmp"/*.cg | sed -n 's/^fn=//p' | awk '!seen[$0]++' >"$tmp/profiled"
+# What runs natively but not under valgrind, put first (every call runs it):
+# valgrind emulates a CPU without AVX-512, so glibc picks the AVX2 variants
+# of its string functions there and the EVEX/AVX-512 ones on such a node
+# (both kept: the variant families the profile shows, in those flavours);
+# valgrind has no vDSO, so glibc's vDSO symbol lookup at start-up, and the
+# exit-time frees of a static binary, never show in the profile.
+variants='(sse2|ssse3|sse4_1|sse4_2|sse42|avx|avx2|evex|avx512)'
+for family in $(grep -oE "^__[a-z0-9]+_$variants" "$tmp/profiled" | sed -E "s/_$variants\$//" | sort -u); do
+    grep -E "^${family}_(evex|avx512|avx2)" "$tmp/syms" || true
+done >"$tmp/native"
+printf '%s\n' _dl_lookup_symbol_x do_lookup_x check_match _dl_name_match_p \
+    setup_vdso_pointers dl_vdso_vsym frame_dummy register_tm_clones \
+    deregister_tm_clones __do_global_dtors_aux free_mem __libc_freeres >>"$tmp/native"
+cat "$tmp/native" "$tmp/profiled" | awk '!seen[$0]++' >"$tmp/order"
 # The header (comment lines, which LLD skips) says what the names belong to:
 # the bench compares it with the tree it builds (integration/bench/run.sh).
 {
