@@ -20,8 +20,9 @@ pub use parts::*;
 
 use crate::plan::{Claim, Plan};
 use ipnet::IpNet;
+use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::{NetNs, NsIdentity};
-use podgate_kit::state::{Key, StateStore};
+use podgate_kit::state::{Key, Names, StateStore};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -304,6 +305,20 @@ impl Here {
             node: podgate_kit::netns::current_identity().ok(),
         }
     }
+
+    /// [`Here::now`] with the node's netns cookie read from `node`, a
+    /// netlink socket of the calling thread's namespace the request opened
+    /// anyway (saves the throwaway socket).
+    pub fn with_socket(node: &RouteSocket) -> Here {
+        let identity = match node.netns_cookie() {
+            Ok(cookie) => podgate_kit::netns::current_identity_with(cookie),
+            Err(_) => podgate_kit::netns::current_identity(),
+        };
+        Here {
+            boot_id: podgate_kit::netns::boot_id().ok(),
+            node: identity.ok(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -397,12 +412,18 @@ impl Listing {
 }
 
 pub fn list(store: &StateStore) -> Result<Listing, podgate_kit::Error> {
+    list_in(store, &store.names()?)
+}
+
+/// [`list`] of the record files in `names` (one listing of the directory,
+/// shared with the temp-file sweep of the same request).
+pub fn list_in(store: &StateStore, names: &Names) -> Result<Listing, podgate_kit::Error> {
     let mut out = Listing {
         records: Vec::new(),
         newer: Vec::new(),
         unreadable: Vec::new(),
     };
-    for e in store.entries()? {
+    for e in store.entries_in(names)? {
         let parsed = e
             .body
             .map_err(ReadError::from)
