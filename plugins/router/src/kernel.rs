@@ -30,6 +30,8 @@ pub trait Kernel {
     fn sysctl_read(&mut self, name: &str) -> Result<String, Error>;
     /// Write `value` unless already there; the previous value when changed.
     fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error>;
+    /// Write `value` (the caller has just read a different one).
+    fn sysctl_write(&mut self, name: &str, value: &str) -> Result<(), Error>;
     /// Create or atomically replace podgate's `inet <table>`.
     fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error>;
     /// Delete `inet <table>`; Ok(false) when it was already gone.
@@ -302,6 +304,12 @@ impl Kernel for Live<'_> {
             _ => sysctl::ensure(name, value),
         }
     }
+    fn sysctl_write(&mut self, name: &str, value: &str) -> Result<(), Error> {
+        match &self.route {
+            Sock::Pod(h) => h.sysctl(name)?.write(value),
+            _ => sysctl::ensure(name, value).map(|_| ()),
+        }
+    }
     fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error> {
         self.nft()?.replace_table(table, rules, tag)
     }
@@ -459,6 +467,17 @@ pub mod fake {
             match self.sysctls.get_mut(name) {
                 Some(cur) if sysctl::normalize(cur) == sysctl::normalize(value) => Ok(None),
                 Some(cur) => Ok(Some(std::mem::replace(cur, value.to_string()))),
+                None => Err(self.errno(&what, libc::ENOENT)),
+            }
+        }
+        fn sysctl_write(&mut self, name: &str, value: &str) -> Result<(), Error> {
+            let what = format!("sysctl write {name}={value}");
+            self.call(what.clone())?;
+            match self.sysctls.get_mut(name) {
+                Some(cur) => {
+                    *cur = value.to_string();
+                    Ok(())
+                }
                 None => Err(self.errno(&what, libc::ENOENT)),
             }
         }

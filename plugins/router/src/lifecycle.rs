@@ -157,7 +157,7 @@ pub fn remove_record(
     here: &Here,
 ) -> Vec<String> {
     let mut failures = Vec::new();
-    let liveness = rec.liveness(here, Depth::Path);
+    let liveness = rec.liveness_opened(here, Depth::Path, ns);
     let node_gone = matches!(
         liveness,
         Liveness::Stale {
@@ -184,8 +184,14 @@ pub fn remove_record(
         ));
     }
     if !liveness.is_stale() {
-        if let Some(ns) = ns.filter(|ns| apply::same_netns(rec, ns)) {
-            failures.extend(apply::remove_pod_side(rec, ns));
+        // One trip into the namespace: the handles are opened there with its
+        // cookie, and used only if it still is the record's namespace.
+        if let Some(ns) = ns {
+            match apply::removal_handles(rec, ns) {
+                Ok(Some(mut pod)) => failures.extend(apply::remove_pod_through(rec, &mut pod)),
+                Ok(None) => {}
+                Err(e) => failures.push(e.to_string()),
+            }
         }
     }
     failures

@@ -55,7 +55,7 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
         .as_deref()
         .or(recorded.as_deref())
         .and_then(|p| NetNs::open(p).ok())
-        .filter(|_| !rec.liveness(&here, Depth::Path).is_stale());
+        .filter(|ns| !rec.liveness_opened(&here, Depth::Path, Some(ns)).is_stale());
     // Pod side first, outside the node-wide lock: it touches only this
     // pod's namespace, which may be gone already (pod deleted). One trip
     // there opens the handles (and reads the cookie that tells whether it
@@ -89,7 +89,14 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
     // The other records matter only for a strict pod (whether node-wide
     // settings go back) or a stale one (a live pod may have re-claimed
     // its pool); otherwise DEL does not read them.
-    let census = if rec.is_strict() || rec.liveness(&here, Depth::Path).is_stale() {
+    // Without a node side and strict settings, whether this record is
+    // stale only decides whether other stale records are cleared now (or
+    // by the next call): the namespace opened above answers that without
+    // opening its path again. With a node side it is judged afresh.
+    let reuse = (!apply::has_node_side(&rec) && !rec.is_strict())
+        .then_some(ns.as_ref())
+        .flatten();
+    let census = if rec.is_strict() || rec.liveness_opened(&here, Depth::Path, reuse).is_stale() {
         Census::take_in(&store, &names, &here, |r| {
             if r.is_strict() {
                 Depth::Precise

@@ -213,6 +213,13 @@ impl Record {
     /// path from the old one even when the kernel reused the inode number.
     /// Whatever a shallower check calls stale is stale.
     pub fn liveness(&self, here: &Here, depth: Depth) -> Liveness {
+        self.liveness_opened(here, depth, None)
+    }
+
+    /// [`Record::liveness`] with the record's namespace path already opened
+    /// by this request (`opened`, used when its path is the recorded one):
+    /// the same question without opening the path a second time.
+    pub fn liveness_opened(&self, here: &Here, depth: Depth, opened: Option<&NetNs>) -> Liveness {
         if let (Some(then), Some(now)) = (&self.boot_id, &here.boot_id) {
             if then != now {
                 return Liveness::Stale {
@@ -235,7 +242,15 @@ impl Record {
         let Some(path) = &self.netns else {
             return Liveness::Live;
         };
-        let ns = match NetNs::open(path) {
+        let reopened;
+        let ns = match opened.filter(|o| o.path() == path) {
+            Some(o) => Ok(o),
+            None => {
+                reopened = NetNs::open(path);
+                reopened.as_ref()
+            }
+        };
+        let ns = match ns {
             Ok(ns) => ns,
             // Only where the namespace directory itself is visible: a reader
             // in a container without it mounted cannot tell (fail safe).
