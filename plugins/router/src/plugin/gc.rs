@@ -3,7 +3,7 @@
 use super::{io_err, key_of, kit_err, load, log_swept, open_netns, selection};
 use crate::apply::{self, ApplyError};
 use crate::lifecycle::{self, Census};
-use crate::record::{self, Depth, Here};
+use crate::record::{self, Depth, Here, Record};
 use podgate_cni::log::Logger;
 use podgate_cni::{Attachment, CniError, NetConf, Request};
 use podgate_kit::netlink::RouteSocket;
@@ -120,8 +120,20 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     // newer release's, an unreadable one still valid): its objects would
     // look unaccounted for.
     if census.listing.newer.is_empty() && !keep_unreadable {
-        let remaining = record::list(&store).map_err(io_err)?;
-        let (removed, f) = apply::sweep_node(&mut node, &remaining.records, None);
+        // Records are created and removed only under the node-wide lock,
+        // which this GC holds (an ADD finishing outside it renames its
+        // pending record to the applied one, same node side): the records
+        // left are the census's whose files are still listed, without
+        // reading each file again.
+        let names = store.names().map_err(io_err)?;
+        let remaining: Vec<Record> = census
+            .listing
+            .records
+            .iter()
+            .filter(|r| names.contains(&r.key.file_name()))
+            .cloned()
+            .collect();
+        let (removed, f) = apply::sweep_node(&mut node, &remaining, None);
         if !removed.is_empty() {
             log.info("removed by ownership", json!({"removed": removed}));
         }
