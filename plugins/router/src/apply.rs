@@ -233,8 +233,11 @@ pub fn pod_changes_with(
             record::write(store, rec)?;
         }
     }
+    // `previous` was read in this request (before the plan, or just above
+    // after an earlier ADD was undone), under the pod lock: where it is set
+    // the value differs, so it is written without reading it again.
     for s in rec.sysctls.iter().filter(|s| s.previous.is_some()) {
-        k.sysctl_ensure(&s.name, &s.value)?;
+        k.sysctl_write(&s.name, &s.value)?;
     }
     if let Some(table) = &rec.nft_table {
         let masq = masq_rules(rec);
