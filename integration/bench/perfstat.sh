@@ -1,5 +1,5 @@
 #!/bin/bash
-# Load-independent figures for one masquerade ADD (sysctl ip_forward=1 +
+# Load-independent figures for one ADD (by default a masquerade ADD: sysctl ip_forward=1 +
 # masquerade, the bench's vpn-gateway profile): user-space instructions
 # (where the machine has a PMU; callgrind's count otherwise), context
 # switches and page faults from `perf stat -r N` (each ADD followed by its
@@ -8,14 +8,25 @@
 # the syscall count from `strace -f -c`. Compares any number of router binaries in the
 # same node/pod namespaces, alternating them:
 #
-#   integration/bench/perfstat.sh [-r RUNS] ROUTER_BINARY...
+#   integration/bench/perfstat.sh [-r RUNS] [-p PROFILE] ROUTER_BINARY...
+#
+# PROFILE: vpn-gateway (default: ip_forward + masquerade) or vpn-routed
+# (ip_forward + one IPv4 node return route, 10.9.0.0/24).
 #
 # Namespaces are made here (pg-perf-*) and removed on every exit path; the
 # machine's own namespace is never touched.
 set -eu
 runs=200
-if [ "${1:-}" = -r ]; then runs=$2; shift 2; fi
-[ $# -ge 1 ] || { echo "usage: $0 [-r RUNS] ROUTER..." >&2; exit 2; }
+profile=vpn-gateway
+while [ $# -ge 2 ]; do
+    case $1 in
+    -r) runs=$2; shift 2 ;;
+    -p) profile=$2; shift 2 ;;
+    *) break ;;
+    esac
+done
+case $profile in vpn-gateway | vpn-routed) ;; *) echo "$0: unknown profile $profile" >&2; exit 2 ;; esac
+[ $# -ge 1 ] || { echo "usage: $0 [-r RUNS] [-p PROFILE] ROUTER..." >&2; exit 2; }
 for b in "$@"; do [ -x "$b" ] || { echo "$0: $b not executable" >&2; exit 2; }; done
 command -v perf >/dev/null || { echo "$0: perf missing (linux-perf)" >&2; exit 2; }
 
@@ -47,22 +58,29 @@ ip netns exec "$pod" sh -c 'echo 0 > /proc/sys/net/ipv4/ip_forward'
 cat >"$tmp/conf.json" <<EOF
 {"cniVersion":"1.0.0","name":"bench","type":"podgate-router",
  "stateDir":"$tmp/state","logFile":"$tmp/router.log",
- "profiles":{"vpn-gateway":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}]}},
- "assign":[{"namespace":"bench","podName":"vpn-gateway","profile":"vpn-gateway"}],
- "allow":{"annotationNamespaces":["bench"],"pools":["10.8.0.0/16"]},
+ "profiles":{"vpn-gateway":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}]},
+   "vpn-routed":{"sysctls":{"net.ipv4.ip_forward":"1"},"returnRoutes":[{"dst":"10.9.0.0/24"}]}},
+ "assign":[{"namespace":"bench","podName":"vpn-gateway","profile":"vpn-gateway"},
+   {"namespace":"bench","podName":"vpn-routed","profile":"vpn-routed"}],
+ "allow":{"annotationNamespaces":["bench"],"pools":["10.8.0.0/16","10.9.0.0/16"]},
  "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"pgph1"},{"name":"eth0","sandbox":"/var/run/netns/$pod"}],
    "ips":[{"address":"10.22.1.5/24","gateway":"10.22.1.1","interface":1}],
    "routes":[{"dst":"0.0.0.0/0","gw":"10.22.1.1"}]}}
 EOF
 export CNI_CONTAINERID=perf-1 CNI_NETNS=/var/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni
-export CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=vpn-gateway"
+export CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=$profile"
 in_node() { nsenter --net=/var/run/netns/"$node" "$@"; }
 
 check_one() {
     local b=$1 fwd
     CNI_COMMAND=ADD in_node "$b" <"$tmp/conf.json" >/dev/null
     fwd=$(ip netns exec "$pod" cat /proc/sys/net/ipv4/ip_forward)
-    ip netns exec "$pod" nft list tables | grep -q . || { echo "$b: no nft table after ADD" >&2; exit 1; }
+    if [ "$profile" = vpn-gateway ]; then
+        ip netns exec "$pod" nft list tables | grep -q . || { echo "$b: no nft table after ADD" >&2; exit 1; }
+    else
+        ip -n "$node" route show 10.9.0.0/24 | grep -q "via 10.22.1.5" ||
+            { echo "$b: no return route after ADD" >&2; exit 1; }
+    fi
     CNI_COMMAND=DEL in_node "$b" <"$tmp/conf.json" >/dev/null
     [ "$fwd" = 1 ] && [ "$(ip netns exec "$pod" cat /proc/sys/net/ipv4/ip_forward)" = 0 ] ||
         { echo "$b: ADD did not set ip_forward or DEL did not restore it" >&2; exit 1; }

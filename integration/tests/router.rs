@@ -326,6 +326,22 @@ fn refusals_apply_nothing() {
         Some(annotations(json!({"podgate.dev/profile": "vpn-routed"}))),
     )
     .assert_ok();
+    // What the return-route checks read of the node (its IPv4 addresses and
+    // routes, and only those for an IPv4 pool): an address of the node inside
+    // a pool, and a route to a pool someone else installed.
+    let br = podgate_integration::bridge_name(NET);
+    node.ns
+        .exec_ok(&["ip", "addr", "add", "10.8.5.1/32", "dev", &br]);
+    node.ns.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.8.6.0/24",
+        "dev",
+        &br,
+        "proto",
+        "static",
+    ]);
     let before = node.settled_snapshot();
 
     let cases: Vec<(&str, Value, &str)> = vec![
@@ -353,6 +369,16 @@ fn refusals_apply_nothing() {
             "vpn",
             json!({"podgate.dev/profile": "vpn-routed"}),
             "already routed to pod owner",
+        ),
+        (
+            "vpn",
+            json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": "10.8.5.0/24"}),
+            "contains the node's address 10.8.5.1",
+        ),
+        (
+            "vpn",
+            json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": "10.8.6.0/24"}),
+            "the node already routes it (proto 4)",
         ),
     ];
     for (i, (ns, ann, needle)) in cases.into_iter().enumerate() {

@@ -290,6 +290,25 @@ pub fn process_start() {
     }
 }
 
+/// Print `stdout` and its newline in one `write(2)`: `writeln!` on std's
+/// line-buffered stdout writes up to the last newline inside the text (a
+/// prevResult passed through keeps the caller's line breaks) and the rest
+/// separately. Handed over whole and ending in a newline, the line buffer
+/// writes it in one call (buffered and flushed when shorter than its
+/// capacity, directly when longer), so a reader sees the whole result or
+/// none of it.
+fn answer(stdout: &str) {
+    if stdout.is_empty() {
+        return;
+    }
+    let mut line = String::with_capacity(stdout.len() + 1);
+    line.push_str(stdout);
+    line.push('\n');
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.flush();
+}
+
 /// The whole main of a plugin binary.
 pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
     process_start();
@@ -309,12 +328,7 @@ pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
                 event::Recorder::start(&event::file_for(&req.conf), plugin_name, &command, started);
         },
     );
-    let mut out = std::io::stdout().lock();
-    if !outcome.stdout.is_empty() {
-        let _ = writeln!(out, "{}", outcome.stdout);
-    }
-    let _ = out.flush();
-    drop(out);
+    answer(&outcome.stdout);
     // After the answer: recording is best effort and must not delay it.
     if let Some(r) = recorder {
         let (code, msg) = answer_code(&outcome);

@@ -51,19 +51,47 @@ pub fn has(cap: u32) -> bool {
 
 /// Fail with a message naming the capability and the operation that needs it.
 pub fn require(cap: u32, why: &str) -> Result<()> {
-    if has(cap) {
-        Ok(())
-    } else {
-        Err(Error::MissingCapability {
-            cap: name(cap),
+    require_all(&[(cap, why)])
+}
+
+/// [`require`] for several capabilities (each with why it is needed) from
+/// one capget(2): the first missing one is named.
+pub fn require_all(needs: &[(u32, &str)]) -> Result<()> {
+    check(effective(), needs)
+}
+
+fn check(set: Option<u64>, needs: &[(u32, &str)]) -> Result<()> {
+    match needs
+        .iter()
+        .find(|(cap, _)| set.is_none_or(|s| s & (1u64 << cap) == 0))
+    {
+        None => Ok(()),
+        Some((cap, why)) => Err(Error::MissingCapability {
+            cap: name(*cap),
             why: why.to_string(),
-        })
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_missing_capability_is_named() {
+        let needs = [(CAP_NET_ADMIN, "routes"), (CAP_SYS_ADMIN, "setns")];
+        assert!(check(Some(1 << CAP_NET_ADMIN | 1 << CAP_SYS_ADMIN), &needs).is_ok());
+        let e = check(Some(1 << CAP_NET_ADMIN), &needs)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CAP_SYS_ADMIN") && e.contains("setns"), "{e}");
+        let e = check(Some(1 << CAP_SYS_ADMIN), &needs)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CAP_NET_ADMIN") && e.contains("routes"), "{e}");
+        // Unknown set (capget failed): fail closed.
+        assert!(check(None, &needs).is_err());
+    }
 
     #[test]
     fn capget_agrees_with_proc_status() {

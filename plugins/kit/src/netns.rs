@@ -66,7 +66,7 @@ impl NetNs {
 
     /// The calling thread's namespace.
     pub fn current() -> Result<NetNs> {
-        NetNs::open(Path::new("/proc/thread-self/ns/net"))
+        NetNs::open(Path::new(THREAD_NETNS))
     }
 
     pub fn path(&self) -> &Path {
@@ -98,7 +98,9 @@ impl NetNs {
     /// Run `f` inside this namespace on a scoped helper thread (or right
     /// here when the caller already is in it).
     pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
-        if NetNs::current().is_ok_and(|c| c.same_as(self)) {
+        // One statx of the thread's own link (not opening it): device and
+        // inode are all the comparison needs.
+        if current_identity_with(None).is_ok_and(|c| (c.dev, c.ino) == self.dev_ino()) {
             return Ok(f());
         }
         self.open_in(f)
@@ -191,7 +193,7 @@ pub fn current_cookie() -> Result<Option<u64>> {
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(Error::Netns {
-            path: PathBuf::from("/proc/thread-self/ns/net"),
+            path: PathBuf::from(THREAD_NETNS),
             op: "socket for SO_NETNS_COOKIE",
             source: std::io::Error::last_os_error(),
         });
@@ -230,13 +232,30 @@ pub fn cookie_of(sock: std::os::fd::BorrowedFd<'_>) -> Result<Option<u64>> {
     Ok(Some(cookie))
 }
 
+const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
+
 /// The identity of the calling thread's namespace (the node's, for a plugin).
 pub fn current_identity() -> Result<NsIdentity> {
-    let ns = NetNs::current()?;
+    current_identity_with(current_cookie()?)
+}
+
+/// [`current_identity`] with the cookie already read from a socket this
+/// thread made in its namespace (a netlink socket the caller opens anyway):
+/// then only one `statx` is left. The link is the calling thread's own
+/// network namespace by construction, so unlike [`NetNs::open`] there is
+/// nothing to verify (nsfs, the namespace type) and nothing to keep open:
+/// `stat` follows it to the nsfs inode, the same device and inode an open
+/// fd reports.
+pub fn current_identity_with(cookie: Option<u64>) -> Result<NsIdentity> {
+    let md = std::fs::metadata(THREAD_NETNS).map_err(|source| Error::Netns {
+        path: PathBuf::from(THREAD_NETNS),
+        op: "stat",
+        source,
+    })?;
     Ok(NsIdentity {
-        dev: ns.dev,
-        ino: ns.ino,
-        cookie: current_cookie()?,
+        dev: md.dev(),
+        ino: md.ino(),
+        cookie,
     })
 }
 
@@ -267,6 +286,25 @@ mod tests {
         let e = NetNs::open(Path::new("/nonexistent/netns")).unwrap_err();
         assert!(e.is_not_found());
         assert!(!Path::new("/nonexistent/netns").exists());
+    }
+
+    #[test]
+    fn current_identity_is_what_opening_the_namespace_says() {
+        let opened = NetNs::current().unwrap().identity().unwrap();
+        let stated = current_identity().unwrap();
+        assert_eq!(opened, stated);
+        assert_eq!(current_identity_with(opened.cookie).unwrap(), opened);
+        // The calling thread's, not the process's: a thread in another
+        // namespace gets that one's.
+        let (other, other_opened) = std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
+            let ns = NetNs::current().unwrap();
+            (current_identity().unwrap(), ns.identity().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(other, other_opened);
+        assert_ne!((other.dev, other.ino), (stated.dev, stated.ino));
     }
 
     #[test]

@@ -108,6 +108,22 @@ pub struct Entry {
     pub body: Result<Vec<u8>>,
 }
 
+/// The names in a state directory, as one listing read them
+/// ([`StateStore::names`]).
+#[derive(Debug, Clone, Default)]
+pub struct Names(Vec<std::ffi::OsString>);
+
+impl Names {
+    pub fn iter(&self) -> impl Iterator<Item = &std::ffi::OsStr> {
+        self.0.iter().map(|n| n.as_os_str())
+    }
+
+    /// Is `name` among them?
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.iter().any(|n| n == name)
+    }
+}
+
 fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -178,16 +194,21 @@ impl StateStore {
     /// Unlink the pod lock files killed holders left (a live holder unlinks
     /// its own on release). For GC and the periodic sweep; returns how many.
     pub fn sweep_pod_locks(&self) -> usize {
-        let Ok(rd) = fs::read_dir(&self.dir) else {
-            return 0;
-        };
-        rd.flatten()
-            .filter(|e| {
-                let n = e.file_name();
+        match self.names() {
+            Ok(names) => self.sweep_pod_locks_in(&names),
+            Err(_) => 0,
+        }
+    }
+
+    /// [`StateStore::sweep_pod_locks`] over a listing taken with the lock held.
+    pub fn sweep_pod_locks_in(&self, names: &Names) -> usize {
+        names
+            .iter()
+            .filter(|n| {
                 let n = n.to_string_lossy();
                 n.starts_with(POD_LOCK_PREFIX) && n.ends_with(LOCK_SUFFIX)
             })
-            .filter(|e| kfs::remove_orphaned_lock(&e.path()))
+            .filter(|n| kfs::remove_orphaned_lock(&self.dir.join(n)))
             .count()
     }
 
@@ -259,26 +280,42 @@ impl StateStore {
         }
     }
 
-    /// Every record file, unparsed (see [`StateStore::list`]).
-    pub fn entries(&self) -> Result<Vec<Entry>> {
+    /// The directory's names, listed once (one `getdents64` round): a
+    /// request that both sweeps temp files and reads the records under the
+    /// lock lists the directory once for both (README "Observe what the plan
+    /// needs"). Fails on any listing error, as [`StateStore::entries`] does.
+    pub fn names(&self) -> Result<Names> {
         let rd = fs::read_dir(&self.dir).map_err(|source| Error::State {
             path: self.dir.clone(),
             op: "list",
             source,
         })?;
-        let mut out = Vec::new();
+        let mut names = Vec::new();
         for entry in rd {
             let entry = entry.map_err(|source| Error::State {
                 path: self.dir.clone(),
                 op: "list",
                 source,
             })?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
+            names.push(entry.file_name());
+        }
+        Ok(Names(names))
+    }
+
+    /// Every record file, unparsed (see [`StateStore::list`]).
+    pub fn entries(&self) -> Result<Vec<Entry>> {
+        self.entries_in(&self.names()?)
+    }
+
+    /// [`StateStore::entries`] of the record files in `names`.
+    pub fn entries_in(&self, names: &Names) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        for raw in names.iter() {
+            let name = raw.to_string_lossy();
             if name.starts_with('.') || !name.ends_with(SUFFIX) {
                 continue;
             }
-            let path = entry.path();
+            let path = self.dir.join(raw);
             let body = fs::read(&path).map_err(|source| Error::State {
                 path: path.clone(),
                 op: "read",
@@ -310,21 +347,20 @@ impl StateStore {
     /// `own`: that pod's temp files are orphaned too (no other writer of it
     /// can be alive).
     pub fn sweep_temp_holding(&self, own: Option<&str>) -> Result<usize> {
-        let rd = match fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
-            Err(source) => {
-                return Err(Error::State {
-                    path: self.dir.clone(),
-                    op: "list",
-                    source,
-                })
-            }
-        };
+        match self.names() {
+            Ok(names) => self.sweep_temp_in(&names, own),
+            Err(Error::State { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`StateStore::sweep_temp_holding`] over a listing taken by this
+    /// caller (before or under the lock: a temp file created since is left
+    /// for the next sweep, and whether one may go is decided here, now).
+    pub fn sweep_temp_in(&self, names: &Names, own: Option<&str>) -> Result<usize> {
         let mut removed = 0;
-        for entry in rd.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
+        for raw in names.iter() {
+            let name = raw.to_string_lossy();
             let Some(rest) = name.strip_prefix(".tmp-") else {
                 continue;
             };
@@ -340,12 +376,13 @@ impl StateStore {
             {
                 continue;
             }
-            match fs::remove_file(entry.path()) {
+            let path = self.dir.join(raw);
+            match fs::remove_file(&path) {
                 Ok(()) => removed += 1,
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(source) => {
                     return Err(Error::State {
-                        path: entry.path(),
+                        path,
                         op: "remove orphaned temp file",
                         source,
                     })

@@ -233,8 +233,11 @@ pub fn pod_changes_with(
             record::write(store, rec)?;
         }
     }
+    // `previous` was read in this request (before the plan, or just above
+    // after an earlier ADD was undone), under the pod lock: where it is set
+    // the value differs, so it is written without reading it again.
     for s in rec.sysctls.iter().filter(|s| s.previous.is_some()) {
-        k.sysctl_ensure(&s.name, &s.value)?;
+        k.sysctl_write(&s.name, &s.value)?;
     }
     if let Some(table) = &rec.nft_table {
         let masq = masq_rules(rec);
@@ -349,8 +352,10 @@ fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
         let still_ours = k
             .sysctl_read(&s.name)
             .is_ok_and(|cur| sysctl::normalize(&cur) == sysctl::normalize(&s.value));
+        // Still ours means it differs from `prev` (a previous value is
+        // recorded only where ADD changed it): write without reading again.
         if still_ours {
-            if let Err(e) = k.sysctl_ensure(&s.name, prev) {
+            if let Err(e) = k.sysctl_write(&s.name, prev) {
                 failed.push(e.to_string());
             }
         }
@@ -481,21 +486,6 @@ pub fn remove_pod_with(k: &mut impl Kernel, rec: &Record, label: &str) -> Vec<St
         }
     }
     failures
-}
-
-/// Is `ns` still the namespace `rec` was applied in? A record without an
-/// identity (written before identities were recorded) trusts the path.
-pub fn same_netns(rec: &Record, ns: &NetNs) -> bool {
-    let Some(id) = rec.netns_id else {
-        return true;
-    };
-    if ns.dev_ino() != (id.dev, id.ino) {
-        return false;
-    }
-    match (id.cookie, ns.identity()) {
-        (Some(_), Ok(now)) => NsIdentity::from(id).same_as(&now),
-        _ => true,
-    }
 }
 
 /// Ownership sweep of one pod namespace for an attachment whose record is

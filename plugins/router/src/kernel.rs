@@ -5,9 +5,11 @@
 //! told to fail the Nth one with a given errno. The netns integration tests
 //! still run the real thing.
 
+use ipnet::IpNet;
+use podgate_kit::link::{self, Link};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::{self, NetNs};
-use podgate_kit::nft::{ListedMss, ListedRule, NftSocket, TableRules};
+use podgate_kit::nft::{ListedMss, ListedRule, NftSocket, SnatFinding, TableRules};
 use podgate_kit::route::{self, RouteEntry, RouteSpec};
 use podgate_kit::rule::{self, RuleSpec};
 use podgate_kit::sysctl::SysctlFile;
@@ -28,6 +30,8 @@ pub trait Kernel {
     fn sysctl_read(&mut self, name: &str) -> Result<String, Error>;
     /// Write `value` unless already there; the previous value when changed.
     fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error>;
+    /// Write `value` (the caller has just read a different one).
+    fn sysctl_write(&mut self, name: &str, value: &str) -> Result<(), Error>;
     /// Create or atomically replace podgate's `inet <table>`.
     fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error>;
     /// Delete `inet <table>`; Ok(false) when it was already gone.
@@ -37,6 +41,12 @@ pub trait Kernel {
     /// Chain `forward` (MSS clamp) of `inet <table>`; None when the table is
     /// missing.
     fn nft_list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, Error>;
+    /// The addresses of one family on every interface.
+    fn address_list(&mut self, v6: bool) -> Result<Vec<IpNet>, Error>;
+    /// Every interface (index and name).
+    fn link_list(&mut self) -> Result<Vec<Link>, Error>;
+    /// Source NAT rules in the namespace's nat postrouting chains (any table).
+    fn nft_find_snat(&mut self) -> Result<Vec<SnatFinding>, Error>;
 }
 
 /// The node-side route socket, opened on first use: a masquerade-only ADD
@@ -294,6 +304,12 @@ impl Kernel for Live<'_> {
             _ => sysctl::ensure(name, value),
         }
     }
+    fn sysctl_write(&mut self, name: &str, value: &str) -> Result<(), Error> {
+        match &self.route {
+            Sock::Pod(h) => h.sysctl(name)?.write(value),
+            _ => sysctl::ensure(name, value).map(|_| ()),
+        }
+    }
     fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error> {
         self.nft()?.replace_table(table, rules, tag)
     }
@@ -306,6 +322,21 @@ impl Kernel for Live<'_> {
     fn nft_list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, Error> {
         self.nft()?.list_mss(table)
     }
+    fn address_list(&mut self, v6: bool) -> Result<Vec<IpNet>, Error> {
+        // The kit's address dump asks for both families (AF_UNSPEC) and
+        // has no family parameter yet: the other family is dropped here.
+        Ok(link::addresses(self.sock()?)?
+            .into_iter()
+            .map(|a| a.addr)
+            .filter(|a| a.addr().is_ipv6() == v6)
+            .collect())
+    }
+    fn link_list(&mut self) -> Result<Vec<Link>, Error> {
+        link::list(self.sock()?)
+    }
+    fn nft_find_snat(&mut self) -> Result<Vec<SnatFinding>, Error> {
+        self.nft()?.find_snat_rules(None)
+    }
 }
 
 #[cfg(test)]
@@ -314,7 +345,9 @@ pub mod fake {
     //! model): state as plain data, every call logged as one line.
 
     use super::Kernel;
-    use podgate_kit::nft::{ListedMss, ListedRule, TableRules};
+    use ipnet::IpNet;
+    use podgate_kit::link::Link;
+    use podgate_kit::nft::{ListedMss, ListedRule, SnatFinding, TableRules};
     use podgate_kit::route::{RouteEntry, RouteSpec};
     use podgate_kit::rule::RuleSpec;
     use podgate_kit::{sysctl, Error};
@@ -327,6 +360,11 @@ pub mod fake {
         pub sysctls: BTreeMap<String, String>,
         /// `inet` tables by name.
         pub tables: BTreeMap<String, Table>,
+        /// Interface addresses (both families).
+        pub addresses: Vec<IpNet>,
+        pub links: Vec<Link>,
+        /// What a SNAT search of the nat chains finds.
+        pub snat: Vec<SnatFinding>,
         /// Every call, in order ("route add ...", "sysctl write n=v", ...).
         pub calls: Vec<String>,
         /// Fail the Nth call (1-based, counting every call) with this errno.
@@ -432,6 +470,17 @@ pub mod fake {
                 None => Err(self.errno(&what, libc::ENOENT)),
             }
         }
+        fn sysctl_write(&mut self, name: &str, value: &str) -> Result<(), Error> {
+            let what = format!("sysctl write {name}={value}");
+            self.call(what.clone())?;
+            match self.sysctls.get_mut(name) {
+                Some(cur) => {
+                    *cur = value.to_string();
+                    Ok(())
+                }
+                None => Err(self.errno(&what, libc::ENOENT)),
+            }
+        }
         fn nft_replace(
             &mut self,
             table: &str,
@@ -480,6 +529,23 @@ pub mod fake {
         fn nft_list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, Error> {
             self.call(format!("nft list {table} forward"))?;
             Ok(self.tables.get(table).map(|t| t.mss.clone()))
+        }
+        fn address_list(&mut self, v6: bool) -> Result<Vec<IpNet>, Error> {
+            self.call(format!("address list v6={v6}"))?;
+            Ok(self
+                .addresses
+                .iter()
+                .filter(|a| a.addr().is_ipv6() == v6)
+                .copied()
+                .collect())
+        }
+        fn link_list(&mut self) -> Result<Vec<Link>, Error> {
+            self.call("link list".into())?;
+            Ok(self.links.clone())
+        }
+        fn nft_find_snat(&mut self) -> Result<Vec<SnatFinding>, Error> {
+            self.call("nft find snat".into())?;
+            Ok(self.snat.clone())
         }
     }
 }

@@ -1,7 +1,8 @@
 //! podgate-router: chained after the primary plugin, it makes a pod a router
 //! (namespaced sysctls, masquerade in the pod, return routes on the node).
 //!
-//! ADD reads as: config → intent + policy → observe node → plan → apply → record.
+//! ADD reads as: config → intent + policy → observe node (only what the
+//! plan checks) → plan → apply → record.
 
 #![cfg_attr(
     test,
@@ -15,6 +16,7 @@ pub mod kernel;
 pub mod lifecycle;
 pub mod model;
 pub mod mss;
+pub mod observe;
 pub mod plan;
 pub mod plugin;
 pub mod record;

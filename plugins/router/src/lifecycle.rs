@@ -7,7 +7,7 @@ use crate::apply;
 use crate::record::{self, Depth, Here, Listing, Liveness, Record};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
-use podgate_kit::state::{Key, StateStore};
+use podgate_kit::state::{Key, Names, StateStore};
 use std::path::Path;
 
 /// The records of this node, judged.
@@ -26,7 +26,19 @@ impl Census {
         here: &Here,
         depth: impl Fn(&Record) -> Depth,
     ) -> Result<Census, podgate_kit::Error> {
-        let listing = record::list(store)?;
+        Census::take_in(store, &store.names()?, here, depth)
+    }
+
+    /// [`Census::take`] of the records in `names`: a listing of the state
+    /// directory this request already made (under the lock, or before it
+    /// for a census only [`Census::confirm_stale`] relies on).
+    pub fn take_in(
+        store: &StateStore,
+        names: &Names,
+        here: &Here,
+        depth: impl Fn(&Record) -> Depth,
+    ) -> Result<Census, podgate_kit::Error> {
+        let listing = record::list_in(store, names)?;
         let stale = listing
             .records
             .iter()
@@ -83,11 +95,6 @@ impl Census {
             },
             stale: still,
         }
-    }
-
-    /// `take` with every record checked precisely (GC, the sweep).
-    pub fn take_precise(store: &StateStore, here: &Here) -> Result<Census, podgate_kit::Error> {
-        Census::take(store, here, |_| Depth::Precise)
     }
 
     /// No records looked at: for a DEL that needs none (not strict, its own
@@ -150,7 +157,7 @@ pub fn remove_record(
     here: &Here,
 ) -> Vec<String> {
     let mut failures = Vec::new();
-    let liveness = rec.liveness(here, Depth::Path);
+    let liveness = rec.liveness_opened(here, Depth::Path, ns);
     let node_gone = matches!(
         liveness,
         Liveness::Stale {
@@ -177,8 +184,14 @@ pub fn remove_record(
         ));
     }
     if !liveness.is_stale() {
-        if let Some(ns) = ns.filter(|ns| apply::same_netns(rec, ns)) {
-            failures.extend(apply::remove_pod_side(rec, ns));
+        // One trip into the namespace: the handles are opened there with its
+        // cookie, and used only if it still is the record's namespace.
+        if let Some(ns) = ns {
+            match apply::removal_handles(rec, ns) {
+                Ok(Some(mut pod)) => failures.extend(apply::remove_pod_through(rec, &mut pod)),
+                Ok(None) => {}
+                Err(e) => failures.push(e.to_string()),
+            }
         }
     }
     failures
@@ -266,12 +279,35 @@ pub fn remove_unreadable(
 /// holders; ADD and DEL leave those to them, as checking each pod lock
 /// costs two syscalls per pod in flight under the node-wide lock.
 pub fn sweep_temp(store: &StateStore, own: Option<&str>) -> Result<usize, podgate_kit::Error> {
+    match store.names() {
+        Ok(names) => sweep_temp_in(store, &names, own),
+        Err(podgate_kit::Error::State { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(0)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// [`sweep_temp`] over a listing of the state directory this request made
+/// (and reads its records from too: one listing instead of two).
+pub fn sweep_temp_in(
+    store: &StateStore,
+    names: &Names,
+    own: Option<&str>,
+) -> Result<usize, podgate_kit::Error> {
     let locks = if own.is_none() {
-        store.sweep_pod_locks()
+        store.sweep_pod_locks_in(names)
     } else {
         0
     };
-    Ok(store.sweep_temp_holding(own)? + crate::strict_node::sweep_temp(store)? + locks)
+    let node = if names.contains(crate::strict_node::DIR) {
+        crate::strict_node::sweep_temp(store)?
+    } else {
+        0
+    };
+    Ok(store.sweep_temp_in(names, own)? + node + locks)
 }
 
 /// The periodic sweep (the installer daemon, `podgate install --watch`):
@@ -284,7 +320,8 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     };
     let _lock = store.lock()?;
     let mut out = Swept::default();
-    let temps = sweep_temp(&store, None)?;
+    let names = store.names()?;
+    let temps = sweep_temp_in(&store, &names, None)?;
     if temps > 0 {
         out.removed.push(format!("{temps} orphaned temp file(s)"));
     }
@@ -295,7 +332,7 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
         node: None,
         ..Here::now()
     };
-    let census = Census::take_precise(&store, &here)?;
+    let census = Census::take_in(&store, &names, &here, |_| Depth::Precise)?;
     if census.stale.is_empty() {
         return Ok(out);
     }

@@ -45,9 +45,11 @@ impl NodeShared {
 }
 
 const SHARED_KEY: &str = "strict.json";
+/// The state dir's subdirectory holding the node-wide strict settings.
+pub const DIR: &str = "node";
 
 fn shared_path(store: &StateStore) -> std::path::PathBuf {
-    store.dir().join("node").join(SHARED_KEY)
+    store.dir().join(DIR).join(SHARED_KEY)
 }
 
 pub fn read_shared(store: &StateStore) -> Result<Option<NodeShared>, Error> {
@@ -69,12 +71,12 @@ pub fn read_shared(store: &StateStore) -> Result<Option<NodeShared>, Error> {
 }
 
 pub fn write_shared(store: &StateStore, s: &NodeShared) -> Result<(), Error> {
-    StateStore::open(&store.dir().join("node"))?.write_named(SHARED_KEY, s)
+    StateStore::open(&store.dir().join(DIR))?.write_named(SHARED_KEY, s)
 }
 
 /// Temp files a killed writer of `node/strict.json` left (lock held).
 pub fn sweep_temp(store: &StateStore) -> Result<usize, Error> {
-    match StateStore::existing(&store.dir().join("node")) {
+    match StateStore::existing(&store.dir().join(DIR)) {
         Some(node) => node.sweep_temp(),
         None => Ok(0),
     }
@@ -82,7 +84,7 @@ pub fn sweep_temp(store: &StateStore) -> Result<usize, Error> {
 
 pub fn remove_shared(store: &StateStore) {
     let _ = std::fs::remove_file(shared_path(store));
-    let _ = std::fs::remove_dir(store.dir().join("node"));
+    let _ = std::fs::remove_dir(store.dir().join(DIR));
 }
 
 #[cfg(test)]

@@ -394,6 +394,35 @@ fn pod_removal_is_idempotent_and_restores_only_podgates_values() {
     );
 }
 
+#[test]
+fn a_sysctl_still_podgates_is_read_then_written_back() {
+    let t = temp_store();
+    let mut rec = pod_record();
+    let mut k = pod_before();
+    pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap();
+    let changed: Vec<_> = rec
+        .sysctls
+        .iter()
+        .filter_map(|s| s.previous.as_ref().map(|p| (s.name.clone(), p.clone())))
+        .collect();
+    assert!(!changed.is_empty());
+    let start = k.calls.len();
+    assert!(remove_pod_with(&mut k, &rec, NS).is_empty());
+    let sysctl_calls: Vec<_> = k.calls[start..]
+        .iter()
+        .filter(|c| c.starts_with("sysctl"))
+        .cloned()
+        .collect();
+    let want: Vec<_> = changed
+        .iter()
+        .flat_map(|(n, p)| [format!("sysctl read {n}"), format!("sysctl write {n}={p}")])
+        .collect();
+    assert_eq!(sysctl_calls, want);
+    for (n, p) in &changed {
+        assert_eq!(&k.sysctls[n], p);
+    }
+}
+
 /// What `k` holds, to compare with later (the fake is not `Clone`: its
 /// call log and failure plan are not state).
 fn snapshot(k: &Fake) -> Fake {

@@ -9,94 +9,16 @@ use super::{
 use crate::apply::{self, ApplyError};
 use crate::config::RouterConfig;
 use crate::intent::Selection;
+use crate::kernel::Live;
 use crate::lifecycle::{self, Census};
-use crate::plan::{self, NodeView};
+use crate::observe::{self, Needs};
+use crate::plan;
 use crate::record::{self, Depth, Here, Origin, ReadError, Record};
 use podgate_cni::log::{rfc3339_now, Logger};
 use podgate_cni::{prev_or_empty, CniError, Request};
 use podgate_kit::netns::NetNs;
 use podgate_kit::state::{Key, StateStore};
-use podgate_kit::{link, route};
 use serde_json::{json, Map, Value};
-
-/// The parts of the node a plan checks against. Everything else stays
-/// unread: observing runs under the node-wide lock, and on a node with 110
-/// pods the link dump alone is 110+ messages of ~1.4 KiB.
-#[derive(Debug, Clone, Copy)]
-struct Needs {
-    /// Return routes: node routes (conflicts, the connected route to the pod),
-    /// node addresses, other pods' records (pool owners).
-    return_routes: bool,
-    /// A routing boundary reads all of it, links included.
-    routing: bool,
-    /// Strict routing also reads the node's nf_tables SNAT rules.
-    snat: bool,
-}
-
-impl Needs {
-    fn of(cfg: &RouterConfig, sel: &Selection) -> Needs {
-        let routing = cfg
-            .profiles
-            .get(&sel.profile)
-            .and_then(|p| p.routing.as_ref());
-        Needs {
-            return_routes: !sel.return_routes.is_empty(),
-            routing: routing.is_some(),
-            snat: routing.is_some_and(|r| r.mode == crate::config::RoutingMode::Strict),
-        }
-    }
-}
-
-fn observe(
-    node: &mut apply::NodeSocket,
-    census: &Census,
-    key: &Key,
-    needs: Needs,
-) -> Result<NodeView, CniError> {
-    let any = needs.return_routes || needs.routing;
-    let node_err = |e| kit_err("node netlink", e);
-    let routes = if any {
-        let node = node.get().map_err(node_err)?;
-        route::list_all(node).map_err(|e| kit_err("reading node routes", e))?
-    } else {
-        Vec::new()
-    };
-    let addresses = if needs.return_routes {
-        link::addresses(node.get().map_err(node_err)?)
-            .map_err(|e| kit_err("reading node addresses", e))?
-            .into_iter()
-            .map(|a| a.addr)
-            .collect()
-    } else {
-        Vec::new()
-    };
-    // Pool owners, tables and strict slots of the other live attachments.
-    let claims = if any {
-        census.live_except(key).map(Record::claim).collect()
-    } else {
-        Vec::new()
-    };
-    let links = if needs.routing {
-        link::list(node.get().map_err(node_err)?).map_err(|e| kit_err("reading node links", e))?
-    } else {
-        Vec::new()
-    };
-    // Reading nf_tables only when a strict profile needs it keeps the common path short.
-    let node_snat = if needs.snat {
-        podgate_kit::nft::NftSocket::new()
-            .and_then(|mut s| s.find_snat_rules(None))
-            .map_err(|e| kit_err("reading node nf_tables", e))?
-    } else {
-        Vec::new()
-    };
-    Ok(NodeView {
-        routes,
-        addresses,
-        claims,
-        links,
-        node_snat,
-    })
-}
 
 /// Pod routes from the plan are reported in the result, as a primary would.
 fn add_routes_to_result(result: &mut Map<String, Value>, rec: &Record) {
@@ -147,31 +69,49 @@ fn add_node_side(
         .prev_result
         .as_ref()
         .ok_or_else(|| CniError::invalid_config("no prevResult"))?;
-    // Boot ID and node netns identity do not change while this runs:
-    // read before the lock, not under it.
-    let here = Here::now();
     let needs = Needs::of(cfg, sel);
+    // Boot ID and node netns identity do not change while this runs:
+    // read before the lock, not under it. A plan that reads the node opens
+    // its node socket here, also before the lock, and that socket gives
+    // the node's netns cookie.
+    let mut node = apply::NodeSocket::default();
+    let node_err = |e| kit_err("node netlink", e);
+    let here = if needs.reads_node() {
+        Here::with_socket(node.get().map_err(node_err)?)
+    } else {
+        Here::now()
+    };
     // A plan that checks no claims (no return routes, no routing
     // boundary: a masquerade- or sysctl-only pod) needs the other
     // records only to clear stale ones, so they are read before the
     // lock and only the stale ones again under it: reading every record
     // under the lock made each ADD of a burst hold it longer than the
     // last.
-    let early = if needs.return_routes || needs.routing {
+    // One listing of the state directory serves both the temp-file sweep
+    // and the census (taken here or under the lock).
+    let early = if needs.claims {
         None
     } else {
-        Some(Census::take(store, &here, |r| {
-            if r.key == *key {
-                Depth::Precise
-            } else {
-                Depth::Boot
-            }
+        Some(store.names().and_then(|names| {
+            let census = Census::take_in(store, &names, &here, |r| {
+                if r.key == *key {
+                    Depth::Precise
+                } else {
+                    Depth::Boot
+                }
+            })?;
+            Ok((names, census))
         }))
     };
     let lock = store.lock().map_err(io_err)?;
-    lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
-    let mut node = apply::NodeSocket::default();
-    let node_err = |e| kit_err("node netlink", e);
+    let (names, early) = match early {
+        Some(r) => {
+            let (names, census) = r.map_err(io_err)?;
+            (names, Some(census))
+        }
+        None => (store.names().map_err(io_err)?, None),
+    };
+    lifecycle::sweep_temp_in(store, &names, Some(&key.container_id)).map_err(io_err)?;
     let routing = cfg
         .profiles
         .get(&sel.profile)
@@ -203,8 +143,8 @@ fn add_node_side(
     // Fail closed: a state dir that cannot be listed refuses the ADD
     // rather than guessing which pools and strict slots are free.
     let census = match early {
-        Some(c) => c.map_err(io_err)?.confirm_stale(store, &here, depth),
-        None => judge()?,
+        Some(c) => c.confirm_stale(store, &here, depth),
+        None => Census::take_in(store, &names, &here, depth).map_err(io_err)?,
     };
     let mut changed = false;
     if !census.stale.is_empty() {
@@ -270,7 +210,10 @@ fn add_node_side(
     // count what was just removed.
     let census = if changed { judge()? } else { census };
 
-    let view = observe(&mut node, &census, key, needs)?;
+    // Pool owners, tables and strict slots of the other live attachments.
+    let view = observe::node_view(&mut Live::lazy(&mut node), &needs, || {
+        census.live_except(key).map(Record::claim).collect()
+    })?;
     let mut warnings = Vec::new();
     if strict
         && view

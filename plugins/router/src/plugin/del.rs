@@ -41,7 +41,13 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
         Err(e) => return del_unreadable(req, &cfg, &log, &store, &key, &e),
     };
     require_caps()?;
-    let here = Here::now();
+    // A record with a node side needs the node socket anyway: opened now
+    // (outside the lock), it also gives the node's netns cookie.
+    let mut node = apply::NodeSocket::default();
+    let here = match apply::has_node_side(&rec).then(|| node.get()) {
+        Some(Ok(n)) => Here::with_socket(n),
+        _ => Here::now(),
+    };
     let recorded = rec.netns.clone();
     let ns = req
         .env
@@ -49,7 +55,7 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
         .as_deref()
         .or(recorded.as_deref())
         .and_then(|p| NetNs::open(p).ok())
-        .filter(|_| !rec.liveness(&here, Depth::Path).is_stale());
+        .filter(|ns| !rec.liveness_opened(&here, Depth::Path, Some(ns)).is_stale());
     // Pod side first, outside the node-wide lock: it touches only this
     // pod's namespace, which may be gone already (pod deleted). One trip
     // there opens the handles (and reads the cookie that tells whether it
@@ -72,18 +78,26 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
         }
     }
     let lock = store.lock().map_err(io_err)?;
-    lifecycle::sweep_temp(&store, Some(cid)).map_err(io_err)?;
+    // One listing for the sweep and, when it is needed, the census.
+    let names = store.names().map_err(io_err)?;
+    lifecycle::sweep_temp_in(&store, &names, Some(cid)).map_err(io_err)?;
     let rec = match record::read(&store, &key) {
         Ok(Some(r)) => r,
         Ok(None) => return Ok(()), // a concurrent DEL finished it
         Err(e) => return Err(CniError::io(e.to_string())),
     };
-    let mut node = apply::NodeSocket::default();
     // The other records matter only for a strict pod (whether node-wide
     // settings go back) or a stale one (a live pod may have re-claimed
     // its pool); otherwise DEL does not read them.
-    let census = if rec.is_strict() || rec.liveness(&here, Depth::Path).is_stale() {
-        Census::take(&store, &here, |r| {
+    // Without a node side and strict settings, whether this record is
+    // stale only decides whether other stale records are cleared now (or
+    // by the next call): the namespace opened above answers that without
+    // opening its path again. With a node side it is judged afresh.
+    let reuse = (!apply::has_node_side(&rec) && !rec.is_strict())
+        .then_some(ns.as_ref())
+        .flatten();
+    let census = if rec.is_strict() || rec.liveness_opened(&here, Depth::Path, reuse).is_stale() {
+        Census::take_in(&store, &names, &here, |r| {
             if r.is_strict() {
                 Depth::Precise
             } else if r.node_routes.is_empty() {
@@ -158,10 +172,11 @@ fn del_unreadable(
     require_caps()?;
     // The caller (DEL) holds the pod lock.
     let _lock = store.lock().map_err(io_err)?;
-    lifecycle::sweep_temp(store, Some(&key.container_id)).map_err(io_err)?;
+    let names = store.names().map_err(io_err)?;
+    lifecycle::sweep_temp_in(store, &names, Some(&key.container_id)).map_err(io_err)?;
     let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
     let here = Here::now();
-    let census = Census::take(store, &here, |_| Depth::Boot).map_err(io_err)?;
+    let census = Census::take_in(store, &names, &here, |_| Depth::Boot).map_err(io_err)?;
     let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
     let s = lifecycle::remove_unreadable(
         key,

@@ -3,7 +3,7 @@
 use super::{io_err, key_of, kit_err, load, log_swept, open_netns, selection};
 use crate::apply::{self, ApplyError};
 use crate::lifecycle::{self, Census};
-use crate::record::{self, Here};
+use crate::record::{self, Depth, Here, Record};
 use podgate_cni::log::Logger;
 use podgate_cni::{Attachment, CniError, NetConf, Request};
 use podgate_kit::netlink::RouteSocket;
@@ -62,10 +62,12 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
         .limits(&cfg.telemetry)
         .with("cmd", "GC");
     let _lock = store.lock().map_err(io_err)?;
-    lifecycle::sweep_temp(&store, None).map_err(io_err)?;
+    // One listing for the sweep of temp and lock files and the census.
+    let names = store.names().map_err(io_err)?;
+    lifecycle::sweep_temp_in(&store, &names, None).map_err(io_err)?;
     let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
-    let here = Here::now();
-    let census = Census::take_precise(&store, &here).map_err(io_err)?;
+    let here = Here::with_socket(&node);
+    let census = Census::take_in(&store, &names, &here, |_| Depth::Precise).map_err(io_err)?;
     // An attachment whose pod lock is held has an ADD or DEL in flight
     // (an ADD's record is pending until it finishes): that call owns it.
     let is_valid = |k: &Key| {
@@ -118,8 +120,20 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     // newer release's, an unreadable one still valid): its objects would
     // look unaccounted for.
     if census.listing.newer.is_empty() && !keep_unreadable {
-        let remaining = record::list(&store).map_err(io_err)?;
-        let (removed, f) = apply::sweep_node(&mut node, &remaining.records, None);
+        // Records are created and removed only under the node-wide lock,
+        // which this GC holds (an ADD finishing outside it renames its
+        // pending record to the applied one, same node side): the records
+        // left are the census's whose files are still listed, without
+        // reading each file again.
+        let names = store.names().map_err(io_err)?;
+        let remaining: Vec<Record> = census
+            .listing
+            .records
+            .iter()
+            .filter(|r| names.contains(&r.key.file_name()))
+            .cloned()
+            .collect();
+        let (removed, f) = apply::sweep_node(&mut node, &remaining, None);
         if !removed.is_empty() {
             log.info("removed by ownership", json!({"removed": removed}));
         }

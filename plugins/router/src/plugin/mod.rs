@@ -37,16 +37,17 @@ fn logger(cfg: &RouterConfig, req: &Request) -> Logger {
 /// Changing another namespace needs both: say which one is missing, not EPERM.
 fn require_caps() -> Result<(), CniError> {
     use podgate_kit::caps;
-    caps::require(
-        caps::CAP_NET_ADMIN,
-        "podgate-router changes routes, rules, nf_tables and net sysctls",
-    )
-    .and_then(|_| {
-        caps::require(
+    // One capget for both.
+    caps::require_all(&[
+        (
+            caps::CAP_NET_ADMIN,
+            "podgate-router changes routes, rules, nf_tables and net sysctls",
+        ),
+        (
             caps::CAP_SYS_ADMIN,
             "podgate-router enters the pod's network namespace (setns)",
-        )
-    })
+        ),
+    ])
     .map_err(|e| CniError::new(podgate_cni::code::NOT_AVAILABLE, e.to_string()))
 }
 

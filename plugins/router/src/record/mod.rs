@@ -20,8 +20,9 @@ pub use parts::*;
 
 use crate::plan::{Claim, Plan};
 use ipnet::IpNet;
+use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::{NetNs, NsIdentity};
-use podgate_kit::state::{Key, StateStore};
+use podgate_kit::state::{Key, Names, StateStore};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -212,6 +213,13 @@ impl Record {
     /// path from the old one even when the kernel reused the inode number.
     /// Whatever a shallower check calls stale is stale.
     pub fn liveness(&self, here: &Here, depth: Depth) -> Liveness {
+        self.liveness_opened(here, depth, None)
+    }
+
+    /// [`Record::liveness`] with the record's namespace path already opened
+    /// by this request (`opened`, used when its path is the recorded one):
+    /// the same question without opening the path a second time.
+    pub fn liveness_opened(&self, here: &Here, depth: Depth, opened: Option<&NetNs>) -> Liveness {
         if let (Some(then), Some(now)) = (&self.boot_id, &here.boot_id) {
             if then != now {
                 return Liveness::Stale {
@@ -234,7 +242,15 @@ impl Record {
         let Some(path) = &self.netns else {
             return Liveness::Live;
         };
-        let ns = match NetNs::open(path) {
+        let reopened;
+        let ns = match opened.filter(|o| o.path() == path) {
+            Some(o) => Ok(o),
+            None => {
+                reopened = NetNs::open(path);
+                reopened.as_ref()
+            }
+        };
+        let ns = match ns {
             Ok(ns) => ns,
             // Only where the namespace directory itself is visible: a reader
             // in a container without it mounted cannot tell (fail safe).
@@ -302,6 +318,20 @@ impl Here {
         Here {
             boot_id: podgate_kit::netns::boot_id().ok(),
             node: podgate_kit::netns::current_identity().ok(),
+        }
+    }
+
+    /// [`Here::now`] with the node's netns cookie read from `node`, a
+    /// netlink socket of the calling thread's namespace the request opened
+    /// anyway (saves the throwaway socket).
+    pub fn with_socket(node: &RouteSocket) -> Here {
+        let identity = match node.netns_cookie() {
+            Ok(cookie) => podgate_kit::netns::current_identity_with(cookie),
+            Err(_) => podgate_kit::netns::current_identity(),
+        };
+        Here {
+            boot_id: podgate_kit::netns::boot_id().ok(),
+            node: identity.ok(),
         }
     }
 }
@@ -397,12 +427,18 @@ impl Listing {
 }
 
 pub fn list(store: &StateStore) -> Result<Listing, podgate_kit::Error> {
+    list_in(store, &store.names()?)
+}
+
+/// [`list`] of the record files in `names` (one listing of the directory,
+/// shared with the temp-file sweep of the same request).
+pub fn list_in(store: &StateStore, names: &Names) -> Result<Listing, podgate_kit::Error> {
     let mut out = Listing {
         records: Vec::new(),
         newer: Vec::new(),
         unreadable: Vec::new(),
     };
-    for e in store.entries()? {
+    for e in store.entries_in(names)? {
         let parsed = e
             .body
             .map_err(ReadError::from)

@@ -1,0 +1,149 @@
+//! What ADD reads from the node before planning, and nothing else: the
+//! plan's checks decide which dumps are made (design note "Observe what the
+//! plan needs"). [`Needs`] is plain data computed from the configuration and
+//! the selection alone; [`node_view`] makes exactly those reads through a
+//! [`Kernel`], so the unit tests see every observation.
+//!
+//! The reads run under the node-wide lock; on a node with 110 pods the link
+//! dump alone is 110+ messages of ~1.4 KiB, and every dump is a netlink
+//! round trip (`sendto` and at least two `recvfrom`).
+
+use crate::config::{RouterConfig, RoutingMode, TableChoice};
+use crate::intent::Selection;
+use crate::kernel::Kernel;
+use crate::model::{Claim, NodeView};
+use podgate_cni::CniError;
+use std::net::IpAddr;
+
+/// A set of address families.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Families {
+    pub v4: bool,
+    pub v6: bool,
+}
+
+impl Families {
+    pub const BOTH: Families = Families { v4: true, v6: true };
+
+    /// The family of `a`.
+    pub fn of(a: IpAddr) -> Families {
+        Families {
+            v4: a.is_ipv4(),
+            v6: a.is_ipv6(),
+        }
+    }
+
+    pub fn any(self) -> bool {
+        self.v4 || self.v6
+    }
+
+    fn union(self, o: Families) -> Families {
+        Families {
+            v4: self.v4 || o.v4,
+            v6: self.v6 || o.v6,
+        }
+    }
+
+    /// `false` (IPv4), then `true` (IPv6), as far as they are in the set:
+    /// the `v6` argument of the kernel's listings.
+    fn v6_flags(self) -> impl Iterator<Item = bool> {
+        [(self.v4, false), (self.v6, true)]
+            .into_iter()
+            .filter_map(|(on, v6)| on.then_some(v6))
+    }
+}
+
+/// The parts of the node a plan checks against. Everything else stays
+/// unread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Node routes, all tables: return routes (a conflicting route, the
+    /// connected route to the pod) in each pool's family; a routing
+    /// boundary (the pod's host route) in its gateway's family, and both
+    /// when it picks a free table (a table is taken if either family has a
+    /// route in it).
+    pub routes: Families,
+    /// Node addresses: a return-route pool must not contain one (each
+    /// pool's family).
+    pub addresses: Families,
+    /// Other pods' records (pool owners, tables, strict slots).
+    pub claims: bool,
+    /// A routing boundary resolves its uplink and the pod's host-side
+    /// interface.
+    pub links: bool,
+    /// Strict routing refuses a node whose nat chains would SNAT the pod.
+    pub snat: bool,
+}
+
+impl Needs {
+    pub fn of(cfg: &RouterConfig, sel: &Selection) -> Needs {
+        let mut n = Needs::default();
+        for pool in &sel.return_routes {
+            let f = Families::of(pool.addr());
+            n.routes = n.routes.union(f);
+            n.addresses = n.addresses.union(f);
+            n.claims = true;
+        }
+        let routing = cfg
+            .profiles
+            .get(&sel.profile)
+            .and_then(|p| p.routing.as_ref());
+        if let Some(r) = routing {
+            let f = match r.table {
+                TableChoice::Auto => Families::BOTH,
+                TableChoice::Id(_) => Families::of(r.gateway),
+            };
+            n.routes = n.routes.union(f);
+            n.claims = true;
+            n.links = true;
+            n.snat = r.mode == RoutingMode::Strict;
+        }
+        n
+    }
+
+    /// Does the plan read the node's kernel state at all (then a node
+    /// socket is needed before planning)?
+    pub fn reads_node(&self) -> bool {
+        self.routes.any() || self.addresses.any() || self.links || self.snat
+    }
+}
+
+/// Read what `needs` names through `k` (the node's namespace); `claims`
+/// gives the other live attachments' claims, called only when needed.
+pub fn node_view(
+    k: &mut impl Kernel,
+    needs: &Needs,
+    claims: impl FnOnce() -> Vec<Claim>,
+) -> Result<NodeView, CniError> {
+    let err = |what: &str, e: podgate_kit::Error| CniError::apply(format!("{what}: {e}"));
+    let mut view = NodeView::default();
+    for v6 in needs.routes.v6_flags() {
+        view.routes.extend(
+            k.route_list(v6)
+                .map_err(|e| err("reading node routes", e))?,
+        );
+    }
+    for v6 in needs.addresses.v6_flags() {
+        view.addresses.extend(
+            k.address_list(v6)
+                .map_err(|e| err("reading node addresses", e))?,
+        );
+    }
+    if needs.claims {
+        view.claims = claims();
+    }
+    if needs.links {
+        view.links = k.link_list().map_err(|e| err("reading node links", e))?;
+    }
+    // Reading nf_tables only when a strict profile needs it keeps the
+    // common path short.
+    if needs.snat {
+        view.node_snat = k
+            .nft_find_snat()
+            .map_err(|e| err("reading node nf_tables", e))?;
+    }
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests;
