@@ -370,14 +370,13 @@ mod tests {
         assert!(NetNs::current().unwrap().same_as(&home));
         // A namespace that cannot be entered leaves the thread where it was
         // and does not run the closure.
-        let not_ns = NetNs {
-            file: File::open("/proc/self/ns/net").unwrap(),
-            path: PathBuf::from("(closed)"),
+        // (A UTS namespace file: setns(CLONE_NEWNET) refuses it.)
+        let bad = NetNs {
+            file: File::open("/proc/self/ns/uts").unwrap(),
+            path: PathBuf::from("/proc/self/ns/uts"),
             dev: 0,
             ino: 0,
         };
-        let mnt = File::open("/proc/self/ns/uts").unwrap();
-        let bad = NetNs { file: mnt, ..not_ns };
         let mut ran = false;
         assert!(bad.open_in(|| ran = true).is_err());
         assert!(!ran);
