@@ -32,6 +32,10 @@ RUN apt-get update \
 
 WORKDIR /src
 COPY . .
+# These three packages in one build: integration/bench (SHIPPED_PACKAGES in
+# link-order-stamp.sh) builds the same set, so the router's symbol names
+# match plugins/router/link-order.txt (the packages built together decide
+# the dependencies' features).
 RUN cargo build --release --locked --target "${TARGET}" \
         -p podgate -p podgate-router -p podgate-tunnel-guard \
     && mkdir -p /out \

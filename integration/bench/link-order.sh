@@ -30,13 +30,15 @@ done
 # shellcheck source=integration/bench/link-order-stamp.sh
 . "$here/link-order-stamp.sh"
 
-# The shipped build's profile (the profile is part of the crate hashes in the
-# symbol names; RUSTFLAGS are not) with the symbols kept (-C strip=none:
-# callgrind and nm need the names), in a target dir of its own so the shipped
-# build is left alone.
+# Built as the Dockerfile builds it: its profile and its package set (both
+# are part of the crate hashes in the symbol names: the packages built
+# together decide the dependencies' features, e.g. nix's), with the symbols
+# kept (-C strip=none: callgrind and nm need the names; RUSTFLAGS are not
+# hashed), in a target dir of its own so the shipped build is left alone.
+# shellcheck disable=SC2086
 (cd "$root" && CARGO_TARGET_DIR="$target/link-order" \
     RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static -C strip=none" \
-    cargo build -q --release --target x86_64-unknown-linux-gnu -p podgate-router --bins)
+    cargo build -q --release --target x86_64-unknown-linux-gnu $SHIPPED_PACKAGES)
 bin="$target/link-order/x86_64-unknown-linux-gnu/release/podgate-router"
 
 tag=$$-$RANDOM

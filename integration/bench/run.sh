@@ -117,18 +117,16 @@ rm -f "$out"/{series,guard,concurrency,soak,fuzz}.json
 echo "podgate bench ($mode) on $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 step "release build (static, as shipped)"
-# PODGATE_LINK_ORDER=1: the router's hot code laid out together by the linker
-# (plugins/router/build.rs), as the Dockerfile builds it.
-if [ "$mode" = short ]; then
-    # Only what is measured: the two plugins (the CLI adds a minute of build).
-    (cd "$root" && PODGATE_LINK_ORDER=1 RUSTFLAGS="$rustflags" cargo build -q --release \
-        --target "$static_target" -p podgate-router -p podgate-tunnel-guard --bins)
-else
-    (cd "$root" && PODGATE_LINK_ORDER=1 RUSTFLAGS="$rustflags" cargo build -q --release \
-        --target "$static_target" --bins)
-fi
 # shellcheck source=integration/bench/link-order-stamp.sh
 . "$here/link-order-stamp.sh"
+# Exactly the Dockerfile's build: its packages together ($SHIPPED_PACKAGES:
+# the CLI too, even in --short, because the packages built together decide
+# the dependencies' features and so the code of the plugins), and
+# PODGATE_LINK_ORDER=1, the router's hot code laid out together by the linker
+# (plugins/router/build.rs).
+# shellcheck disable=SC2086
+(cd "$root" && PODGATE_LINK_ORDER=1 RUSTFLAGS="$rustflags" cargo build -q --release \
+    --target "$static_target" $SHIPPED_PACKAGES)
 if grep -qxF "$(link_order_stamp "$root")" "$root/plugins/router/link-order.txt"; then
     echo "link order: plugins/router/link-order.txt matches this toolchain and Cargo.lock"
 else
