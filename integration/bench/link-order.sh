@@ -41,50 +41,13 @@ done
     cargo build -q --release --target x86_64-unknown-linux-gnu $SHIPPED_PACKAGES)
 bin="$target/link-order/x86_64-unknown-linux-gnu/release/podgate-router"
 
-tag=$$-$RANDOM
-node=pg-order-node-$tag
-pod=pg-order-pod-$tag
-tmp=$(mktemp -d /tmp/podgate-order-XXXXXX)
-cleanup() {
-    ip netns del "$pod" 2>/dev/null || true
-    ip netns del "$node" 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-
-ip netns add "$node"
-ip netns add "$pod"
-ip -n "$node" link set lo up
-ip -n "$pod" link set lo up
-ip -n "$node" link add pgoh1 type veth peer name eth0 netns "$pod"
-ip -n "$node" addr add 10.22.1.1/24 dev pgoh1
-ip -n "$node" link set pgoh1 up
-ip -n "$pod" addr add 10.22.1.5/24 dev eth0
-ip -n "$pod" link set eth0 up
-ip -n "$pod" route add default via 10.22.1.1
-nsenter --net=/var/run/netns/"$node" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
-nsenter --net=/var/run/netns/"$pod" sh -c 'echo 0 > /proc/sys/net/ipv4/ip_forward'
-
-# The bench's profiles (integration/bench/driver.py router_profiles).
-cat >"$tmp/conf.json" <<EOF
-{"cniVersion":"1.0.0","name":"bench","type":"podgate-router",
- "stateDir":"$tmp/state","logFile":"$tmp/router.log",
- "profiles":{
-  "vpn-gateway":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}]},
-  "vpn-routed":{"sysctls":{"net.ipv4.ip_forward":"1"},"returnRoutes":[{"dst":"10.8.0.0/24"}]},
-  "vpn-full":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}],"returnRoutes":[{"dst":"10.8.0.0/24"}]}},
- "assign":[{"namespace":"bench","podName":"vpn-gateway","profile":"vpn-gateway"},
-           {"namespace":"bench","podName":"vpn-routed","profile":"vpn-routed"},
-           {"namespace":"bench","podName":"vpn-full","profile":"vpn-full"}],
- "allow":{"annotationNamespaces":["bench"],"pools":["10.8.0.0/16"]},
- "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"pgoh1"},{"name":"eth0","sandbox":"/var/run/netns/$pod"}],
-   "ips":[{"address":"10.22.1.5/24","gateway":"10.22.1.1","interface":1}],
-   "routes":[{"dst":"0.0.0.0/0","gw":"10.22.1.1"}]}}
-EOF
-export CNI_CONTAINERID=order-1 CNI_NETNS=/var/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni
+# shellcheck source=integration/bench/pod-netns.sh
+. "$here/pod-netns.sh"
+bench_pod_netns order 1.0.0
+export CNI_CONTAINERID=order-1
 call() { # KEY POD COMMAND [CONF]: the profile goes to KEY.cg (keys sort by priority)
     CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=$2" CNI_COMMAND=$3 \
-        nsenter --net=/var/run/netns/"$node" valgrind --tool=callgrind --demangle=no \
+        in_node valgrind --tool=callgrind --demangle=no \
         --compress-strings=no --dump-instr=no --callgrind-out-file="$tmp/$1.cg" \
         "$bin" <"${4:-$tmp/conf.json}" >"$tmp/out.json" 2>"$tmp/valgrind.txt" ||
         { echo "$0: $3 of pod $2 failed:" >&2; cat "$tmp/out.json" "$tmp/valgrind.txt" >&2; exit 1; }
@@ -107,8 +70,13 @@ call 32-gc plain GC "$tmp/v11.json"
 nm "$bin" | awk '{print $NF}' | sort -u >"$tmp/syms"
 # Each request's functions after those of the more frequent requests before
 # it: a pass-through ADD then runs in one contiguous block, a masquerade ADD
-# in that block and the next. Only names the binary has.
-cat "$tmp"/*.cg | sed -n 's/^fn=//p' | awk '!seen[$0]++' >"$tmp/profiled"
+# in that block and the next. Within a block by name (callgrind lists
+# functions in no stable order), so the same tree gives the same file. Only
+# names the binary has.
+: >"$tmp/profiled"
+for f in "$tmp"/*.cg; do
+    sed -n 's/^fn=//p' "$f" | sort -u | grep -vxFf "$tmp/profiled" >>"$tmp/profiled" || true
+done
 # What runs natively but not under valgrind, put first (every call runs it):
 # valgrind emulates a CPU without AVX-512, so glibc picks the AVX2 variants
 # of its string functions there and the EVEX/AVX-512 ones on such a node

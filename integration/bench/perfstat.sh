@@ -30,46 +30,12 @@ case $profile in vpn-gateway | vpn-routed) ;; *) echo "$0: unknown profile $prof
 for b in "$@"; do [ -x "$b" ] || { echo "$0: $b not executable" >&2; exit 2; }; done
 command -v perf >/dev/null || { echo "$0: perf missing (linux-perf)" >&2; exit 2; }
 
-tag=$$-$RANDOM
-node=pg-perf-node-$tag
-pod=pg-perf-pod-$tag
-tmp=$(mktemp -d /tmp/podgate-perf-XXXXXX)
-cleanup() {
-    ip netns del "$pod" 2>/dev/null || true
-    ip netns del "$node" 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-
-ip netns add "$node"
-ip netns add "$pod"
-ip -n "$node" link set lo up
-ip -n "$pod" link set lo up
-ip -n "$node" link add pgph1 type veth peer name eth0 netns "$pod"
-ip -n "$node" addr add 10.22.1.1/24 dev pgph1
-ip -n "$node" link set pgph1 up
-ip -n "$pod" addr add 10.22.1.5/24 dev eth0
-ip -n "$pod" link set eth0 up
-ip -n "$pod" route add default via 10.22.1.1
-ip netns exec "$node" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
-# Off, so every ADD really writes it and every DEL puts it back.
-ip netns exec "$pod" sh -c 'echo 0 > /proc/sys/net/ipv4/ip_forward'
-
-cat >"$tmp/conf.json" <<EOF
-{"cniVersion":"1.0.0","name":"bench","type":"podgate-router",
- "stateDir":"$tmp/state","logFile":"$tmp/router.log",
- "profiles":{"vpn-gateway":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}]},
-   "vpn-routed":{"sysctls":{"net.ipv4.ip_forward":"1"},"returnRoutes":[{"dst":"10.9.0.0/24"}]}},
- "assign":[{"namespace":"bench","podName":"vpn-gateway","profile":"vpn-gateway"},
-   {"namespace":"bench","podName":"vpn-routed","profile":"vpn-routed"}],
- "allow":{"annotationNamespaces":["bench"],"pools":["10.8.0.0/16","10.9.0.0/16"]},
- "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"pgph1"},{"name":"eth0","sandbox":"/var/run/netns/$pod"}],
-   "ips":[{"address":"10.22.1.5/24","gateway":"10.22.1.1","interface":1}],
-   "routes":[{"dst":"0.0.0.0/0","gw":"10.22.1.1"}]}}
-EOF
-export CNI_CONTAINERID=perf-1 CNI_NETNS=/var/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=integration/bench/pod-netns.sh
+. "$here/pod-netns.sh"
+bench_pod_netns perf 1.0.0
+export CNI_CONTAINERID=perf-1
 export CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=$profile"
-in_node() { nsenter --net=/var/run/netns/"$node" "$@"; }
 
 check_one() {
     local b=$1 fwd

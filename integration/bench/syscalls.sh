@@ -20,43 +20,10 @@ if [ "${1:-}" = -o ]; then out=$2; shift 2; fi
 for b in "$@"; do [ -x "$b" ] || { echo "$0: $b not executable" >&2; exit 2; }; done
 command -v strace >/dev/null || { echo "$0: strace missing" >&2; exit 2; }
 
-tag=$$-$RANDOM
-node=pg-sysc-node-$tag
-pod=pg-sysc-pod-$tag
-tmp=$(mktemp -d /tmp/podgate-sysc-XXXXXX)
-cleanup() {
-    ip netns del "$pod" 2>/dev/null || true
-    ip netns del "$node" 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-
-ip netns add "$node"
-ip netns add "$pod"
-ip -n "$node" link set lo up
-ip -n "$pod" link set lo up
-ip -n "$node" link add pgph1 type veth peer name eth0 netns "$pod"
-ip -n "$node" addr add 10.22.1.1/24 dev pgph1
-ip -n "$node" link set pgph1 up
-ip -n "$pod" addr add 10.22.1.5/24 dev eth0
-ip -n "$pod" link set eth0 up
-ip -n "$pod" route add default via 10.22.1.1
-ip netns exec "$node" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
-# Off, so every ADD really writes it and every DEL puts it back.
-ip netns exec "$pod" sh -c 'echo 0 > /proc/sys/net/ipv4/ip_forward'
-
-cat >"$tmp/conf.json" <<EOF
-{"cniVersion":"1.1.0","name":"bench","type":"podgate-router",
- "stateDir":"$tmp/state","logFile":"$tmp/router.log",
- "profiles":{"vpn-gateway":{"sysctls":{"net.ipv4.ip_forward":"1"},"masquerade":[{"source":"10.8.0.0/24"}]},
-   "vpn-routed":{"sysctls":{"net.ipv4.ip_forward":"1"},"returnRoutes":[{"dst":"10.9.0.0/24"}]}},
- "assign":[{"namespace":"bench","podName":"vpn-gateway","profile":"vpn-gateway"},
-   {"namespace":"bench","podName":"vpn-routed","profile":"vpn-routed"}],
- "allow":{"annotationNamespaces":["bench"],"pools":["10.8.0.0/16","10.9.0.0/16"]},
- "prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"pgph1"},{"name":"eth0","sandbox":"/var/run/netns/$pod"}],
-   "ips":[{"address":"10.22.1.5/24","gateway":"10.22.1.1","interface":1}],
-   "routes":[{"dst":"0.0.0.0/0","gw":"10.22.1.1"}]}}
-EOF
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=integration/bench/pod-netns.sh
+. "$here/pod-netns.sh"
+bench_pod_netns sysc 1.1.0
 # GC's config: no prevResult, the valid attachments named per call.
 gc_conf() {
     python3 - "$tmp/conf.json" "$@" <<'EOP'
@@ -69,8 +36,6 @@ EOP
 }
 gc_conf >"$tmp/gc-none.json"
 gc_conf keep >"$tmp/gc-keep.json"
-export CNI_NETNS=/var/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni
-in_node() { nsenter --net=/var/run/netns/"$node" "$@"; }
 args() { echo "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=$1"; }
 
 # `count BINARY NAME CONF COMMAND CONTAINER POD [READD]`: one traced call,
