@@ -120,8 +120,8 @@ impl NetNs {
     /// already is in the namespace (four syscalls): `setns` into the
     /// namespace a thread is in is allowed and changes nothing.
     pub fn open_in<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
-        let home = File::open(HOME).map_err(|source| Error::Netns {
-            path: PathBuf::from(HOME),
+        let home = File::open(THREAD_NETNS).map_err(|source| Error::Netns {
+            path: PathBuf::from(THREAD_NETNS),
             op: "open (the namespace to come back to)",
             source,
         })?;
@@ -134,9 +134,6 @@ impl NetNs {
         Ok(f())
     }
 }
-
-/// The calling thread's own namespace file.
-const HOME: &str = "/proc/thread-self/ns/net";
 
 /// Moves the thread back into `home` when dropped: after the closure of
 /// [`NetNs::open_in`] returns or while it unwinds.
@@ -232,6 +229,7 @@ pub fn cookie_of(sock: std::os::fd::BorrowedFd<'_>) -> Result<Option<u64>> {
     Ok(Some(cookie))
 }
 
+/// The calling thread's own network namespace.
 const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
 
 /// The identity of the calling thread's namespace (the node's, for a plugin).
