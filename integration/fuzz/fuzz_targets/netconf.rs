@@ -8,13 +8,13 @@
 use libfuzzer_sys::fuzz_target;
 use podgate_cni::result::convert;
 use podgate_cni::version::SUPPORTED_VERSIONS;
-use podgate_cni::{dispatch, Attachment, CniError, Env, NetConf, Plugin, Request};
+use podgate_cni::{dispatch, Added, Attachment, CniError, Env, NetConf, Plugin, Request};
 use podgate_kit::state::Key;
 use podgate_router::config::RouterConfig;
 use podgate_router::intent::{select, PodIntent};
 use podgate_router::plan::{build, NodeView};
 use podgate_tunnel_guard::GuardConfig;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The largest stdin the dispatcher accepts is 4 MiB; inputs are capped far
 /// below that (run.sh: -max_len) so each run stays fast.
@@ -23,8 +23,8 @@ const MAX_INPUT: usize = 256 * 1024;
 struct Noop;
 
 impl Plugin for Noop {
-    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
-        Ok(podgate_cni::prev_or_empty(&req.conf))
+    fn add(&self, _: &Request) -> Result<Added, CniError> {
+        Ok(Added::PrevResult)
     }
     fn del(&self, _: &Request) -> Result<(), CniError> {
         Ok(())
@@ -72,7 +72,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = conf.valid_attachments();
     if let Some(prev) = &conf.prev_result {
         for v in SUPPORTED_VERSIONS {
-            let _ = convert(prev.raw.clone(), v);
+            if let Ok(raw) = prev.raw() {
+                let _ = convert(raw, v);
+            }
         }
     }
     let _ = GuardConfig::from_value(&conf.value().unwrap_or_default()).map(|c| {

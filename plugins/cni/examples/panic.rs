@@ -5,13 +5,12 @@
 //! ADD panics with a formatted (`String`) payload, DEL with a `&'static str`,
 //! CHECK from a helper thread (re-raised on the main thread).
 
-use podgate_cni::{CniError, Plugin, Request};
-use serde_json::{Map, Value};
+use podgate_cni::{Added, CniError, Plugin, Request};
 
 struct Panics;
 
 impl Plugin for Panics {
-    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
+    fn add(&self, req: &Request) -> Result<Added, CniError> {
         panic!("deliberate panic in ADD of {}", req.env.container_id)
     }
 

@@ -25,6 +25,18 @@ impl Command {
             _ => return None,
         })
     }
+
+    /// The verb as `CNI_COMMAND` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Version => "VERSION",
+            Command::Status => "STATUS",
+            Command::Gc => "GC",
+        }
+    }
 }
 
 /// Everything a plugin learns from its environment.
@@ -172,6 +184,20 @@ mod tests {
         assert!(parse_cni_args("novalue").is_err());
         assert!(parse_cni_args("=x").is_err());
         assert!(parse_cni_args("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn command_names_round_trip() {
+        for c in [
+            Command::Add,
+            Command::Del,
+            Command::Check,
+            Command::Version,
+            Command::Status,
+            Command::Gc,
+        ] {
+            assert_eq!(Command::parse(c.as_str()), Some(c));
+        }
     }
 
     #[test]

@@ -22,5 +22,5 @@ pub mod version;
 pub use config::{Attachment, NetConf};
 pub use env::{Command, Env};
 pub use error::{code, CniError};
-pub use result::{CniResult, PrevResult};
+pub use result::{Added, CniResult, PrevResult};
 pub use skel::{dispatch, dispatch_observed, prev_or_empty, run, Plugin, Request};

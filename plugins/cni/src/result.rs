@@ -27,6 +27,10 @@ pub struct Interface {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct IpConfig {
     pub address: IpNet,
+    /// The 0.3.x/0.4.0 `version` field ("4"/"6"), only whether it is there:
+    /// it decides whether the result is in a version's shape ([`render`]).
+    #[serde(default)]
+    pub version: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     pub gateway: Option<IpAddr>,
     #[serde(default)]
@@ -43,6 +47,9 @@ pub struct Route {
 /// A typed view of a result, as plugins need it.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct CniResult {
+    /// The result's own version (it may differ from the config's).
+    #[serde(default, rename = "cniVersion")]
+    pub cni_version: Option<String>,
     #[serde(default)]
     pub interfaces: Vec<Interface>,
     #[serde(default)]
@@ -82,84 +89,97 @@ impl CniResult {
     }
 }
 
-/// prevResult as received: the raw JSON (what we emit) plus the typed view.
+/// prevResult as received: its text (what a plugin that changes nothing
+/// prints) and the typed view. The whole JSON as a tree ([`PrevResult::raw`])
+/// is built only by a plugin that changes the result or when the caller's
+/// version needs another shape: a pass-through reads the text once, typed
+/// (README design note "prevResult: text and a typed view").
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrevResult {
-    pub raw: Map<String, Value>,
     pub typed: CniResult,
-    /// `raw` as it came (JSON text): what a pass-through prints when
-    /// nothing changes it ([`render`]).
+    /// As it came (JSON text, a non-empty object).
     pub text: Box<str>,
 }
 
 impl PrevResult {
     pub fn parse(v: &Value) -> Result<PrevResult, CniError> {
-        let raw = v
-            .as_object()
-            .ok_or_else(|| CniError::decode("prevResult is not a JSON object"))?
-            .clone();
+        if !v.is_object() {
+            return Err(CniError::decode("prevResult is not a JSON object"));
+        }
         let typed =
             CniResult::deserialize(v).map_err(|e| CniError::decode(format!("prevResult: {e}")))?;
         Ok(PrevResult {
-            raw,
             typed,
             text: v.to_string().into(),
         })
     }
 
     /// From the raw text of `prevResult` (not `null`): typed straight from
-    /// the text. None for `{}`, what some runtimes send on DEL.
+    /// the text, in one pass. None for `{}`, what some runtimes send on DEL.
     pub fn from_raw(v: &RawValue) -> Result<Option<PrevResult>, CniError> {
         let text = v.get();
         if !text.starts_with('{') {
             return Err(CniError::decode("prevResult is not a JSON object"));
         }
-        // One pass over the text; the typed view from the tree (as
-        // `parse` does: the same messages, no positions).
-        let v: Value = serde_json::from_str(text)
+        let typed: CniResult = serde_json::from_str(text)
             .map_err(|e| CniError::decode(format!("prevResult: {}", message_of(&e))))?;
-        let typed =
-            CniResult::deserialize(&v).map_err(|e| CniError::decode(format!("prevResult: {e}")))?;
-        let Value::Object(raw) = v else {
-            return Err(CniError::decode("prevResult is not a JSON object"));
-        };
-        if raw.is_empty() {
+        if is_empty_object(text) {
             return Ok(None);
         }
         Ok(Some(PrevResult {
-            raw,
             typed,
             text: text.into(),
         }))
     }
+
+    /// The whole result as a JSON tree, for a plugin that changes it.
+    pub fn raw(&self) -> Result<Map<String, Value>, CniError> {
+        serde_json::from_str(&self.text)
+            .map_err(|e| CniError::decode(format!("prevResult: {}", message_of(&e))))
+    }
+
+    /// Whether [`convert`] would leave this result as it is for `version`:
+    /// the result's version is `version`, and every IP already has
+    /// (0.3.x/0.4.0) or lacks (1.x) its `version` field.
+    fn in_shape_of(&self, version: &str) -> bool {
+        let with_ip_version = Version::parse(version).is_some_and(Version::has_ip_version_field);
+        self.typed.cni_version.as_deref() == Some(version)
+            && self
+                .typed
+                .ips
+                .iter()
+                .all(|ip| ip.version.is_some() == with_ip_version)
+    }
 }
 
-/// Whether [`convert`] would leave `raw` as it is for `version`: the
-/// version is already `version`'s and every IP already has (0.3.x/0.4.0)
-/// or lacks (1.x) its `version` field.
-fn in_shape_of(raw: &Map<String, Value>, version: &str) -> bool {
-    if raw.get("cniVersion").and_then(Value::as_str) != Some(version) {
-        return false;
-    }
-    let with_ip_version = Version::parse(version).is_some_and(Version::has_ip_version_field);
-    match raw.get("ips") {
-        None => true,
-        Some(Value::Array(ips)) => ips.iter().all(|ip| match ip.as_object() {
-            Some(o) => o.contains_key("version") == with_ip_version,
-            None => true,
-        }),
-        Some(_) => true,
-    }
+/// `{}` with any whitespace inside (JSON text known to be an object).
+fn is_empty_object(text: &str) -> bool {
+    text.strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .is_some_and(|inner| inner.trim_matches([' ', '\t', '\n', '\r']).is_empty())
 }
 
-/// The text of a result in the shape of `version`. A chained plugin that
-/// hands prevResult back unchanged, in a shape `version` already has, gets
-/// prevResult's own text: the same JSON, not parsed and printed again.
-pub fn render(raw: Map<String, Value>, prev: Option<&PrevResult>, version: &str) -> String {
-    match prev {
-        Some(p) if raw == p.raw && in_shape_of(&raw, version) => p.text.to_string(),
-        _ => convert(raw, version).to_string(),
-    }
+/// What ADD answers with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Added {
+    /// prevResult as it came (a chained plugin that changes nothing), or
+    /// an empty result when there was none.
+    PrevResult,
+    /// A result of the plugin's own: raw JSON in any of the shapes.
+    Result(Map<String, Value>),
+}
+
+/// The text of ADD's answer in the shape of `version`. prevResult handed
+/// back in a shape `version` already has is its own text: the same JSON,
+/// not parsed and printed again.
+pub fn render(added: Added, prev: Option<&PrevResult>, version: &str) -> Result<String, CniError> {
+    let raw = match (added, prev) {
+        (Added::PrevResult, Some(p)) if p.in_shape_of(version) => return Ok(p.text.to_string()),
+        (Added::PrevResult, Some(p)) => p.raw()?,
+        (Added::PrevResult, None) => Map::new(),
+        (Added::Result(raw), _) => raw,
+    };
+    Ok(convert(raw, version).to_string())
 }
 
 /// Rewrite a raw result into the shape of `version` (only the parts that differ).
@@ -221,34 +241,75 @@ mod tests {
     #[test]
     fn convert_between_shapes_keeps_unknown_fields() {
         let p = PrevResult::parse(&sample_030()).unwrap();
-        let v1 = convert(p.raw.clone(), "1.0.0");
+        let v1 = convert(p.raw().unwrap(), "1.0.0");
         assert!(v1["ips"][0].get("version").is_none());
         assert_eq!(v1["dns"], json!({}));
         let back = convert(v1.as_object().unwrap().clone(), "0.3.1");
         assert_eq!(back, sample_030());
     }
 
+    fn prev(text: &str) -> PrevResult {
+        let raw: &RawValue = serde_json::from_str(text).unwrap();
+        PrevResult::from_raw(raw).unwrap().unwrap()
+    }
+
+    fn rendered(added: Added, p: Option<&PrevResult>, version: &str) -> Value {
+        serde_json::from_str(&render(added, p, version).unwrap()).unwrap()
+    }
+
     #[test]
     fn render_echoes_the_text_only_when_nothing_changes() {
         let text = r#"{ "cniVersion": "0.3.1", "ips": [{"version": "4", "address": "10.1.0.5/24"}], "x": 1 }"#;
-        let raw: &RawValue = serde_json::from_str(text).unwrap();
-        let p = PrevResult::from_raw(raw).unwrap().unwrap();
-        assert_eq!(render(p.raw.clone(), Some(&p), "0.3.1"), text);
-        // Another version, or a changed result: converted and printed anew.
-        let v: Value = serde_json::from_str(&render(p.raw.clone(), Some(&p), "1.0.0")).unwrap();
+        let p = prev(text);
+        assert_eq!(render(Added::PrevResult, Some(&p), "0.3.1").unwrap(), text);
+        // Another version: converted and printed anew, unknown keys kept.
+        let v = rendered(Added::PrevResult, Some(&p), "1.0.0");
         assert_eq!(v["cniVersion"], "1.0.0");
         assert!(v["ips"][0].get("version").is_none());
-        let mut changed = p.raw.clone();
+        assert_eq!(v["x"], 1);
+        // A result of the plugin's own.
+        let mut changed = p.raw().unwrap();
         changed.insert("routes".into(), json!([]));
-        let v: Value = serde_json::from_str(&render(changed, Some(&p), "0.3.1")).unwrap();
+        let v = rendered(Added::Result(changed), Some(&p), "0.3.1");
         assert_eq!(v["routes"], json!([]));
         // An IP without its 0.3.x version field is not in shape: converted.
-        let raw: &RawValue =
-            serde_json::from_str(r#"{"cniVersion":"0.3.1","ips":[{"address":"10.1.0.5/24"}]}"#)
-                .unwrap();
-        let p = PrevResult::from_raw(raw).unwrap().unwrap();
-        let v: Value = serde_json::from_str(&render(p.raw.clone(), Some(&p), "0.3.1")).unwrap();
+        let p = prev(r#"{"cniVersion":"0.3.1","ips":[{"address":"10.1.0.5/24"}]}"#);
+        let v = rendered(Added::PrevResult, Some(&p), "0.3.1");
         assert_eq!(v["ips"][0]["version"], "4");
+        // A 1.x result whose IP still has one: not in shape either.
+        let p = prev(r#"{"cniVersion":"1.0.0","ips":[{"version":"4","address":"10.1.0.5/24"}]}"#);
+        let v = rendered(Added::PrevResult, Some(&p), "1.0.0");
+        assert!(v["ips"][0].get("version").is_none());
+        // A result without its own cniVersion gets the config's.
+        let p = prev(r#"{"ips":[{"address":"fd00::5/64"}]}"#);
+        assert_eq!(
+            rendered(Added::PrevResult, Some(&p), "1.1.0")["cniVersion"],
+            "1.1.0"
+        );
+        // No prevResult: an empty result in the config's version.
+        assert_eq!(
+            rendered(Added::PrevResult, None, "1.0.0"),
+            json!({"cniVersion": "1.0.0"})
+        );
+    }
+
+    #[test]
+    fn empty_prev_result_is_none_and_garbage_is_refused() {
+        for empty in ["{}", "{ }", "{\n\t}"] {
+            let raw: &RawValue = serde_json::from_str(empty).unwrap();
+            assert!(PrevResult::from_raw(raw).unwrap().is_none(), "{empty:?}");
+        }
+        for bad in [
+            r#"[1]"#,
+            r#"{"ips":[{"address":"not-an-ip"}]}"#,
+            r#"{"interfaces":5}"#,
+            r#"{"cniVersion":1}"#,
+        ] {
+            let raw: &RawValue = serde_json::from_str(bad).unwrap();
+            let e = PrevResult::from_raw(raw).unwrap_err();
+            assert_eq!(e.code, 6, "{bad}: {e:?}");
+            assert!(!e.msg.contains(" at line "), "{}", e.msg);
+        }
     }
 
     #[test]

@@ -5,11 +5,11 @@ use crate::config::{Attachment, NetConf};
 use crate::env::{self, Command, Env};
 use crate::error::CniError;
 use crate::event;
-use crate::result;
+use crate::result::{self, Added, PrevResult};
 use crate::version::{self, Version, LATEST, SUPPORTED_VERSIONS};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Upper bound on stdin: configs with annotations and prevResults are small;
 /// anything larger is hostile or broken and must not make us allocate without bound.
@@ -25,10 +25,11 @@ pub struct Request {
 }
 
 pub trait Plugin {
-    /// Returns the result to print (raw JSON in any of the shapes; converted to
-    /// the config's version by the dispatcher). Chained plugins that change
-    /// nothing return `prevResult` as they got it.
-    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError>;
+    /// The result to print: [`Added::PrevResult`] for a chained plugin that
+    /// changes nothing (prevResult's own text goes out when it is in the
+    /// config's shape), or a result of its own (raw JSON in any of the
+    /// shapes; converted to the config's version by the dispatcher).
+    fn add(&self, req: &Request) -> Result<Added, CniError>;
     fn del(&self, req: &Request) -> Result<(), CniError>;
     fn check(&self, req: &Request) -> Result<(), CniError>;
     fn status(&self, _conf: &NetConf) -> Result<(), CniError> {
@@ -46,7 +47,20 @@ pub struct Outcome {
     pub exit: i32,
 }
 
-static ERROR_VERSION: OnceLock<String> = OnceLock::new();
+/// The config's version once it is known to be one of ours (index + 1 in
+/// [`SUPPORTED_VERSIONS`]; 0: not yet), for the panic hook's error. An
+/// atomic in `.bss`, not a `OnceLock<String>` in `.data`: that one cost two
+/// page faults per call (its page read, then written).
+static ERROR_VERSION: AtomicUsize = AtomicUsize::new(0);
+
+fn error_version() -> &'static str {
+    ERROR_VERSION
+        .load(Ordering::Relaxed)
+        .checked_sub(1)
+        .and_then(|i| SUPPORTED_VERSIONS.get(i))
+        .copied()
+        .unwrap_or(LATEST)
+}
 
 fn fail(version: &str, e: &CniError) -> Outcome {
     Outcome {
@@ -59,12 +73,12 @@ fn ok(stdout: String) -> Outcome {
     Outcome { stdout, exit: 0 }
 }
 
-/// Pass-through helper for chained plugins: prevResult raw, or an empty result.
-pub fn prev_or_empty(conf: &NetConf) -> Map<String, Value> {
+/// For a chained plugin that changes the result: prevResult as a JSON
+/// tree, or an empty result.
+pub fn prev_or_empty(conf: &NetConf) -> Result<Map<String, Value>, CniError> {
     conf.prev_result
         .as_ref()
-        .map(|p| p.raw.clone())
-        .unwrap_or_default()
+        .map_or_else(|| Ok(Map::new()), PrevResult::raw)
 }
 
 pub fn dispatch<P: Plugin>(
@@ -83,6 +97,55 @@ pub fn dispatch_observed<P: Plugin>(
     stdin: impl Read,
     on_request: &mut dyn FnMut(&Request),
 ) -> Outcome {
+    let mut bytes = Vec::new();
+    let read = stdin
+        .take(MAX_STDIN + 1)
+        .read_to_end(&mut bytes)
+        .map(|_| bytes);
+    dispatch_read(plugin, vars, read, on_request)
+}
+
+/// stdin to its end, at most `max` bytes and one more (to tell "too
+/// large"), with `read(2)` on fd 0 straight into the buffer: std's
+/// `read_to_end` over a plain `Read` zero-fills the room before every read
+/// (8 KiB at a time: two pages touched for an 800-byte config), and its
+/// `Stdin` adds a lock and a buffer of its own.
+fn read_stdin(max: u64) -> std::io::Result<Vec<u8>> {
+    // Room for a usual config and its prevResult: read in one call.
+    let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
+    while buf.len() as u64 <= max {
+        if buf.len() == buf.capacity() {
+            buf.reserve(buf.capacity());
+        }
+        let room = buf.spare_capacity_mut();
+        // SAFETY: read(2) writes at most room.len() bytes into the
+        // vector's spare capacity; only what it wrote is counted in.
+        let n = unsafe { libc::read(0, room.as_mut_ptr().cast(), room.len()) };
+        match usize::try_from(n) {
+            Ok(0) => break,
+            // SAFETY: the first n bytes of the spare capacity were written.
+            Ok(n) => unsafe { buf.set_len(buf.len() + n) },
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    // What was not used goes back (the bump arena shrinks its last block
+    // in place), so what is allocated next shares the page.
+    buf.shrink_to_fit();
+    Ok(buf)
+}
+
+/// [`dispatch_observed`] over stdin already read.
+fn dispatch_read<P: Plugin>(
+    plugin: &P,
+    vars: impl Fn(&str) -> Option<String>,
+    read: std::io::Result<Vec<u8>>,
+    on_request: &mut dyn FnMut(&Request),
+) -> Outcome {
     let Some(cmd_str) = vars("CNI_COMMAND").filter(|s| !s.is_empty()) else {
         return fail(
             LATEST,
@@ -99,10 +162,10 @@ pub fn dispatch_observed<P: Plugin>(
         );
     };
 
-    let mut bytes = Vec::new();
-    if let Err(e) = stdin.take(MAX_STDIN + 1).read_to_end(&mut bytes) {
-        return fail(LATEST, &CniError::io(format!("reading stdin: {e}")));
-    }
+    let bytes = match read {
+        Ok(b) => b,
+        Err(e) => return fail(LATEST, &CniError::io(format!("reading stdin: {e}"))),
+    };
     if bytes.len() as u64 > MAX_STDIN {
         return fail(
             LATEST,
@@ -123,7 +186,9 @@ pub fn dispatch_observed<P: Plugin>(
         Err(e) => return fail(LATEST, &e),
     };
     let v = conf.cni_version.clone();
-    let _ = ERROR_VERSION.set(v.clone());
+    if let Some(i) = SUPPORTED_VERSIONS.iter().position(|s| *s == v) {
+        ERROR_VERSION.store(i + 1, Ordering::Relaxed);
+    }
 
     let min = match command {
         Command::Check => Some(Version::V0_4_0),
@@ -158,7 +223,7 @@ pub fn dispatch_observed<P: Plugin>(
     let res = match command {
         Command::Add => plugin
             .add(&req)
-            .map(|raw| result::render(raw, req.conf.prev_result.as_ref(), &v)),
+            .and_then(|added| result::render(added, req.conf.prev_result.as_ref(), &v)),
         Command::Del => plugin.del(&req).map(|_| String::new()),
         Command::Check => plugin.check(&req).map(|_| String::new()),
         Command::Status => plugin.status(&req.conf).map(|_| String::new()),
@@ -203,7 +268,7 @@ pub fn install_panic_hook(plugin_name: &'static str) {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        let version = ERROR_VERSION.get().map(String::as_str).unwrap_or(LATEST);
+        let version = error_version();
         let e = CniError::new(
             crate::error::code::INTERNAL,
             format!("{plugin_name}: internal error (panic)"),
@@ -290,13 +355,12 @@ pub fn process_start() {
     }
 }
 
-/// Print `stdout` and its newline in one `write(2)`: `writeln!` on std's
-/// line-buffered stdout writes up to the last newline inside the text (a
-/// prevResult passed through keeps the caller's line breaks) and the rest
-/// separately. Handed over whole and ending in a newline, the line buffer
-/// writes it in one call (buffered and flushed when shorter than its
-/// capacity, directly when longer), so a reader sees the whole result or
-/// none of it.
+/// Print `stdout` and its newline in one `write(2)` on fd 1 (more only if
+/// the pipe takes part of it), so a reader sees the whole result or none
+/// of it. Not through std's `Stdout`: its line buffer writes up to the
+/// last newline inside the text (a prevResult passed through keeps the
+/// caller's line breaks) and the rest separately, and it costs a lock and a
+/// buffer for one write.
 fn answer(stdout: &str) {
     if stdout.is_empty() {
         return;
@@ -304,9 +368,22 @@ fn answer(stdout: &str) {
     let mut line = String::with_capacity(stdout.len() + 1);
     line.push_str(stdout);
     line.push('\n');
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(line.as_bytes());
-    let _ = out.flush();
+    let _ = RawFd(1).write_all(line.as_bytes());
+}
+
+/// Our own stdout (fd 1), written with `write(2)` and nothing in between.
+struct RawFd(libc::c_int);
+
+impl Write for RawFd {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // SAFETY: write(2) reads at most buf.len() bytes from buf.
+        let n = unsafe { libc::write(self.0, buf.as_ptr().cast(), buf.len()) };
+        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The whole main of a plugin binary.
@@ -318,14 +395,17 @@ pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
     }
     let started = std::time::Instant::now();
     let mut recorder = None;
-    let outcome = dispatch_observed(
+    let outcome = dispatch_read(
         &plugin,
         |k| std::env::var(k).ok(),
-        std::io::stdin().lock(),
+        read_stdin(MAX_STDIN),
         &mut |req| {
-            let command = format!("{:?}", req.command).to_uppercase();
-            recorder =
-                event::Recorder::start(&event::file_for(&req.conf), plugin_name, &command, started);
+            recorder = event::Recorder::start(
+                &event::file_for(&req.conf),
+                plugin_name,
+                req.command.as_str(),
+                started,
+            );
         },
     );
     answer(&outcome.stdout);
@@ -334,5 +414,12 @@ pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
         let (code, msg) = answer_code(&outcome);
         r.finish(code, &msg);
     }
-    std::process::exit(outcome.exit)
+    // C's exit, not std's: `std::process::exit` first runs std's clean-up,
+    // which sets up std's stdout only to flush it (two page faults of a
+    // `.data` page, read then written, for nothing: the answer went out on
+    // fd 1 directly and nothing else writes through std's stdout). The
+    // panic hook, which does, flushes it itself.
+    // SAFETY: exit(3) runs the C at-exit handlers and ends the process; no
+    // other thread is running here.
+    unsafe { libc::exit(outcome.exit) }
 }

@@ -23,6 +23,7 @@ const M_ARENA_MAX: i32 = -8;
 #[cfg(not(test))]
 #[no_mangle]
 pub extern "C" fn main(_argc: i32, _argv: *const *const u8) -> i32 {
+    ALLOC.touch();
     // One malloc arena: the thread ADD runs in the pod's namespace would
     // otherwise get one of its own on its first allocation (a 64 MiB
     // reservation: mmap, munmap twice, mprotect) for a few KiB of work.

@@ -7,9 +7,9 @@
 #![cfg_attr(not(test), no_main)]
 
 use podgate_cni::log::Logger;
-use podgate_cni::{prev_or_empty, CniError, NetConf, Plugin, Request};
+use podgate_cni::{Added, CniError, NetConf, Plugin, Request};
 use podgate_tunnel_guard::{evaluate, GuardConfig, Mode, Required};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use std::time::SystemTime;
 
 const NAME: &str = "podgate-tunnel-guard";
@@ -84,11 +84,11 @@ fn gate(cfg: &GuardConfig, log: &Logger, namespace: Option<&str>) -> Result<(), 
 }
 
 impl Plugin for TunnelGuard {
-    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
+    fn add(&self, req: &Request) -> Result<Added, CniError> {
         let cfg = load(&req.conf)?;
         let ns = req.env.arg("K8S_POD_NAMESPACE");
         gate(&cfg, &logger(&cfg, req, "ADD"), ns).map_err(CniError::try_again)?;
-        Ok(prev_or_empty(&req.conf))
+        Ok(Added::PrevResult)
     }
 
     /// Never blocks and never contacts the agent: a pod must always be removable.
@@ -132,6 +132,7 @@ pub extern "C" fn main(_argc: i32, _argv: *const *const u8) -> i32 {
 mod tests {
     use super::*;
     use podgate_cni::dispatch;
+    use serde_json::Value;
 
     fn call(cmd: &str, conf: Value) -> (i32, Value) {
         let vars = |k: &str| -> Option<String> {

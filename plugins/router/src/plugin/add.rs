@@ -15,16 +15,18 @@ use crate::observe::{self, Needs};
 use crate::plan;
 use crate::record::{self, Depth, Here, Origin, ReadError, Record};
 use podgate_cni::log::{rfc3339_now, Logger};
-use podgate_cni::{prev_or_empty, CniError, Request};
+use podgate_cni::{prev_or_empty, Added, CniError, Request};
 use podgate_kit::netns::NetNs;
 use podgate_kit::state::{Key, StateStore};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-/// Pod routes from the plan are reported in the result, as a primary would.
-fn add_routes_to_result(result: &mut Map<String, Value>, rec: &Record) {
+/// Pod routes from the plan are reported in the result, as a primary
+/// would; without any, prevResult goes back as it came.
+fn result_of(req: &Request, rec: &Record) -> Result<Added, CniError> {
     if rec.pod_routes.is_empty() {
-        return;
+        return Ok(Added::PrevResult);
     }
+    let mut result = prev_or_empty(&req.conf)?;
     let routes = result
         .entry("routes")
         .or_insert_with(|| Value::Array(Vec::new()));
@@ -37,6 +39,7 @@ fn add_routes_to_result(result: &mut Map<String, Value>, rec: &Record) {
             list.push(v);
         }
     }
+    Ok(Added::Result(result))
 }
 
 /// The node side of ADD done, the node-wide lock released.
@@ -334,7 +337,7 @@ fn apply_cni_err(e: &ApplyError, msg: String) -> CniError {
     }
 }
 
-pub(super) fn add(req: &Request) -> Result<Map<String, Value>, CniError> {
+pub(super) fn add(req: &Request) -> Result<Added, CniError> {
     let cfg = load(&req.conf)?;
     let log = logger(&cfg, req);
     if req.conf.prev_result.is_none() {
@@ -342,12 +345,11 @@ pub(super) fn add(req: &Request) -> Result<Map<String, Value>, CniError> {
             "podgate-router is a chained plugin: no prevResult (put it after the primary plugin in the conflist)",
         ));
     }
-    let mut result = prev_or_empty(&req.conf);
     let sel = match selection(&cfg, req) {
         Ok(Some(s)) => s,
         Ok(None) => {
             log.info("no profile for this pod; passing through", json!({}));
-            return Ok(result);
+            return Ok(Added::PrevResult);
         }
         Err(e) => {
             log.warn("refused", json!({"reason": e.msg}));
@@ -415,6 +417,5 @@ pub(super) fn add(req: &Request) -> Result<Map<String, Value>, CniError> {
             "lockHeldMs": ms(done.lock_held),
         }),
     );
-    add_routes_to_result(&mut result, rec);
-    Ok(result)
+    result_of(req, rec)
 }

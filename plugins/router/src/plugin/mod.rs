@@ -8,10 +8,10 @@ use crate::config::RouterConfig;
 use crate::intent::{self, PodIntent, Selection};
 use crate::lifecycle::Swept;
 use podgate_cni::log::Logger;
-use podgate_cni::{code, Attachment, CniError, NetConf, Plugin, Request};
+use podgate_cni::{code, Added, Attachment, CniError, NetConf, Plugin, Request};
 use podgate_kit::netns::NetNs;
 use podgate_kit::state::{Key, StateStore};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 pub struct Router;
 
@@ -28,7 +28,7 @@ fn load(conf: &NetConf) -> Result<RouterConfig, CniError> {
 fn logger(cfg: &RouterConfig, req: &Request) -> Logger {
     Logger::new("podgate-router", cfg.log_file.as_deref())
         .limits(&cfg.telemetry)
-        .with("cmd", format!("{:?}", req.command).to_uppercase())
+        .with("cmd", req.command.as_str())
         .with("containerID", req.env.container_id.clone())
         .with("ifname", req.env.ifname.clone())
         .with("network", req.conf.name.clone())
@@ -116,7 +116,7 @@ fn selection(cfg: &RouterConfig, req: &Request) -> Result<Option<Selection>, Cni
 }
 
 impl Plugin for Router {
-    fn add(&self, req: &Request) -> Result<Map<String, Value>, CniError> {
+    fn add(&self, req: &Request) -> Result<Added, CniError> {
         add::add(req)
     }
 
