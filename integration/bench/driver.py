@@ -617,11 +617,13 @@ def reference_series(sp, tmp, tag, index, router, ref_src, runs, warmup, phase_r
         with open(os.path.join(ref_dir, "masq_ref.h"), "w") as f:
             f.write(reference_header(parsed, pod.path, conf["stateDir"], conf["logFile"]))
         ref_bin = os.path.join(ref_dir, "masq_ref")
-        base = ["cc", "-O2", "-Wall", "-I", ref_dir, "-o", ref_bin, ref_src]
+        base = ["cc", "-O2", "-Wall", "-I", ref_dir, "-o", ref_bin + ".cc", ref_src]
         static = subprocess.run(base[:2] + ["-static"] + base[2:], capture_output=True, text=True)
         if static.returncode != 0:
             print(f"  masq_ref: static build failed ({static.stderr.strip()[-200:]}); trying a dynamic one", flush=True)
             sh(*base)
+        # Installed like the plugins (run.sh): a copy, not the linker's output.
+        sh("install", "-m", "0755", ref_bin + ".cc", ref_bin)
         ref = Call([ref_bin], BASE_ENV)
         # Sanity: the reference really applies what the router applies, and the
         # router's DEL really undoes it.

@@ -82,9 +82,11 @@ done
 # of its string functions there and the EVEX/AVX-512 ones on such a node
 # (both kept: the variant families the profile shows, in those flavours);
 # valgrind has no vDSO, so glibc's vDSO symbol lookup at start-up, and the
-# exit-time frees of a static binary, never show in the profile.
+# exit-time frees of a static binary, never show in the profile. strcmp
+# neither: valgrind replaces it, so no variant of it shows, and glibc's
+# start-up calls it (the tunables) in every process.
 variants='(sse2|ssse3|sse4_1|sse4_2|sse42|avx|avx2|evex|avx512)'
-for family in $(grep -oE "^__[a-z0-9]+_$variants" "$tmp/profiled" | sed -E "s/_$variants\$//" | sort -u); do
+for family in $({ grep -oE "^__[a-z0-9]+_$variants" "$tmp/profiled" | sed -E "s/_$variants\$//"; echo __strcmp; } | sort -u); do
     grep -E "^${family}_(evex|avx512|avx2)" "$tmp/syms" || true
 done >"$tmp/native"
 printf '%s\n' _dl_lookup_symbol_x do_lookup_x check_match _dl_name_match_p \
