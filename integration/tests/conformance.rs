@@ -308,6 +308,71 @@ fn every_verb_every_version() {
     assert_eq!(records, 0);
 }
 
+/// A chained plugin that changes nothing prints prevResult's own text when
+/// it is already in the config's shape (key order, spacing and line breaks
+/// kept), and converts only what another version needs otherwise: the
+/// 0.3.x/0.4.0 IP `version` field added or removed, `cniVersion` set,
+/// unknown keys kept.
+#[test]
+fn pass_through_echoes_the_text_or_converts_the_shape() {
+    require_root();
+    let dir = TempDir::new("conformance-shape");
+    let pod = Netns::new("conf-shape");
+    let netns = pod.path().to_str().unwrap().to_string();
+    let env = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "shape-1"),
+        ("CNI_NETNS", netns.as_str()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", "/opt/cni/bin"),
+        ("CNI_ARGS", "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0"),
+    ];
+    for (plugin, conf) in configs(dir.path()) {
+        for (conf_v, prev_v) in [
+            ("1.0.0", "1.0.0"),
+            ("0.4.0", "0.4.0"),
+            ("0.3.1", "1.0.0"),
+            ("1.1.0", "0.4.0"),
+            ("1.0.0", "1.1.0"),
+        ] {
+            let what = format!("{plugin}: config {conf_v}, prevResult {prev_v}");
+            let prev = prev_result(prev_v, pod.path());
+            // Written by hand, as a primary might: its own key order and
+            // line breaks, which a re-print would not keep.
+            let prev_text = format!(
+                "{{ \"x-vendor\": {},\n  \"cniVersion\": \"{prev_v}\", \"interfaces\": {},\n  \"ips\": {}, \"routes\": {}, \"dns\": {} }}",
+                prev["x-vendor"], prev["interfaces"], prev["ips"], prev["routes"], prev["dns"]
+            );
+            let mut c = conf.clone();
+            c["cniVersion"] = json!(conf_v);
+            let body = serde_json::to_string(&c).unwrap();
+            let stdin = format!(
+                "{},\"prevResult\":{prev_text}}}",
+                body.strip_suffix('}').unwrap()
+            );
+            let out = call(plugin, &env, stdin.as_bytes());
+            assert_eq!(out.code, 0, "{what}: {} {}", out.stdout, out.stderr);
+            if conf_v == prev_v {
+                assert_eq!(
+                    out.stdout,
+                    format!("{prev_text}\n"),
+                    "{what}: not the same text"
+                );
+                continue;
+            }
+            let got = out.json();
+            let mut want = prev.clone();
+            want["cniVersion"] = json!(conf_v);
+            if conf_v.starts_with("0.") {
+                want["ips"][0]["version"] = json!("4");
+            } else {
+                want["ips"][0].as_object_mut().unwrap().remove("version");
+            }
+            assert_eq!(got, want, "{what}");
+        }
+    }
+}
+
 #[test]
 fn hostile_input_gets_a_code_and_changes_nothing() {
     require_root();
