@@ -141,8 +141,8 @@ cc -O2 -static -o "$out/noop.cc" "$here/noop.c" 2>/dev/null || {
 # directory of its own (the DaemonSet copies into /opt/cni/bin; Debian's
 # plugins come from dpkg). A linker's fresh output is not what runs on a
 # node, and here it costs 2 page faults and about 25 us more per exec than
-# a copy of itself, the no-op and the router alike (README "How the bench
-# measures"). driver.py copies the C reference the same way.
+# a copy of itself, the no-op and the router alike (README "Performance").
+# driver.py copies the C reference the same way.
 install -m 0755 "$out/noop.cc" "$out/noop"
 mkdir -p "$out/bin"
 for b in podgate-router podgate-tunnel-guard podgate; do
