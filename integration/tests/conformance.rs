@@ -601,3 +601,45 @@ fn a_broken_stdout_pipe_is_an_error_not_a_signal() {
         );
     }
 }
+
+/// Without `CNI_COMMAND` (a binary run by hand) the plugin answers with its
+/// error at once: it does not wait for the end of an input that never ends.
+#[test]
+fn without_a_verb_stdin_is_not_waited_for() {
+    let plugins = ["podgate-router", "podgate-tunnel-guard"];
+    let bins =
+        podgate_integration::built(&plugins, &["-p", plugins[0], "-p", plugins[1], "--bins"]);
+    for (plugin, bin) in plugins.iter().zip(bins) {
+        let mut child = Command::new(&bin)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Keep our end of stdin open: the plugin never sees its end.
+        let _stdin = child.stdin.take();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let status =
+            status.unwrap_or_else(|| panic!("{plugin} waited for stdin without CNI_COMMAND"));
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+        let o = Out {
+            code: status.code().unwrap_or(-1),
+            stdout: out,
+            stderr: String::new(),
+        };
+        o.assert_error(4, &format!("{plugin} without CNI_COMMAND"));
+    }
+}

@@ -97,11 +97,13 @@ pub fn dispatch_observed<P: Plugin>(
     stdin: impl Read,
     on_request: &mut dyn FnMut(&Request),
 ) -> Outcome {
-    let mut bytes = Vec::new();
-    let read = stdin
-        .take(MAX_STDIN + 1)
-        .read_to_end(&mut bytes)
-        .map(|_| bytes);
+    let read = || {
+        let mut bytes = Vec::new();
+        stdin
+            .take(MAX_STDIN + 1)
+            .read_to_end(&mut bytes)
+            .map(|_| bytes)
+    };
     dispatch_read(plugin, vars, read, on_request)
 }
 
@@ -139,11 +141,13 @@ fn read_stdin(max: u64) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// [`dispatch_observed`] over stdin already read.
+/// [`dispatch_observed`] with stdin read by `read`, once the verb is known
+/// (a binary run by hand without `CNI_COMMAND` answers without waiting
+/// for a terminal's end of input).
 fn dispatch_read<P: Plugin>(
     plugin: &P,
     vars: impl Fn(&str) -> Option<String>,
-    read: std::io::Result<Vec<u8>>,
+    read: impl FnOnce() -> std::io::Result<Vec<u8>>,
     on_request: &mut dyn FnMut(&Request),
 ) -> Outcome {
     let Some(cmd_str) = vars("CNI_COMMAND").filter(|s| !s.is_empty()) else {
@@ -162,7 +166,7 @@ fn dispatch_read<P: Plugin>(
         );
     };
 
-    let bytes = match read {
+    let bytes = match read() {
         Ok(b) => b,
         Err(e) => return fail(LATEST, &CniError::io(format!("reading stdin: {e}"))),
     };
@@ -398,7 +402,7 @@ pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
     let outcome = dispatch_read(
         &plugin,
         |k| std::env::var(k).ok(),
-        read_stdin(MAX_STDIN),
+        || read_stdin(MAX_STDIN),
         &mut |req| {
             recorder = event::Recorder::start(
                 &event::file_for(&req.conf),
