@@ -102,18 +102,6 @@ pub struct PrevResult {
 }
 
 impl PrevResult {
-    pub fn parse(v: &Value) -> Result<PrevResult, CniError> {
-        if !v.is_object() {
-            return Err(CniError::decode("prevResult is not a JSON object"));
-        }
-        let typed =
-            CniResult::deserialize(v).map_err(|e| CniError::decode(format!("prevResult: {e}")))?;
-        Ok(PrevResult {
-            typed,
-            text: v.to_string().into(),
-        })
-    }
-
     /// From the raw text of `prevResult` (not `null`): typed straight from
     /// the text, in one pass. None for `{}`, what some runtimes send on DEL.
     pub fn from_raw(v: &RawValue) -> Result<Option<PrevResult>, CniError> {
@@ -226,7 +214,7 @@ mod tests {
 
     #[test]
     fn typed_view_finds_sandbox_interface_and_ips() {
-        let p = PrevResult::parse(&sample_030()).unwrap();
+        let p = prev(&sample_030().to_string());
         assert_eq!(p.typed.sandbox_interface("eth0").unwrap().0, 2);
         assert_eq!(p.typed.ips_of("eth0").len(), 1);
         assert_eq!(p.typed.host_interfaces().count(), 2);
@@ -235,12 +223,12 @@ mod tests {
     #[test]
     fn prev_result_without_dns_parses() {
         let v = json!({"cniVersion": "1.0.0", "ips": [{"address": "fd00::5/64"}]});
-        assert!(PrevResult::parse(&v).is_ok());
+        prev(&v.to_string());
     }
 
     #[test]
     fn convert_between_shapes_keeps_unknown_fields() {
-        let p = PrevResult::parse(&sample_030()).unwrap();
+        let p = prev(&sample_030().to_string());
         let v1 = convert(p.raw().unwrap(), "1.0.0");
         assert!(v1["ips"][0].get("version").is_none());
         assert_eq!(v1["dns"], json!({}));
