@@ -13,6 +13,7 @@
 //!   nftables ruleset, links and addresses.
 //! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`], [`udp_answer`],
 //!   [`udp_request`]: traffic between namespaces.
+//! * [`agent::Agent`]: the node agent with its metrics endpoint in a node.
 //! * [`containerd::Containerd`]: a real containerd (CRI) running inside a
 //!   node's netns, with a locally built pause image.
 //!
@@ -20,6 +21,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod agent;
 pub mod containerd;
 mod netns;
 mod node;

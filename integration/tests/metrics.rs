@@ -7,15 +7,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+use podgate_integration::agent::{wait_for, Agent, METRICS_PORT as PORT};
 use podgate_integration::{bin_dir, http_get, require_root, Netns, TestNode, Verb};
 use serde_json::{json, Value};
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const NET: &str = "metricsnet";
-const PORT: u16 = 9750;
 
 fn ensure_built() {
     podgate_integration::built(
@@ -50,108 +49,10 @@ fn entries(node: &TestNode) -> Value {
     ])
 }
 
-/// The agent, in the node netns; SIGKILLed on drop.
-struct Agent {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Agent {
-    fn start(node: &TestNode) -> Agent {
-        let log = node.root().join("agent.log");
-        let err = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let child = node
-            .ns
-            .command(bin_dir().join("podgate").to_str().unwrap())
-            .arg("install")
-            .arg("--watch")
-            .arg("--cni-conf-dir")
-            .arg(node.conf_dir())
-            .arg("--cni-bin-dir")
-            .arg(node.cni_bin_dir())
-            .arg("--source-dir")
-            .arg(bin_dir())
-            .arg("--plugins")
-            .arg(node.root().join("plugins.json"))
-            .arg("--state-dir")
-            .arg(node.root().join("installer"))
-            .args([
-                "--metrics-address",
-                &format!("127.0.0.1:{PORT}"),
-                "--metrics-interval-secs",
-                "1",
-                "--log-level",
-                "debug",
-                "--log-max-bytes",
-                "65536",
-            ])
-            .arg("--log-file")
-            .arg(node.root().join("agent.jsonl"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap();
-        Agent { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn scrape(node: &TestNode) -> Option<String> {
-    match http_get(
-        &node.ns,
-        "127.0.0.1",
-        PORT,
-        "/metrics",
-        Duration::from_secs(5),
-    ) {
-        Ok((200, body)) => Some(body),
-        _ => None,
-    }
-}
-
 /// The value of the sample `series` (name plus labels exactly as rendered).
 fn value(body: &str, series: &str) -> Option<f64> {
     body.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
-/// Scrape until `want` holds (the agent collects every second).
-fn wait_for(node: &TestNode, agent: &Agent, what: &str, want: impl Fn(&str) -> bool) -> String {
-    let start = Instant::now();
-    let mut last = String::new();
-    while start.elapsed() < Duration::from_secs(60) {
-        if let Some(b) = scrape(node) {
-            if want(&b) {
-                return b;
-            }
-            last = b;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!(
-        "timed out waiting for {what}\n--- last /metrics ---\n{last}\n--- agent log ---\n{}",
-        agent.log()
-    );
 }
 
 fn requests(plugin: &str, command: &str, outcome: &str) -> String {
