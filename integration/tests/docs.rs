@@ -419,11 +419,49 @@ fn command_problem(helps: &mut Helps, words: &[String]) -> Option<String> {
     None
 }
 
-/// Every command line the docs show, as (where, the line).
+/// Inline code spans of the prose (a span may continue on the next line of
+/// its paragraph), with the line each starts on.
+fn code_spans(prose: &[(usize, &str)]) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut open: Option<(usize, String)> = None;
+    let mut last = 0;
+    for (n, line) in prose {
+        if *n != last + 1 || line.trim().is_empty() {
+            open = None; // a new paragraph: an unclosed backtick was literal
+        }
+        last = *n;
+        for (i, part) in line.split('`').enumerate() {
+            if i > 0 {
+                open = match open.take() {
+                    Some((start, text)) => {
+                        out.push((start, text.trim().to_string()));
+                        None
+                    }
+                    None => Some((*n, String::new())),
+                };
+            }
+            if let Some((_, text)) = &mut open {
+                text.push_str(part);
+            }
+        }
+        if let Some((_, text)) = &mut open {
+            text.push(' ');
+        }
+    }
+    out
+}
+
+/// Every command line the docs show, as (where, the line): in code blocks
+/// and in inline code spans that start with `podgate `.
 fn command_lines(docs: &[Doc]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for doc in docs {
-        let (_, blocks) = split(&doc.text);
+        let (prose, blocks) = split(&doc.text);
+        for (n, span) in code_spans(&prose) {
+            if span.starts_with("podgate ") {
+                out.push((format!("{}:{n}", doc.path.display()), span));
+            }
+        }
         for b in blocks {
             let lang = b.lang.split_whitespace().next().unwrap_or("");
             let transcript = lang == "text";
@@ -497,15 +535,21 @@ fn a_wrong_subcommand_or_flag_in_a_doc_is_reported() {
                 sudo install -m 0755 target/release/podgate /usr/local/bin/\n\
                 podgate sysctl frob\npodgate install --no-such-flag\n\
                 podgate diagnose --netns /n \\\n  --pol 10.8.0.0/24\n```\n\
-                ```text\n$ podgate route ls --json\npodgate diagnose: this is output\n```\n";
+                ```text\n$ podgate route ls --json\npodgate diagnose: this is output\n```\n\
+                Run `podgate inspect --all` or `podgate ipsec status\n--no-such-ipsec-flag`; `podgate` alone is a name.\n";
     let docs = vec![Doc {
         path: PathBuf::from("x.md"),
         text: text.to_string(),
     }];
     let mut helps = Helps::new();
     let (checked, bad) = unparsed_commands(&mut helps, &command_lines(&docs));
-    assert_eq!(checked, 6, "{bad:#?}");
-    assert_eq!(bad.len(), 3, "{bad:#?}");
+    assert_eq!(checked, 8, "{bad:#?}");
+    assert_eq!(bad.len(), 4, "{bad:#?}");
+    assert!(
+        bad[0].starts_with("x.md:14:") && bad[0].contains("`--no-such-ipsec-flag`"),
+        "{bad:#?}"
+    );
+    let bad = &bad[1..];
     assert!(
         bad[0].contains("`frob` is not a subcommand of `podgate sysctl`"),
         "{bad:#?}"

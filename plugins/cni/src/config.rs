@@ -4,8 +4,8 @@
 //! as raw JSON slices and parsed typed on their own; everything else is only
 //! checked to be JSON and skipped. The plugin's own config is then parsed
 //! typed straight from the text ([`NetConf::plugin_config`]), never through a
-//! `serde_json::Value` of the whole document (README "Performance",
-//! design note "One typed pass over the config").
+//! `serde_json::Value` of the whole document (plugins/cni/README.md, design
+//! note "One typed pass over the config").
 
 use crate::error::CniError;
 use crate::result::PrevResult;

@@ -93,7 +93,7 @@ impl CniResult {
 /// prints) and the typed view. The whole JSON as a tree ([`PrevResult::raw`])
 /// is built only by a plugin that changes the result or when the caller's
 /// version needs another shape: a pass-through reads the text once, typed
-/// (README design note "prevResult: text and a typed view").
+/// (plugins/cni/README.md, design note "prevResult: its text and a typed view").
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrevResult {
     pub typed: CniResult,

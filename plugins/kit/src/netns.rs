@@ -112,7 +112,7 @@ impl NetNs {
     /// thread could not enter the namespace (`f` is then dropped unrun).
     ///
     /// No helper thread: a thread costs a stack mapping, its faults and a
-    /// join (~0.1 ms of a plugin call, README "One thread, two setns");
+    /// join (~0.1 ms of a plugin call; plugins/kit/README.md design notes);
     /// `setns(CLONE_NEWNET)` moves only the calling thread, so the other
     /// threads of a process never see the change.
     ///

@@ -282,8 +282,7 @@ impl StateStore {
 
     /// The directory's names, listed once (one `getdents64` round): a
     /// request that both sweeps temp files and reads the records under the
-    /// lock lists the directory once for both (README "Observe what the plan
-    /// needs"). Fails on any listing error, as [`StateStore::entries`] does.
+    /// lock lists the directory once for both. Fails on any listing error, as [`StateStore::entries`] does.
     pub fn names(&self) -> Result<Names> {
         let rd = fs::read_dir(&self.dir).map_err(|source| Error::State {
             path: self.dir.clone(),
