@@ -2,12 +2,30 @@
 //! test node's netns, and its `/metrics` scraped from there.
 
 use crate::{bin_dir, http_get, TestNode};
-use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Where the agent serves its metrics, inside the node netns.
 pub const METRICS_PORT: u16 = 9750;
+
+/// `cmd` (the `podgate` binary) made `podgate install --watch` for `node`:
+/// its conf and bin dirs, the binaries of [`bin_dir`], `plugins` as the
+/// plugins file, state in `<root>/installer`.
+pub fn install_watch<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
+    cmd.arg("install")
+        .arg("--watch")
+        .arg("--cni-conf-dir")
+        .arg(node.conf_dir())
+        .arg("--cni-bin-dir")
+        .arg(node.cni_bin_dir())
+        .arg("--source-dir")
+        .arg(bin_dir())
+        .arg("--plugins")
+        .arg(plugins)
+        .arg("--state-dir")
+        .arg(node.root().join("installer"))
+}
 
 /// The agent in `node`'s netns; SIGKILLed on drop.
 pub struct Agent {
@@ -27,21 +45,8 @@ impl Agent {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = node
-            .ns
-            .command(bin_dir().join("podgate").to_str().unwrap())
-            .arg("install")
-            .arg("--watch")
-            .arg("--cni-conf-dir")
-            .arg(node.conf_dir())
-            .arg("--cni-bin-dir")
-            .arg(node.cni_bin_dir())
-            .arg("--source-dir")
-            .arg(bin_dir())
-            .arg("--plugins")
-            .arg(node.root().join("plugins.json"))
-            .arg("--state-dir")
-            .arg(node.root().join("installer"))
+        let mut cmd = node.ns.command(bin_dir().join("podgate").to_str().unwrap());
+        let child = install_watch(&mut cmd, node, &node.root().join("plugins.json"))
             .args([
                 "--metrics-address",
                 &format!("127.0.0.1:{METRICS_PORT}"),

@@ -95,6 +95,22 @@ pub fn built(bins: &[&str], cargo_args: &[&str]) -> Vec<PathBuf> {
     paths
 }
 
+/// The three shipped binaries, `podgate`, `podgate-router` and
+/// `podgate-tunnel-guard`, built together (see [`built`]).
+pub fn built_shipped() -> Vec<PathBuf> {
+    built(
+        &["podgate", "podgate-router", "podgate-tunnel-guard"],
+        &[
+            "-p",
+            "podgate",
+            "-p",
+            "podgate-router",
+            "-p",
+            "podgate-tunnel-guard",
+        ],
+    )
+}
+
 /// Panics with a clear message unless the effective user is root.
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions and cannot fail.

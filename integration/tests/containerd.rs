@@ -204,17 +204,7 @@ fn chain(node: &TestNode) -> Vec<Value> {
 /// A node with the chain in `net.d/` and containerd running in it.
 fn start(prefix: &str) -> Containerd {
     require_root();
-    podgate_integration::built(
-        &["podgate", "podgate-router", "podgate-tunnel-guard"],
-        &[
-            "-p",
-            "podgate",
-            "-p",
-            "podgate-router",
-            "-p",
-            "podgate-tunnel-guard",
-        ],
-    );
+    podgate_integration::built_shipped();
     let node = TestNode::new(prefix);
     node.refresh_cni_bin();
     node.write_conflist(
@@ -766,20 +756,9 @@ impl Installer {
     fn start(c: &Containerd, plugins: &Path) -> Installer {
         let node = c.node();
         let log = node.root().join("installer.log");
-        let child = Command::new(bin_dir().join("podgate"))
-            .arg("install")
-            .arg("--watch")
+        let mut cmd = Command::new(bin_dir().join("podgate"));
+        let child = podgate_integration::agent::install_watch(&mut cmd, node, plugins)
             .args(["--debounce-ms", "50"])
-            .arg("--cni-conf-dir")
-            .arg(node.conf_dir())
-            .arg("--cni-bin-dir")
-            .arg(node.cni_bin_dir())
-            .arg("--source-dir")
-            .arg(bin_dir())
-            .arg("--plugins")
-            .arg(plugins)
-            .arg("--state-dir")
-            .arg(node.root().join("installer"))
             .arg("--ready-file")
             .arg(node.root().join("installer.ready"))
             .stdin(Stdio::null())
@@ -829,17 +808,7 @@ fn sandbox_ip(netns: &Path) -> String {
 #[test]
 fn primary_rewrites_its_conflist_while_the_installer_is_down() {
     require_root();
-    podgate_integration::built(
-        &["podgate", "podgate-router", "podgate-tunnel-guard"],
-        &[
-            "-p",
-            "podgate",
-            "-p",
-            "podgate-router",
-            "-p",
-            "podgate-tunnel-guard",
-        ],
-    );
+    podgate_integration::built_shipped();
     let node = TestNode::new("ctd-reboot");
     // Its new content after the "reboot": another subnet on another bridge
     // (the bridge plugin refuses a second gateway address on one bridge).

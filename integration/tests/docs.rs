@@ -687,17 +687,7 @@ fn serve_agent_status(socket: &Path) {
 #[test]
 fn every_metric_the_docs_name_appears_in_a_real_scrape() {
     require_root();
-    podgate_integration::built(
-        &["podgate", "podgate-router", "podgate-tunnel-guard"],
-        &[
-            "-p",
-            "podgate",
-            "-p",
-            "podgate-router",
-            "-p",
-            "podgate-tunnel-guard",
-        ],
-    );
+    podgate_integration::built_shipped();
     let names = metric_names(&docs());
     assert!(
         names.len() >= 10,

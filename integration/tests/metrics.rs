@@ -16,20 +16,6 @@ use std::time::Duration;
 
 const NET: &str = "metricsnet";
 
-fn ensure_built() {
-    podgate_integration::built(
-        &["podgate", "podgate-router", "podgate-tunnel-guard"],
-        &[
-            "-p",
-            "podgate",
-            "-p",
-            "podgate-router",
-            "-p",
-            "podgate-tunnel-guard",
-        ],
-    );
-}
-
 fn pod_args(ns: &str, name: &str) -> String {
     format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name}")
 }
@@ -115,7 +101,7 @@ fn router_add_killed_half_way(node: &TestNode, pod: &Netns) -> Option<i32> {
 #[test]
 fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     require_root();
-    ensure_built();
+    podgate_integration::built_shipped();
     let node = TestNode::new("metrics");
     // The primary alone: the agent chains podgate after it.
     node.write_conflist(

@@ -39,17 +39,7 @@ fn files_under(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 #[test]
 fn report_has_every_part_and_no_key_material() {
     require_root();
-    podgate_integration::built(
-        &["podgate", "podgate-router", "podgate-tunnel-guard"],
-        &[
-            "-p",
-            "podgate",
-            "-p",
-            "podgate-router",
-            "-p",
-            "podgate-tunnel-guard",
-        ],
-    );
+    podgate_integration::built_shipped();
     let node = TestNode::new("report");
     let router_log = node.root().join("router.log");
     let entries = json!([
