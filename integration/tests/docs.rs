@@ -9,10 +9,13 @@
 //!   node agent (root: the agent runs in a test node netns).
 //!
 //! Which lines count as command lines: in `sh`/`bash`/`console`/`ini` and
-//! unlabelled code blocks every line that is not a comment; in `text` blocks
-//! (transcripts) only lines starting with `$ ` (the rest is output). A
-//! command is the words after a word that is the `podgate` binary (bare,
-//! as a path, or after `=`), up to a shell operator.
+//! unlabelled code blocks every line; in `text` blocks (transcripts) only
+//! lines starting with `$ ` (the rest is output); in any code block an
+//! exec-form array whose first item is podgate (`["podgate", "install"]`);
+//! and inline code spans that start with `podgate `. A command is the words
+//! after the `podgate` binary (bare, as a path, or after `=`) where a shell
+//! runs it (first, after an operator, `sudo`, `exec` or `--`), up to a shell
+//! operator.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -451,6 +454,19 @@ fn code_spans(prose: &[(usize, &str)]) -> Vec<(usize, String)> {
     out
 }
 
+/// An exec-form array that runs podgate, in any code block (a manifest's
+/// `command: ["/usr/local/bin/podgate", "uninstall"]`), as a command line.
+fn exec_array(line: &str) -> Option<String> {
+    let start = line.find('[')?;
+    let end = start + line[start..].find(']')?;
+    let items: Vec<&str> = line[start + 1..end]
+        .split(',')
+        .map(|i| i.trim().trim_matches('"'))
+        .collect();
+    let first = items.first()?;
+    (*first == "podgate" || first.ends_with("/podgate")).then(|| items.join(" "))
+}
+
 /// Every command line the docs show, as (where, the line): in code blocks
 /// and in inline code spans that start with `podgate `.
 fn command_lines(docs: &[Doc]) -> Vec<(String, String)> {
@@ -463,6 +479,11 @@ fn command_lines(docs: &[Doc]) -> Vec<(String, String)> {
             }
         }
         for b in blocks {
+            for (n, line) in &b.lines {
+                if let Some(cmd) = exec_array(line) {
+                    out.push((format!("{}:{n}", doc.path.display()), cmd));
+                }
+            }
             let lang = b.lang.split_whitespace().next().unwrap_or("");
             let transcript = lang == "text";
             if !transcript && !matches!(lang, "" | "sh" | "bash" | "console" | "shell" | "ini") {
@@ -481,8 +502,6 @@ fn command_lines(docs: &[Doc]) -> Vec<(String, String)> {
                         Some(c) => c.to_string(),
                         None => continue,
                     }
-                } else if text.starts_with('#') {
-                    continue;
                 } else {
                     text.strip_prefix("$ ").unwrap_or(&text).to_string()
                 };
@@ -536,15 +555,16 @@ fn a_wrong_subcommand_or_flag_in_a_doc_is_reported() {
                 podgate sysctl frob\npodgate install --no-such-flag\n\
                 podgate diagnose --netns /n \\\n  --pol 10.8.0.0/24\n```\n\
                 ```text\n$ podgate route ls --json\npodgate diagnose: this is output\n```\n\
-                Run `podgate inspect --all` or `podgate ipsec status\n--no-such-ipsec-flag`; `podgate` alone is a name.\n";
+                Run `podgate inspect --all` or `podgate ipsec status\n--no-such-ipsec-flag`; `podgate` alone is a name.\n\
+                ```yaml\ncommand: [\"/usr/local/bin/podgate\", \"uninstal\"]\nname: podgate\n```\n";
     let docs = vec![Doc {
         path: PathBuf::from("x.md"),
         text: text.to_string(),
     }];
     let mut helps = Helps::new();
     let (checked, bad) = unparsed_commands(&mut helps, &command_lines(&docs));
-    assert_eq!(checked, 8, "{bad:#?}");
-    assert_eq!(bad.len(), 4, "{bad:#?}");
+    assert_eq!(checked, 9, "{bad:#?}");
+    assert_eq!(bad.len(), 5, "{bad:#?}");
     assert!(
         bad[0].starts_with("x.md:14:") && bad[0].contains("`--no-such-ipsec-flag`"),
         "{bad:#?}"
@@ -560,6 +580,10 @@ fn a_wrong_subcommand_or_flag_in_a_doc_is_reported() {
     );
     assert!(
         bad[2].starts_with("x.md:7:") && bad[2].contains("`--pol`"),
+        "{bad:#?}"
+    );
+    assert!(
+        bad[3].starts_with("x.md:17:") && bad[3].contains("`uninstal` is not a subcommand"),
         "{bad:#?}"
     );
 }
