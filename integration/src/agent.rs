@@ -47,6 +47,8 @@ impl Agent {
             .unwrap();
         let mut cmd = node.ns.command(bin_dir().join("podgate").to_str().unwrap());
         let child = install_watch(&mut cmd, node, &node.root().join("plugins.json"))
+            // No runtime on this node: readiness is the conf dir's.
+            .args(["--runtime-endpoint", "none"])
             .args([
                 "--metrics-address",
                 &format!("127.0.0.1:{METRICS_PORT}"),

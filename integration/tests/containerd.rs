@@ -761,6 +761,8 @@ impl Installer {
             .args(["--debounce-ms", "50"])
             .arg("--ready-file")
             .arg(node.root().join("installer.ready"))
+            .arg("--runtime-endpoint")
+            .arg(c.endpoint())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

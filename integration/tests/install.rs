@@ -150,6 +150,11 @@ impl Dirs {
             .arg(self.plugins())
             .args(extra)
             .stdin(Stdio::null());
+        // No runtime here: readiness is the file check (tests/containerd.rs
+        // and tests/runtime_truth.rs ask a real containerd).
+        if !extra.contains(&"--runtime-endpoint") {
+            cmd.args(["--runtime-endpoint", "none"]);
+        }
         cmd
     }
     fn install(&self, extra: &[&str]) -> Output {
@@ -261,6 +266,28 @@ fn assert_rendered_from(d: &Dirs, primary: &[u8], what: &str) {
         plugin.as_object_mut().unwrap().remove("name");
         assert_eq!(own["plugins"][0], plugin, "{what}: .conf as a list");
     }
+}
+
+/// With the chain in place on disk but no runtime answering on the
+/// endpoint, `--check` says so instead of trusting the conf dir; `none`
+/// trusts the conf dir.
+#[test]
+fn check_without_a_runtime_answering_says_so_and_none_falls_back_to_the_files() {
+    let d = Dirs::new("no-runtime");
+    d.put("10-calico.conflist", &fixture("10-calico.conflist"));
+    d.install_ok();
+    let sock = d.root().join("no-such-runtime.sock");
+    let endpoint = format!("unix://{}", sock.display());
+    let out = d.install(&["--check", "--runtime-endpoint", &endpoint]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot tell what the runtime loaded")
+            && err.contains(&sock.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(d.check(), "--runtime-endpoint none: the file check");
 }
 
 #[test]

@@ -843,6 +843,7 @@ fn the_installer_daemon_sweeps_records_of_dead_pods() {
         .arg(format!("--net={}", rig.node.path().display()))
         .arg(podgate())
         .args(["install", "--watch", "--sweep-secs", "1"])
+        .args(["--runtime-endpoint", "none"])
         .arg("--router-state-dir")
         .arg(rig.state_dir())
         .arg("--cni-conf-dir")

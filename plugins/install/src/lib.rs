@@ -11,6 +11,7 @@
 //! * `reconcile`: one install / check / uninstall pass over the dirs.
 //! * `state`: what was written (and, for files an earlier podgate chained
 //!   in place, the primary's original bytes).
+//! * `runtime`: readiness, from what the container runtime loaded (CRI).
 //! * `watch`: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
 //! * `validate`: podgate's entries checked by the plugins' own config code.
 
@@ -25,6 +26,7 @@ pub mod fsx;
 pub mod json;
 pub mod metrics;
 mod reconcile;
+mod runtime;
 mod state;
 mod sweep;
 mod sys;
@@ -34,6 +36,7 @@ mod watch;
 use clap::Args;
 pub use error::Error;
 use reconcile::{Node, Source};
+use runtime::Runtime;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -111,9 +114,17 @@ pub struct InstallArgs {
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,
     /// Change nothing: exit 0 if the chain and binaries are in place and
-    /// current, 1 otherwise (for a readiness probe).
+    /// current and the runtime loaded the chain, 1 otherwise (one line
+    /// saying why; for a readiness probe).
     #[arg(long, conflicts_with_all = ["watch", "uninstall_on_exit"])]
     pub check: bool,
+    /// The CRI socket readiness asks what the runtime loaded (--check, the
+    /// ready file, podgate_install_ready) [default: crictl's, first that
+    /// answers: unix:///run/containerd/containerd.sock,
+    /// unix:///run/crio/crio.sock, unix:///var/run/cri-dockerd.sock];
+    /// `none`: trust the conf dir alone.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub runtime_endpoint: Option<String>,
     /// With --watch: take podgate out of the chain on SIGTERM. Off by default:
     /// during a DaemonSet rolling update it would let pods start without podgate.
     #[arg(long, requires = "watch")]
@@ -200,19 +211,20 @@ pub(crate) fn log_at(level: podgate_cni::log::Level, msg: &str) {
     }
 }
 
-/// What the metrics read from the installer: whether the chain is in place
-/// as configured (the same test as `--check`) and podgate's entries.
+/// What the metrics read from the installer: whether the runtime loaded the
+/// chain as configured (the same test as `--check`) and podgate's entries.
 #[derive(Debug, Clone)]
 pub struct ChainProbe {
     node: Node,
     src: Source,
+    runtime: Runtime,
 }
 
 impl ChainProbe {
     /// Ok(chained file) or Err(why not).
     pub fn ready(&self) -> Result<String, String> {
         let entries = reconcile::load_entries(&self.src.plugins_file).map_err(|e| e.to_string())?;
-        reconcile::status(&self.node, &self.src, &entries).map_err(|e| e.to_string())?
+        runtime::ready(&self.node, &self.src, &entries, &self.runtime).map_err(|e| e.to_string())?
     }
 
     /// podgate's plugin entries as configured (the plugins file).
@@ -273,13 +285,18 @@ fn source_of(args: &InstallArgs) -> Result<Source, Error> {
     })
 }
 
+/// How long a one-shot install with --ready-file gives the runtime to load
+/// the chain it just wrote.
+const ONE_SHOT_WAIT: Duration = Duration::from_secs(10);
+
 pub fn install(args: &InstallArgs) -> Result<(), Error> {
     let _ = AGENT_LOG.set(args.log.clone());
     let node = args.node.node()?;
     let src = source_of(args)?;
+    let runtime = Runtime::from_arg(args.runtime_endpoint.as_deref());
     if args.check {
         let entries = reconcile::load_entries(&src.plugins_file)?;
-        return match reconcile::status(&node, &src, &entries)? {
+        return match runtime::ready(&node, &src, &entries, &runtime)? {
             Ok(file) => {
                 println!("chained: {file}");
                 Ok(())
@@ -292,6 +309,7 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
             let probe = ChainProbe {
                 node: node.clone(),
                 src: src.clone(),
+                runtime: runtime.clone(),
             };
             crate::metrics::start(addr, &args.metrics, &args.node.state_dir, probe)
                 .map_err(Error::Watch)?;
@@ -303,6 +321,7 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
             ready_file: args.ready_file.clone(),
             uninstall_on_exit: args.uninstall_on_exit,
             sweep: sweep::Sweep::new(args.router_state_dir.clone(), args.sweep_secs),
+            runtime,
         };
         return watch::run(&node, &src, &opts);
     }
@@ -310,7 +329,13 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
         Ok(applied) => {
             log(&applied);
             if let Some(ready) = &args.ready_file {
-                watch::write_ready_file(ready, applied.file())?;
+                match runtime::wait_ready(&node, &src, &runtime, ONE_SHOT_WAIT)? {
+                    Ok(file) => watch::write_ready_file(ready, &file)?,
+                    Err(why) => {
+                        watch::remove_ready_file(ready);
+                        log(format!("not ready: {why}"));
+                    }
+                }
             }
             Ok(())
         }

@@ -12,6 +12,7 @@
 use super::chain::{kind_of, ORIG_SUFFIX};
 use super::fsx;
 use super::reconcile::{self, Applied, Node, Source};
+use super::runtime::{self, Runtime};
 use super::sys::{poll_readable, Inotify, Signals, WatchDescriptor};
 use super::validate::BINARIES;
 use super::{log, Error};
@@ -28,6 +29,8 @@ pub struct WatchOpts {
     pub uninstall_on_exit: bool,
     /// Periodic stale-record sweep of podgate-router's state dir.
     pub sweep: Option<super::sweep::Sweep>,
+    /// Where readiness asks what the runtime loaded.
+    pub runtime: Runtime,
 }
 
 const DIR_MASK: u32 = libc::IN_CREATE
@@ -92,6 +95,8 @@ pub fn remove_ready_file(path: &Path) {
 enum Last {
     Start,
     Chained,
+    /// Chained on disk, not (yet) what the runtime loaded.
+    NotLoaded(String),
     Waiting(String),
 }
 
@@ -175,6 +180,7 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
     let mut first_event: Option<Instant> = None;
     let mut next_resync = Instant::now() + opts.resync;
     let mut sweep = opts.sweep.clone();
+    let mut recheck = runtime::RECHECK;
     let result = loop {
         let now = Instant::now();
         if let Some(s) = sweep.as_mut() {
@@ -184,8 +190,15 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
             due = None;
             first_event = None;
             next_resync = now + opts.resync;
-            if let Err(e) = passes.run(node, src) {
-                break Err(e);
+            match passes.run(node, src, &opts.runtime) {
+                // The runtime has not loaded the chain yet: ask again soon,
+                // less often the longer it takes.
+                Ok(true) => {
+                    due = Some(now + recheck);
+                    recheck = (recheck * 2).min(opts.resync);
+                }
+                Ok(false) => recheck = runtime::RECHECK,
+                Err(e) => break Err(e),
             }
         }
         let mut wake = due.map_or(next_resync, |d| d.min(next_resync));
@@ -259,19 +272,38 @@ struct Passes {
 }
 
 impl Passes {
-    /// One install pass. Ok unless the error is fatal.
-    fn run(&mut self, node: &Node, src: &Source) -> Result<(), Error> {
+    /// One install pass, then readiness. Ok(true) when the chain is on disk
+    /// but the runtime has not loaded it; Err only when the error is fatal.
+    fn run(&mut self, node: &Node, src: &Source, rt: &Runtime) -> Result<bool, Error> {
         match reconcile::install_once(node, src) {
             Ok(applied) => {
                 let wrote = !matches!(applied, Applied::Unchanged { .. });
-                if wrote || !matches!(self.last, Last::Chained) {
+                let was_chained = matches!(self.last, Last::Chained | Last::NotLoaded(_));
+                if wrote || !was_chained {
                     log(&applied);
                 }
-                if applied.fresh() && matches!(self.last, Last::Chained) {
+                if applied.fresh() && was_chained {
                     self.note_rechain(applied.file());
                 }
-                self.last = Last::Chained;
-                self.ready.set(applied.file())
+                let entries = reconcile::load_entries(&src.plugins_file)?;
+                match runtime::ready(node, src, &entries, rt)? {
+                    Ok(file) => {
+                        if matches!(self.last, Last::NotLoaded(_)) {
+                            log(format!("ready: the runtime loaded {file}"));
+                        }
+                        self.last = Last::Chained;
+                        self.ready.set(&file)?;
+                        Ok(false)
+                    }
+                    Err(why) => {
+                        self.ready.clear();
+                        if !matches!(&self.last, Last::NotLoaded(m) if *m == why) {
+                            log(format!("not ready: {why}"));
+                        }
+                        self.last = Last::NotLoaded(why);
+                        Ok(true)
+                    }
+                }
             }
             Err(e) if e.is_transient() => {
                 self.ready.clear();
@@ -280,7 +312,7 @@ impl Passes {
                     log(format!("not chained, waiting for a change: {msg}"));
                 }
                 self.last = Last::Waiting(msg);
-                Ok(())
+                Ok(false)
             }
             Err(e) => {
                 self.ready.clear();

@@ -9,7 +9,6 @@
 
 mod attachment;
 mod cmd;
-mod cri;
 mod diagnose;
 mod error;
 mod ipargs;

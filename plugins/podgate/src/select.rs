@@ -2,9 +2,9 @@
 //! `--container ID` (from podgate's state store), `--k8s-pod NS/NAME` (from
 //! the node's CRI runtime), or the current (node) one.
 
-use crate::cri::{self, PodName};
 use crate::error::{Error, Result};
 use clap::Args;
+use podgate_cri::{self as cri, PodName};
 use podgate_kit::netns::NetNs;
 use podgate_kit::state::StateStore;
 use podgate_router::config::DEFAULT_STATE_DIR;

@@ -1,6 +1,4 @@
-//! A pod's network namespace by Kubernetes name, from the node's container
-//! runtime over CRI (containerd, CRI-O): the helper only, never the plugins
-//! (they stay small, synchronous and API-free).
+//! A pod's network namespace by Kubernetes name.
 //!
 //! `ListPodSandbox` (ready sandboxes) picks the pod by its sandbox metadata
 //! (namespace + name, what the kubelet sets); `PodSandboxStatus` (verbose)
@@ -8,6 +6,7 @@
 //! (containerd and CRI-O both report the OCI spec there), else the sandbox's
 //! `pid` (its `/proc/PID/ns/net`).
 
+use super::{block_on, call_err, client, CriError};
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ListPodSandboxRequest, PodSandbox, PodSandboxFilter, PodSandboxState, PodSandboxStateValue,
@@ -15,46 +14,7 @@ use k8s_cri::v1::{
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Duration;
-use tonic::transport::{Channel, Endpoint, Uri};
-
-/// crictl's default endpoints, tried in this order when none is given.
-pub const DEFAULT_ENDPOINTS: [&str; 2] = [
-    "unix:///run/containerd/containerd.sock",
-    "unix:///var/run/crio/crio.sock",
-];
-/// One budget per CRI call (connect, list, status).
-const TIMEOUT: Duration = Duration::from_secs(5);
-
-#[derive(Debug, thiserror::Error)]
-pub enum CriError {
-    #[error("--runtime-endpoint {0:?}: only unix:///PATH (or a plain socket path) is supported")]
-    BadEndpoint(String),
-    #[error("no CRI runtime found (tried {tried}); pass --runtime-endpoint")]
-    NoRuntime { tried: String },
-    #[error("CRI runtime at {endpoint}: connecting: {msg}")]
-    Connect { endpoint: String, msg: String },
-    #[error("CRI runtime at {endpoint}: {call}: {msg}")]
-    Call {
-        endpoint: String,
-        call: &'static str,
-        msg: String,
-    },
-    #[error("--k8s-pod {0:?}: give NAMESPACE/NAME")]
-    BadPod(String),
-    #[error("pod {pod}: no ready sandbox on this node's runtime ({endpoint}){hint}")]
-    NotFound {
-        pod: String,
-        endpoint: String,
-        hint: String,
-    },
-    #[error("pod {pod}: sandbox {id} uses the node's network namespace (hostNetwork)")]
-    HostNetwork { pod: String, id: String },
-    #[error("pod {pod}: sandbox {id}: the runtime reports neither a netns path nor a pid")]
-    NoNetns { pod: String, id: String },
-    #[error("starting the CRI client: {0}")]
-    Runtime(std::io::Error),
-}
+use tonic::transport::Channel;
 
 /// `NAMESPACE/NAME` of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,87 +52,13 @@ pub struct PodNetns {
     pub pid: Option<u32>,
 }
 
-/// The socket path of `unix:///PATH` (or a bare absolute path, as crictl
-/// accepts).
-pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
-    let p = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
-    if p.starts_with('/') {
-        Ok(PathBuf::from(p))
-    } else {
-        Err(CriError::BadEndpoint(endpoint.into()))
-    }
-}
-
 /// Finds the ready sandbox of `pod` through `endpoint`, or through the first
 /// default endpoint whose socket exists and answers.
 pub fn find_pod(endpoint: Option<&str>, pod: &PodName) -> Result<PodNetns, CriError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(CriError::Runtime)?;
-    rt.block_on(async {
-        let (endpoint, mut client) = match endpoint {
-            Some(e) => (e.to_string(), connect(e).await?),
-            None => connect_default().await?,
-        };
+    block_on(async {
+        let (endpoint, mut client) = client(endpoint).await?;
         lookup(&mut client, &endpoint, pod).await
     })
-}
-
-async fn connect_default() -> Result<(String, RuntimeServiceClient<Channel>), CriError> {
-    let mut tried = Vec::new();
-    for e in DEFAULT_ENDPOINTS {
-        let exists = socket_path(e).is_ok_and(|p| p.exists());
-        if !exists {
-            tried.push(format!("{e}: no socket"));
-            continue;
-        }
-        match connect(e).await {
-            Ok(c) => return Ok((e.to_string(), c)),
-            Err(err) => tried.push(err.to_string()),
-        }
-    }
-    Err(CriError::NoRuntime {
-        tried: tried.join("; "),
-    })
-}
-
-async fn connect(endpoint: &str) -> Result<RuntimeServiceClient<Channel>, CriError> {
-    let path = socket_path(endpoint)?;
-    let fail = |msg: String| CriError::Connect {
-        endpoint: endpoint.into(),
-        msg,
-    };
-    // The URI is a placeholder: the connector below always dials the socket.
-    let channel = Endpoint::from_static("http://cri.invalid")
-        .connect_timeout(TIMEOUT)
-        .timeout(TIMEOUT)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let s = tokio::net::UnixStream::connect(&path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
-            }
-        }))
-        .await
-        .map_err(|e| fail(error_chain(&e)))?;
-    Ok(RuntimeServiceClient::new(channel))
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let part = c.to_string();
-        // tonic's messages often repeat their source's.
-        if !s.contains(&part) {
-            s.push_str(": ");
-            s.push_str(&part);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 async fn lookup(
@@ -180,11 +66,6 @@ async fn lookup(
     endpoint: &str,
     pod: &PodName,
 ) -> Result<PodNetns, CriError> {
-    let call_err = |call: &'static str, s: tonic::Status| CriError::Call {
-        endpoint: endpoint.into(),
-        call,
-        msg: s.message().to_string(),
-    };
     let items = client
         .list_pod_sandbox(ListPodSandboxRequest {
             filter: Some(PodSandboxFilter {
@@ -195,7 +76,7 @@ async fn lookup(
             }),
         })
         .await
-        .map_err(|s| call_err("ListPodSandbox", s))?
+        .map_err(|s| call_err(endpoint, "ListPodSandbox", s))?
         .into_inner()
         .items;
     let Some(sandbox) = pick_sandbox(&items, pod) else {
@@ -225,7 +106,7 @@ async fn lookup(
             verbose: true,
         })
         .await
-        .map_err(|s| call_err("PodSandboxStatus", s))?
+        .map_err(|s| call_err(endpoint, "PodSandboxStatus", s))?
         .into_inner()
         .info;
     match netns_from_info(&info) {
@@ -348,20 +229,6 @@ mod tests {
         for bad in ["vpn", "/x", "vpn/", "a/b/c", ""] {
             assert!(PodName::parse(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn endpoints() {
-        assert_eq!(
-            socket_path("unix:///run/containerd/containerd.sock").unwrap(),
-            PathBuf::from("/run/containerd/containerd.sock")
-        );
-        assert_eq!(
-            socket_path("/var/run/crio/crio.sock").unwrap(),
-            PathBuf::from("/var/run/crio/crio.sock")
-        );
-        assert!(socket_path("tcp://127.0.0.1:1234").is_err());
-        assert!(socket_path("unix://relative.sock").is_err());
     }
 
     #[test]
