@@ -7,6 +7,7 @@
 // Usage:
 //
 //	cnirunner <add|check|del> --conf-dir DIR --name NETNAME --netns PATH
+//	(del: --netns "" for a sandbox already gone)
 //	          --container-id ID [--ifname eth0] --cni-path DIR[:DIR]
 //	          [--cache-dir DIR] [--args 'K=V;K2=V2'] [--capability-args JSON]
 //
@@ -81,6 +82,11 @@ func parseOptions(argv []string) (*options, error) {
 		{"--container-id", o.containerID},
 		{"--cni-path", o.cniPath},
 	} {
+		// A runtime's DEL after the sandbox is gone has no netns (the spec
+		// allows it; a delegating plugin such as Multus passes it on).
+		if req.flag == "--netns" && o.verb == "del" && explicitlyEmpty(fs, "netns") {
+			continue
+		}
 		if req.value == "" {
 			missing = append(missing, req.flag)
 		}
@@ -89,6 +95,17 @@ func parseOptions(argv []string) (*options, error) {
 		return nil, fmt.Errorf("missing required flags: %s", strings.Join(missing, " "))
 	}
 	return o, nil
+}
+
+// explicitlyEmpty reports whether the flag was given, with an empty value.
+func explicitlyEmpty(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			given = true
+		}
+	})
+	return given
 }
 
 // parseArgs turns "K=V;K2=V2" into libcni's [][2]string. Empty segments are

@@ -11,7 +11,7 @@
 //!   containerd, then every sandbox process and shim it left, then every
 //!   mount under its dirs, the shims' sockets and the pods' cgroups.
 //!
-//! The CRI client itself lives in the tests (`k8s-cri` is a dev-dependency).
+//! The kubelet's side of CRI (run, stop, remove sandboxes) is [`crate::cri`].
 
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;

@@ -23,6 +23,7 @@
 
 pub mod agent;
 pub mod containerd;
+pub mod cri;
 mod netns;
 mod node;
 mod snapshot;

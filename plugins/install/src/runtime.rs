@@ -6,7 +6,7 @@
 //! sorting first and holding the primary's current chain plus the plugins
 //! file's entries) says what the conf dir holds. What counts is what the
 //! runtime loaded, so unless the operator passed `--runtime-endpoint none`
-//! the runtime is asked over CRI ([`podgate_cri::runtime_status`]) and its
+//! the runtime is asked first, over CRI ([`podgate_cri::runtime_status`]) and its
 //! default network must carry podgate's entries exactly as the plugins file
 //! has them. The file it loaded is named by matching the loaded bytes
 //! against the conf dir. With Multus (thick or thin) the runtime shows only
@@ -54,15 +54,14 @@ pub fn ready(
     entries: &[Json],
     runtime: &Runtime,
 ) -> Result<Result<String, String>, Error> {
-    let file = match reconcile::status(node, src, entries)? {
-        Ok(f) => f,
-        Err(why) => return Ok(Err(why)),
-    };
     let endpoint = match runtime {
-        Runtime::FileOnly => return Ok(Ok(file)),
+        Runtime::FileOnly => return reconcile::status(node, src, entries),
         Runtime::Default => None,
         Runtime::At(e) => Some(e.as_str()),
     };
+    // The runtime first: what it loaded is what pods get, and it names the
+    // file it loaded; then the conf dir, so a stale binary or a chain not
+    // yet re-rendered from the primary's new content is not ready either.
     let status = match podgate_cri::runtime_status(endpoint) {
         Ok(s) => s,
         Err(e) => {
@@ -71,7 +70,10 @@ pub fn ready(
             )))
         }
     };
-    Ok(loaded_is_podgates(node, entries, &status).map(|()| file))
+    if let Err(why) = loaded_is_podgates(node, entries, &status) {
+        return Ok(Err(why));
+    }
+    reconcile::status(node, src, entries)
 }
 
 /// [`ready`] again until it says yes or `wait` has passed (a runtime
