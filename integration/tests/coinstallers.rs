@@ -55,17 +55,7 @@ fn primary(node: &TestNode, subnet: &str) -> Value {
 /// is false), podgate's plugins file, and containerd running.
 fn start(prefix: &str, with_primary: bool) -> Containerd {
     require_root();
-    podgate_integration::built(
-        &["podgate", "podgate-router", "podgate-tunnel-guard"],
-        &[
-            "-p",
-            "podgate",
-            "-p",
-            "podgate-router",
-            "-p",
-            "podgate-tunnel-guard",
-        ],
-    );
+    podgate_integration::built_shipped();
     let node = TestNode::new(prefix);
     node.refresh_cni_bin();
     if with_primary {
