@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 /// Where the agent serves its metrics, inside the node netns.
 pub const METRICS_PORT: u16 = 9750;
 
-/// `cmd` (the `podgate` binary) made `podgate install --watch` for `node`:
-/// its conf and bin dirs, the binaries of [`bin_dir`], `plugins` as the
-/// plugins file, state in `<root>/installer`.
-pub fn install_watch<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
+/// `cmd` (the `podgate` binary) made `podgate install` for `node`: its conf
+/// and bin dirs, the binaries of [`bin_dir`], `plugins` as the plugins file,
+/// state in `<root>/installer`.
+pub fn install<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
     cmd.arg("install")
-        .arg("--watch")
         .arg("--cni-conf-dir")
         .arg(node.conf_dir())
         .arg("--cni-bin-dir")
@@ -25,6 +24,11 @@ pub fn install_watch<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) 
         .arg(plugins)
         .arg("--state-dir")
         .arg(node.root().join("installer"))
+}
+
+/// [`install`] with `--watch`.
+pub fn install_watch<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
+    install(cmd, node, plugins).arg("--watch")
 }
 
 /// The agent in `node`'s netns; SIGKILLed on drop.

@@ -70,21 +70,19 @@ fn start(prefix: &str, with_primary: bool) -> Containerd {
     Containerd::start(node)
 }
 
+/// The operator changes podgate's entries (a profile added).
+fn change_entries(node: &TestNode) {
+    let plugins = node.root().join("plugins.json");
+    let mut entries: Value = serde_json::from_slice(&std::fs::read(&plugins).unwrap()).unwrap();
+    entries[1]["profiles"]["pool-router"] = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});
+    std::fs::write(&plugins, entries.to_string()).unwrap();
+}
+
 /// `podgate install ARGS` against this node, asking this containerd.
 fn install(c: &Containerd, args: &[&str]) -> Output {
     let node = c.node();
-    Command::new(bin_dir().join("podgate"))
-        .arg("install")
-        .arg("--cni-conf-dir")
-        .arg(node.conf_dir())
-        .arg("--cni-bin-dir")
-        .arg(node.cni_bin_dir())
-        .arg("--source-dir")
-        .arg(bin_dir())
-        .arg("--plugins")
-        .arg(node.root().join("plugins.json"))
-        .arg("--state-dir")
-        .arg(node.root().join("installer"))
+    let mut cmd = Command::new(bin_dir().join("podgate"));
+    podgate_integration::agent::install(&mut cmd, node, &node.root().join("plugins.json"))
         .arg("--runtime-endpoint")
         .arg(c.endpoint())
         .args(args)
@@ -351,12 +349,10 @@ fn istio_owned_config_loads_a_chain_with_podgate_in_both_layouts() {
         ]
     );
     assert_ready(&c, &layout, "03-podgate.conflist");
-    // The plugins file changes: podgate re-renders, Istio copies it again;
-    // until Istio has, the runtime's chain is not what the plugins file says.
-    let plugins = c.node().root().join("plugins.json");
-    let mut entries: Value = serde_json::from_slice(&std::fs::read(&plugins).unwrap()).unwrap();
-    entries[1]["profiles"]["pool-router"] = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});
-    std::fs::write(&plugins, entries.to_string()).unwrap();
+    // The plugins file changes: podgate re-renders its file; Istio compares
+    // plugin types only and keeps its copy, so the runtime's chain is not
+    // what the plugins file says (the table: restart Istio's agent).
+    change_entries(c.node());
     install_ok(&c, &layout);
     assert_not_ready(
         &c,
@@ -428,12 +424,17 @@ impl Multus {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// SIGTERM, as the kubelet stops it: it removes its `00-multus.conf`.
     fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}\n{}", self.log());
     }
 }
 
+/// SIGKILL: a crashed daemon, its `00-multus.conf` left behind.
 impl Drop for Multus {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -445,7 +446,8 @@ impl Drop for Multus {
 /// its clusterNetwork): started before podgate's file existed it delegates to
 /// the primary, pods miss podgate and the check says so; restarted, it
 /// delegates to podgate's file, pods get podgate and the check passes; with
-/// the daemon gone, a re-rendered podgate file is not ready.
+/// the daemon crashed, a re-rendered podgate file is not ready; stopped
+/// cleanly, its file goes and the runtime loads podgate's own.
 #[test]
 fn multus_thick_is_ready_only_once_its_daemon_delegates_to_podgates_file() {
     // Multus's own file sorts first: podgate is told which file is the
@@ -490,18 +492,19 @@ fn multus_thick_is_ready_only_once_its_daemon_delegates_to_podgates_file() {
     }
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
 
-    // Daemon gone; podgate's file re-rendered (plugins file changed).
-    multus.stop();
-    let plugins = node.root().join("plugins.json");
-    let mut entries: Value = serde_json::from_slice(&std::fs::read(&plugins).unwrap()).unwrap();
-    entries[1]["profiles"]["pool-router"] = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});
-    std::fs::write(&plugins, entries.to_string()).unwrap();
+    // The daemon crashed; podgate's file re-rendered (plugins file changed).
+    drop(multus);
+    change_entries(node);
     install_ok(&c, &PRIMARY);
     assert_not_ready(
         &c,
         &PRIMARY,
         &["loaded 00-multus.conf: Multus's daemon has not re-read 00-podgate.conflist"],
     );
+    // Started again and stopped cleanly: Multus's file goes with it.
+    Multus::start(&c).stop();
+    assert!(!node.conf_dir().join("00-multus.conf").exists());
+    assert_ready(&c, &PRIMARY, OWN);
 }
 
 /// A primary whose installer rewrites its file in place at every start
