@@ -546,3 +546,115 @@ fn a_primary_rewritten_at_start_is_not_ready_until_podgate_re_renders_it() {
 fn fresh_forwarding() -> String {
     podgate_integration::Netns::new("co-probe").sysctl_get("net.ipv4.ip_forward")
 }
+
+/// `podgate install --watch` asking this containerd; SIGKILLed on drop.
+struct Watcher(Child);
+
+impl Watcher {
+    fn start(c: &Containerd, args: &[&str]) -> Watcher {
+        let node = c.node();
+        let mut cmd = Command::new(bin_dir().join("podgate"));
+        let child = podgate_integration::agent::install_watch(
+            &mut cmd,
+            node,
+            &node.root().join("plugins.json"),
+        )
+        .args(["--debounce-ms", "50", "--resync-secs", "1"])
+        .arg("--runtime-endpoint")
+        .arg(c.endpoint())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(node.root().join("watch.log")).unwrap())
+        .spawn()
+        .unwrap();
+        Watcher(child)
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn now_ns() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    )
+    .unwrap()
+}
+
+/// The history once `done` holds for it (within [`RELOAD`]).
+fn history_until(c: &Containerd, done: impl Fn(&Value) -> bool) -> Value {
+    let path = c.node().root().join("installer/runtime-chain.json");
+    let deadline = Instant::now() + RELOAD;
+    loop {
+        let h: Option<Value> = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if let Some(h) = h.filter(|h| done(h)) {
+            return h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "history {}: {:?}\n{}",
+            path.display(),
+            std::fs::read_to_string(&path),
+            std::fs::read_to_string(c.node().root().join("watch.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The agent records in its state dir when it first saw the runtime serve
+/// podgate's chain and each period it saw the chain missing (another file
+/// loaded first), per boot; a restarted agent keeps both.
+#[test]
+fn the_agent_records_when_the_runtime_served_the_chain_and_keeps_it_across_restarts() {
+    // The order check is against the file podgate renders from, so another
+    // file sorting first does not stop the watcher.
+    const PRIMARY: [&str; 2] = ["--primary", "10-podnet.conflist"];
+    let c = start("co-history", true);
+    let before = now_ns();
+    let watcher = Watcher::start(&c, &PRIMARY);
+    let h = history_until(&c, |h| h["firstLoaded"].is_u64());
+    let first = h["firstLoaded"].as_u64().unwrap();
+    assert!(before <= first && first <= now_ns(), "{h}");
+    assert_eq!(h["version"], 1);
+    assert_eq!(
+        h["bootId"],
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .unwrap()
+            .trim()
+    );
+    assert_eq!(h["missing"], json!([]));
+
+    let gone = now_ns();
+    c.node()
+        .write_conflist("00-aaa", &primary(c.node(), "10.30.0.0/16"));
+    let h = history_until(&c, |h| {
+        h["missing"].as_array().is_some_and(|m| m.len() == 1)
+    });
+    let m = &h["missing"][0];
+    assert!(m["seenLoadedAgain"].is_null(), "{h}");
+    let (last, missing) = (
+        m["lastSeenLoaded"].as_u64().unwrap(),
+        m["firstSeenMissing"].as_u64().unwrap(),
+    );
+    assert!(first <= last && last <= missing && gone <= missing, "{h}");
+
+    std::fs::remove_file(c.node().conf_dir().join("00-aaa.conflist")).unwrap();
+    let h = history_until(&c, |h| h["missing"][0]["seenLoadedAgain"].is_u64());
+    assert!(h["missing"][0]["seenLoadedAgain"].as_u64().unwrap() >= missing);
+
+    drop(watcher);
+    let _watcher = Watcher::start(&c, &PRIMARY);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = history_until(&c, |_| true);
+    assert_eq!(after, h, "a restarted agent keeps the record");
+}

@@ -12,6 +12,7 @@
 //! * `state`: what was written (and, for files an earlier podgate chained
 //!   in place, the primary's original bytes).
 //! * `runtime`: readiness, from what the container runtime loaded (CRI).
+//! * `history`: when the agent saw the runtime serve the chain (per boot).
 //! * `watch`: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
 //! * `validate`: podgate's entries checked by the plugins' own config code.
 
@@ -23,6 +24,7 @@
 pub mod chain;
 mod error;
 pub mod fsx;
+mod history;
 pub mod json;
 pub mod metrics;
 mod reconcile;
@@ -321,6 +323,10 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
             ready_file: args.ready_file.clone(),
             uninstall_on_exit: args.uninstall_on_exit,
             sweep: sweep::Sweep::new(args.router_state_dir.clone(), args.sweep_secs),
+            history: match runtime {
+                Runtime::FileOnly => None,
+                _ => Some(history::HistoryFile::new(&args.node.state_dir)?),
+            },
             runtime,
         };
         return watch::run(&node, &src, &opts);

@@ -54,8 +54,34 @@ pub fn ready(
     entries: &[Json],
     runtime: &Runtime,
 ) -> Result<Result<String, String>, Error> {
+    Ok(judge(node, src, entries, runtime)?.ready)
+}
+
+/// [`ready`]'s answer, and what it learnt of the runtime on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub ready: Result<String, String>,
+    /// Some(whether the runtime's loaded network has podgate in it at all,
+    /// configured as now or not; through Multus: its clusterNetwork is
+    /// podgate's file); None when the runtime was not asked, did not answer,
+    /// or does not report what it loaded (CRI-O).
+    pub loaded: Option<bool>,
+}
+
+/// The one readiness test (see the module doc).
+pub fn judge(
+    node: &Node,
+    src: &Source,
+    entries: &[Json],
+    runtime: &Runtime,
+) -> Result<Verdict, Error> {
     let endpoint = match runtime {
-        Runtime::FileOnly => return reconcile::status(node, src, entries),
+        Runtime::FileOnly => {
+            return Ok(Verdict {
+                ready: reconcile::status(node, src, entries)?,
+                loaded: None,
+            })
+        }
         Runtime::Default => None,
         Runtime::At(e) => Some(e.as_str()),
     };
@@ -65,15 +91,22 @@ pub fn ready(
     let status = match podgate_cri::runtime_status(endpoint) {
         Ok(s) => s,
         Err(e) => {
-            return Ok(Err(format!(
-                "cannot tell what the runtime loaded: {e} (--runtime-endpoint none: trust the conf dir alone)"
-            )))
+            return Ok(Verdict {
+                ready: Err(format!(
+                    "cannot tell what the runtime loaded: {e} (--runtime-endpoint none: trust the conf dir alone)"
+                )),
+                loaded: None,
+            })
         }
     };
-    if let Err(why) = loaded_is_podgates(node, entries, &status) {
-        return Ok(Err(why));
-    }
-    reconcile::status(node, src, entries)
+    let loaded = loaded_is_podgates(node, entries, &status);
+    Ok(Verdict {
+        loaded: serves_podgate(node, &status),
+        ready: match loaded {
+            Err(why) => Err(why),
+            Ok(()) => reconcile::status(node, src, entries)?,
+        },
+    })
 }
 
 /// [`ready`] again until it says yes or `wait` has passed (a runtime
@@ -173,6 +206,24 @@ fn loaded_is_podgates(node: &Node, entries: &[Json], status: &RuntimeStatus) -> 
         ));
     }
     Ok(())
+}
+
+/// Whether the runtime's default network has podgate in it (see
+/// [`Verdict::loaded`]).
+fn serves_podgate(node: &Node, status: &RuntimeStatus) -> Option<bool> {
+    let cni = status.cni.as_ref()?;
+    let Some(net) = &cni.default else {
+        return Some(false);
+    };
+    let parse = |src: &str| serde_json::from_str::<serde_json::Value>(src).ok();
+    Some(match net.plugins.as_slice() {
+        [only] if MULTUS_TYPES.contains(&only.kind.as_str()) => parse(&only.source)
+            .and_then(|c| c.get("clusterNetwork")?.as_str().map(str::to_string))
+            .is_some_and(|c| Path::new(&c).file_name() == Some(node.own_file.as_ref())),
+        plugins => plugins
+            .iter()
+            .any(|p| p.kind.starts_with(super::chain::PODGATE_TYPE_PREFIX)),
+    })
 }
 
 /// The conf dir file the runtime loaded: a `.conflist` by its bytes; a
@@ -370,6 +421,28 @@ mod tests {
         put(&n, OWN, "{ }");
         let err = loaded_is_podgates(&n, &entries(), &loaded("{}", &[&to_own])).unwrap_err();
         assert!(err.contains("has not re-read 00-podgate.conflist"), "{err}");
+    }
+
+    #[test]
+    fn the_history_counts_podgate_in_the_loaded_chain_however_configured() {
+        let n = node("serves");
+        let other = r#"{"profiles": {"x": {}}, "type": "podgate-router"}"#;
+        assert_eq!(
+            serves_podgate(&n, &loaded("{}", &[CALICO, other])),
+            Some(true)
+        );
+        assert_eq!(serves_podgate(&n, &loaded("{}", &[CALICO])), Some(false));
+        let shim = |to: &str| {
+            format!(r#"{{"type":"multus-shim","clusterNetwork":"/host/etc/cni/net.d/{to}"}}"#)
+        };
+        assert_eq!(serves_podgate(&n, &loaded("{}", &[&shim(OWN)])), Some(true));
+        assert_eq!(
+            serves_podgate(&n, &loaded("{}", &[&shim("10-calico.conflist")])),
+            Some(false)
+        );
+        let mut crio = loaded("{}", &[]);
+        crio.cni = None;
+        assert_eq!(serves_podgate(&n, &crio), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 use super::chain::{kind_of, ORIG_SUFFIX};
 use super::fsx;
+use super::history::{self, History, HistoryFile};
 use super::reconcile::{self, Applied, Node, Source};
 use super::runtime::{self, Runtime};
 use super::sys::{poll_readable, Inotify, Signals, WatchDescriptor};
@@ -31,6 +32,9 @@ pub struct WatchOpts {
     pub sweep: Option<super::sweep::Sweep>,
     /// Where readiness asks what the runtime loaded.
     pub runtime: Runtime,
+    /// Where the agent records when it saw the runtime serve the chain
+    /// (None with `--runtime-endpoint none`: it sees nothing of the runtime).
+    pub history: Option<HistoryFile>,
 }
 
 const DIR_MASK: u32 = libc::IN_CREATE
@@ -175,6 +179,11 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
         last: Last::Start,
         rechains: VecDeque::new(),
         warned: None,
+        history: match &opts.history {
+            Some(f) => Some((f.clone(), f.load()?)),
+            None => None,
+        },
+        last_seen: None,
     };
     let mut due = Some(Instant::now());
     let mut first_event: Option<Instant> = None;
@@ -269,6 +278,10 @@ struct Passes {
     last: Last,
     rechains: VecDeque<Instant>,
     warned: Option<Instant>,
+    /// The record of when the runtime served the chain, and when this agent
+    /// last saw it do so.
+    history: Option<(HistoryFile, History)>,
+    last_seen: Option<u64>,
 }
 
 impl Passes {
@@ -286,7 +299,9 @@ impl Passes {
                     self.note_rechain(applied.file());
                 }
                 let entries = reconcile::load_entries(&src.plugins_file)?;
-                match runtime::ready(node, src, &entries, rt)? {
+                let verdict = runtime::judge(node, src, &entries, rt)?;
+                self.record(verdict.loaded)?;
+                match verdict.ready {
                     Ok(file) => {
                         if matches!(self.last, Last::NotLoaded(_)) {
                             log(format!("ready: the runtime loaded {file}"));
@@ -307,6 +322,10 @@ impl Passes {
             }
             Err(e) if e.is_transient() => {
                 self.ready.clear();
+                // Not chained on disk; the runtime may still say what it serves.
+                if let Ok(entries) = reconcile::load_entries(&src.plugins_file) {
+                    self.record(runtime::judge(node, src, &entries, rt)?.loaded)?;
+                }
                 let msg = e.to_string();
                 if !matches!(&self.last, Last::Waiting(m) if *m == msg) {
                     log(format!("not chained, waiting for a change: {msg}"));
@@ -319,6 +338,28 @@ impl Passes {
                 Err(e)
             }
         }
+    }
+
+    /// One observation of the runtime into the history (when it said).
+    fn record(&mut self, loaded: Option<bool>) -> Result<(), Error> {
+        let (Some(loaded), Some((file, h))) = (loaded, self.history.as_mut()) else {
+            return Ok(());
+        };
+        let now = history::now_nanos();
+        if h.observe(loaded, now, self.last_seen) {
+            file.save(h)?;
+            log(if loaded {
+                format!("the runtime serves podgate's chain (recorded at {now} ns)")
+            } else {
+                format!(
+                    "warning: the runtime no longer serves podgate's chain (recorded at {now} ns)"
+                )
+            });
+        }
+        if loaded {
+            self.last_seen = Some(now);
+        }
+        Ok(())
     }
 
     fn note_rechain(&mut self, file: &str) {
