@@ -323,8 +323,9 @@ impl Passes {
             Err(e) if e.is_transient() => {
                 self.ready.clear();
                 // Not chained on disk; the runtime may still say what it serves.
-                if let Ok(entries) = reconcile::load_entries(&src.plugins_file) {
-                    self.record(runtime::judge(node, src, &entries, rt)?.loaded)?;
+                let entries = reconcile::load_entries(&src.plugins_file);
+                if let Ok(v) = entries.and_then(|e| runtime::judge(node, src, &e, rt)) {
+                    self.record(v.loaded)?;
                 }
                 let msg = e.to_string();
                 if !matches!(&self.last, Last::Waiting(m) if *m == msg) {
