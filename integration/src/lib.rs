@@ -14,6 +14,9 @@
 //! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`], [`udp_answer`],
 //!   [`udp_request`]: traffic between namespaces.
 //! * [`agent::Agent`]: the node agent with its metrics endpoint in a node.
+//! * [`cluster::Cluster`]: three nodes on one fabric (pod CIDRs routed
+//!   host-gw style, a Service DNATed on every node), a backend on each and an
+//!   OpenVPN client outside, for client pools that cross nodes.
 //! * [`containerd::Containerd`]: a real containerd (CRI) running inside a
 //!   node's netns, with a locally built pause image.
 //!
@@ -22,6 +25,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent;
+pub mod cluster;
 pub mod containerd;
 pub mod cri;
 mod netns;
