@@ -161,14 +161,14 @@ fn diagnose_names_the_node_local_return_route_for_backends_on_b_and_c_and_not_fo
         let node = &c.nodes[b.node];
         assert!(
             r.out.contains(&format!(
-                "verdict: pod {}: the pod reaches it, but a probe from {TUN_SERVER_IP} got no answer",
+                "verdict: pod {}: the pod reaches it, but a probe from {TUN_SERVER_IP} silent",
                 b.ip
             )),
             "{r:?}"
         );
         assert!(
             r.out.contains(&format!(
-                "{} is not served by this node (the node's route {} via {} dev fabric0)",
+                "{} is not served by this node (the node's route {} via {} dev fabric0 proto boot)",
                 b.ip, node.pod_cidr, node.ip
             )),
             "{r:?}"
@@ -201,7 +201,7 @@ fn diagnose_does_not_blame_the_return_route_when_bs_backend_is_stopped() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
         r.out.contains(&format!(
-            "verdict: pod {} silent even from the VPN pod itself",
+            "verdict: pod {} silent (no answer in 1000 ms) even from the VPN pod itself",
             b.ip
         )),
         "{r:?}"

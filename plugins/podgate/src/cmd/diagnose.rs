@@ -166,7 +166,19 @@ pub fn run(a: &DiagnoseArgs, target: &Target, json: bool) -> Result<Found> {
 
     let mut progress = Progress::new();
     progress.step(&format!("reading {} ...", sel.chosen.label()));
-    let facts = facts::gather(&sel.ns, &node_ns, &pools, a.from, &a.cni_conf_dir)?;
+    let pod_targets: Vec<IpAddr> = targets
+        .iter()
+        .filter(|t| t.role == Role::Pod)
+        .map(|t| t.addr)
+        .collect();
+    let facts = facts::gather(
+        &sel.ns,
+        &node_ns,
+        &pools,
+        a.from,
+        &pod_targets,
+        &a.cni_conf_dir,
+    )?;
     if let Some(f) = a.from {
         if !facts.pod_addrs.iter().any(|n| n.addr() == f) {
             let have: Vec<String> = facts

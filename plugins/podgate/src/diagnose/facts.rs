@@ -49,6 +49,26 @@ pub struct MasqFact {
     pub oifname: String,
 }
 
+/// How the node reaches one target: whether the target is served by this
+/// node (a return route on this node helps only its replies) or by another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTarget {
+    pub addr: IpAddr,
+    /// The node's main-table route to it (longest prefix), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteFact>,
+    /// Device of the node's default route of that family (its uplink).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_dev: Option<String>,
+    /// The target is one of the node's own addresses.
+    pub node_own: bool,
+    /// The node's address on the route's device (what other nodes would
+    /// route a pool to), preferring one whose subnet holds the gateway.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_addr: Option<IpAddr>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Facts {
@@ -75,6 +95,8 @@ pub struct Facts {
     pub node_routes: Vec<RouteFact>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_error: Option<String>,
+    /// The node's route to each pod target (read when there are pools).
+    pub node_targets: Vec<NodeTarget>,
     /// Whether the node netns is the pod netns itself (no node-side view).
     pub node_is_pod: bool,
     /// The node's primary CNI (read when there are pools: its anti-spoofing
@@ -87,26 +109,67 @@ fn read_opt(name: &str) -> Option<String> {
     sysctl::read(name).ok()
 }
 
-fn main_routes(sock: &mut RouteSocket) -> podgate_kit::Result<Vec<RouteFact>> {
-    let links = link::list(sock)?;
+fn main_routes(
+    sock: &mut RouteSocket,
+    links: &[link::Link],
+) -> podgate_kit::Result<Vec<RouteFact>> {
     Ok(route::list_all(sock)?
         .into_iter()
         .filter(|e| e.table == TABLE_MAIN && e.route_type() == RouteType::UNICAST)
         .map(|e| RouteFact {
             dst: e.dst,
             gateway: e.gateway,
-            dev: dev_name(&links, e.oif),
+            dev: dev_name(links, e.oif),
             protocol: e.protocol,
         })
         .collect())
 }
 
-/// Read the pod netns (and the node's, for return routes).
+/// The node's view of `addr`, from its main-table routes and addresses.
+fn node_target(
+    addr: IpAddr,
+    routes: &[RouteFact],
+    addrs: &[(IpNet, Option<String>)],
+) -> NodeTarget {
+    let family = |n: &IpNet| n.addr().is_ipv6() == addr.is_ipv6();
+    let route = routes
+        .iter()
+        .filter(|r| family(&r.dst) && r.dst.contains(&addr))
+        .max_by_key(|r| r.dst.prefix_len())
+        .cloned();
+    let default_dev = routes
+        .iter()
+        .find(|r| family(&r.dst) && r.dst.prefix_len() == 0)
+        .and_then(|r| r.dev.clone());
+    let node_addr = route.as_ref().and_then(|r| {
+        let on_dev: Vec<&IpNet> = addrs
+            .iter()
+            .filter(|(a, d)| family(a) && d.is_some() && *d == r.dev)
+            .map(|(a, _)| a)
+            .collect();
+        on_dev
+            .iter()
+            .find(|a| r.gateway.is_some_and(|g| a.contains(&g)))
+            .or(on_dev.first())
+            .map(|a| a.addr())
+    });
+    NodeTarget {
+        addr,
+        route,
+        default_dev,
+        node_own: addrs.iter().any(|(a, _)| a.addr() == addr),
+        node_addr,
+    }
+}
+
+/// Read the pod netns (and the node's, for return routes and for how it
+/// reaches each of `pod_targets`).
 pub fn gather(
     pod: &NetNs,
     node: &NetNs,
     pools: &[IpNet],
     from: Option<IpAddr>,
+    pod_targets: &[IpAddr],
     cni_conf_dir: &std::path::Path,
 ) -> crate::error::Result<Facts> {
     let mut f = Facts {
@@ -127,7 +190,7 @@ pub fn gather(
         .filter(|a| !lo.contains(&a.index))
         .map(|a| a.addr)
         .collect();
-    f.pod_routes = main_routes(&mut sock)?;
+    f.pod_routes = main_routes(&mut sock, &links)?;
 
     let ifaces: Vec<String> = links
         .iter()
@@ -168,8 +231,18 @@ pub fn gather(
         let node_sock = RouteSocket::in_netns(node);
         let node_links: Vec<String> = match node_sock {
             Ok(mut s) => {
-                match main_routes(&mut s) {
+                let links = link::list(&mut s).unwrap_or_default();
+                let addrs: Vec<(IpNet, Option<String>)> = link::addresses(&mut s)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|a| (a.addr, dev_name(&links, Some(a.index))))
+                    .collect();
+                match main_routes(&mut s, &links) {
                     Ok(routes) => {
+                        f.node_targets = pod_targets
+                            .iter()
+                            .map(|t| node_target(*t, &routes, &addrs))
+                            .collect();
                         f.node_routes = routes
                             .into_iter()
                             .filter(|r| {
@@ -179,9 +252,7 @@ pub fn gather(
                     }
                     Err(e) => f.node_error = Some(e.to_string()),
                 }
-                link::list(&mut s)
-                    .map(|ls| ls.into_iter().map(|l| l.name).collect())
-                    .unwrap_or_default()
+                links.into_iter().map(|l| l.name).collect()
             }
             Err(e) => {
                 f.node_error = Some(e.to_string());

@@ -70,6 +70,33 @@ pub enum ReturnPath {
     Missing { elsewhere: Option<RouteFact> },
 }
 
+/// Where a target is served, as the node routes to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Locality {
+    /// One of the node's own addresses, or a route into a local pod
+    /// network (a bridge, a pod's veth).
+    ThisNode,
+    /// Through a gateway or the node's uplink: another node (or beyond).
+    Elsewhere(RouteFact),
+    /// No node-side view (no node netns, unreadable, no route).
+    Unknown,
+}
+
+/// A return route for a pool exists on this node only, and the target's
+/// replies to the pool leave from another node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffNode {
+    pub pool: IpNet,
+    /// The return route on this node (via the VPN pod).
+    pub return_route: RouteFact,
+    /// The node's route to the target.
+    pub node_route: RouteFact,
+    /// This node's address the other nodes would route the pool to.
+    pub node_addr: Option<IpAddr>,
+    /// The primary's own way of routing the pool cluster-wide, if recognised.
+    pub primary_way: Option<String>,
+}
+
 /// The pod's forwarding sysctl of one family, judged for its use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forwarding {
@@ -171,6 +198,9 @@ pub enum HopFinding {
         masqueraded: bool,
         /// The primary's recipe for accepting the pool, if it filters.
         recipe: Option<String>,
+        /// The pool is routed back on this node only, and the target is not
+        /// served by this node.
+        off_node: Option<OffNode>,
     },
 }
 

@@ -157,6 +157,36 @@ pub fn recipe(f: &PrimaryFact, pool: &IpNet) -> Option<String> {
     })
 }
 
+/// The primary's own way of making `pool` reach the VPN pod (at `pod_ip`, on
+/// the node at `node_ip`) from every node, or None when podgate does not
+/// recognise the primary.
+pub fn cluster_route(
+    f: &PrimaryFact,
+    pool: &IpNet,
+    pod_ip: Option<std::net::IpAddr>,
+    node_ip: Option<std::net::IpAddr>,
+) -> Option<String> {
+    let text = |ip: Option<std::net::IpAddr>, what: &str| {
+        ip.map_or_else(|| format!("<{what}>"), |a| a.to_string())
+    };
+    let (pod, node) = (text(pod_ip, "VPN pod IP"), text(node_ip, "this node's IP"));
+    Some(match classify(f) {
+        Primary::KubeOvn => format!(
+            "Kube-OVN: a static route on the VPC's router reaches every node: `staticRoutes: [{{cidr: {pool}, nextHopIP: {pod}, policy: policyDst}}]` in the Vpc, with the VPN pod's IP pinned (annotation ovn.kubernetes.io/ip_address)"
+        ),
+        Primary::Calico => format!(
+            "Calico: announce {pool} by BGP from the VPN pod (a BGP speaker in the pod peering with its node, where your Calico version allows peering with workloads); Calico then carries the route to every node"
+        ),
+        Primary::Cilium => format!(
+            "Cilium treats {pool} as outside the cluster: masquerade it, or route it to this node on every node and add it to the agent's non-masquerade CIDRs"
+        ),
+        Primary::NoFilter(name) => format!(
+            "{name} routes only each node's pod CIDR: `ip route add {pool} via {node}` on every other node (or once on the fabric), moved by hand when the pod moves"
+        ),
+        Primary::Unknown(_) => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +228,30 @@ mod tests {
         );
         let r = recipe(&fact(None, &[]), &pool).unwrap();
         assert!(r.contains("primary not found"), "{r}");
+    }
+
+    #[test]
+    fn each_recognised_primary_has_its_own_way_to_route_a_pool_cluster_wide() {
+        let pool: IpNet = "10.8.0.0/24".parse().unwrap();
+        let pod = Some("10.16.0.9".parse().unwrap());
+        let node = Some("192.168.100.1".parse().unwrap());
+        let way = |plugin: &str| cluster_route(&fact(Some(plugin), &[]), &pool, pod, node);
+        let r = way("kube-ovn").unwrap();
+        assert!(
+            r.contains(
+                "staticRoutes: [{cidr: 10.8.0.0/24, nextHopIP: 10.16.0.9, policy: policyDst}]"
+            ),
+            "{r}"
+        );
+        assert!(way("calico").unwrap().contains("by BGP"));
+        assert!(way("cilium-cni").unwrap().contains("masquerade it"));
+        let r = way("flannel").unwrap();
+        assert!(
+            r.starts_with("flannel routes only each node's pod CIDR: `ip route add 10.8.0.0/24 via 192.168.100.1`"),
+            "{r}"
+        );
+        assert_eq!(way("weave-net"), None);
+        let r = cluster_route(&fact(Some("bridge"), &[]), &pool, None, None).unwrap();
+        assert!(r.contains("via <this node's IP>"), "{r}");
     }
 }

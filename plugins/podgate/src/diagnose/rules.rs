@@ -8,7 +8,9 @@
 //! the probe answered.
 
 use super::facts::{Facts, RouteFact};
-use super::finding::{CheckFinding, Forwarding, HopFinding, ProbeNote, ReturnPath, Status};
+use super::finding::{
+    CheckFinding, Forwarding, HopFinding, Locality, OffNode, ProbeNote, ReturnPath, Status,
+};
 use super::{ProbeRun, Role, Target};
 use crate::probe::Outcome;
 use ipnet::IpNet;
@@ -112,6 +114,59 @@ fn spoofing_recipe(f: &Facts, pool: &IpNet) -> Option<String> {
     f.primary
         .as_ref()
         .and_then(|p| super::primary::recipe(p, pool))
+}
+
+/// Where `addr` is served, as the node routes to it: its own address or a
+/// route without gateway into a local pod network is this node; a route
+/// through a gateway, or onto the device of the node's default route (the
+/// uplink), leads to another node.
+pub fn locality(f: &Facts, addr: IpAddr) -> Locality {
+    if f.node_is_pod || f.node_error.is_some() {
+        return Locality::Unknown;
+    }
+    let Some(t) = f.node_targets.iter().find(|t| t.addr == addr) else {
+        return Locality::Unknown;
+    };
+    if t.node_own {
+        return Locality::ThisNode;
+    }
+    match &t.route {
+        None => Locality::Unknown,
+        Some(r) if r.gateway.is_some() || r.dev.is_some() && r.dev == t.default_dev => {
+            Locality::Elsewhere(r.clone())
+        }
+        Some(_) => Locality::ThisNode,
+    }
+}
+
+/// When `pool` comes back by a route on this node only and `target` is
+/// served by another node: the return route cannot help its replies.
+fn off_node(f: &Facts, target: &Target, pool: &IpNet) -> Option<OffNode> {
+    if target.role != Role::Pod {
+        return None;
+    }
+    let ReturnPath::Route(return_route) = return_path(f, pool) else {
+        return None;
+    };
+    let Locality::Elsewhere(node_route) = locality(f, target.addr) else {
+        return None;
+    };
+    let node_addr = f
+        .node_targets
+        .iter()
+        .find(|t| t.addr == target.addr)
+        .and_then(|t| t.node_addr);
+    let primary_way = f
+        .primary
+        .as_ref()
+        .and_then(|p| super::primary::cluster_route(p, pool, return_route.gateway, node_addr));
+    Some(OffNode {
+        pool: *pool,
+        return_route,
+        node_route,
+        node_addr,
+        primary_way,
+    })
 }
 
 /// The checks table, in display order.
@@ -268,11 +323,12 @@ pub fn hop(f: &Facts, ctx: bool, run: &ProbeRun) -> HopFinding {
             let pool = f.pools.iter().find(|p| p.contains(src));
             let masq = pool.is_some_and(|p| matches!(return_path(f, p), ReturnPath::Masquerade(_)));
             return HopFinding::ClientRepliesLost {
-                target,
                 src: *src,
                 outcome: b.clone(),
                 masqueraded: masq,
                 recipe: pool.filter(|_| !masq).and_then(|p| spoofing_recipe(f, p)),
+                off_node: pool.and_then(|p| off_node(f, &target, p)),
+                target,
             };
         }
     }

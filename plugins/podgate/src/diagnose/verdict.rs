@@ -159,8 +159,9 @@ pub fn judge(f: &Facts, targets: &[Target], runs: &[ProbeRun]) -> Diagnosis {
 
 #[cfg(test)]
 mod tests {
-    use super::super::facts::{MasqFact, RouteFact};
+    use super::super::facts::{MasqFact, NodeTarget, RouteFact};
     use super::super::finding::ReturnPath;
+    use super::super::primary::PrimaryFact;
     use super::super::rules::return_path;
     use super::*;
     use crate::probe::Outcome;
@@ -336,6 +337,119 @@ mod tests {
             ReturnPath::Route(_)
         ));
         assert!(judge(&r, &ts, &runs).verdict.ok);
+    }
+
+    /// Node A of a host-gw cluster: the pool routed back via the VPN pod
+    /// (10.22.0.5) on this node only; 10.22.0.3 is a pod on this node's
+    /// bridge, 10.23.0.3 one on node B (via 192.168.100.2).
+    fn routed_on_node_a() -> Facts {
+        let mut f = vpn_pod("1");
+        f.node_routes = vec![RouteFact {
+            protocol: 94,
+            ..rf("10.8.0.0/24", Some("10.22.0.5"), "br0")
+        }];
+        let node_target = |addr: &str, route: RouteFact| NodeTarget {
+            addr: addr.parse().unwrap(),
+            route: Some(route),
+            default_dev: Some("eth0".into()),
+            node_own: false,
+            node_addr: Some("192.168.100.1".parse().unwrap()),
+        };
+        f.node_targets = vec![
+            node_target("10.22.0.3", rf("10.22.0.0/16", None, "br0")),
+            node_target(
+                "10.23.0.3",
+                rf("10.23.0.0/16", Some("192.168.100.2"), "eth0"),
+            ),
+        ];
+        f.primary = Some(PrimaryFact {
+            plugin: Some("flannel".into()),
+            file: Some("10-flannel.conflist".into()),
+            ..PrimaryFact::default()
+        });
+        f
+    }
+
+    fn pod_target(addr: &str) -> Target {
+        Target {
+            role: Role::Pod,
+            addr: addr.parse().unwrap(),
+            port: None,
+            name: None,
+        }
+    }
+
+    #[test]
+    fn a_pod_on_another_node_silent_from_the_tunnel_names_the_node_local_return_route() {
+        let f = routed_on_node_a();
+        let t = pod_target("10.23.0.3");
+        let d = judge(
+            &f,
+            std::slice::from_ref(&t),
+            &[run(&t, answered(), Some(silent()))],
+        );
+        assert_eq!(d.hops[0].state, HopState::Blocked);
+        assert!(
+            d.verdict.message.contains(
+                "10.23.0.3 is not served by this node (the node's route 10.23.0.0/16 via 192.168.100.2 dev eth0): the return route 10.8.0.0/24 via 10.22.0.5 exists only on this node"
+            ),
+            "{}",
+            d.verdict.message
+        );
+        let next = d.verdict.next.unwrap();
+        assert!(
+            next.starts_with("masquerade 10.8.0.0/24 in the pod")
+                && next.contains(
+                    "route 10.8.0.0/24 to this node (192.168.100.1) on every node or on the fabric"
+                )
+                && next.contains("flannel routes only each node's pod CIDR"),
+            "{next}"
+        );
+    }
+
+    #[test]
+    fn a_pod_on_this_node_or_one_silent_even_from_the_pod_does_not_blame_the_return_route() {
+        let f = routed_on_node_a();
+        let here = pod_target("10.22.0.3");
+        let d = judge(
+            &f,
+            std::slice::from_ref(&here),
+            &[run(&here, answered(), Some(silent()))],
+        );
+        assert!(
+            !d.verdict.message.contains("exists only on this node"),
+            "{d:?}"
+        );
+        let away = pod_target("10.23.0.3");
+        let d = judge(
+            &f,
+            std::slice::from_ref(&away),
+            &[run(&away, silent(), None)],
+        );
+        assert!(
+            d.verdict.message.contains("even from the VPN pod itself"),
+            "{d:?}"
+        );
+        assert!(
+            !d.verdict.message.contains("exists only on this node"),
+            "{d:?}"
+        );
+        // Masquerade needs no route anywhere: not named either.
+        let mut m = routed_on_node_a();
+        m.masquerade = vec![MasqFact {
+            table: "podgate-eth0".into(),
+            source: "10.8.0.0/24".parse().unwrap(),
+            oifname: "eth0".into(),
+        }];
+        let d = judge(
+            &m,
+            std::slice::from_ref(&away),
+            &[run(&away, answered(), Some(silent()))],
+        );
+        assert!(
+            !d.verdict.message.contains("exists only on this node"),
+            "{d:?}"
+        );
     }
 
     #[test]

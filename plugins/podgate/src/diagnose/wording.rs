@@ -2,7 +2,7 @@
 //! reasons and the next place to look, verdict messages and notes. No rule
 //! lives here: everything shown is decided in `rules`.
 
-use super::finding::{CheckFinding, Forwarding, HopFinding, ProbeNote, ReturnPath};
+use super::finding::{CheckFinding, Forwarding, HopFinding, OffNode, ProbeNote, ReturnPath};
 use super::{ProbeRun, Role, Target};
 
 fn fam(v6: bool) -> &'static str {
@@ -207,6 +207,18 @@ pub fn hop_reason(h: &HopFinding) -> Option<String> {
             target: t,
             src,
             outcome,
+            off_node: Some(o),
+            ..
+        } => format!(
+            "{}: the pod reaches it, but a probe from {src} {}; {}",
+            t.label(),
+            outcome.describe(),
+            off_node_reason(t, o)
+        ),
+        HopFinding::ClientRepliesLost {
+            target: t,
+            src,
+            outcome,
             masqueraded,
             ..
         } => {
@@ -239,9 +251,42 @@ pub fn hop_next(h: &HopFinding) -> Option<String> {
             format!("turn forwarding on in the pod netns so it survives restarts: a podgate-router profile with sysctls {{\"{s}\": \"1\"}} (to test: podgate sysctl set {s}=1 in that netns)")
         }
         HopFinding::NoReturnPath { .. } => "the return path: masquerade the pool in the pod (podgate-router profile `masquerade`) or route it back via the pod on the node (`returnRoutes`)".into(),
+        HopFinding::ClientRepliesLost {
+            off_node: Some(o), ..
+        } => off_node_next(o),
         HopFinding::ClientRepliesLost { recipe: Some(r), .. } => r.clone(),
         HopFinding::ClientRepliesLost { recipe: None, .. } => "the return path of client-addressed traffic".into(),
     })
+}
+
+fn via(r: &super::facts::RouteFact) -> String {
+    r.gateway
+        .map_or_else(|| r.describe(), |g| format!("{} via {g}", r.dst))
+}
+
+/// Why a routed pool's replies from another node are lost.
+fn off_node_reason(t: &Target, o: &OffNode) -> String {
+    format!(
+        "{} is not served by this node (the node's route {}): the return route {} exists only on this node, so the node serving {} sends replies to {} its own way (its default route), not back here",
+        t.addr,
+        o.node_route.describe(),
+        via(&o.return_route),
+        t.addr,
+        o.pool
+    )
+}
+
+/// The fixes for a return route that exists only on this node.
+fn off_node_next(o: &OffNode) -> String {
+    let node = o.node_addr.map_or_else(String::new, |a| format!(" ({a})"));
+    let mut s = format!(
+        "masquerade {pool} in the pod (podgate-router profile `masquerade`: replies then go to the pod's own address, from every node), or route {pool} to this node{node} on every node or on the fabric",
+        pool = o.pool
+    );
+    if let Some(w) = &o.primary_way {
+        s += &format!("; {w}");
+    }
+    s
 }
 
 /// What the probes of one target saw. `own_peer`: the peer is the pod's own
