@@ -8,10 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::bin_dir;
 use podgate_integration::cluster::{Cluster, VpnPod, VIP, VIP_PORT};
 use podgate_integration::vpn::{CLIENT_POOL, TUN_CLIENT_IP, TUN_SERVER_IP};
-use std::process::Command;
 
 /// Connections to the VIP per round: one per endpoint.
 const VIP_TRIES: usize = 3;
@@ -61,35 +59,15 @@ fn vip(c: &Cluster) -> usize {
 /// `podgate diagnose` of the VPN pod on node A; prints its verdict and next
 /// step and returns its exit code.
 fn diagnose(c: &Cluster, vp: &VpnPod<'_>) -> i32 {
-    let a = &c.node_a().node;
     let pod = &c.backends[1].ip;
     let service = format!("{VIP}:{VIP_PORT}");
+    let targets = ["--pool", CLIENT_POOL, "--pod", pod, "--service", &service];
     println!(
-        "   $ podgate diagnose --netns <pod> --pool {CLIENT_POOL} --peer {TUN_CLIENT_IP} --from {TUN_SERVER_IP} --pod {pod} --service {service}"
+        "   $ podgate diagnose --netns <pod> --peer {TUN_CLIENT_IP} --from {TUN_SERVER_IP} {}",
+        targets.join(" ")
     );
-    let out = Command::new(bin_dir().join("podgate"))
-        .args(["diagnose", "--netns"])
-        .arg(vp.pod.path())
-        .arg("--node-netns")
-        .arg(a.ns.path())
-        .arg("--cni-conf-dir")
-        .arg(a.conf_dir())
-        .args([
-            "--pool",
-            CLIENT_POOL,
-            "--peer",
-            TUN_CLIENT_IP,
-            "--from",
-            TUN_SERVER_IP,
-            "--pod",
-            pod,
-            "--service",
-            &service,
-            "--timeout-ms",
-            "1000",
-        ])
-        .output()
-        .expect("running podgate diagnose");
+    let netns = vp.pod.path().to_str().unwrap();
+    let out = c.diagnose(&[&["--netns", netns], &targets[..]].concat());
     let text = String::from_utf8_lossy(&out.stdout);
     for l in text
         .lines()
@@ -98,6 +76,18 @@ fn diagnose(c: &Cluster, vp: &VpnPod<'_>) -> i32 {
         println!("     {l}");
     }
     out.status.code().unwrap_or(-1)
+}
+
+/// One act: the VPN pod `name` on node A, the client's pings to `backends`
+/// and connections to the VIP, and diagnose. Returns (backends that
+/// answered, VIP connections that answered, diagnose's exit code).
+fn act(c: &Cluster, name: &str, backends: &[usize]) -> (usize, usize, i32) {
+    let vp = c.vpn_pod(name);
+    println!(
+        "   tunnel up: client {TUN_CLIENT_IP} <-> pod {TUN_SERVER_IP}; pod net.ipv4.ip_forward = {}",
+        vp.pod.sysctl_get("net.ipv4.ip_forward")
+    );
+    (ping_backends(c, backends), vip(c), diagnose(c, &vp))
 }
 
 /// Network namespaces this process made that are still there.
@@ -131,39 +121,21 @@ fn main() {
     println!("   Service {VIP}:{VIP_PORT} -> one backend on each node (DNAT on every node, as kube-proxy does)");
 
     println!("\n== 1. OpenVPN server in pod vpn/openvpn-0 on node A, no podgate profile");
-    {
-        let vp = c.vpn_pod("openvpn-0");
-        println!(
-            "   tunnel up: client {TUN_CLIENT_IP} <-> pod {TUN_SERVER_IP}; pod net.ipv4.ip_forward = {}",
-            vp.pod.sysctl_get("net.ipv4.ip_forward")
-        );
-        let pinged = ping_backends(&c, &[1]);
-        let served = vip(&c);
-        let code = diagnose(&c, &vp);
-        assert!(
-            pinged == 0 && served == 0,
-            "forwarding off: nothing past the pod should answer"
-        );
-        assert_eq!(code, 2, "diagnose should report the silent hop");
-    }
+    let (pinged, served, code) = act(&c, "openvpn-0", &[1]);
+    assert!(
+        pinged == 0 && served == 0,
+        "forwarding off: nothing past the pod should answer"
+    );
+    assert_eq!(code, 2, "diagnose should report the silent hop");
 
     println!("\n== 2. the pod recreated as vpn/openvpn-gw-0: podgate's vpn-gateway profile");
     println!("   (podgate-router: net.ipv4.ip_forward=1 and masquerade {CLIENT_POOL} in the pod's netns)");
-    {
-        let vp = c.vpn_pod("openvpn-gw-0");
-        println!(
-            "   tunnel up: client {TUN_CLIENT_IP} <-> pod {TUN_SERVER_IP}; pod net.ipv4.ip_forward = {}",
-            vp.pod.sysctl_get("net.ipv4.ip_forward")
-        );
-        let pinged = ping_backends(&c, &[0, 1, 2]);
-        let served = vip(&c);
-        let code = diagnose(&c, &vp);
-        assert!(
-            pinged == 3 && served == VIP_TRIES,
-            "with the profile every hop should answer"
-        );
-        assert_eq!(code, 0, "diagnose should find every hop answering");
-    }
+    let (pinged, served, code) = act(&c, "openvpn-gw-0", &[0, 1, 2]);
+    assert!(
+        pinged == 3 && served == VIP_TRIES,
+        "with the profile every hop should answer"
+    );
+    assert_eq!(code, 0, "diagnose should find every hop answering");
 
     println!("\n== 3. removing everything");
     drop(c);

@@ -25,12 +25,12 @@
 #![allow(clippy::indexing_slicing)]
 
 use std::cell::Cell;
-use std::process::Child;
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::vpn::{self, VpnClient, CLIENT_POOL, OPENVPN_PORT, TUN_SERVER_IP};
+use crate::vpn::{self, VpnClient, CLIENT_POOL, OPENVPN_PORT, TUN_CLIENT_IP, TUN_SERVER_IP};
 use crate::{tcp_listen, tcp_request, CniOutcome, Netns, TcpServer, TestNode, Verb};
 
 /// The CNI network of every node.
@@ -52,21 +52,16 @@ pub const NODE_NAMES: [&str; 3] = ["a", "b", "c"];
 /// picks one (`openvpn-gw-*` masquerade, `openvpn-rt-*` return routes, any
 /// other name none: forwarding stays off).
 pub fn router_entry(node: &TestNode) -> Value {
-    json!({
-        "type": "podgate-router",
-        "stateDir": node.state_dir(),
-        "logFile": node.root().join("router.log"),
-        "capabilities": {"io.kubernetes.cri.pod-annotations": true},
-        "profiles": {
+    node.router_entry(
+        json!({
             "vpn-gateway": {"sysctls": {"net.ipv4.ip_forward": "1"}, "masquerade": [{"source": CLIENT_POOL}]},
-            "vpn-routed":  {"sysctls": {"net.ipv4.ip_forward": "1"}, "returnRoutes": [{"dst": CLIENT_POOL}]}
-        },
-        "assign": [
+            "vpn-routed": {"sysctls": {"net.ipv4.ip_forward": "1"}, "returnRoutes": [{"dst": CLIENT_POOL}]}
+        }),
+        json!([
             {"namespace": "vpn", "podNamePrefix": "openvpn-gw", "profile": "vpn-gateway"},
             {"namespace": "vpn", "podNamePrefix": "openvpn-rt", "profile": "vpn-routed"}
-        ],
-        "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]}
-    })
+        ]),
+    )
 }
 
 /// `IgnoreUnknown=1;K8S_POD_NAMESPACE=<ns>;K8S_POD_NAME=<name>`.
@@ -260,6 +255,24 @@ impl Cluster {
             vpn::logs(&self.client.key)
         );
         vp
+    }
+
+    /// `podgate diagnose <args>` of a VPN pod on node A as its tunnel sees it
+    /// (`--peer` the client's tunnel address, `--from` the pod's), with node
+    /// A's netns and CNI config dir and 1 s per probe; `args` select the pod
+    /// and name the targets.
+    pub fn diagnose(&self, args: &[&str]) -> std::process::Output {
+        let a = &self.node_a().node;
+        Command::new(crate::bin_dir().join("podgate"))
+            .arg("diagnose")
+            .args(args)
+            .args(["--peer", TUN_CLIENT_IP, "--from", TUN_SERVER_IP])
+            .args(["--timeout-ms", "1000", "--node-netns"])
+            .arg(a.ns.path())
+            .arg("--cni-conf-dir")
+            .arg(a.conf_dir())
+            .output()
+            .expect("running podgate diagnose")
     }
 
     /// Routes the client pool to node A on every other node, as an operator

@@ -200,6 +200,22 @@ impl TestNode {
         })
     }
 
+    /// A podgate-router conflist entry keeping its state and log in this
+    /// node's dir, with pod annotations delivered, the operator's `profiles`
+    /// and `assign`, and the `vpn` namespace allowed to pick pools inside
+    /// 10.8.0.0/16.
+    pub fn router_entry(&self, profiles: Value, assign: Value) -> Value {
+        json!({
+            "type": "podgate-router",
+            "stateDir": self.state_dir(),
+            "logFile": self.root().join("router.log"),
+            "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+            "profiles": profiles,
+            "assign": assign,
+            "allow": {"annotationNamespaces": ["vpn"], "pools": ["10.8.0.0/16"]}
+        })
+    }
+
     /// Runs `cnirunner <verb>` inside the node netns for `pod`:
     /// `--conf-dir net.d --name <network> --netns <pod path> --container-id
     /// <container_id> --ifname <ifname> --cni-path cni-bin --cache-dir cache

@@ -8,10 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::bin_dir;
 use podgate_integration::cluster::{Cluster, VpnPod, BACKEND_PORT, VIP, VIP_PORT};
-use podgate_integration::vpn::{TUN_CLIENT_IP, TUN_SERVER_IP};
-use std::process::Command;
+use podgate_integration::vpn::TUN_SERVER_IP;
 
 /// Connections to the VIP per check: two rounds over the three endpoints.
 const VIP_TRIES: usize = 6;
@@ -113,26 +111,15 @@ impl std::fmt::Debug for Run {
 /// `podgate diagnose` of the VPN pod (pools from podgate's record) on node
 /// A, probing the tunnel peer and `pod` from the tunnel address.
 fn diagnose(c: &Cluster, vp: &VpnPod<'_>, pod: &str) -> Run {
-    let a = &c.node_a().node;
-    let out = Command::new(bin_dir().join("podgate"))
-        .args(["diagnose", "--container", &vp.name, "--state-dir"])
-        .arg(a.state_dir())
-        .arg("--node-netns")
-        .arg(a.ns.path())
-        .arg("--cni-conf-dir")
-        .arg(a.conf_dir())
-        .args([
-            "--peer",
-            TUN_CLIENT_IP,
-            "--from",
-            TUN_SERVER_IP,
-            "--pod",
-            pod,
-            "--timeout-ms",
-            "1000",
-        ])
-        .output()
-        .expect("running podgate diagnose");
+    let state_dir = c.node_a().node.state_dir();
+    let out = c.diagnose(&[
+        "--container",
+        &vp.name,
+        "--state-dir",
+        state_dir.to_str().unwrap(),
+        "--pod",
+        pod,
+    ]);
     Run {
         code: out.status.code().unwrap_or(-1),
         out: format!(
