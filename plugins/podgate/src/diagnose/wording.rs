@@ -250,7 +250,7 @@ pub fn hop_next(h: &HopFinding) -> Option<String> {
             let s = fwd_name(target.addr.is_ipv6());
             format!("turn forwarding on in the pod netns so it survives restarts: a podgate-router profile with sysctls {{\"{s}\": \"1\"}} (to test: podgate sysctl set {s}=1 in that netns)")
         }
-        HopFinding::NoReturnPath { .. } => "the return path: masquerade the pool in the pod (podgate-router profile `masquerade`) or route it back via the pod on the node (`returnRoutes`)".into(),
+        HopFinding::NoReturnPath { .. } => "the return path: masquerade the pool in the pod (podgate-router profile `masquerade`; works from every node), or, when the cluster routes the pool to this node from every node, route it back via the pod on the node (`returnRoutes`: on this node only)".into(),
         HopFinding::ClientRepliesLost {
             off_node: Some(o), ..
         } => off_node_next(o),
