@@ -76,6 +76,14 @@ fn open_pod_sockets(label: String) -> Result<PodSockets, ApplyError> {
     })
 }
 
+/// An nf_tables error, naming the namespace `k` acts in.
+fn nft_err(k: &impl Kernel, source: podgate_kit::nft::NftError) -> ApplyError {
+    ApplyError::Nft {
+        netns: k.netns().to_string(),
+        source,
+    }
+}
+
 fn mss_rules(rec: &Record) -> Vec<MssRule> {
     rec.mss_clamp.iter().map(record::MssClamp::rule).collect()
 }
@@ -198,26 +206,13 @@ fn wants_of<'a>(rec: &Record, names: &'a [String], cookie: bool) -> PodWants<'a>
 
 /// ADD's pod side after the node side, with the pod lock held and the
 /// node-wide lock not: the sysctls, the nf_tables table and the pod routes,
-/// through the handles opened in the pod's namespace. The caller writes the
-/// record `applied` or rolls it back.
+/// through `k` in the pod's namespace (the handles opened there:
+/// `Live::pod`). A failure leaves what was done for [`remove_pod`]; the
+/// caller writes the record `applied` or rolls it back from the record.
 pub fn pod_changes(
-    rec: &mut Record,
-    reread: bool,
-    pod: &mut PodHandles,
-    store: &StateStore,
-) -> Result<(), ApplyError> {
-    let label = pod.netns.clone();
-    pod_changes_with(&mut Live::pod(pod), rec, reread, &label, store)
-}
-
-/// The pod side's changes over any [`Kernel`]: sysctls, the nf_tables
-/// table, the pod routes. A failure leaves what was done for
-/// [`remove_pod_with`], which the caller's roll-back runs from the record.
-pub fn pod_changes_with(
     k: &mut impl Kernel,
     rec: &mut Record,
     reread: bool,
-    label: &str,
     store: &StateStore,
 ) -> Result<(), ApplyError> {
     if reread {
@@ -247,10 +242,7 @@ pub fn pod_changes_with(
             mss: &mss,
         };
         k.nft_replace(table, &rules, &rec.nft_tag())
-            .map_err(|source| ApplyError::Nft {
-                netns: label.to_string(),
-                source,
-            })?;
+            .map_err(|source| nft_err(k, source))?;
     }
     for r in &rec.pod_routes {
         k.route_add(&r.spec(), true)?;
@@ -268,18 +260,11 @@ pub fn pod_changes_with(
 ///
 /// `last_strict`: no other strict pod exists, so undoing this one may put
 /// node-wide strict settings back.
+///
+/// `k` acts in the node's namespace (`Live::lazy` over the node socket).
+/// On error, what was applied is removed by the same record-driven removal
+/// DEL runs ([`remove_node`]).
 pub fn apply_node(
-    node: &mut NodeSocket,
-    store: &StateStore,
-    rec: &mut Record,
-    last_strict: bool,
-) -> Result<(), (ApplyError, Vec<String>)> {
-    apply_node_with(&mut Live::lazy(node), store, rec, last_strict)
-}
-
-/// [`apply_node`] over any [`Kernel`]: on error, what was applied is removed
-/// by the same record-driven removal DEL runs ([`remove_node_with`]).
-pub fn apply_node_with(
     k: &mut impl Kernel,
     store: &StateStore,
     rec: &mut Record,
@@ -290,7 +275,7 @@ pub fn apply_node_with(
         Ok(()) => Ok(()),
         Err(e) if !written => Err((e, Vec::new())),
         Err(e) => {
-            let left = remove_node_with(rec, k, store, last_strict);
+            let left = remove_node(k, rec, store, last_strict);
             if left.is_empty() {
                 if let Err(re) = store.remove(&rec.key) {
                     return Err((e, vec![re.to_string()]));
@@ -363,40 +348,15 @@ fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
     failed
 }
 
-/// Undo a record (DEL/GC/a failed ADD): node side, then pod side when the
-/// netns can still be opened. Absent things are fine; real failures are
-/// returned.
+/// Undo a record's node side (DEL/GC/a failed ADD) through `k` in the
+/// node's namespace: the routing boundary and the return routes. Absent
+/// things are fine; real failures are returned.
 ///
 /// `last_strict`: no other strict pod remains, so node-wide strict settings
 /// go back to what they were.
-pub fn remove(
-    rec: &Record,
-    node: &mut RouteSocket,
-    netns: Option<&NetNs>,
-    store: &StateStore,
-    last_strict: bool,
-) -> Vec<String> {
-    let mut failures = remove_node_side(rec, node, store, last_strict);
-    if let Some(ns) = netns {
-        failures.extend(remove_pod_side(rec, ns));
-    }
-    failures
-}
-
-/// Node-side part of `remove`: routing boundary and return routes.
-pub fn remove_node_side(
-    rec: &Record,
-    node: &mut RouteSocket,
-    store: &StateStore,
-    last_strict: bool,
-) -> Vec<String> {
-    remove_node_with(rec, &mut Live::on(node), store, last_strict)
-}
-
-/// [`remove_node_side`] over any [`Kernel`].
-pub fn remove_node_with(
-    rec: &Record,
+pub fn remove_node(
     k: &mut impl Kernel,
+    rec: &Record,
     store: &StateStore,
     last_strict: bool,
 ) -> Vec<String> {
@@ -418,30 +378,6 @@ pub fn remove_node_with(
         }
     }
     failures
-}
-
-/// Pod-side part of `remove`: sysctls back (where still ours), podgate's
-/// nf_tables table, pod routes. Needs no node-wide lock: it touches only the
-/// pod's own namespace, and writing forwarding sysctls can wait on the
-/// kernel's rtnl lock for a long time on a busy node.
-pub fn remove_pod_side(rec: &Record, ns: &NetNs) -> Vec<String> {
-    // One trip into the namespace to open only the handles the record
-    // needs (none: no trip); the removal runs on this thread.
-    let mut names = Vec::new();
-    if !removal_wants(rec, &mut names, false) {
-        return Vec::new();
-    }
-    match PodHandles::open(ns, wants_of(rec, &names, false)) {
-        Ok(mut pod) => remove_pod_through(rec, &mut pod),
-        Err(e) => vec![e.to_string()],
-    }
-}
-
-/// [`remove_pod_side`] through handles already opened in the pod's
-/// namespace (a failed ADD's roll-back, DEL).
-pub fn remove_pod_through(rec: &Record, pod: &mut PodHandles) -> Vec<String> {
-    let label = pod.netns.clone();
-    remove_pod_with(&mut Live::pod(pod), rec, &label)
 }
 
 /// The handles for undoing `rec`'s pod side in `ns`, opened only if `ns`
@@ -466,17 +402,17 @@ pub fn removal_handles(rec: &Record, ns: &NetNs) -> Result<Option<PodHandles>, E
     Ok(same.then_some(pod))
 }
 
-/// Pod-side removal over any [`Kernel`]: sysctls back (where still ours),
-/// podgate's nf_tables table, pod routes; already-gone is success.
-pub fn remove_pod_with(k: &mut impl Kernel, rec: &Record, label: &str) -> Vec<String> {
+/// Undo a record's pod side through `k` in the pod's namespace (handles
+/// from [`removal_handles`]: `Live::pod`): sysctls back (where still ours),
+/// podgate's nf_tables table, pod routes. Needs no node-wide lock: it
+/// touches only the pod's own namespace, and writing forwarding sysctls can
+/// wait on the kernel's rtnl lock for a long time on a busy node.
+/// Already-gone is success; real failures are returned.
+pub fn remove_pod(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
     let mut failures = restore_sysctls(k, rec);
     if let Some(t) = &rec.nft_table {
         if let Err(source) = k.nft_delete(t) {
-            let e = ApplyError::Nft {
-                netns: label.to_string(),
-                source,
-            };
-            failures.push(e.to_string());
+            failures.push(nft_err(k, source).to_string());
         }
     }
     for r in &rec.pod_routes {
@@ -630,29 +566,19 @@ pub fn sweep_node(
 }
 
 /// What no longer holds, each a one-line description naming the object:
-/// the pod side read on one trip into `ns` ([`check_pod_with`]), the node
-/// side from this thread ([`check_node_with`]).
+/// the pod side read on one trip into `ns` ([`check_pod`]), the node
+/// side from this thread ([`check_node`]).
 pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<String>, ApplyError> {
     let names: Vec<String> = rec.sysctls.iter().map(|s| s.name.clone()).collect();
     let mut pod = PodHandles::open(ns, wants_of(rec, &names, false))?;
-    let label = pod.netns.clone();
-    let mut drift = check_pod_with(&mut Live::pod(&mut pod), rec, &label)?;
-    drift.extend(check_node_with(&mut Live::on(node), rec)?);
+    let mut drift = check_pod(&mut Live::pod(&mut pod), rec)?;
+    drift.extend(check_node(&mut Live::on(node), rec)?);
     Ok(drift)
 }
 
-/// The pod side of [`check`] over any [`Kernel`] in the pod's namespace
-/// (`label` names it in errors): the record's state, its sysctls, the
-/// nf_tables table and the pod routes.
-pub fn check_pod_with(
-    k: &mut impl Kernel,
-    rec: &Record,
-    label: &str,
-) -> Result<Vec<String>, ApplyError> {
-    let nft_err = |source| ApplyError::Nft {
-        netns: label.to_string(),
-        source,
-    };
+/// The pod side of [`check`] through `k` in the pod's namespace: the
+/// record's state, its sysctls, the nf_tables table and the pod routes.
+pub fn check_pod(k: &mut impl Kernel, rec: &Record) -> Result<Vec<String>, ApplyError> {
     let mut drift = Vec::new();
     if rec.status == Status::Pending {
         drift.push("ADD has not finished (record pending): it is running, or was killed half-way and awaits DEL".into());
@@ -666,7 +592,7 @@ pub fn check_pod_with(
         }
     }
     if let Some(t) = &rec.nft_table {
-        match k.nft_list_masquerade(t).map_err(nft_err)? {
+        match k.nft_list_masquerade(t).map_err(|e| nft_err(k, e))? {
             None => drift.push(format!("nft table inet {t} is missing")),
             Some(listed) => {
                 drift.extend(chain_drift(
@@ -681,7 +607,7 @@ pub fn check_pod_with(
                     &format!("inet {t}"),
                 ));
                 if !rec.mss_clamp.is_empty() {
-                    if let Some(listed) = k.nft_list_mss(t).map_err(nft_err)? {
+                    if let Some(listed) = k.nft_list_mss(t).map_err(|e| nft_err(k, e))? {
                         drift.extend(chain_drift(
                             &listed,
                             &mss_rules(rec),
@@ -730,9 +656,9 @@ fn chain_drift<R: PartialEq>(
     drift
 }
 
-/// The node side of [`check`] over any [`Kernel`] in the node's namespace:
-/// the return routes and the routing boundary.
-pub fn check_node_with(k: &mut impl Kernel, rec: &Record) -> Result<Vec<String>, ApplyError> {
+/// The node side of [`check`] through `k` in the node's namespace: the
+/// return routes and the routing boundary.
+pub fn check_node(k: &mut impl Kernel, rec: &Record) -> Result<Vec<String>, ApplyError> {
     let mut drift = Vec::new();
     if !rec.node_routes.is_empty() {
         let routes = list_all(k)?;

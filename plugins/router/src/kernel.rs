@@ -47,6 +47,8 @@ pub trait Kernel {
     fn link_list(&mut self) -> Result<Vec<Link>, Error>;
     /// Source NAT rules in the namespace's nat postrouting chains (any table).
     fn nft_find_snat(&mut self) -> Result<Vec<SnatFinding>, Error>;
+    /// The namespace it acts in, as error messages name it.
+    fn netns(&self) -> &str;
 }
 
 /// The node-side route socket, opened on first use: a masquerade-only ADD
@@ -337,6 +339,12 @@ impl Kernel for Live<'_> {
     fn nft_find_snat(&mut self) -> Result<Vec<SnatFinding>, Error> {
         self.nft()?.find_snat_rules(None)
     }
+    fn netns(&self) -> &str {
+        match &self.route {
+            Sock::Pod(h) => &h.netns,
+            _ => "of the node",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -352,6 +360,9 @@ pub mod fake {
     use podgate_kit::rule::RuleSpec;
     use podgate_kit::{sysctl, Error};
     use std::collections::BTreeMap;
+
+    /// The namespace every fake acts in, as its errors name it.
+    pub const NETNS: &str = "/var/run/netns/pg-unit";
 
     #[derive(Debug, Default)]
     pub struct Fake {
@@ -546,6 +557,9 @@ pub mod fake {
         fn nft_find_snat(&mut self) -> Result<Vec<SnatFinding>, Error> {
             self.call("nft find snat".into())?;
             Ok(self.snat.clone())
+        }
+        fn netns(&self) -> &str {
+            NETNS
         }
     }
 }

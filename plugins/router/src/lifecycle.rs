@@ -4,6 +4,7 @@
 //! daemon's periodic sweep all go through here, with the state lock held.
 
 use crate::apply;
+use crate::kernel::Live;
 use crate::record::{self, Depth, Here, Listing, Liveness, Record};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
@@ -167,9 +168,9 @@ pub fn remove_record(
     );
     if !node_gone {
         let mine = node_side_only_mine(rec, census);
-        failures.extend(apply::remove_node_side(
+        failures.extend(apply::remove_node(
+            &mut Live::on(node),
             &mine,
-            node,
             store,
             census.last_strict(&rec.key),
         ));
@@ -177,7 +178,7 @@ pub fn remove_record(
         // The node settings of an earlier boot are gone; drop their file.
         failures.extend(apply::boundary::restore_node(
             store,
-            &mut crate::kernel::Live::on(node),
+            &mut Live::on(node),
             rec.routing
                 .as_ref()
                 .is_some_and(|r| !r.pod_ip.addr().is_ipv4()),
@@ -188,7 +189,9 @@ pub fn remove_record(
         // cookie, and used only if it still is the record's namespace.
         if let Some(ns) = ns {
             match apply::removal_handles(rec, ns) {
-                Ok(Some(mut pod)) => failures.extend(apply::remove_pod_through(rec, &mut pod)),
+                Ok(Some(mut pod)) => {
+                    failures.extend(apply::remove_pod(&mut Live::pod(&mut pod), rec))
+                }
                 Ok(None) => {}
                 Err(e) => failures.push(e.to_string()),
             }

@@ -107,7 +107,7 @@ fn a_full_apply_changes_what_the_record_says_and_records_previous_values() {
     let t = temp_store();
     let mut rec = strict_record();
     let mut k = node_before(&rec);
-    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
     let r = rec.routing.as_ref().unwrap();
     assert_eq!(
         r.host_if_previous
@@ -142,7 +142,7 @@ fn every_failing_step_is_undone_and_its_record_removed() {
         let t = temp_store();
         let mut rec = strict_record();
         let mut k = node_before(&rec);
-        apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+        apply_node(&mut k, &t.1, &mut rec, true).unwrap();
         k.calls.len()
     };
     // Host sysctl reads, return route, node setup, per-pod boundary.
@@ -153,7 +153,7 @@ fn every_failing_step_is_undone_and_its_record_removed() {
         let mut k = node_before(&rec);
         let before = node_before(&rec);
         k.fail_call(n, libc::EPERM);
-        let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+        let (e, left) = apply_node(&mut k, &t.1, &mut rec, true).unwrap_err();
         let failed = k.calls[n - 1].clone();
         assert!(e.to_string().contains(&failed), "call {n}: {e}");
         assert!(left.is_empty(), "call {n} ({failed}): left {left:?}");
@@ -180,7 +180,7 @@ fn a_failure_while_undoing_keeps_the_pending_record_for_del() {
     // per-pod rule, not the node-wide local rule at 1000).
     let mut dry = node_before(&rec);
     let dry_store = temp_store();
-    apply_node_with(&mut dry, &dry_store.1, &mut rec.clone(), true).unwrap();
+    apply_node(&mut dry, &dry_store.1, &mut rec.clone(), true).unwrap();
     let rule_add = pos(&dry, "rule add 100:").unwrap() + 1;
     let r = rec.routing.clone().unwrap();
     let route0 = format!("route del {}", r.table_routes[0].spec().describe());
@@ -188,11 +188,11 @@ fn a_failure_while_undoing_keeps_the_pending_record_for_del() {
     let mut with_undo = node_before(&rec);
     with_undo.fail_call(rule_add, libc::EPERM);
     let probe_store = temp_store();
-    let _ = apply_node_with(&mut with_undo, &probe_store.1, &mut rec.clone(), true);
+    let _ = apply_node(&mut with_undo, &probe_store.1, &mut rec.clone(), true);
     let del = with_undo.calls.iter().position(|c| *c == route0).unwrap() + 1;
     k.fail_call(del, libc::EIO);
 
-    let (_, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+    let (_, left) = apply_node(&mut k, &t.1, &mut rec, true).unwrap_err();
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(left[0].contains(&route0), "{left:?}");
     let kept = record::read(&t.1, &rec.key).unwrap().unwrap();
@@ -200,7 +200,7 @@ fn a_failure_while_undoing_keeps_the_pending_record_for_del() {
     // What the removal could undo, it did; DEL finishes from the record.
     assert!(k.routes.contains(&r.table_routes[0].spec()), "{k:#?}");
     assert_eq!(k.sysctls["net.ipv4.conf.veth1234.proxy_arp"], "0");
-    assert!(remove_node_with(&kept, &mut k, &t.1, true).is_empty());
+    assert!(remove_node(&mut k, &kept, &t.1, true).is_empty());
     assert!(same_state(&k, &node_before(&rec)));
 }
 
@@ -209,19 +209,19 @@ fn removal_is_idempotent_and_already_gone_is_success() {
     let t = temp_store();
     let mut rec = strict_record();
     let mut k = node_before(&rec);
-    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
-    assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
+    assert!(remove_node(&mut k, &rec, &t.1, true).is_empty());
     assert!(same_state(&k, &node_before(&rec)));
     assert!(!strict_file(&t.1).exists());
     // Again: everything is gone already.
-    assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+    assert!(remove_node(&mut k, &rec, &t.1, true).is_empty());
     assert!(same_state(&k, &node_before(&rec)));
     // The pod's host-side interface is gone with its sysctls, and the
     // primary's route cannot be put back (ENODEV): only podgate's own
     // replacement is deleted, and that is gone too.
     let mut bare = Fake::default();
     bare.fail_call(1, libc::ENODEV);
-    assert!(remove_node_with(&rec, &mut bare, &t.1, true).is_empty());
+    assert!(remove_node(&mut bare, &rec, &t.1, true).is_empty());
     assert!(bare.routes.is_empty() && bare.rules.is_empty());
     let main = rec
         .routing
@@ -241,7 +241,7 @@ fn sysctls_go_back_only_while_they_hold_podgates_value() {
     let t = temp_store();
     let mut rec = strict_record();
     let mut k = node_before(&rec);
-    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
     // Another writer changed these after podgate.
     k.sysctls
         .insert("net.ipv4.tcp_early_demux".into(), "1 ".into());
@@ -252,7 +252,7 @@ fn sysctls_go_back_only_while_they_hold_podgates_value() {
     k.sysctls
         .insert("net.ipv4.neigh.veth1234.proxy_delay".into(), "5".into());
     let start = k.calls.len();
-    assert!(remove_node_with(&rec, &mut k, &t.1, true).is_empty());
+    assert!(remove_node(&mut k, &rec, &t.1, true).is_empty());
     assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "1 ");
     assert_eq!(k.sysctls["net.ipv4.conf.up0.rp_filter"], "1");
     assert_eq!(k.sysctls["net.ipv4.conf.veth1234.proxy_arp"], "0");
@@ -280,8 +280,8 @@ fn node_settings_stay_while_another_strict_pod_needs_them() {
     let t = temp_store();
     let mut rec = strict_record();
     let mut k = node_before(&rec);
-    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
-    assert!(remove_node_with(&rec, &mut k, &t.1, false).is_empty());
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
+    assert!(remove_node(&mut k, &rec, &t.1, false).is_empty());
     assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "0");
     assert!(k
         .rules
@@ -309,13 +309,13 @@ fn pod_before() -> Fake {
     k
 }
 
-const NS: &str = "/var/run/netns/pg-unit";
+use crate::kernel::fake::NETNS as NS;
 
 #[test]
 fn every_failing_pod_step_is_undone_by_the_pod_removal() {
     let t = temp_store();
     let mut dry = pod_before();
-    pod_changes_with(&mut dry, &mut pod_record(), false, NS, &t.1).unwrap();
+    pod_changes(&mut dry, &mut pod_record(), false, &t.1).unwrap();
     assert_eq!(
         dry.calls,
         [
@@ -330,13 +330,13 @@ fn every_failing_pod_step_is_undone_by_the_pod_removal() {
         let mut k = pod_before();
         let mut rec = pod_record();
         k.fail_call(n, libc::EPERM);
-        let e = pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap_err();
+        let e = pod_changes(&mut k, &mut rec, false, &t.1).unwrap_err();
         let failed = k.calls[n - 1].clone();
         assert!(e.to_string().contains(&failed), "call {n}: {e}");
         if failed.starts_with("nft") {
             assert!(e.to_string().contains(NS), "{e}");
         }
-        let left = remove_pod_with(&mut k, &rec, NS);
+        let left = remove_pod(&mut k, &rec);
         assert!(left.is_empty(), "call {n} ({failed}): {left:?}");
         let before = pod_before();
         assert_eq!(k.sysctls, before.sysctls, "call {n} ({failed})");
@@ -356,13 +356,13 @@ fn pod_values_reread_are_on_disk_before_the_first_pod_change() {
     let mut k = pod_before();
     k.sysctls.insert("net.ipv4.ip_forward".into(), "1".into());
     k.fail_call(4, libc::EPERM); // reads 2, write accept_local, nft
-    pod_changes_with(&mut k, &mut rec, true, NS, &t.1).unwrap_err();
+    pod_changes(&mut k, &mut rec, true, &t.1).unwrap_err();
     assert_eq!(k.calls[3], "nft replace podgate-eth0");
     let on_disk = record::read(&t.1, &rec.key).unwrap().unwrap();
     assert_eq!(on_disk.sysctls, rec.sysctls);
     assert_eq!(on_disk.sysctls[0].previous, None);
     assert_eq!(on_disk.sysctls[1].previous.as_deref(), Some("0"));
-    assert!(remove_pod_with(&mut k, &on_disk, NS).is_empty());
+    assert!(remove_pod(&mut k, &on_disk).is_empty());
     assert_eq!(k.sysctls["net.ipv4.ip_forward"], "1");
     assert_eq!(k.sysctls["net.ipv4.conf.eth0.accept_local"], "0");
 }
@@ -372,21 +372,21 @@ fn pod_removal_is_idempotent_and_restores_only_podgates_values() {
     let t = temp_store();
     let mut rec = pod_record();
     let mut k = pod_before();
-    pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap();
+    pod_changes(&mut k, &mut rec, false, &t.1).unwrap();
     // Another writer changed ip_forward after podgate.
     k.sysctls.insert("net.ipv4.ip_forward".into(), "2".into());
-    assert!(remove_pod_with(&mut k, &rec, NS).is_empty());
+    assert!(remove_pod(&mut k, &rec).is_empty());
     assert_eq!(k.sysctls["net.ipv4.ip_forward"], "2");
     assert_eq!(k.sysctls["net.ipv4.conf.eth0.accept_local"], "0");
     assert!(k.tables.is_empty() && k.routes.is_empty());
     let start = k.calls.len();
-    assert!(remove_pod_with(&mut k, &rec, NS).is_empty());
+    assert!(remove_pod(&mut k, &rec).is_empty());
     assert!(!k.calls[start..]
         .iter()
         .any(|c| c.starts_with("sysctl write")));
     // A real failure is reported, naming the namespace and the object.
     k.fail_call(3, libc::EBUSY);
-    let left = remove_pod_with(&mut k, &rec, NS);
+    let left = remove_pod(&mut k, &rec);
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(
         left[0].contains(NS) && left[0].contains("podgate-eth0"),
@@ -399,7 +399,7 @@ fn a_sysctl_still_podgates_is_read_then_written_back() {
     let t = temp_store();
     let mut rec = pod_record();
     let mut k = pod_before();
-    pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap();
+    pod_changes(&mut k, &mut rec, false, &t.1).unwrap();
     let changed: Vec<_> = rec
         .sysctls
         .iter()
@@ -407,7 +407,7 @@ fn a_sysctl_still_podgates_is_read_then_written_back() {
         .collect();
     assert!(!changed.is_empty());
     let start = k.calls.len();
-    assert!(remove_pod_with(&mut k, &rec, NS).is_empty());
+    assert!(remove_pod(&mut k, &rec).is_empty());
     let sysctl_calls: Vec<_> = k.calls[start..]
         .iter()
         .filter(|c| c.starts_with("sysctl"))
@@ -458,7 +458,7 @@ fn node_with_first_strict_pod(t: &TempStore) -> Fake {
         .insert("net.ipv4.conf.veth5678.proxy_arp".into(), "0".into());
     k.sysctls
         .insert("net.ipv4.neigh.veth5678.proxy_delay".into(), "80".into());
-    apply_node_with(&mut k, &t.1, &mut first, true).unwrap();
+    apply_node(&mut k, &t.1, &mut first, true).unwrap();
     k
 }
 
@@ -468,7 +468,7 @@ fn a_second_strict_pod_failing_at_any_step_leaves_the_node_wide_settings() {
         let t = temp_store();
         let mut k = node_with_first_strict_pod(&t);
         let start = k.calls.len();
-        apply_node_with(&mut k, &t.1, &mut second_strict_record(), false).unwrap();
+        apply_node(&mut k, &t.1, &mut second_strict_record(), false).unwrap();
         // Not the first strict pod: node-wide settings are re-asserted, the
         // local rule is not moved again.
         assert!(
@@ -488,7 +488,7 @@ fn a_second_strict_pod_failing_at_any_step_leaves_the_node_wide_settings() {
         let mut second = second_strict_record();
         k.fail_call(n, libc::EPERM);
         let start = k.calls.len();
-        let (e, left) = apply_node_with(&mut k, &t.1, &mut second, false).unwrap_err();
+        let (e, left) = apply_node(&mut k, &t.1, &mut second, false).unwrap_err();
         let failed = k.calls[start + n - 1].clone();
         assert!(e.to_string().contains(&failed), "call {n}: {e}");
         assert!(left.is_empty(), "call {n} ({failed}): left {left:?}");
@@ -554,7 +554,7 @@ fn a_standard_boundary_failing_at_any_step_is_undone_without_node_wide_changes()
         let mut rec = standard_record();
         let mut k = node_before(&strict_record());
         let before = snapshot(&k);
-        apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+        apply_node(&mut k, &t.1, &mut rec, true).unwrap();
         assert!(!strict_file(&t.1).exists());
         assert_eq!(k.sysctls, before.sysctls);
         assert_eq!(k.rules.len(), 4, "{:#?}", k.rules);
@@ -568,7 +568,7 @@ fn a_standard_boundary_failing_at_any_step_is_undone_without_node_wide_changes()
         let mut k = node_before(&strict_record());
         let before = snapshot(&k);
         k.fail_call(n, libc::EPERM);
-        let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+        let (e, left) = apply_node(&mut k, &t.1, &mut rec, true).unwrap_err();
         let failed = k.calls[n - 1].clone();
         assert!(e.to_string().contains(&failed), "call {n}: {e}");
         assert!(left.is_empty(), "call {n} ({failed}): left {left:?}");
@@ -593,7 +593,7 @@ fn a_record_that_cannot_be_written_stops_the_add_before_any_change() {
     // The store's directory is gone (a full or read-only disk fails the
     // same way: the write-ahead record is not on disk).
     std::fs::remove_dir_all(&t.0).unwrap();
-    let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+    let (e, left) = apply_node(&mut k, &t.1, &mut rec, true).unwrap_err();
     assert!(e.to_string().contains(&*t.0.to_string_lossy()), "{e}");
     assert!(left.is_empty(), "{left:?}");
     assert!(same_state(&k, &before));
@@ -612,7 +612,7 @@ fn a_record_that_cannot_be_written_stops_the_add_before_any_change() {
     let mut k = pod_before();
     k.sysctls.insert("net.ipv4.ip_forward".into(), "1".into());
     std::fs::remove_dir_all(&t.0).unwrap();
-    let e = pod_changes_with(&mut k, &mut rec, true, NS, &t.1).unwrap_err();
+    let e = pod_changes(&mut k, &mut rec, true, &t.1).unwrap_err();
     assert!(e.to_string().contains(&*t.0.to_string_lossy()), "{e}");
     assert_eq!(
         k.calls,
@@ -639,7 +639,7 @@ fn node_strict_settings_that_cannot_be_written_undo_the_add() {
     let tmp =
         t.0.join(format!("node/.tmp-{}-strict.json", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let (e, left) = apply_node_with(&mut k, &t.1, &mut rec, true).unwrap_err();
+    let (e, left) = apply_node(&mut k, &t.1, &mut rec, true).unwrap_err();
     assert!(e.to_string().contains("strict.json"), "{e}");
     assert!(left.is_empty(), "{left:?}");
     assert!(same_state(&k, &before), "{k:#?}");
@@ -672,16 +672,13 @@ fn check_reads_the_pod_side_through_the_kernel_and_names_each_drift() {
     let t = temp_store();
     let mut rec = pod_record_with_mss();
     let mut k = pod_before();
-    pod_changes_with(&mut k, &mut rec, false, NS, &t.1).unwrap();
+    pod_changes(&mut k, &mut rec, false, &t.1).unwrap();
     assert_eq!(k.tables["podgate-eth0"].mss.len(), 1);
-    let pending = check_pod_with(&mut k, &rec, NS).unwrap();
+    let pending = check_pod(&mut k, &rec).unwrap();
     assert_eq!(pending.len(), 1, "{pending:?}");
     assert!(pending[0].contains("record pending"), "{pending:?}");
     rec.status = Status::Applied;
-    assert_eq!(
-        check_pod_with(&mut k, &rec, NS).unwrap(),
-        Vec::<String>::new()
-    );
+    assert_eq!(check_pod(&mut k, &rec).unwrap(), Vec::<String>::new());
 
     k.sysctls.insert("net.ipv4.ip_forward".into(), "0".into());
     let table = k.tables.get_mut("podgate-eth0").unwrap();
@@ -693,7 +690,7 @@ fn check_reads_the_pod_side_through_the_kernel_and_names_each_drift() {
     let mss = describe_mss(&rec.mss_clamp[0].rule());
     let route = rec.pod_routes[0].spec().describe();
     assert_eq!(
-        check_pod_with(&mut k, &rec, NS).unwrap(),
+        check_pod(&mut k, &rec).unwrap(),
         [
             "sysctl net.ipv4.ip_forward is 0, want 1".to_string(),
             "masquerade for 10.8.0.0/24 out of eth0 is missing in inet podgate-eth0".into(),
@@ -704,7 +701,7 @@ fn check_reads_the_pod_side_through_the_kernel_and_names_each_drift() {
     );
     k.tables.clear();
     k.sysctls.remove("net.ipv4.conf.eth0.accept_local");
-    let drift = check_pod_with(&mut k, &rec, NS).unwrap();
+    let drift = check_pod(&mut k, &rec).unwrap();
     assert_eq!(drift.len(), 4, "{drift:?}");
     assert!(
         drift[1].starts_with("sysctl net.ipv4.conf.eth0.accept_local: ")
@@ -715,7 +712,7 @@ fn check_reads_the_pod_side_through_the_kernel_and_names_each_drift() {
     // A listing that fails is an error naming the namespace, never a
     // clean bill of health.
     k.fail_call(3, libc::EIO);
-    let e = check_pod_with(&mut k, &rec, NS).unwrap_err();
+    let e = check_pod(&mut k, &rec).unwrap_err();
     assert!(
         e.to_string().contains(NS) && e.to_string().contains("nft list podgate-eth0"),
         "{e}"
@@ -727,9 +724,9 @@ fn check_reads_the_node_side_through_the_kernel_and_names_each_drift() {
     let t = temp_store();
     let mut rec = strict_record();
     let mut k = node_before(&rec);
-    apply_node_with(&mut k, &t.1, &mut rec, true).unwrap();
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
     rec.status = Status::Applied;
-    assert_eq!(check_node_with(&mut k, &rec).unwrap(), Vec::<String>::new());
+    assert_eq!(check_node(&mut k, &rec).unwrap(), Vec::<String>::new());
 
     let r = rec.routing.clone().unwrap();
     let ret = rec.node_routes[0].spec();
@@ -745,7 +742,7 @@ fn check_reads_the_node_side_through_the_kernel_and_names_each_drift() {
         .insert("net.ipv4.conf.veth1234.proxy_arp".into(), "0".into());
     let main = r.main_replacement.as_ref().unwrap().spec().describe();
     assert_eq!(
-        check_node_with(&mut k, &rec).unwrap(),
+        check_node(&mut k, &rec).unwrap(),
         [
             format!("node return route {} is missing", ret.describe()),
             format!("main route {main} is missing (strict boundary bypassed)"),
@@ -756,7 +753,7 @@ fn check_reads_the_node_side_through_the_kernel_and_names_each_drift() {
     );
     let start = k.calls.len();
     k.fail_call(1, libc::EIO);
-    let e = check_node_with(&mut k, &rec).unwrap_err();
+    let e = check_node(&mut k, &rec).unwrap_err();
     assert_eq!(k.calls[start], "route list v6=false");
     assert!(e.to_string().contains("route list v6=false"), "{e}");
 }
@@ -775,7 +772,7 @@ fn every_failing_pod_step_after_a_reread_is_undone_by_the_pod_removal() {
     let calls = {
         let t = temp_store();
         let mut k = pod_before();
-        pod_changes_with(&mut k, &mut pending(), true, NS, &t.1).unwrap();
+        pod_changes(&mut k, &mut pending(), true, &t.1).unwrap();
         k.calls.len()
     };
     // Two reads, two writes, nft, the pod route.
@@ -786,7 +783,7 @@ fn every_failing_pod_step_after_a_reread_is_undone_by_the_pod_removal() {
         let mut rec = pending();
         record::write(&t.1, &rec).unwrap();
         k.fail_call(n, libc::EPERM);
-        let e = pod_changes_with(&mut k, &mut rec, true, NS, &t.1).unwrap_err();
+        let e = pod_changes(&mut k, &mut rec, true, &t.1).unwrap_err();
         let failed = k.calls[n - 1].clone();
         assert!(e.to_string().contains(&failed), "call {n}: {e}");
         // Write-ahead: once anything changed, the disk says what it found.
@@ -795,7 +792,7 @@ fn every_failing_pod_step_after_a_reread_is_undone_by_the_pod_removal() {
             assert_eq!(on_disk.sysctls, rec.sysctls, "call {n} ({failed})");
         }
         // The caller rolls back from the record the pod side returns.
-        let left = remove_pod_with(&mut k, &rec, NS);
+        let left = remove_pod(&mut k, &rec);
         assert!(left.is_empty(), "call {n} ({failed}): {left:?}");
         assert_eq!(k.sysctls, pod_before().sysctls, "call {n} ({failed})");
         assert!(

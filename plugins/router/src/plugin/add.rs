@@ -253,7 +253,8 @@ fn add_node_side(
     };
     facts.fill(&mut rec).map_err(|e| apply_err(e, Vec::new()))?;
     let last = census.last_strict(key);
-    apply::apply_node(&mut node, store, &mut rec, last).map_err(|(e, l)| apply_err(e, l))?;
+    apply::apply_node(&mut Live::lazy(&mut node), store, &mut rec, last)
+        .map_err(|(e, l)| apply_err(e, l))?;
     let (lock_waited, lock_held) = (lock.waited(), lock.held());
     drop(lock);
     Ok(NodeDone {
@@ -276,7 +277,7 @@ fn roll_back(
     node: &mut apply::NodeSocket,
     store: &StateStore,
 ) -> Vec<String> {
-    let mut left = apply::remove_pod_through(rec, pod);
+    let mut left = apply::remove_pod(&mut Live::pod(pod), rec);
     let lock = match store.lock() {
         Ok(l) => l,
         Err(e) => {
@@ -305,7 +306,7 @@ fn roll_back(
     };
     if apply::has_node_side(rec) {
         match node.get() {
-            Ok(n) => left.extend(apply::remove_node_side(rec, n, store, last)),
+            Ok(n) => left.extend(apply::remove_node(&mut Live::on(n), rec, store, last)),
             Err(e) => left.push(e.to_string()),
         }
     }
@@ -389,10 +390,11 @@ pub(super) fn add(req: &Request) -> Result<Added, CniError> {
     let facts = apply::PodFacts::read(&mut pod, ns.dev_ino(), &key.ifname, want_oif, &names)
         .map_err(failed)?;
     let mut done = add_node_side(&cfg, req, &log, &sel, &ns, &store, &key, facts)?;
-    let outcome = apply::pod_changes(&mut done.rec, done.reread, &mut pod, &store).and_then(|()| {
-        done.rec.status = record::Status::Applied;
-        record::write(&store, &done.rec).map_err(ApplyError::Kit)
-    });
+    let outcome = apply::pod_changes(&mut Live::pod(&mut pod), &mut done.rec, done.reread, &store)
+        .and_then(|()| {
+            done.rec.status = record::Status::Applied;
+            record::write(&store, &done.rec).map_err(ApplyError::Kit)
+        });
     if let Err(e) = outcome {
         let rec = &mut done.rec;
         rec.status = record::Status::Pending;

@@ -3,6 +3,7 @@
 use super::{io_err, key_of, kit_err, load, log_swept, logger, ms, pod_ips_of, require_caps};
 use crate::apply;
 use crate::config::RouterConfig;
+use crate::kernel::Live;
 use crate::lifecycle::{self, Census};
 use crate::record::{self, Depth, Here, ReadError};
 use podgate_cni::log::Logger;
@@ -62,7 +63,7 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
     // still is the pod's); the removal runs on this thread.
     if let Some(ns) = &ns {
         let failures = match apply::removal_handles(&rec, ns) {
-            Ok(Some(mut pod)) => apply::remove_pod_through(&rec, &mut pod),
+            Ok(Some(mut pod)) => apply::remove_pod(&mut Live::pod(&mut pod), &rec),
             Ok(None) => Vec::new(),
             Err(e) => vec![e.to_string()],
         };
