@@ -90,7 +90,7 @@ impl Signals {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub struct Evaluation {
     pub verdict: Verdict,
     /// RFC 3339, the `now` the evaluation used.
     pub checked_at: String,
@@ -119,7 +119,7 @@ pub struct Report {
     pub ike_sockets: Option<Vec<UdpSocket>>,
 }
 
-impl Report {
+impl Evaluation {
     pub fn is_ready(&self) -> bool {
         self.verdict != Verdict::NotReady
     }
@@ -166,7 +166,7 @@ fn answer(a: &Option<Answer>) -> String {
     }
 }
 
-impl fmt::Display for Report {
+impl fmt::Display for Evaluation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verdict = match (self.verdict, self.protection) {
             (Verdict::Ready, Some(Protection::Prepared)) => "READY (initial preparation)",

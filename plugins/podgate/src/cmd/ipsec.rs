@@ -1,5 +1,5 @@
 //! `podgate ipsec status`: the tunnel guard's checks (podgate-tunnel-guard's
-//! own evaluation) as a report: the durable signals found (the `required`
+//! own evaluation), printed: the durable signals found (the `required`
 //! file, the OVSDB lease keys, `protection.sock`), the agent's `/armed` and
 //! `/startup` answers, the guards, bypasses and tunnel marks, and (only when
 //! `agentSocket` is reachable) phase, expiry and identity; plus the UDP
@@ -9,7 +9,7 @@ use crate::error::{Error, Found, Result};
 use crate::output;
 use crate::select::Target;
 use clap::{Args, Subcommand};
-use podgate_tunnel_guard::{evaluate, udp, GuardConfig, Report, Verdict};
+use podgate_tunnel_guard::{evaluate, udp, Evaluation, GuardConfig, Verdict};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -140,18 +140,18 @@ pub fn run(cmd: &IpsecCmd, target: &Target, json: bool) -> Result<Found> {
         GuardConfig::from_value(&overlay(entry, a)).map_err(|e| Error::usage(e.to_string()))?;
     let sel = target.select()?;
     // The XFRM readback and the socket table are per netns: read them in the chosen one.
-    let mut report: Report = sel.ns.run(|| {
+    let mut evaluation: Evaluation = sel.ns.run(|| {
         let mut r = evaluate(&cfg, SystemTime::now());
         r.ike_sockets = udp::ike_sockets().ok();
         r
     })?;
-    if report.ike_sockets.is_none() {
-        report.ike_sockets = Some(Vec::new());
+    if evaluation.ike_sockets.is_none() {
+        evaluation.ike_sockets = Some(Vec::new());
     }
     if json {
-        output::json(&serde_json::json!({ "config": source, "report": report }))?;
+        output::json(&serde_json::json!({ "config": source, "report": evaluation }))?;
     } else {
-        let ike = match report.ike_sockets.as_deref() {
+        let ike = match evaluation.ike_sockets.as_deref() {
             Some([]) | None => {
                 "no UDP socket bound to 500/4500 here: no IKE daemon listens in this netns"
                     .to_string()
@@ -162,12 +162,12 @@ pub fn run(cmd: &IpsecCmd, target: &Target, json: bool) -> Result<Found> {
             ),
         };
         output::text(format!(
-            "config: {source}\nnetns:  {}\n{report}ike:    {ike}\nsummary: {}\n",
+            "config: {source}\nnetns:  {}\n{evaluation}ike:    {ike}\nsummary: {}\n",
             sel.chosen.label(),
-            report.summary()
+            evaluation.summary()
         ))?;
     }
-    Ok(Found::problem_if(report.verdict == Verdict::NotReady))
+    Ok(Found::problem_if(evaluation.verdict == Verdict::NotReady))
 }
 
 #[cfg(test)]

@@ -2,7 +2,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use super::*;
-use ovsdb::{TunnelInterface, TunnelPort};
+use crate::agent::AgentStatus;
+use crate::observe::Asked;
+use crate::ovsdb::{TunnelInterface, TunnelPort};
+use crate::protection::Answer;
 use podgate_kit::xfrm::{Action, Dir, XfrmPolicy, PROTO_UDP};
 
 const MARK: u32 = 759_815;
@@ -102,11 +105,11 @@ fn ready_obs() -> Observations {
     }
 }
 
-fn failed(r: &Report) -> Vec<String> {
+fn failed(r: &Evaluation) -> Vec<String> {
     r.failures().map(|c| c.detail.clone()).collect()
 }
 
-fn judged(obs: &Observations) -> Report {
+fn judged(obs: &Observations) -> Evaluation {
     judge(&GuardConfig::default(), obs, now())
 }
 
