@@ -4,6 +4,7 @@
 
 use super::json::{Json, Obj};
 use crate::Error;
+use podgate_cni::version::Version;
 
 /// Entries whose `type` starts with this are podgate's: removed before
 /// appending, so a chain never holds two generations of them.
@@ -12,7 +13,7 @@ pub const PODGATE_TYPE_PREFIX: &str = "podgate-";
 /// uninstall renames it back byte for byte.
 pub const ORIG_SUFFIX: &str = ".podgate-orig";
 /// Oldest spec version with chaining (`prevResult`).
-const MIN_CHAIN_VERSION: (u64, u64, u64) = (0, 3, 0);
+const MIN_CHAIN_VERSION: Version = Version(0, 3, 0);
 
 /// How a runtime (containerd, CRI-O: libcni's `ConfFiles`) reads a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +138,7 @@ impl List {
             return Err(Error::OnlyPodgate { file: file.into() });
         }
         let version = self.cni_version().unwrap_or("");
-        match parse_version(version) {
+        match Version::parse(version) {
             Some(v) if v >= MIN_CHAIN_VERSION => Ok(()),
             _ => Err(Error::OldVersion {
                 file: file.into(),
@@ -167,14 +168,6 @@ impl List {
     pub fn to_text(&self) -> Result<String, serde_json::Error> {
         Json::Object(self.0.clone()).to_pretty()
     }
-}
-
-fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
-    let mut parts = v.split('.').map(|p| p.parse::<u64>().ok());
-    let major = parts.next()??;
-    let minor = parts.next().unwrap_or(Some(0))?;
-    let patch = parts.next().unwrap_or(Some(0))?;
-    Some((major, minor, patch))
 }
 
 /// podgate's entries from the `--plugins` file: an array of plugin objects, a
@@ -335,6 +328,17 @@ mod tests {
     }
 
     #[test]
+    fn a_conflist_whose_version_omits_the_patch_chains_as_libcni_reads_it() {
+        let short = List::parse("f", br#"{"cniVersion":"1.0","plugins":[{"type":"a"}]}"#).unwrap();
+        assert!(short.check_chainable("f").is_ok());
+        let none = List::parse("f", br#"{"plugins":[{"type":"a"}]}"#).unwrap();
+        assert!(matches!(
+            none.check_chainable("f"),
+            Err(Error::OldVersion { .. })
+        ));
+    }
+
+    #[test]
     fn entries_shapes() {
         assert_eq!(
             parse_entries(br#"{"type":"podgate-router"}"#)
@@ -364,13 +368,5 @@ mod tests {
             Err(Error::EntriesNotJson(_))
         ));
         assert!(matches!(parse_entries(b"{}"), Err(Error::EntriesShape)));
-    }
-
-    #[test]
-    fn versions() {
-        assert_eq!(parse_version("0.3.1"), Some((0, 3, 1)));
-        assert_eq!(parse_version("1.0"), Some((1, 0, 0)));
-        assert_eq!(parse_version(""), None);
-        assert_eq!(parse_version("x.1"), None);
     }
 }
