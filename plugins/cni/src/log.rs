@@ -12,14 +12,14 @@
 //! Logging is best effort: a full disk or an unwritable file falls back to
 //! stderr and never changes a CNI answer.
 
+use podgate_kit::fs::{self as kfs, Flock};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `logMaxBytes` when the config does not say (10 MiB).
 pub const DEFAULT_MAX_BYTES: u64 = 10 << 20;
@@ -311,29 +311,21 @@ fn size_if_named(path: &Path, f: &File) -> io::Result<Option<u64>> {
     }
 }
 
-/// `flock(op)` with a bounded wait (non-blocking attempts with back-off).
+/// `flock(op)` (`libc::LOCK_SH`, `LOCK_EX` or `LOCK_UN`) waiting at most
+/// two seconds: the kit's bounded [`podgate_kit::fs::flock`].
 pub fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
-    let start = Instant::now();
-    let mut pause = Duration::from_micros(200);
-    loop {
-        // SAFETY: flock on a descriptor we own.
-        let rc = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(err);
-        }
-        if start.elapsed() > LOCK_WAIT {
+    let kind = match op {
+        libc::LOCK_UN => return f.unlock(),
+        libc::LOCK_SH => Flock::Shared,
+        libc::LOCK_EX => Flock::Exclusive,
+        _ => {
             return Err(io::Error::new(
-                ErrorKind::TimedOut,
-                format!("lock held by another writer for more than {LOCK_WAIT:?}"),
-            ));
+                ErrorKind::InvalidInput,
+                format!("flock: unknown operation {op}"),
+            ))
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(10));
-    }
+    };
+    kfs::flock(f, kind, LOCK_WAIT)
 }
 
 /// Best effort: a closed or full stderr must not turn logging into a panic.

@@ -1,11 +1,11 @@
 //! Files podgate keeps: atomic replacement (temp file in the same directory,
-//! then rename) and an exclusive `flock` with a bounded wait. The state
-//! store and the installer both write and lock through here.
+//! then rename) and `flock` with a bounded wait ([`flock`] on an open file,
+//! [`lock`] on a lock file). The state store, the installer and the cni
+//! crate's log and event files all write and lock through here.
 
 use crate::error::{Error, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -121,13 +121,8 @@ pub enum LockFile {
 }
 
 /// Take an exclusive flock on `path` (created with mode 0600 if missing),
-/// waiting at most `wait`. Uncontended: one non-blocking attempt, no
-/// thread. Busy: a helper thread blocks in `flock(LOCK_EX)` and the caller
-/// waits for it with a timeout, so the lock passes to a waiter the moment
-/// it is released (no polling, no signals that could interrupt the caller's
-/// syscalls). On timeout the helper keeps the file: if it gets the lock
-/// later, its send fails and the lock is dropped at once. A timeout is an
-/// `EWOULDBLOCK` "locking" error naming the file.
+/// waiting at most `wait` ([`flock`]). A timeout is an `EWOULDBLOCK`
+/// "locking" error naming the file.
 pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
     let start = Instant::now();
     let verify = file == LockFile::Transient;
@@ -140,12 +135,8 @@ pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| err("opening", path, e))?;
-        let f = match try_flock(&f) {
-            Ok(true) => f,
-            Ok(false) => wait_for(f, wait.saturating_sub(start.elapsed()))
-                .map_err(|e| err("locking", path, e))?,
-            Err(e) => return Err(err("locking", path, e)),
-        };
+        flock(&f, Flock::Exclusive, wait.saturating_sub(start.elapsed()))
+            .map_err(|e| err("locking", path, e))?;
         if verify && !names(path, &f) {
             // Unlinked by the holder we waited for: lock what the path is now.
             if start.elapsed() > wait {
@@ -174,7 +165,7 @@ pub fn lock_busy(path: &Path) -> bool {
         return false;
     };
     // The lock, if taken, goes with `f`.
-    matches!(try_flock(&f), Ok(false))
+    matches!(try_flock(&f, Flock::Exclusive), Ok(false))
 }
 
 /// Unlink the [`LockFile::Transient`] lock file at `path` if nobody holds
@@ -185,7 +176,9 @@ pub fn remove_orphaned_lock(path: &Path) -> bool {
         return false;
     };
     // Released when `f` drops, after the unlink.
-    matches!(try_flock(&f), Ok(true)) && names(path, &f) && fs::remove_file(path).is_ok()
+    matches!(try_flock(&f, Flock::Exclusive), Ok(true))
+        && names(path, &f)
+        && fs::remove_file(path).is_ok()
 }
 
 /// A lock file opened for `flock` only if it exists (read-only, never
@@ -198,43 +191,64 @@ fn open_existing(path: &Path) -> Option<File> {
         .ok()
 }
 
-/// `flock(LOCK_EX | LOCK_NB)`: Ok(false) when another holder has it.
-fn try_flock(f: &File) -> std::io::Result<bool> {
-    // SAFETY: flock on an fd we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(e)
-    }
+/// Which `flock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flock {
+    /// Many holders at once (`LOCK_SH`).
+    Shared,
+    /// One holder (`LOCK_EX`).
+    Exclusive,
 }
 
-/// Block in `flock(LOCK_EX)` on a helper thread for at most `left`.
-fn wait_for(file: File, left: Duration) -> std::io::Result<File> {
+/// Take `kind` on `file` (std's file locks: `flock(2)`), waiting at most
+/// `wait`. Uncontended: one non-blocking attempt, no thread. Busy: a helper
+/// thread blocks in `flock` on a duplicate descriptor (the same open file,
+/// so the same lock) and the caller waits for it with a timeout, so the lock
+/// passes to a waiter the moment it is released (no polling, no signals
+/// that could interrupt the caller's syscalls). A timeout is an
+/// `EWOULDBLOCK` error; the helper still waits, and a lock it gets later
+/// belongs to `file` (the open file, not the descriptor) until `file` is
+/// closed: a caller that gives up drops `file` (every caller here does).
+pub fn flock(file: &File, kind: Flock, wait: Duration) -> std::io::Result<()> {
+    if try_flock(file, kind)? {
+        return Ok(());
+    }
+    let dup = file.try_clone()?;
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         // flock needs next to no stack; the default 2 MiB is mapped for nothing.
         .stack_size(64 * 1024)
         .spawn(move || {
             let got = loop {
-                // SAFETY: flock on an fd this thread owns.
-                if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                    break Ok(file);
-                }
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EINTR) {
-                    break Err(e);
+                let got = match kind {
+                    Flock::Shared => dup.lock_shared(),
+                    Flock::Exclusive => dup.lock(),
+                };
+                match got {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    got => break got,
                 }
             };
-            // The waiter may have given up: then the file (and lock) drops here.
+            // The waiter may have given up: then only `dup` drops here; the
+            // lock goes when the caller closes `file` too.
             let _ = tx.send(got);
         })?;
-    match rx.recv_timeout(left) {
+    match rx.recv_timeout(wait) {
         Ok(got) => got,
         Err(_) => Err(std::io::Error::from_raw_os_error(libc::EWOULDBLOCK)),
+    }
+}
+
+/// One non-blocking attempt: Ok(false) when another holder has it.
+fn try_flock(f: &File, kind: Flock) -> std::io::Result<bool> {
+    let got = match kind {
+        Flock::Shared => f.try_lock_shared(),
+        Flock::Exclusive => f.try_lock(),
+    };
+    match got {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
 }
 
@@ -316,6 +330,29 @@ mod tests {
         assert!(!remove_orphaned_lock(&p));
         drop(t);
         assert!(!p.exists());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn shared_flocks_coexist_and_an_exclusive_one_waits_until_they_go() {
+        let d = tmpdir("f");
+        let p = d.join("log");
+        fs::write(&p, "").unwrap();
+        let (a, b, c) = (
+            File::open(&p).unwrap(),
+            File::open(&p).unwrap(),
+            File::open(&p).unwrap(),
+        );
+        flock(&a, Flock::Shared, Duration::ZERO).unwrap();
+        flock(&b, Flock::Shared, Duration::ZERO).unwrap();
+        let e = flock(&c, Flock::Exclusive, Duration::from_millis(20)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK));
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop((a, b));
+        });
+        flock(&c, Flock::Exclusive, Duration::from_secs(5)).unwrap();
+        release.join().unwrap();
         fs::remove_dir_all(&d).unwrap();
     }
 }
