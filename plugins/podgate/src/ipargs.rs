@@ -1,9 +1,64 @@
 //! `ip route` / `ip rule` style arguments for the common cases, parsed into
-//! plain data (no I/O, so it is tested here).
+//! plain data (no I/O, so it is tested here); and the command-line shape
+//! `podgate route` and `podgate rule` share (`-4`/`-6`, then the words).
 
 use crate::names;
+use clap::Args;
 use ipnet::IpNet;
 use std::net::IpAddr;
+
+/// `-4` / `-6`.
+#[derive(Debug, Clone, Args)]
+pub struct Family {
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "v6")]
+    pub v4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    pub v6: bool,
+}
+
+impl Family {
+    /// Some(true) for IPv6, Some(false) for IPv4, None for both.
+    pub fn flag(&self) -> Option<bool> {
+        if self.v6 {
+            Some(true)
+        } else if self.v4 {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+/// What `list` takes: a family and optional selectors, `ip` words.
+#[derive(Debug, Clone, Args)]
+pub struct Selector {
+    #[command(flatten)]
+    pub family: Family,
+    /// Only what matches these `ip`-style selectors.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "SELECTOR"
+    )]
+    pub args: Vec<String>,
+}
+
+/// What `add` and `del` take: a family and the object, `ip` words.
+#[derive(Debug, Clone, Args)]
+pub struct Spec {
+    #[command(flatten)]
+    pub family: Family,
+    /// The route or rule, as `ip` words.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "SPEC"
+    )]
+    pub args: Vec<String>,
+}
 
 /// A prefix as `ip` reads it: `default`/`all`, `10.0.0.0/8`, or a bare
 /// address (a host route). `None` means "default" of a family not yet known.

@@ -1,103 +1,52 @@
 //! `podgate route list|add|del` inside the selected netns, `ip route` style.
 
 use crate::error::{Error, Found, Result};
-use crate::ipargs::{self, RouteArgs};
+use crate::ipargs::{self, RouteArgs, Selector, Spec};
 use crate::output;
 use crate::routes::{row_of, RouteRow};
 use crate::select::Target;
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use podgate_kit::link;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::route::{self, RouteEntry, RouteProtocol, RouteSpec, TABLE_MAIN};
-
-/// Routes `ip route add` tags as user-made.
-
-#[derive(Debug, Clone, Args)]
-pub struct Family {
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "v6")]
-    pub v4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    pub v6: bool,
-}
-
-impl Family {
-    pub fn flag(&self) -> Option<bool> {
-        if self.v6 {
-            Some(true)
-        } else if self.v4 {
-            Some(false)
-        } else {
-            None
-        }
-    }
-}
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum RouteCmd {
     /// List routes (default: table main, both families):
     /// `podgate route list --netns /var/run/netns/vpn [table all|main|local|N] [dev IF] [proto P] [PREFIX]`.
     #[command(visible_aliases = ["show", "ls"])]
-    List {
-        #[command(flatten)]
-        family: Family,
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "SELECTOR"
-        )]
-        args: Vec<String>,
-    },
+    List(Selector),
     /// Add a route: `podgate route add --netns ... 10.8.0.0/24 via 10.22.0.5 [dev eth0] [table T] [metric N] [proto P] [onlink]`.
     Add {
-        #[command(flatten)]
-        family: Family,
         /// Replace a route with the same key instead of failing (`ip route replace`).
         #[arg(long)]
         replace: bool,
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            required = true,
-            value_name = "ROUTE"
-        )]
-        args: Vec<String>,
+        #[command(flatten)]
+        route: Spec,
     },
     /// Delete a route: `podgate route del --netns ... 10.8.0.0/24 [via GW] [dev IF] [table T]`.
     #[command(visible_alias = "delete")]
-    Del {
-        #[command(flatten)]
-        family: Family,
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            required = true,
-            value_name = "ROUTE"
-        )]
-        args: Vec<String>,
-    },
+    Del(Spec),
 }
 
 pub fn run(cmd: &RouteCmd, target: &Target, json: bool) -> Result<Found> {
     let sel = target.select()?;
     let mut sock = RouteSocket::in_netns(&sel.ns)?;
     match cmd {
-        RouteCmd::List { family, args } => {
+        RouteCmd::List(Selector { family, args }) => {
             let a = ipargs::parse_route(args, true).map_err(Error::Usage)?;
             list(&mut sock, a.family.or(family.flag()), &a, json)
         }
         RouteCmd::Add {
-            family,
             replace,
-            args,
+            route: Spec { family, args },
         } => {
             let a = ipargs::parse_route(args, false).map_err(Error::Usage)?;
             let spec = spec_of(&mut sock, &a, family.flag(), true)?;
             route::add(&mut sock, &spec, *replace)?;
             report("added", &mut sock, &spec, &sel.chosen.label(), json)
         }
-        RouteCmd::Del { family, args } => {
+        RouteCmd::Del(Spec { family, args }) => {
             let a = ipargs::parse_route(args, false).map_err(Error::Usage)?;
             let spec = spec_of(&mut sock, &a, family.flag(), false)?;
             if !route::del(&mut sock, &spec)? {

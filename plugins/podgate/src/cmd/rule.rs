@@ -1,8 +1,7 @@
 //! `podgate rule list|add|del` inside the selected netns, `ip rule` style.
 
-use crate::cmd::route::Family;
 use crate::error::{Error, Found, Result};
-use crate::ipargs::{self, RuleArgs};
+use crate::ipargs::{self, RuleArgs, Selector, Spec};
 use crate::names;
 use crate::output;
 use crate::select::Target;
@@ -14,46 +13,17 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum RuleCmd {
-    /// List policy rules (both families unless -4/-6).
+    /// List policy rules (both families unless -4/-6), only those matching
+    /// the selectors given (from, to, iif, pref, lookup, proto).
     #[command(visible_aliases = ["show", "ls"])]
-    List {
-        #[command(flatten)]
-        family: Family,
-        /// Only rules matching these selectors (from, to, iif, pref, lookup, proto).
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "SELECTOR"
-        )]
-        args: Vec<String>,
-    },
+    List(Selector),
     /// Add a rule: `podgate rule add --netns ... from 10.8.0.0/24 [to P] [iif IF] [pref N] lookup 100`.
     /// Without `pref`, one below the first non-zero preference (as the kernel picks).
-    Add {
-        #[command(flatten)]
-        family: Family,
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            required = true,
-            value_name = "RULE"
-        )]
-        args: Vec<String>,
-    },
+    Add(Spec),
     /// Delete the first rule matching the selectors given:
     /// `podgate rule del --netns ... from 10.8.0.0/24 lookup 100` or `... rule del pref 100`.
     #[command(visible_alias = "delete")]
-    Del {
-        #[command(flatten)]
-        family: Family,
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            required = true,
-            value_name = "RULE"
-        )]
-        args: Vec<String>,
-    },
+    Del(Spec),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -143,7 +113,7 @@ pub fn run(cmd: &RuleCmd, target: &Target, json: bool) -> Result<Found> {
     let mut sock = RouteSocket::in_netns(&sel.ns)?;
     let label = sel.chosen.label();
     match cmd {
-        RuleCmd::List { family, args } => {
+        RuleCmd::List(Selector { family, args }) => {
             let a = ipargs::parse_rule(args).map_err(Error::Usage)?;
             let mut rows = Vec::new();
             for v6 in families(a.family.or(family.flag())) {
@@ -167,7 +137,7 @@ pub fn run(cmd: &RuleCmd, target: &Target, json: bool) -> Result<Found> {
             }
             Ok(Found::Ok)
         }
-        RuleCmd::Add { family, args } => {
+        RuleCmd::Add(Spec { family, args }) => {
             let a = ipargs::parse_rule(args).map_err(Error::Usage)?;
             let v6 = a.v6(family.flag()).map_err(Error::Usage)?;
             let priority = match a.pref {
@@ -187,7 +157,7 @@ pub fn run(cmd: &RuleCmd, target: &Target, json: bool) -> Result<Found> {
             rule::add(&mut sock, &spec)?;
             done("added", &spec, &label, json)
         }
-        RuleCmd::Del { family, args } => {
+        RuleCmd::Del(Spec { family, args }) => {
             let a = ipargs::parse_rule(args).map_err(Error::Usage)?;
             let v6 = a.v6(family.flag()).map_err(Error::Usage)?;
             let mut listed = rule::list(&mut sock, v6)?;
