@@ -459,7 +459,10 @@ fn soak_add_del_cycles_leave_nothing_behind() {
     let pod_before = snapshot(&rig.pod);
     let rp_before = rig.pod.sysctl_get("net.ipv4.conf.eth0.rp_filter");
     let report = rig.dir.path().join("fd-report");
-    let strace = strace_available();
+    assert!(
+        strace_available(),
+        "the soak's close-on-exec audit needs strace (integration/install-deps.sh installs it)"
+    );
     let mut audited: Vec<Variant> = Vec::new();
     let mut fd_problems: Vec<String> = Vec::new();
 
@@ -492,7 +495,7 @@ fn soak_add_del_cycles_leave_nothing_behind() {
         let mut calls = [("ADD", 0.0, 0), ("DEL", 0.0, 0)];
         for call in calls.iter_mut() {
             let mut env = rig.env(call.0, &cid, pod_name);
-            if strace && !audited.contains(&v) {
+            if !audited.contains(&v) {
                 fd_problems.extend(audit_fds(&rig, &env, &conf, &format!("{v:?}-{}", call.0)));
                 if call.0 == "DEL" {
                     audited.push(v);
@@ -605,7 +608,7 @@ fn soak_add_del_cycles_leave_nothing_behind() {
         "rss_last_kib": last_all,
         "rss_max_kib": max_rss,
         "rss_per_variant": rss_lines,
-        "cloexec_audit": if strace { "strace: every fd-creating syscall had CLOEXEC, no child" } else { "skipped: strace not installed" },
+        "cloexec_audit": "strace: every fd-creating syscall had CLOEXEC, no child",
         "ok": rss_ok,
         "detail": if rss_ok { "nothing left; RSS flat".to_string() } else { format!("RSS grew: {}", rss_lines.join("; ")) },
     });

@@ -2,17 +2,16 @@
 //!
 //! Every test runs inside network namespaces it creates itself (a thread that
 //! calls `unshare(CLONE_NEWNET)`, or named namespaces removed on drop), so the
-//! host's networking is never touched. Without root (or without the right to
-//! create namespaces) the tests print a note and pass vacuously.
+//! host's networking is never touched. They need root, `nft`, `iptables-nft`
+//! and `ip` (CI runs as root and installs them: integration/install-deps.sh)
+//! and fail, never skip, without them.
 //!
 //! `nft` (the CLI) is used only to cross-check what the kernel holds and to
-//! create foreign rules; checks that need it are skipped if it is missing.
+//! create foreign rules.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::fs::File;
-use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -31,45 +30,37 @@ fn rule(src: &str, oif: &str) -> MasqRule {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+/// Fail loudly without root: these tests cannot mean anything otherwise.
+fn require_root() {
+    let euid = nix::unistd::geteuid();
+    assert!(
+        euid.is_root(),
+        "the nf_tables kernel tests need root to create network namespaces (euid is {euid})"
+    );
 }
 
 /// Runs `f` on a new thread that first moves into a fresh network namespace.
 /// Only that thread (and processes it spawns) sees the namespace; the test
-/// harness' threads stay where they are. Returns `None` (test skipped) when
-/// namespaces cannot be created.
-fn in_new_netns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
-    if !is_root() {
-        eprintln!("skipped: needs root to create a network namespace");
-        return None;
-    }
+/// harness' threads stay where they are.
+fn in_new_netns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    require_root();
     let handle = std::thread::spawn(move || {
-        // SAFETY: unshare only affects the calling thread's namespaces.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(f())
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
+        f()
     });
     match handle.join() {
-        Ok(Ok(r)) => Some(r),
-        Ok(Err(e)) => {
-            eprintln!("skipped: unshare(CLONE_NEWNET) failed: {e}");
-            None
-        }
+        Ok(r) => r,
         Err(panic) => std::panic::resume_unwind(panic),
     }
-}
-
-fn have_nft() -> bool {
-    Command::new("nft").arg("--version").output().is_ok()
 }
 
 /// Runs the nft CLI in the calling thread's namespace (Command forks from
 /// this thread, so the child inherits its netns).
 fn nft(args: &[&str]) -> String {
-    let out = Command::new("nft").args(args).output().expect("run nft");
+    let out = Command::new("nft")
+        .args(args)
+        .output()
+        .expect("run nft (nftables must be installed: integration/install-deps.sh)");
     assert!(
         out.status.success(),
         "nft {args:?} failed: {}",
@@ -105,47 +96,43 @@ fn replace_list_delete_round_trip() {
         );
         assert!(listed.iter().all(|l| l.handle > 0));
 
-        if have_nft() {
-            let text = nft(&["list", "table", "inet", table]);
-            eprintln!("{text}");
-            assert!(
-                text.contains("type nat hook postrouting priority srcnat; policy accept;"),
-                "{text}"
-            );
-            assert!(
-                text.contains(&format!(
-                    "ip saddr 10.8.0.0/24 oifname \"eth0\" masquerade comment \"{TAG}\""
-                )),
-                "{text}"
-            );
-            assert!(
-                text.contains(&format!(
-                    "ip6 saddr fd00:8::/64 oifname \"eth0\" masquerade comment \"{TAG}\""
-                )),
-                "{text}"
-            );
-            assert!(
-                text.contains(&format!("table inet {table} {{\n\tcomment \"{TAG}\"")),
-                "{text}"
-            );
-            let json = nft(&["-j", "list", "ruleset"]);
-            assert!(
-                json.contains(&format!(
-                    "\"table\": \"{table}\", \"name\": \"postrouting\", \"handle\": 1, \"type\": \"nat\", \"hook\": \"postrouting\", \"prio\": 100, \"policy\": \"accept\""
-                )),
-                "{json}"
-            );
-        }
+        let text = nft(&["list", "table", "inet", table]);
+        eprintln!("{text}");
+        assert!(
+            text.contains("type nat hook postrouting priority srcnat; policy accept;"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "ip saddr 10.8.0.0/24 oifname \"eth0\" masquerade comment \"{TAG}\""
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "ip6 saddr fd00:8::/64 oifname \"eth0\" masquerade comment \"{TAG}\""
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("table inet {table} {{\n\tcomment \"{TAG}\"")),
+            "{text}"
+        );
+        let json = nft(&["-j", "list", "ruleset"]);
+        assert!(
+            json.contains(&format!(
+                "\"table\": \"{table}\", \"name\": \"postrouting\", \"handle\": 1, \"type\": \"nat\", \"hook\": \"postrouting\", \"prio\": 100, \"policy\": \"accept\""
+            )),
+            "{json}"
+        );
 
         // Replacing again is idempotent: still exactly one copy of each rule.
         s.replace_masquerade_table(table, &wanted, TAG).unwrap();
         let again = s.list_masquerade(table).unwrap().unwrap();
         assert_eq!(rules_of(&again), rules_of(&listed));
-        if have_nft() {
-            let text = nft(&["list", "ruleset"]);
-            assert_eq!(text.matches("masquerade").count(), 2, "{text}");
-            assert_eq!(text.matches("table inet").count(), 1, "{text}");
-        }
+        let text = nft(&["list", "ruleset"]);
+        assert_eq!(text.matches("masquerade").count(), 2, "{text}");
+        assert_eq!(text.matches("table inet").count(), 1, "{text}");
 
         // Replacing with a different set drops the old rules.
         let fewer = vec![rule("192.168.7.1/32", "wg0")];
@@ -164,9 +151,7 @@ fn replace_list_delete_round_trip() {
         assert!(s.delete_table(table).unwrap());
         assert!(!s.delete_table(table).unwrap());
         assert_eq!(s.list_masquerade(table).unwrap(), None);
-        if have_nft() {
-            assert!(!nft(&["list", "ruleset"]).contains(table));
-        }
+        assert!(!nft(&["list", "ruleset"]).contains(table));
     });
 }
 
@@ -209,32 +194,30 @@ fn mss_clamp_chain_round_trip() {
             1
         );
 
-        if have_nft() {
-            let text = nft(&["list", "table", "inet", table]);
-            eprintln!("{text}");
-            for want in [
-                "type filter hook forward priority mangle; policy accept;",
-                "ip saddr 10.8.0.0/24 oifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set rt mtu",
-                "ip daddr 10.8.0.0/24 iifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set rt mtu",
-                "ip6 saddr fd00:8::/64 oifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set 1220",
-                "ip daddr 10.9.0.0/16 iifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set 1300",
-            ] {
-                assert!(text.contains(want), "missing {want:?} in\n{text}");
-            }
-            let json = nft(&["-j", "list", "ruleset"]);
-            assert!(
-                json.contains("{\"mangle\": {\"key\": {\"tcp option\": {\"name\": \"maxseg\", \"field\": \"size\"}}, \"value\": {\"rt\": {\"key\": \"mtu\"}}}}"),
-                "{json}"
-            );
-            // A rule someone else adds to the chain is listed as foreign.
-            nft(&[
-                "add", "rule", "inet", table, "forward", "tcp", "flags", "syn", "tcp", "option",
-                "maxseg", "size", "set", "1400",
-            ]);
-            let listed = s.list_mss(table).unwrap().unwrap();
-            assert_eq!(listed.len(), 5);
-            assert_eq!(listed[4].rule, None);
+        let text = nft(&["list", "table", "inet", table]);
+        eprintln!("{text}");
+        for want in [
+            "type filter hook forward priority mangle; policy accept;",
+            "ip saddr 10.8.0.0/24 oifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set rt mtu",
+            "ip daddr 10.8.0.0/24 iifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set rt mtu",
+            "ip6 saddr fd00:8::/64 oifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set 1220",
+            "ip daddr 10.9.0.0/16 iifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set 1300",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+        let json = nft(&["-j", "list", "ruleset"]);
+        assert!(
+            json.contains("{\"mangle\": {\"key\": {\"tcp option\": {\"name\": \"maxseg\", \"field\": \"size\"}}, \"value\": {\"rt\": {\"key\": \"mtu\"}}}}"),
+            "{json}"
+        );
+        // A rule someone else adds to the chain is listed as foreign.
+        nft(&[
+            "add", "rule", "inet", table, "forward", "tcp", "flags", "syn", "tcp", "option",
+            "maxseg", "size", "set", "1400",
+        ]);
+        let listed = s.list_mss(table).unwrap().unwrap();
+        assert_eq!(listed.len(), 5);
+        assert_eq!(listed[4].rule, None);
 
         // MSS only: no nat chain is created.
         s.replace_table(
@@ -248,10 +231,8 @@ fn mss_clamp_chain_round_trip() {
         .unwrap();
         assert_eq!(s.list_mss(table).unwrap().unwrap().len(), 1);
         assert_eq!(s.list_masquerade(table).unwrap(), Some(vec![]));
-        if have_nft() {
-            let text = nft(&["list", "table", "inet", table]);
-            assert!(!text.contains("postrouting"), "{text}");
-        }
+        let text = nft(&["list", "table", "inet", table]);
+        assert!(!text.contains("postrouting"), "{text}");
         assert!(s.delete_table(table).unwrap());
         assert_eq!(s.list_mss(table).unwrap(), None);
     });
@@ -260,10 +241,6 @@ fn mss_clamp_chain_round_trip() {
 #[test]
 fn foreign_rules_are_reported_as_drift() {
     in_new_netns(|| {
-        if !have_nft() {
-            eprintln!("skipped: nft binary not available");
-            return;
-        }
         let mut s = NftSocket::new().unwrap();
         let table = "pg";
         s.replace_masquerade_table(table, &[rule("10.8.0.0/24", "eth0")], TAG)
@@ -329,10 +306,6 @@ fn foreign_rules_are_reported_as_drift() {
 #[test]
 fn list_tables_and_find_snat_rules() {
     in_new_netns(|| {
-        if !have_nft() {
-            eprintln!("skipped: nft binary not available");
-            return;
-        }
         let mut s = NftSocket::new().unwrap();
         assert!(s.find_snat_rules(None).unwrap().is_empty());
         s.replace_masquerade_table("ours", &[rule("10.8.0.0/24", "eth0")], TAG)
@@ -478,19 +451,20 @@ fn list_tables_and_find_snat_rules() {
                 "-j",
                 "MASQUERADE",
             ])
-            .output();
-        match ipt {
-            Ok(out) if out.status.success() => {
-                let found = s.find_snat_rules(Some("ours")).unwrap();
-                eprintln!("with iptables-nft: {found:#?}");
-                assert!(
-                    found.iter().any(|f| f.kind == SnatKind::XtMasquerade),
-                    "{found:?}"
-                );
-                assert_eq!(found.len(), 3, "{found:?}");
-            }
-            _ => eprintln!("iptables-nft unavailable; skipped that part"),
-        }
+            .output()
+            .expect("run iptables-nft (integration/install-deps.sh installs it)");
+        assert!(
+            ipt.status.success(),
+            "iptables-nft: {}",
+            String::from_utf8_lossy(&ipt.stderr)
+        );
+        let found = s.find_snat_rules(Some("ours")).unwrap();
+        eprintln!("with iptables-nft: {found:#?}");
+        assert!(
+            found.iter().any(|f| f.kind == SnatKind::XtMasquerade),
+            "{found:?}"
+        );
+        assert_eq!(found.len(), 3, "{found:?}");
     });
 }
 
@@ -502,8 +476,7 @@ fn socket_stays_in_its_namespace_across_threads() {
         let s = NftSocket::new().unwrap();
         let (tx, rx) = mpsc::channel();
         let worker = std::thread::spawn(move || {
-            // SAFETY: affects only this thread.
-            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
             let mut s = s;
             s.replace_masquerade_table("moved", &[rule("10.8.0.0/24", "eth0")], TAG)
                 .unwrap();
@@ -517,9 +490,7 @@ fn socket_stays_in_its_namespace_across_threads() {
         assert_eq!(s.list_masquerade("moved").unwrap().unwrap().len(), 1);
         let mut fresh = NftSocket::new().unwrap();
         assert_eq!(fresh.list_masquerade("moved").unwrap().unwrap().len(), 1);
-        if have_nft() {
-            assert!(nft(&["list", "ruleset"]).contains("table inet moved"));
-        }
+        assert!(nft(&["list", "ruleset"]).contains("table inet moved"));
     });
 }
 
@@ -619,9 +590,8 @@ fn in_netns_at<R: Send + 'static>(
 ) -> std::thread::JoinHandle<R> {
     std::thread::spawn(move || {
         let file = File::open(&path).unwrap();
-        // SAFETY: setns with a valid netns fd affects only this thread.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", io::Error::last_os_error());
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
         f()
     })
 }
@@ -652,14 +622,7 @@ fn observed_source(ns: &Netns) -> SocketAddr {
 
 #[test]
 fn masquerade_rewrites_source_address() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: iproute2 not available");
-        return;
-    }
+    require_root();
     // client (10.8.0.2) --c0/g0-- gw (10.8.0.1 | 192.0.2.1) --u0/s0-- server (192.0.2.2)
     let ns = Netns::create(&["client", "gw", "server"]);
     let (client, gw, server) = (ns.name(0), ns.name(1), ns.name(2));
@@ -733,10 +696,6 @@ fn masquerade_rewrites_source_address() {
 #[test]
 fn kernel_errors_abort_the_whole_batch() {
     in_new_netns(|| {
-        if !have_nft() {
-            eprintln!("skipped: nft binary not available");
-            return;
-        }
         // A table flagged `owner` belongs to the netlink socket that created
         // it; keep that socket alive in an interactive nft process.
         let mut child = Command::new("nft")
@@ -801,13 +760,11 @@ fn long_tags_are_stored_and_listed() {
                 .unwrap();
             let listed = s.list_masquerade("tags").unwrap().unwrap();
             assert_eq!(listed[0].tag.as_deref(), Some(tag));
-            if have_nft() {
-                let text = nft(&["list", "ruleset"]);
-                assert!(
-                    text.contains(&format!("masquerade comment \"{tag}\"")),
-                    "{text}"
-                );
-            }
+            let text = nft(&["list", "ruleset"]);
+            assert!(
+                text.contains(&format!("masquerade comment \"{tag}\"")),
+                "{text}"
+            );
         }
         assert!(s
             .replace_masquerade_table("tags", &[], &"t".repeat(254))
@@ -818,10 +775,6 @@ fn long_tags_are_stored_and_listed() {
 #[test]
 fn table_without_our_chain_lists_empty() {
     in_new_netns(|| {
-        if !have_nft() {
-            eprintln!("skipped: nft binary not available");
-            return;
-        }
         nft(&["add", "table", "inet", "bare"]);
         let mut s = NftSocket::new().unwrap();
         assert_eq!(s.list_masquerade("bare").unwrap(), Some(vec![]));

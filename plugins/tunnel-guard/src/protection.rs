@@ -256,11 +256,12 @@ mod tests {
     }
 
     #[test]
-    fn ownership_and_modes() {
-        // Root-only assertions (file ownership); skipped cleanly otherwise.
-        if !nix::unistd::geteuid().is_root() {
-            return;
-        }
+    fn only_root_owned_paths_without_write_for_others_pass_the_endpoint_checks() {
+        // File ownership: the assertions mean something only as root (CI).
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "needs root: the endpoint checks want root-owned files"
+        );
         let d = tmp("modes");
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o750)).unwrap();
         check_dir(&d).unwrap();
