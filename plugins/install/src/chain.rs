@@ -227,12 +227,20 @@ mod tests {
     }
 
     #[test]
-    fn kinds() {
+    fn a_file_is_read_as_a_runtime_reads_it_by_its_extension() {
         assert_eq!(kind_of("10-calico.conflist"), Some(Kind::List));
         assert_eq!(kind_of("10-bridge.conf"), Some(Kind::Single));
         assert_eq!(kind_of("99-x.json"), Some(Kind::Single));
+    }
+
+    #[test]
+    fn podgates_saved_originals_and_temp_files_are_not_network_configs() {
         assert_eq!(kind_of("10-x.conf.podgate-orig"), None);
         assert_eq!(kind_of(".10-x.conflist.podgate-tmp-12"), None);
+    }
+
+    #[test]
+    fn a_converted_single_conf_is_named_conflist() {
         assert_eq!(converted_name("10-bridge.conf"), "10-bridge.conflist");
         assert_eq!(converted_name("10-bridge.json"), "10-bridge.conflist");
     }
@@ -288,7 +296,7 @@ mod tests {
     }
 
     #[test]
-    fn refusals() {
+    fn a_conflist_that_is_not_a_json_object_with_plugin_objects_is_refused() {
         assert!(matches!(
             List::parse("f", b"{\"plugins\": [ {\"type\": "),
             Err(Error::ConfNotJson { .. })
@@ -309,11 +317,19 @@ mod tests {
             List::parse("f", br#"{"plugins":[1]}"#),
             Err(Error::PluginNotObject { index: 0, .. })
         ));
+    }
+
+    #[test]
+    fn a_list_older_than_0_3_0_cannot_be_chained() {
         let old = List::parse("f", br#"{"cniVersion":"0.2.0","plugins":[{"type":"a"}]}"#).unwrap();
         assert!(matches!(
             old.check_chainable("f"),
             Err(Error::OldVersion { .. })
         ));
+    }
+
+    #[test]
+    fn a_list_of_podgate_alone_has_no_primary_to_chain_after() {
         let only = List::parse(
             "f",
             br#"{"cniVersion":"1.0.0","plugins":[{"type":"podgate-router"}]}"#,
@@ -323,6 +339,10 @@ mod tests {
             only.check_chainable("f"),
             Err(Error::OnlyPodgate { .. })
         ));
+    }
+
+    #[test]
+    fn a_primarys_conflist_of_a_chaining_version_can_be_chained() {
         let ok = List::parse("f", CALICO.as_bytes()).unwrap();
         assert!(ok.check_chainable("f").is_ok());
     }

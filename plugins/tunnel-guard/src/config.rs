@@ -271,13 +271,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn defaults() {
-        let c = GuardConfig::from_value(
+    fn bare() -> GuardConfig {
+        GuardConfig::from_value(
             &json!({"cniVersion":"1.0.0","name":"n","type":"podgate-tunnel-guard"}),
         )
-        .unwrap();
-        assert_eq!(c, GuardConfig::default());
+        .unwrap()
+    }
+
+    #[test]
+    fn a_config_without_guard_keys_is_the_default_config() {
+        assert_eq!(bare(), GuardConfig::default());
+    }
+
+    #[test]
+    fn by_default_the_guard_reads_kube_ovns_paths_within_three_seconds() {
+        let c = bare();
         assert_eq!(
             c.protection_socket(),
             PathBuf::from("/run/kube-ovn-ipsec-protection/protection.sock")
@@ -288,6 +296,11 @@ mod tests {
         );
         assert_eq!(c.ovsdb_socket, PathBuf::from("/run/openvswitch/db.sock"));
         assert_eq!(c.timeout(), Duration::from_millis(3000));
+    }
+
+    #[test]
+    fn by_default_no_agent_socket_is_asked_and_no_namespace_is_excluded() {
+        let c = bare();
         assert_eq!(c.agent_socket, None);
         assert!(c.exclude_namespaces.is_empty());
     }
@@ -332,7 +345,7 @@ mod tests {
     }
 
     #[test]
-    fn marks() {
+    fn a_mark_is_a_decimal_u32_as_ovsdb_stores_it() {
         assert_eq!(parse_mark("759815"), Some(759_815));
         assert_eq!(parse_mark("0xB9807"), None);
         assert_eq!(parse_mark("-1"), None);

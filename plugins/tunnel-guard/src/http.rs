@@ -137,28 +137,45 @@ mod tests {
         );
     }
 
+    const CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n";
+
     #[test]
-    fn chunked() {
-        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n";
+    fn a_chunked_body_is_joined_and_chunk_extensions_ignored() {
         assert_eq!(
-            parse_response(r, false).unwrap(),
+            parse_response(CHUNKED, false).unwrap(),
             Some((200, b"{\"a\":1}".to_vec()))
         );
-        for n in 45..r.len() - 5 {
-            assert_eq!(parse_response(&r[..n], false).unwrap(), None, "{n}");
+    }
+
+    #[test]
+    fn a_chunked_body_cut_short_is_incomplete_until_the_stream_ends() {
+        for n in 45..CHUNKED.len() - 5 {
+            assert_eq!(parse_response(&CHUNKED[..n], false).unwrap(), None, "{n}");
         }
-        assert!(parse_response(&r[..50], true).is_err());
+        assert!(parse_response(&CHUNKED[..50], true).is_err());
+    }
+
+    #[test]
+    fn a_chunk_size_that_is_not_hex_is_an_error() {
         let bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
         assert!(parse_response(bad, false).is_err());
     }
 
     #[test]
-    fn garbage() {
+    fn a_reply_that_is_not_http_is_an_error() {
         assert!(parse_response(b"\x00\x01garbage garbage garbage", false).is_err());
         assert!(parse_response(b"SSH-2.0-OpenSSH\r\n\r\n", false).is_err());
         assert!(parse_response(b"HTTP/1.1 abc OK\r\n\r\n", true).is_err());
+    }
+
+    #[test]
+    fn a_bad_or_unmet_content_length_is_an_error() {
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", true).is_err());
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab", true).is_err());
+    }
+
+    #[test]
+    fn a_stream_that_ends_inside_the_head_is_an_error_and_nothing_yet_is_incomplete() {
         assert!(parse_response(b"HTTP/1.1 200", true).is_err());
         assert_eq!(parse_response(b"", false).unwrap(), None);
     }

@@ -471,7 +471,7 @@ mod tests {
     }
 
     #[test]
-    fn uuids() {
+    fn only_a_complete_hyphenated_uuid_is_a_uuid() {
         assert!(is_uuid(ROOT));
         assert!(!is_uuid("0d9a3c5e-1b2f-4c6d-8e7f-9a0b1c2d3e4"));
         assert!(!is_uuid("0d9a3c5e_1b2f-4c6d-8e7f-9a0b1c2d3e4f"));

@@ -181,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn presence() {
+    fn a_missing_path_is_absent_and_a_dangling_symlink_exists() {
         let d = tmp("presence");
         assert_eq!(Presence::of(&d.join("nope")), Presence::Absent);
         std::os::unix::fs::symlink("/nonexistent/x", d.join("dangling")).unwrap();

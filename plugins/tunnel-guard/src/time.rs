@@ -183,15 +183,23 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
+    fn a_duration_is_the_sum_of_its_units() {
         assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
         assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("0"), Some(Duration::ZERO));
         assert_eq!(parse_duration("2d"), Some(Duration::from_secs(172_800)));
+    }
+
+    #[test]
+    fn a_duration_without_a_unit_with_a_fraction_sign_or_overflow_is_refused() {
         for bad in ["", "m", "10", "10x", "1.5h", "-1m", "99999999999h"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_duration_is_shown_in_its_two_largest_units() {
         assert_eq!(human(Duration::from_secs(240)), "4m");
         assert_eq!(human(Duration::from_secs(3720)), "1h2m");
         assert_eq!(human(Duration::from_secs(86_400 * 3 + 3600 * 4)), "3d4h");

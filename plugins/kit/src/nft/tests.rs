@@ -272,9 +272,13 @@ fn comment_udata() {
 }
 
 #[test]
-fn validation() {
+fn a_source_with_host_bits_set_is_refused_naming_its_network() {
     let err = encode_masquerade_batch("t", &[rule("10.8.0.5/24", "eth0")], "x", 1).unwrap_err();
     assert!(err.to_string().contains("10.8.0.0/24"), "{err}");
+}
+
+#[test]
+fn an_interface_name_must_be_1_to_15_bytes() {
     assert!(encode_masquerade_batch("t", &[rule("10.8.0.0/24", "")], "x", 1).is_err());
     assert!(
         encode_masquerade_batch("t", &[rule("10.8.0.0/24", "sixteen-chars-xx")], "x", 1).is_err()
@@ -282,9 +286,17 @@ fn validation() {
     assert!(
         encode_masquerade_batch("t", &[rule("10.8.0.0/24", "fifteen-chars-x")], "x", 1).is_ok()
     );
+}
+
+#[test]
+fn a_table_name_must_be_1_to_255_bytes_without_nul() {
     assert!(encode_masquerade_batch("", &[], "x", 1).is_err());
     assert!(encode_masquerade_batch("a\0b", &[], "x", 1).is_err());
     assert!(encode_masquerade_batch(&"t".repeat(256), &[], "x", 1).is_err());
+}
+
+#[test]
+fn a_rule_tag_must_be_at_most_253_bytes_without_nul() {
     assert!(encode_masquerade_batch("t", &[], &"x".repeat(254), 1).is_err());
     assert!(encode_masquerade_batch("t", &[], &"x".repeat(253), 1).is_ok());
     assert!(encode_masquerade_batch("t", &[], "a\0", 1).is_err());

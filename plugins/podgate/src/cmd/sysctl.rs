@@ -287,11 +287,15 @@ mod tests {
     }
 
     #[test]
-    fn pairs() {
+    fn a_pair_is_name_equals_value() {
         assert_eq!(
             parse_pair("net.ipv4.ip_forward=1").unwrap(),
             ("net.ipv4.ip_forward".into(), "1".into())
         );
+    }
+
+    #[test]
+    fn a_pair_without_a_value_is_refused() {
         assert!(parse_pair("net.ipv4.ip_forward").is_err());
         assert!(parse_pair("net.ipv4.ip_forward=").is_err());
     }
