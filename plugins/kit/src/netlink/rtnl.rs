@@ -58,7 +58,33 @@ pub(crate) const IFLA_IFNAME: u16 = 3;
 pub(crate) const IFA_ADDRESS: u16 = 1;
 pub(crate) const IFA_LOCAL: u16 = 2;
 
-/// `struct rtmsg`, the header of every route message (12 bytes).
+/// The 12-byte header `rtmsg` and `fib_rule_hdr` share (the kernel keeps
+/// the rule header in the route header's shape): eight one-byte fields, then
+/// 32-bit flags. Route and rule headers name the bytes.
+struct Head12 {
+    bytes: [u8; 8],
+    flags: u32,
+}
+
+impl Head12 {
+    fn write(&self, w: &mut MsgWriter) {
+        w.buf.extend_from_slice(&self.bytes);
+        w.buf.extend_from_slice(&self.flags.to_ne_bytes());
+    }
+
+    /// The header and the attributes that follow it (`what` names it in errors).
+    fn parse<'a>(payload: &'a [u8], what: &str) -> Result<(Head12, Attrs<'a>), String> {
+        let (h, rest) = fixed::<12>(payload, what)?;
+        let [b0, b1, b2, b3, b4, b5, b6, b7, f0, f1, f2, f3] = h;
+        let head = Head12 {
+            bytes: [b0, b1, b2, b3, b4, b5, b6, b7],
+            flags: u32::from_ne_bytes([f0, f1, f2, f3]),
+        };
+        Ok((head, attrs(rest, what)?))
+    }
+}
+
+/// `struct rtmsg`, the header of every route message.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct RtMsg {
     pub(crate) family: u8,
@@ -73,26 +99,22 @@ pub(crate) struct RtMsg {
 }
 
 impl RtMsg {
-    const LEN: usize = 12;
-
     pub(crate) fn write(&self, w: &mut MsgWriter) {
-        w.buf.extend_from_slice(&[
-            self.family,
-            self.dst_len,
-            self.src_len,
-            self.tos,
-            self.table,
-            self.protocol,
-            self.scope,
-            self.kind,
-        ]);
-        w.buf.extend_from_slice(&self.flags.to_ne_bytes());
+        let m = self;
+        let bytes = [
+            m.family, m.dst_len, m.src_len, m.tos, m.table, m.protocol, m.scope, m.kind,
+        ];
+        Head12 {
+            bytes,
+            flags: m.flags,
+        }
+        .write(w);
     }
 
     /// The header and the attributes that follow it.
     pub(crate) fn parse(payload: &[u8]) -> Result<(RtMsg, Attrs<'_>), String> {
-        let (h, rest) = fixed::<{ RtMsg::LEN }>(payload, "rtmsg")?;
-        let [family, dst_len, src_len, tos, table, protocol, scope, kind, f0, f1, f2, f3] = h;
+        let (Head12 { bytes, flags }, attrs) = Head12::parse(payload, "rtmsg")?;
+        let [family, dst_len, src_len, tos, table, protocol, scope, kind] = bytes;
         let m = RtMsg {
             family,
             dst_len,
@@ -102,13 +124,13 @@ impl RtMsg {
             protocol,
             scope,
             kind,
-            flags: u32::from_ne_bytes([f0, f1, f2, f3]),
+            flags,
         };
-        Ok((m, attrs(rest, "rtmsg")?))
+        Ok((m, attrs))
     }
 }
 
-/// `struct fib_rule_hdr`, the header of every rule message (12 bytes).
+/// `struct fib_rule_hdr`, the header of every rule message.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct FibRuleHdr {
     pub(crate) family: u8,
@@ -121,35 +143,32 @@ pub(crate) struct FibRuleHdr {
 }
 
 impl FibRuleHdr {
-    const LEN: usize = 12;
-
     pub(crate) fn write(&self, w: &mut MsgWriter) {
-        w.buf.extend_from_slice(&[
-            self.family,
-            self.dst_len,
-            self.src_len,
-            self.tos,
-            self.table,
-            0, // res1
-            0, // res2
-            self.action,
-        ]);
-        w.buf.extend_from_slice(&self.flags.to_ne_bytes());
+        let h = self;
+        // Bytes 5 and 6 are res1 and res2.
+        let bytes = [
+            h.family, h.dst_len, h.src_len, h.tos, h.table, 0, 0, h.action,
+        ];
+        Head12 {
+            bytes,
+            flags: h.flags,
+        }
+        .write(w);
     }
 
     pub(crate) fn parse(payload: &[u8]) -> Result<(FibRuleHdr, Attrs<'_>), String> {
-        let (h, rest) = fixed::<{ FibRuleHdr::LEN }>(payload, "fib_rule_hdr")?;
-        let [family, dst_len, src_len, tos, table, _res1, _res2, action, f0, f1, f2, f3] = h;
-        let m = FibRuleHdr {
+        let (Head12 { bytes, flags }, attrs) = Head12::parse(payload, "fib_rule_hdr")?;
+        let [family, dst_len, src_len, tos, table, _res1, _res2, action] = bytes;
+        let h = FibRuleHdr {
             family,
             dst_len,
             src_len,
             tos,
             table,
             action,
-            flags: u32::from_ne_bytes([f0, f1, f2, f3]),
+            flags,
         };
-        Ok((m, attrs(rest, "fib_rule_hdr")?))
+        Ok((h, attrs))
     }
 }
 
