@@ -401,7 +401,7 @@ fn private_status_socket_adds_diagnostics_only() {
 }
 
 #[test]
-fn dead_ovsdb() {
+fn a_dead_ovsdb_refuses_the_pod_without_asking_the_agent() {
     let mut g = GuardNode::new("deadovs");
     g.ovsdb.stop();
     g.expect_not_ready(

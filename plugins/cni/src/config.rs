@@ -234,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn valid_attachments() {
+    fn gc_valid_attachments_are_read_from_the_config() {
         let c = NetConf::parse(
             br#"{"cniVersion":"1.1.0","name":"n","type":"t",
             "cni.dev/valid-attachments":[{"containerID":"a","ifname":"eth0"}]}"#,

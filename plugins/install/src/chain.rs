@@ -359,7 +359,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_shapes() {
+    fn podgate_entries_come_as_an_object_a_list_or_an_array_of_podgate_plugins() {
         assert_eq!(
             parse_entries(br#"{"type":"podgate-router"}"#)
                 .unwrap()
@@ -374,6 +374,10 @@ mod tests {
             .len(),
             2
         );
+    }
+
+    #[test]
+    fn entries_that_are_empty_not_podgates_typeless_or_not_json_are_refused() {
         assert!(matches!(
             parse_entries(br#"[{"type":"portmap"}]"#),
             Err(Error::EntryNotPodgate { .. })

@@ -118,7 +118,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trip() {
+    fn a_backup_saved_loads_back_lists_and_is_gone_once_removed() {
         let d = std::env::temp_dir().join(format!("podgate-state-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let s = StateDir::new(&d.join("installer"));

@@ -250,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn normalize_whitespace() {
+    fn values_compare_with_runs_of_whitespace_as_one_space() {
         assert_eq!(normalize("4096\t87380  6291456\n"), "4096 87380 6291456");
     }
 }

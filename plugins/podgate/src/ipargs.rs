@@ -320,7 +320,7 @@ mod tests {
     }
 
     #[test]
-    fn route_errors() {
+    fn route_words_missing_a_value_unknown_mixed_or_table_all_outside_list_are_refused() {
         assert!(parse_route(&toks("via 10.0.0.1"), false).is_err());
         assert!(parse_route(&toks("10.0.0.0/8 via"), false).is_err());
         assert!(parse_route(&toks("10.0.0.0/8 bogus"), false).is_err());

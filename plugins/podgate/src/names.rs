@@ -70,7 +70,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trips() {
+    fn table_and_protocol_names_round_trip_and_unknown_names_are_refused() {
         for t in ["main", "local", "default", "100"] {
             assert_eq!(table_name(parse_table(t).unwrap()), t);
         }

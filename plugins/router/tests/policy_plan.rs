@@ -525,7 +525,7 @@ mod routing {
     }
 
     #[test]
-    fn strict_refusals() {
+    fn strict_routing_is_refused_with_masquerade_node_snat_a_bridge_primary_or_no_uplink() {
         let c = strict_cfg(1);
         let e = plan_for(&c, "m-0", &ptp_node()).unwrap_err();
         assert!(e.msg.contains("masquerade"), "{}", e.msg);

@@ -104,7 +104,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_json() {
+    fn an_agent_status_lacks_identity_until_generation_and_both_hashes_are_set() {
         let s: AgentStatus = serde_json::from_str(
             r#"{"phase":"Running","reason":"","nodeUID":"u1","chassis":"c1","generation":"GEN",
                 "certificateHash":"CERT","trustHash":"TRUST","configurationApplied":true,

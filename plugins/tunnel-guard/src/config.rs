@@ -306,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn full_config() {
+    fn every_guard_key_is_read_from_the_conflist_entry() {
         let c = GuardConfig::from_value(&json!({
             "protectionDir": "/tmp/p", "ovsdbSocket": "/tmp/db.sock", "required": "always",
             "mode": "audit", "excludeNamespaces": ["cert-manager"], "timeoutMs": 200,
@@ -323,7 +323,7 @@ mod tests {
     }
 
     #[test]
-    fn invalid_configs() {
+    fn a_guard_key_of_the_wrong_kind_or_out_of_range_is_refused() {
         for bad in [
             json!({"guardMark": "0x10"}),
             json!({"tunnelPorts": [6081]}),

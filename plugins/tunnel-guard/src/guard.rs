@@ -361,7 +361,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn not_bypasses() {
+    fn esp_traffic_other_ports_ike_foreign_marks_and_blocks_are_not_bypasses() {
         assert!(!is_bypass(tunnel(6081, vec![tmpl(PROTO_ESP, false)])));
         assert!(!is_bypass(tunnel(
             6081,

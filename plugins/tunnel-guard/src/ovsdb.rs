@@ -413,7 +413,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_replies() {
+    fn an_ovsdb_reply_of_the_wrong_shape_is_an_error() {
         let empty = || json!(["map", []]);
         assert!(parse_reply(
             &json!({"id": REQUEST_ID, "error": "unknown database", "result": null})
@@ -443,7 +443,7 @@ mod tests {
     }
 
     #[test]
-    fn stream_framing() {
+    fn the_reply_is_found_in_the_stream_after_other_messages_and_split_anywhere() {
         let v = reply(json!(["map", []]), json!([]), json!([]));
         let full = v.to_string();
         assert_eq!(find_reply(full.as_bytes()).unwrap(), Some(v));

@@ -264,7 +264,7 @@ mod tests {
     }
 
     #[test]
-    fn datagram_framing() {
+    fn a_datagram_splits_into_its_messages_and_a_bad_length_is_an_error() {
         let mut d = nlmsg(20, NLM_F_MULTI, 7, 9, &[1, 2, 3]);
         d.extend(nlmsg(NLMSG_DONE, NLM_F_MULTI, 7, 9, &0u32.to_ne_bytes()));
         let msgs = split_datagram(&d).unwrap();

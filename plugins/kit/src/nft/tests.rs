@@ -18,7 +18,7 @@ fn rule_exprs(msg: &NlMsg) -> Vec<Expr> {
 }
 
 #[test]
-fn batch_framing() {
+fn a_table_replacement_is_one_batch_that_creates_deletes_and_recreates_the_table() {
     let bytes = encode_masquerade_batch(
         "podgate",
         &[rule("10.8.0.0/24", "eth0"), rule("fd00::/64", "eth0")],
@@ -69,7 +69,7 @@ fn batch_framing() {
 }
 
 #[test]
-fn chain_attributes() {
+fn the_postrouting_chain_is_a_nat_hook_at_srcnat_priority() {
     let bytes = encode_masquerade_batch("t", &[], "x", 1).unwrap();
     let msgs = messages(&bytes);
     let attrs = Attrs::parse(msgs[4].nf_attrs()).unwrap();
@@ -257,7 +257,7 @@ fn foreign_shapes_are_rejected() {
 }
 
 #[test]
-fn comment_udata() {
+fn a_rule_comment_round_trips_through_udata_and_a_truncated_tlv_is_none() {
     let u = encode_comment_udata("podgate:ctr1");
     assert_eq!(u[0], 0);
     assert_eq!(usize::from(u[1]), "podgate:ctr1".len() + 1);
@@ -312,7 +312,7 @@ fn oversized_batch_is_refused() {
 }
 
 #[test]
-fn error_replies() {
+fn a_kernel_error_reply_carries_its_errno_and_extended_ack_message() {
     // NLMSG_ERROR, capped, with an extack message TLV.
     let mut payload = (-libc::EINVAL).to_ne_bytes().to_vec();
     payload.extend([0u8; 16]); // echoed request header
@@ -409,7 +409,7 @@ fn batch_seq_range_wraps() {
 }
 
 #[test]
-fn verdict_decoding() {
+fn a_jump_verdict_decodes_with_its_chain_name() {
     let mut w = MsgWriter::default();
     Expr::Immediate {
         dreg: 0,

@@ -165,7 +165,7 @@ fn parses_selector_ports_and_templates() {
 }
 
 #[test]
-fn ipv6_selector() {
+fn an_ipv6_selector_reads_its_prefixes() {
     let mut f = Fixture::v4(1, 1, 1);
     f.info[40..42].copy_from_slice(&AF_INET6.to_ne_bytes());
     f.info[0] = 0xfd;
@@ -243,7 +243,7 @@ fn direction_filter_skips_before_parsing() {
 }
 
 #[test]
-fn mark_semantics() {
+fn a_mark_matches_under_its_mask_and_a_zero_mask_matches_all() {
     let m = Mark {
         value: 0x10,
         mask: 0xf0,

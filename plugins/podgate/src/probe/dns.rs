@@ -213,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn resolv_conf() {
+    fn the_first_nameserver_of_resolv_conf_is_probed() {
         let r = "search default.svc.cluster.local\nnameserver 10.96.0.10\nnameserver 1.1.1.1\n";
         assert_eq!(nameserver_of(r), "10.96.0.10".parse().ok());
         assert_eq!(nameserver_of("# none\n"), None);

@@ -114,7 +114,7 @@ fn judged(obs: &Observations) -> Evaluation {
 }
 
 #[test]
-fn ready_node() {
+fn an_armed_node_with_guards_lease_and_marked_tunnels_is_ready() {
     let r = judged(&ready_obs());
     assert_eq!(r.verdict, Verdict::Ready, "{r}");
     assert!(failed(&r).is_empty());
@@ -162,7 +162,7 @@ fn armed_answer_alone_never_passes() {
 }
 
 #[test]
-fn tunnel_marks() {
+fn a_tunnel_without_the_mark_with_another_reqid_a_custom_port_or_evpn_fails() {
     let mut o = ready_obs();
     let mut info = ovs();
     info.tunnels[0].interfaces[0]
@@ -188,7 +188,7 @@ fn tunnel_marks() {
 }
 
 #[test]
-fn lease_keys() {
+fn an_incomplete_ovsdb_lease_fails_naming_each_key() {
     let mut o = ready_obs();
     let mut info = ovs();
     info.reqid = None;
@@ -248,7 +248,7 @@ fn keys_without_socket_after_reboot() {
 }
 
 #[test]
-fn initial_preparation() {
+fn without_durable_intent_a_startup_200_is_ready_as_prepared() {
     let mut info = ovs();
     info.node_uid = None;
     info.lease = None;
