@@ -247,49 +247,55 @@ fn keys_without_socket_after_reboot() {
     );
 }
 
-#[test]
-fn without_durable_intent_a_startup_200_is_ready_as_prepared() {
+/// OVSDB with no lease keys at all: no durable intent.
+fn ovs_without_lease() -> OvsInfo {
     let mut info = ovs();
     info.node_uid = None;
     info.lease = None;
     info.protection_mark = None;
     info.reqid = None;
-    let o = Observations {
+    info
+}
+
+/// An endpoint that is up but not armed, before any lease: `/startup` decides.
+fn preparing(startup: u16) -> Observations {
+    Observations {
         required_file: Some(Presence::Absent),
         socket: Some(Presence::Present),
         dir_check: Some(Ok(())),
         socket_check: Some(Ok(())),
-        ovsdb: Some(OvsRead::Ok(info)),
+        ovsdb: Some(OvsRead::Ok(ovs_without_lease())),
         armed: ok(503),
-        startup: ok(200),
+        startup: ok(startup),
         policies: Some(Ok(Vec::new())),
         ..Observations::default()
-    };
-    let r = judged(&o);
+    }
+}
+
+#[test]
+fn without_durable_intent_a_startup_200_is_ready_as_prepared() {
+    let r = judged(&preparing(200));
     assert_eq!(r.verdict, Verdict::Ready, "{r}");
     assert_eq!(r.protection, Some(Protection::Prepared));
     assert_eq!(
         r.summary(),
         "ipsec ready: initial preparation (plaintext by design)"
     );
-    let mut o2 = o.clone();
-    o2.startup = ok(503);
-    assert!(failed(&judged(&o2))
+}
+
+#[test]
+fn without_durable_intent_a_startup_503_fails() {
+    assert!(failed(&judged(&preparing(503)))
         .iter()
         .any(|f| f.starts_with("not armed and agent /startup answered 503")));
 }
 
 #[test]
 fn nothing_present_is_not_required_unless_always() {
-    let mut info = ovs();
-    info.node_uid = None;
-    info.lease = None;
-    info.protection_mark = None;
-    info.reqid = None;
     let o = Observations {
         required_file: Some(Presence::Absent),
         socket: Some(Presence::Absent),
-        ovsdb: Some(OvsRead::Ok(info)),
+        ovsdb: Some(OvsRead::Ok(ovs_without_lease())),
         policies: Some(Ok(Vec::new())),
         ..Observations::default()
     };
