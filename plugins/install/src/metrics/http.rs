@@ -381,6 +381,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn healthz_fails_before_the_first_collection_and_once_the_worker_stalls() {
+        let pages = Pages::new(Duration::from_millis(50));
+        assert!(pages.health().is_err());
+        assert!(pages.metrics().is_none(), "/metrics is 503 until then");
+        pages.publish("m 1\n".into());
+        assert_eq!(pages.health(), Ok(()));
+        assert_eq!(pages.metrics().as_deref(), Some(&b"m 1\n"[..]));
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(pages
+            .health()
+            .unwrap_err()
+            .contains("no collection or sweep"));
+        pages.alive();
+        assert_eq!(pages.health(), Ok(()));
+    }
+
+    #[test]
     fn at_the_cap_the_peer_holding_most_gets_no_more_and_gives_up_its_longest_idle_connection() {
         let slots = Slots {
             cap: 3,
