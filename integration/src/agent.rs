@@ -1,5 +1,6 @@
-//! The node agent, `podgate install --watch --metrics-address`, run in a
-//! test node's netns, and its `/metrics` scraped from there.
+//! podgate's two node jobs run in a test node's netns: the installer
+//! (`podgate install --watch`) and the node agent (`podgate agent`), whose
+//! `/metrics` is scraped from there.
 
 use crate::{bin_dir, http_get, TestNode};
 use std::path::{Path, PathBuf};
@@ -9,12 +10,11 @@ use std::time::{Duration, Instant};
 /// Where the agent serves its metrics, inside the node netns.
 pub const METRICS_PORT: u16 = 9750;
 
-/// `cmd` (the `podgate` binary) made `podgate install` for `node`: its conf
-/// and bin dirs, the binaries of [`bin_dir`], `plugins` as the plugins file,
-/// state in `<root>/installer`.
-pub fn install<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
-    cmd.arg("install")
-        .arg("--cni-conf-dir")
+/// The flags naming `node`'s chain, the same for the installer and the
+/// agent: its conf and bin dirs, the binaries of [`bin_dir`], `plugins` as
+/// the plugins file, the installer's state in `<root>/installer`.
+fn chain_args<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
+    cmd.arg("--cni-conf-dir")
         .arg(node.conf_dir())
         .arg("--cni-bin-dir")
         .arg(node.cni_bin_dir())
@@ -26,32 +26,61 @@ pub fn install<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c
         .arg(node.root().join("installer"))
 }
 
+/// `cmd` (the `podgate` binary) made `podgate install` for `node` (see
+/// [`chain_args`]).
+pub fn install<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
+    chain_args(cmd.arg("install"), node, plugins)
+}
+
 /// [`install`] with `--watch`.
 pub fn install_watch<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
     install(cmd, node, plugins).arg("--watch")
 }
 
-/// The agent in `node`'s netns; SIGKILLed on drop.
+/// `name`'s stderr, appended to `<root>/<name>.log`.
+fn log_file(node: &TestNode, name: &str) -> (PathBuf, std::fs::File) {
+    let log = node.root().join(format!("{name}.log"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .unwrap();
+    (log, file)
+}
+
+/// The installer and the agent in `node`'s netns; both SIGKILLed on drop.
 pub struct Agent {
+    installer: Child,
     child: Child,
     log: PathBuf,
 }
 
 impl Agent {
-    /// Chains podgate into `node`'s conf dir from `<root>/plugins.json`
-    /// (write it and the primary first), state in `<root>/installer`,
-    /// metrics on 127.0.0.1:[`METRICS_PORT`] collected every second, JSON
-    /// log at `<root>/agent.jsonl`, stderr in `<root>/agent.log`.
+    /// The installer chains podgate into `node`'s conf dir from
+    /// `<root>/plugins.json` (write it and the primary first), state in
+    /// `<root>/installer`, stderr in `<root>/installer.log`; the agent
+    /// serves metrics on 127.0.0.1:[`METRICS_PORT`] collected every second,
+    /// counters in `<root>/agent`, JSON log at `<root>/agent.jsonl`, stderr
+    /// in `<root>/agent.log`.
     pub fn start(node: &TestNode) -> Agent {
-        let log = node.root().join("agent.log");
-        let err = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let mut cmd = node.ns.command(bin_dir().join("podgate").to_str().unwrap());
-        let child = install_watch(&mut cmd, node, &node.root().join("plugins.json"))
-            // No runtime on this node: readiness is the conf dir's.
+        let podgate = bin_dir().join("podgate");
+        let plugins = node.root().join("plugins.json");
+        let (_, installer_err) = log_file(node, "installer");
+        // No runtime on this node: readiness is the conf dir's.
+        let installer = install_watch(
+            &mut node.ns.command(podgate.to_str().unwrap()),
+            node,
+            &plugins,
+        )
+        .args(["--runtime-endpoint", "none"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(installer_err)
+        .spawn()
+        .unwrap();
+        let (log, err) = log_file(node, "agent");
+        let mut cmd = node.ns.command(podgate.to_str().unwrap());
+        let child = chain_args(cmd.arg("agent"), node, &plugins)
             .args(["--runtime-endpoint", "none"])
             .args([
                 "--metrics-address",
@@ -63,6 +92,8 @@ impl Agent {
                 "--log-max-bytes",
                 "65536",
             ])
+            .arg("--agent-state-dir")
+            .arg(node.root().join("agent"))
             .arg("--log-file")
             .arg(node.root().join("agent.jsonl"))
             .stdin(Stdio::null())
@@ -70,7 +101,11 @@ impl Agent {
             .stderr(err)
             .spawn()
             .unwrap();
-        Agent { child, log }
+        Agent {
+            installer,
+            child,
+            log,
+        }
     }
 
     /// What the agent wrote to stderr so far.
@@ -78,16 +113,18 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    pub fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Both processes SIGKILLed.
+    pub fn kill(self) {
+        drop(self);
     }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for c in [&mut self.child, &mut self.installer] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

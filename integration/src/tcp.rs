@@ -37,8 +37,9 @@ pub fn ping(from: &Netns, ip: &str, count: u32) -> bool {
 }
 
 /// Runs `f` on a fresh thread that has joined the network namespace at
-/// `ns_path`.
-pub(crate) fn in_netns<T, F>(ns_path: PathBuf, f: F) -> io::Result<T>
+/// `ns_path`. Sockets `f` opens stay in that namespace wherever they are
+/// used afterwards.
+pub fn in_netns<T, F>(ns_path: PathBuf, f: F) -> io::Result<T>
 where
     T: Send + 'static,
     F: FnOnce() -> io::Result<T> + Send + 'static,

@@ -824,7 +824,7 @@ fn golden_records_of_earlier_releases_are_shown_and_removed() {
 }
 
 #[test]
-fn the_installer_daemon_sweeps_records_of_dead_pods() {
+fn the_node_agent_sweeps_records_of_dead_pods() {
     require_root();
     let rig = Rig::new("sweep", Netns::new("lc-pod-sweep"), "lcnet");
     let routed = json!({
@@ -842,10 +842,18 @@ fn the_installer_daemon_sweeps_records_of_dead_pods() {
     let child = Command::new("nsenter")
         .arg(format!("--net={}", rig.node.path().display()))
         .arg(podgate())
-        .args(["install", "--watch", "--sweep-secs", "1"])
+        .args([
+            "agent",
+            "--metrics-address",
+            "127.0.0.1:9751",
+            "--sweep-secs",
+            "1",
+        ])
         .args(["--runtime-endpoint", "none"])
         .arg("--router-state-dir")
         .arg(rig.state_dir())
+        .arg("--agent-state-dir")
+        .arg(rig.dir.path().join("agent"))
         .arg("--cni-conf-dir")
         .arg(&conf)
         .arg("--cni-bin-dir")

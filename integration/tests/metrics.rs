@@ -1,6 +1,6 @@
-//! The node agent's metrics end to end: `podgate install --watch
-//! --metrics-address` inside a test node netns chains podgate into a bridge
-//! primary; pods are ADDed through the real libcni and the real plugins
+//! The node agent's metrics end to end: `podgate install --watch` inside a
+//! test node netns chains podgate into a bridge primary and `podgate agent`
+//! serves the metrics; pods are ADDed through the real libcni and the real plugins
 //! (applied, refused, passed through) and one router ADD is killed half-way;
 //! `/metrics` must show each, pass `promtool check metrics`, follow drift and
 //! stale records, and keep its counters across a SIGKILLed agent.

@@ -100,6 +100,9 @@ fn report_has_every_part_and_no_key_material() {
         pem().replace('\n', " ")
     );
     fs::write(&router_log, log).unwrap();
+    let agent_state = node.root().join("agent");
+    fs::create_dir_all(&agent_state).unwrap();
+    fs::write(agent_state.join("metrics.json"), "{\"v\":1}").unwrap();
     let agent_log = node.root().join("agent.log");
     fs::write(
         &agent_log,
@@ -124,6 +127,8 @@ fn report_has_every_part_and_no_key_material() {
         .arg(&installer)
         .arg("--plugins")
         .arg(&plugins_file)
+        .arg("--agent-state-dir")
+        .arg(&agent_state)
         .arg("--log")
         .arg(&agent_log)
         .args(["--lines", "200"])
@@ -169,6 +174,8 @@ fn report_has_every_part_and_no_key_material() {
     assert!(read(&format!("cni/10-{NET}.conflist")).contains("podgate-router"));
     assert!(read("installer/plugins.json").contains("podgate-tunnel-guard"));
     assert!(read("installer/check.txt").contains("podgate install --check"));
+    let counters: Value = serde_json::from_str(&read("agent/state/metrics.json")).unwrap();
+    assert_eq!(counters["v"], 1, "the agent's counters");
     let inspect: Value = serde_json::from_str(&read("records/inspect.json")).unwrap();
     let ids: Vec<&str> = inspect["attachments"]
         .as_array()

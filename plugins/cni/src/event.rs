@@ -1,5 +1,5 @@
 //! The event channel from the short-lived plugins to the node agent's
-//! metrics (`podgate install --watch --metrics-address`).
+//! metrics (`podgate agent --metrics-address`).
 //!
 //! Two parts, both in files the agent owns (it creates them; a plugin never
 //! does, so without the agent nothing is written):

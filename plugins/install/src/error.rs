@@ -88,6 +88,8 @@ pub enum Error {
     OwnTaken(String),
     #[error("watch: {0}")]
     Watch(String),
+    #[error("agent: {0}")]
+    Agent(String),
     /// Any other failure of a kit call (file errors become [`Error::Io`]).
     #[error(transparent)]
     Kit(podgate_kit::Error),

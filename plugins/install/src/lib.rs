@@ -1,10 +1,16 @@
-//! podgate-install: the node agent behind `podgate install` / `podgate
-//! uninstall`. It puts podgate's plugin binaries into
-//! the node's CNI bin dir and writes podgate's own conflist, sorting before the
-//! primary network's file: the primary's plugins followed by podgate's,
-//! re-rendered whenever the primary's file changes (the primary's file itself
-//! is never written); and takes both out again. With `--watch` it also serves
-//! the node's Prometheus metrics ([`metrics`]) and sweeps dead pods' records.
+//! podgate-install: the node-side jobs of the `podgate` binary, split by
+//! privilege.
+//!
+//! The installer (`podgate install` / `podgate uninstall`) puts podgate's
+//! plugin binaries into the node's CNI bin dir and writes podgate's own
+//! conflist, sorting before the primary network's file: the primary's
+//! plugins followed by podgate's, re-rendered whenever the primary's file
+//! changes (the primary's file itself is never written); and takes both out
+//! again. It is the only writer of the CNI dirs and needs no capability.
+//!
+//! The node agent (`podgate agent`, [`agent`]) serves the Prometheus
+//! metrics ([`metrics`]), checks attachments for drift and sweeps dead pods'
+//! records; it reads the CNI dirs and never writes them.
 //!
 //! * [`chain`]: pure conflist transformations (merge, strip, `.conf`
 //!   conversion); [`json`]: a key-order-preserving JSON value for them.
@@ -12,8 +18,10 @@
 //! * `state`: what was written (and, for files an earlier podgate chained
 //!   in place, the primary's original bytes).
 //! * `runtime`: readiness, from what the container runtime loaded (CRI).
-//! * `history`: when the agent saw the runtime serve the chain (per boot).
-//! * `watch`: `--watch` (inotify, debounce, resync, readiness, SIGTERM).
+//! * `history`: when the installer saw the runtime serve the chain (per boot).
+//! * `watch`: `--watch` (inotify, debounce, resync, ready file, SIGTERM).
+//! * [`readiness`]: whether the chain is in place and loaded, for `--check`
+//!   and the agent's `podgate_install_ready` alike.
 //! * `validate`: podgate's entries checked by the plugins' own config code.
 
 #![cfg_attr(
@@ -21,6 +29,7 @@
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod agent;
 pub mod chain;
 mod error;
 pub mod fsx;
@@ -90,8 +99,11 @@ impl NodeArgs {
     }
 }
 
+/// What podgate's chain on this node is made of: the node's dirs, the
+/// binaries and entries to chain, the primary. The installer writes it;
+/// `--check` and the agent only judge it ([`readiness`]).
 #[derive(Debug, Clone, Args)]
-pub struct InstallArgs {
+pub struct ChainArgs {
     #[command(flatten)]
     pub node: NodeArgs,
     /// Directory holding the podgate-router and podgate-tunnel-guard binaries
@@ -107,6 +119,19 @@ pub struct InstallArgs {
     /// runtimes would load).
     #[arg(long, value_name = "FILE")]
     pub primary: Option<String>,
+    /// The CRI socket readiness asks what the runtime loaded (--check, the
+    /// ready file, podgate_install_ready) [default: crictl's, first that
+    /// answers: unix:///run/containerd/containerd.sock,
+    /// unix:///run/crio/crio.sock, unix:///var/run/cri-dockerd.sock];
+    /// `none`: trust the conf dir alone.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub runtime_endpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub chain: ChainArgs,
     /// Keep running and re-chain whenever the conf dir, the binaries or the
     /// plugins file change; stop on SIGTERM/SIGINT (SIGHUP: re-check now).
     #[arg(long)]
@@ -120,13 +145,6 @@ pub struct InstallArgs {
     /// saying why; for a readiness probe).
     #[arg(long, conflicts_with_all = ["watch", "uninstall_on_exit"])]
     pub check: bool,
-    /// The CRI socket readiness asks what the runtime loaded (--check, the
-    /// ready file, podgate_install_ready) [default: crictl's, first that
-    /// answers: unix:///run/containerd/containerd.sock,
-    /// unix:///run/crio/crio.sock, unix:///var/run/cri-dockerd.sock];
-    /// `none`: trust the conf dir alone.
-    #[arg(long, value_name = "ENDPOINT")]
-    pub runtime_endpoint: Option<String>,
     /// With --watch: take podgate out of the chain on SIGTERM. Off by default:
     /// during a DaemonSet rolling update it would let pods start without podgate.
     #[arg(long, requires = "watch")]
@@ -138,19 +156,10 @@ pub struct InstallArgs {
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     pub resync_secs: u64,
     #[command(flatten)]
-    pub metrics: crate::metrics::MetricsArgs,
-    #[command(flatten)]
     pub log: AgentLogArgs,
-    /// With --watch: sweep podgate-router's records of dead pods (earlier
-    /// boot, netns gone) and what they left on the node this often; 0: off.
-    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
-    pub sweep_secs: u64,
-    /// With --watch: podgate-router's `stateDir`, for the sweep.
-    #[arg(long, default_value = podgate_router::config::DEFAULT_STATE_DIR, value_name = "DIR")]
-    pub router_state_dir: PathBuf,
 }
 
-/// The installer's own log: always stderr (the container log), optionally
+/// The installer's and the agent's own log: always stderr (the container log), optionally
 /// also a size-bounded JSON-lines file.
 #[derive(Debug, Clone, Args)]
 pub struct AgentLogArgs {
@@ -169,7 +178,12 @@ fn parse_level(s: &str) -> Result<podgate_cni::log::Level, String> {
         .ok_or_else(|| format!("{s:?}: use error, warn, info or debug"))
 }
 
-static AGENT_LOG: std::sync::OnceLock<AgentLogArgs> = std::sync::OnceLock::new();
+/// The log settings and the component name (`installer` or `agent`).
+static AGENT_LOG: std::sync::OnceLock<(AgentLogArgs, &'static str)> = std::sync::OnceLock::new();
+
+pub(crate) fn set_log(args: &AgentLogArgs, component: &'static str) {
+    let _ = AGENT_LOG.set((args.clone(), component));
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct UninstallArgs {
@@ -181,7 +195,7 @@ pub struct UninstallArgs {
     pub remove_binaries: bool,
 }
 
-/// One line on stderr: `<RFC 3339 time> podgate installer: <msg>`, and in
+/// One line on stderr: `<RFC 3339 time> podgate <component>: <msg>`, and in
 /// `--log-file` if given; messages starting with `warning` are level warn.
 pub(crate) fn log(msg: impl std::fmt::Display) {
     let msg = msg.to_string();
@@ -195,26 +209,38 @@ pub(crate) fn log(msg: impl std::fmt::Display) {
 
 pub(crate) fn log_at(level: podgate_cni::log::Level, msg: &str) {
     use podgate_cni::log::{append_line, rfc3339_now, Limit};
-    let cfg = AGENT_LOG.get();
+    let (cfg, component) = match AGENT_LOG.get() {
+        Some((c, name)) => (Some(c), *name),
+        None => (None, "installer"),
+    };
     if level > cfg.map_or(podgate_cni::log::Level::Info, |c| c.log_level) {
         return;
     }
     let ts = rfc3339_now();
-    podgate_cni::log::stderr_line(&format!("{ts} podgate installer: {msg}"));
+    podgate_cni::log::stderr_line(&format!("{ts} podgate {component}: {msg}"));
     if let Some((file, max)) = cfg.and_then(|c| c.log_file.as_ref().map(|f| (f, c.log_max_bytes))) {
-        let line = serde_json::json!({"ts": ts, "level": level.as_str(), "component": "podgate-installer", "msg": msg});
+        let line = serde_json::json!({"ts": ts, "level": level.as_str(), "component": format!("podgate-{component}"), "msg": msg});
         let max = max.max(podgate_cni::log::MIN_MAX_BYTES);
         if let Err(e) = append_line(file, &line.to_string(), Limit::Rotate(max)) {
             podgate_cni::log::stderr_line(&format!(
-                "{ts} podgate installer: log file {}: {e}",
+                "{ts} podgate {component}: log file {}: {e}",
                 file.display()
             ));
         }
     }
 }
 
-/// What the metrics read from the installer: whether the runtime loaded the
-/// chain as configured (the same test as `--check`) and podgate's entries.
+/// Whether podgate's chain is in place as configured and the runtime
+/// loaded it: `Ok(Ok(file))` with podgate's chained file, `Ok(Err(why
+/// not))`, or an error reading the node. The one readiness test: `podgate
+/// install --check` (the readiness probe) and the agent's
+/// `podgate_install_ready` both ask it.
+pub fn readiness(args: &ChainArgs) -> Result<Result<String, String>, Error> {
+    ChainProbe::new(args)?.readiness()
+}
+
+/// What the metrics read from the chain: its [`readiness`] and podgate's
+/// entries.
 #[derive(Debug, Clone)]
 pub struct ChainProbe {
     node: Node,
@@ -223,10 +249,23 @@ pub struct ChainProbe {
 }
 
 impl ChainProbe {
+    pub fn new(args: &ChainArgs) -> Result<ChainProbe, Error> {
+        Ok(ChainProbe {
+            node: args.node.node()?,
+            src: source_of(args)?,
+            runtime: Runtime::from_arg(args.runtime_endpoint.as_deref()),
+        })
+    }
+
+    /// [`readiness`] of this chain.
+    fn readiness(&self) -> Result<Result<String, String>, Error> {
+        let entries = reconcile::load_entries(&self.src.plugins_file)?;
+        runtime::ready(&self.node, &self.src, &entries, &self.runtime)
+    }
+
     /// Ok(chained file) or Err(why not).
     pub fn ready(&self) -> Result<String, String> {
-        let entries = reconcile::load_entries(&self.src.plugins_file).map_err(|e| e.to_string())?;
-        runtime::ready(&self.node, &self.src, &entries, &self.runtime).map_err(|e| e.to_string())?
+        self.readiness().map_err(|e| e.to_string())?
     }
 
     /// podgate's plugin entries as configured (the plugins file).
@@ -256,7 +295,7 @@ fn exe_dir() -> Result<PathBuf, Error> {
         .ok_or_else(|| Error::SourceDir(std::io::Error::from(std::io::ErrorKind::NotFound)))
 }
 
-fn source_of(args: &InstallArgs) -> Result<Source, Error> {
+fn source_of(args: &ChainArgs) -> Result<Source, Error> {
     let binaries_dir = match &args.source_dir {
         Some(d) => d.clone(),
         None => exe_dir()?,
@@ -292,13 +331,9 @@ fn source_of(args: &InstallArgs) -> Result<Source, Error> {
 const ONE_SHOT_WAIT: Duration = Duration::from_secs(10);
 
 pub fn install(args: &InstallArgs) -> Result<(), Error> {
-    let _ = AGENT_LOG.set(args.log.clone());
-    let node = args.node.node()?;
-    let src = source_of(args)?;
-    let runtime = Runtime::from_arg(args.runtime_endpoint.as_deref());
+    set_log(&args.log, "installer");
     if args.check {
-        let entries = reconcile::load_entries(&src.plugins_file)?;
-        return match runtime::ready(&node, &src, &entries, &runtime)? {
+        return match readiness(&args.chain)? {
             Ok(file) => {
                 println!("chained: {file}");
                 Ok(())
@@ -306,26 +341,19 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
             Err(reason) => Err(Error::NotChained(reason)),
         };
     }
+    let node = args.chain.node.node()?;
+    let src = source_of(&args.chain)?;
+    let runtime = Runtime::from_arg(args.chain.runtime_endpoint.as_deref());
     if args.watch {
-        if let Some(addr) = &args.metrics.metrics_address {
-            let probe = ChainProbe {
-                node: node.clone(),
-                src: src.clone(),
-                runtime: runtime.clone(),
-            };
-            crate::metrics::start(addr, &args.metrics, &args.node.state_dir, probe)
-                .map_err(Error::Watch)?;
-        }
         let opts = watch::WatchOpts {
             debounce: Duration::from_millis(args.debounce_ms),
             max_delay: Duration::from_millis(args.debounce_ms.saturating_mul(10).max(1000)),
             resync: Duration::from_secs(args.resync_secs.max(1)),
             ready_file: args.ready_file.clone(),
             uninstall_on_exit: args.uninstall_on_exit,
-            sweep: sweep::Sweep::new(args.router_state_dir.clone(), args.sweep_secs),
             history: match runtime {
                 Runtime::FileOnly => None,
-                _ => Some(history::HistoryFile::new(&args.node.state_dir)?),
+                _ => Some(history::HistoryFile::new(&args.chain.node.state_dir)?),
             },
             runtime,
         };

@@ -1,8 +1,8 @@
-//! The periodic stale-record sweep of `podgate install --watch`: containerd
+//! The periodic stale-record sweep of `podgate agent`: containerd
 //! and CRI-O do not call CNI GC yet, so records of pods that died without a
 //! DEL (a reboot, a missed DEL) would otherwise stay until the next ADD, DEL
 //! or GC on the node. Runs podgate-router's own sweep; failures are logged,
-//! never fatal to the watcher.
+//! never fatal to the agent.
 
 use super::log;
 use std::path::PathBuf;

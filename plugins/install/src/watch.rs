@@ -28,8 +28,6 @@ pub struct WatchOpts {
     pub resync: Duration,
     pub ready_file: Option<PathBuf>,
     pub uninstall_on_exit: bool,
-    /// Periodic stale-record sweep of podgate-router's state dir.
-    pub sweep: Option<super::sweep::Sweep>,
     /// Where readiness asks what the runtime loaded.
     pub runtime: Runtime,
     /// Where the agent records when it saw the runtime serve the chain
@@ -188,13 +186,9 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
     let mut due = Some(Instant::now());
     let mut first_event: Option<Instant> = None;
     let mut next_resync = Instant::now() + opts.resync;
-    let mut sweep = opts.sweep.clone();
     let mut recheck = runtime::RECHECK;
     let result = loop {
         let now = Instant::now();
-        if let Some(s) = sweep.as_mut() {
-            s.tick(now);
-        }
         if due.is_some_and(|d| d <= now) || next_resync <= now {
             due = None;
             first_event = None;
@@ -210,10 +204,7 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
                 Err(e) => break Err(e),
             }
         }
-        let mut wake = due.map_or(next_resync, |d| d.min(next_resync));
-        if let Some(s) = &sweep {
-            wake = wake.min(s.next());
-        }
+        let wake = due.map_or(next_resync, |d| d.min(next_resync));
         let timeout = wake.saturating_duration_since(Instant::now());
         let [signalled, changed] = match poll_readable([signals.fd(), ino.fd()], timeout) {
             Ok(r) => r,

@@ -146,6 +146,16 @@ Exit codes: 0 everything holds; 2 drift, a netns gone or a corrupt record; 1 err
     /// Remove podgate's conflist (and podgate entries an earlier version put
     /// into other conflists).
     Uninstall(podgate_install::UninstallArgs),
+    /// The node agent: Prometheus metrics and /healthz on --metrics-address,
+    /// drift checks of live attachments, the sweep of dead pods' records.
+    /// Reads the CNI dirs, never writes them; stops on SIGTERM/SIGINT.
+    #[command(
+        after_help = "Example (the DaemonSet's agent container; HOST_IP from the downward API status.hostIP):
+  podgate agent --metrics-address $(HOST_IP):9750
+
+Endpoints: GET /metrics (Prometheus text format 0.0.4), GET /healthz (200 while collections and sweeps run)."
+    )]
+    Agent(podgate_install::agent::AgentArgs),
     /// Write one archive for a bug report: versions, CNI configs, installer
     /// state, records with drift, IPsec status, podgate's routes, rules and
     /// nf_tables, recent logs. Never key material.
@@ -169,6 +179,7 @@ fn dispatch(cli: &Cli) -> Result<Found, Error> {
         Cmd::Install(a) => cmd::install::install(a),
         Cmd::Report(a) => report::run(a),
         Cmd::Uninstall(a) => cmd::install::uninstall(a),
+        Cmd::Agent(a) => cmd::install::agent(a),
     }
 }
 

@@ -54,6 +54,9 @@ pub struct ReportArgs {
     /// The installer's --plugins file.
     #[arg(long, default_value = podgate_install::DEFAULT_PLUGINS_FILE, value_name = "FILE")]
     pub plugins: PathBuf,
+    /// The node agent's --agent-state-dir (its counters).
+    #[arg(long, default_value = podgate_install::agent::DEFAULT_AGENT_STATE_DIR, value_name = "DIR")]
+    pub agent_state_dir: PathBuf,
     /// Another log to include (repeatable), e.g. the agent's --log-file.
     /// The plugins' logFile settings are found by themselves.
     #[arg(long = "log", value_name = "FILE")]
@@ -446,6 +449,13 @@ pub fn run(a: &ReportArgs) -> Result<Found> {
         &a.installer_state_dir,
         "installer/state",
         "installer state",
+        |n| !n.starts_with('.'),
+    );
+    copy_dir(
+        &mut parts,
+        &a.agent_state_dir,
+        "agent/state",
+        "the node agent's counters",
         |n| !n.starts_with('.'),
     );
     command_part(

@@ -313,7 +313,7 @@ pub fn sweep_temp_in(
     Ok(store.sweep_temp_in(names, own)? + node + locks)
 }
 
-/// The periodic sweep (the installer daemon, `podgate install --watch`):
+/// The periodic sweep (the node agent, `podgate agent --sweep-secs`):
 /// under the state lock, remove what stale records left and the records. The
 /// caller runs in the node's network namespace (node routes of a dead pod
 /// are removed there). A missing state dir is nothing to do.

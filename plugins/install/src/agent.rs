@@ -1,0 +1,210 @@
+//! `podgate agent`: the node agent. It serves the Prometheus metrics and
+//! `/healthz` ([`crate::metrics::http`]), checks live attachments for drift
+//! on every collection and sweeps dead pods' records ([`crate::sweep`]). It
+//! reads the CNI dirs (for `podgate_install_ready`, the same test as
+//! `podgate install --check`) and never writes them: that is the
+//! installer's job, in a container of its own.
+//!
+//! Two threads: the worker (collections and sweeps, which enter pod netns
+//! and read netlink, so they stay off the server's thread) and the
+//! current-thread tokio runtime serving HTTP and waiting for SIGTERM/SIGINT.
+
+use crate::metrics::{self, events::Spool, http};
+use crate::sweep::Sweep;
+use crate::{log, AgentLogArgs, ChainArgs, ChainProbe, Error};
+use clap::Args;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where the agent keeps its counters: beside the installer's records, in
+/// a subdir podgate-router's state store skips.
+pub const DEFAULT_AGENT_STATE_DIR: &str = "/var/lib/cni/podgate/agent";
+/// How long a stopping agent waits for a collection or sweep in progress.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Serve GET /metrics and GET /healthz here (plain HTTP): a numeric
+    /// address and port, e.g. 10.0.0.5:9750 or [fd00::5]:9750 (an IPv6
+    /// address may also come unbracketed, the part after the last colon
+    /// being the port, as `$(HOST_IP):9750` expands). No default: give the
+    /// node's own address, not 0.0.0.0.
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_address)]
+    pub metrics_address: SocketAddr,
+    /// How often the counters are drained and the gauges (records, drift,
+    /// IPsec, chain) are read.
+    #[arg(long, default_value_t = 15, value_name = "SECONDS")]
+    pub metrics_interval_secs: u64,
+    /// The agent's own state: its counters (metrics.json), so a restart
+    /// neither loses nor recounts.
+    #[arg(long, default_value = DEFAULT_AGENT_STATE_DIR, value_name = "DIR")]
+    pub agent_state_dir: PathBuf,
+    /// Sweep podgate-router's records of dead pods (earlier boot, netns
+    /// gone) and what they left on the node this often; 0: off.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub sweep_secs: u64,
+    /// podgate-router's `stateDir`, for the sweep.
+    #[arg(long, default_value = podgate_router::config::DEFAULT_STATE_DIR, value_name = "DIR")]
+    pub router_state_dir: PathBuf,
+    /// The chain `podgate_install_ready` judges: the installer's flags, read only.
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[command(flatten)]
+    pub log: AgentLogArgs,
+}
+
+/// `ADDR:PORT`, IPv6 bracketed or not (the port is required, so the last
+/// colon separates it; an unbracketed `::` is refused as ambiguous).
+fn parse_address(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    s.rsplit_once(':')
+        .and_then(|(ip, port)| {
+            Some(SocketAddr::new(
+                ip.parse::<IpAddr>().ok()?,
+                port.parse().ok()?,
+            ))
+        })
+        // `::1` is not "[::]:1".
+        .filter(|a| !a.ip().is_unspecified())
+        .ok_or_else(|| {
+            format!("{s:?}: give a numeric ADDR:PORT, e.g. 10.0.0.5:9750 or [fd00::5]:9750")
+        })
+}
+
+/// The collections and sweeps, on a thread of their own.
+struct Worker {
+    stop: mpsc::Sender<()>,
+    done: mpsc::Receiver<()>,
+}
+
+impl Worker {
+    fn start(
+        probe: ChainProbe,
+        mut spool: Spool,
+        interval: Duration,
+        mut sweep: Option<Sweep>,
+        pages: Arc<http::Pages>,
+    ) -> Result<Worker, Error> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let (finished, done) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("agent-worker".into())
+            .spawn(move || {
+                let mut next_collection = Instant::now();
+                loop {
+                    let now = Instant::now();
+                    if next_collection <= now {
+                        let snap = metrics::collect_once(&probe, &mut spool);
+                        pages.publish(metrics::exposition::render(snap));
+                        next_collection = now + interval;
+                    }
+                    if let Some(s) = sweep.as_mut() {
+                        s.tick(now);
+                        pages.alive();
+                    }
+                    let wake = sweep
+                        .as_ref()
+                        .map_or(next_collection, |s| s.next().min(next_collection));
+                    let wait = wake.saturating_duration_since(Instant::now());
+                    match stopped.recv_timeout(wait) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                let _ = finished.send(());
+            })
+            .map_err(|e| Error::Agent(format!("worker thread: {e}")))?;
+        Ok(Worker { stop, done })
+    }
+
+    /// Ask the worker to stop; wait for a round in progress, boundedly (its
+    /// files are written atomically, so exiting during one loses nothing).
+    fn stop(self) {
+        let _ = self.stop.send(());
+        if self.done.recv_timeout(STOP_WAIT).is_err() {
+            log(format!(
+                "warning: a collection or sweep was still running after {}s; exiting anyway",
+                STOP_WAIT.as_secs()
+            ));
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn terminated(mut term: tokio::signal::unix::Signal, mut int: tokio::signal::unix::Signal) {
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    log(format!("{name}: stopping"));
+}
+
+pub fn run(args: &AgentArgs) -> Result<(), Error> {
+    crate::set_log(&args.log, "agent");
+    let probe = ChainProbe::new(&args.chain)?;
+    let spool = Spool::open(&args.agent_state_dir).map_err(Error::Agent)?;
+    let interval = Duration::from_secs(args.metrics_interval_secs.max(1));
+    // Unhealthy once no round finished for three intervals (a collection
+    // or sweep stuck on the kernel), but never under a minute.
+    let pages = http::Pages::new((interval * 3).max(Duration::from_secs(60)));
+    let sweep = Sweep::new(args.router_state_dir.clone(), args.sweep_secs);
+    let addr = args.metrics_address;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Agent(format!("tokio runtime: {e}")))?;
+    rt.block_on(async {
+        let listener =
+            http::bind(addr).map_err(|e| Error::Agent(format!("--metrics-address {addr}: {e}")))?;
+        let signal = |kind| {
+            tokio::signal::unix::signal(kind).map_err(|e| Error::Agent(format!("signals: {e}")))
+        };
+        let term = signal(tokio::signal::unix::SignalKind::terminate())?;
+        let int = signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let worker = Worker::start(probe, spool, interval, sweep.clone(), Arc::clone(&pages))?;
+        log(format!(
+            "serving http://{addr}/metrics and /healthz, collecting every {}s; {}",
+            interval.as_secs(),
+            match &sweep {
+                Some(s) => format!(
+                    "sweeping {} every {}s",
+                    s.state_dir.display(),
+                    s.every.as_secs()
+                ),
+                None => "sweep off".into(),
+            }
+        ));
+        http::serve(listener, pages, http::LIMITS, terminated(term, int)).await;
+        worker.stop();
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_takes_a_port_after_ipv4_and_bracketed_or_bare_ipv6() {
+        let ok = |s: &str| parse_address(s).unwrap().to_string();
+        assert_eq!(ok("10.0.0.5:9750"), "10.0.0.5:9750");
+        assert_eq!(ok("[fd00::5]:9750"), "[fd00::5]:9750");
+        assert_eq!(ok("fd00::5:9750"), "[fd00::5]:9750");
+        for bad in [
+            "",
+            "9750",
+            "10.0.0.5",
+            "node-1:9750",
+            ":9750",
+            "::1",
+            "10.0.0.5:99999",
+        ] {
+            assert!(parse_address(bad).is_err(), "{bad}");
+        }
+    }
+}
