@@ -1139,3 +1139,95 @@ fn example_bridge_conflist_works_through_libcni() {
     }
     assert_eq!(node.state_files(), Vec::<String>::new());
 }
+
+/// The kubelet's ConfigMap volume: `..<ts>/plugins.json`, `..data` -> it,
+/// `plugins.json` -> `..data/plugins.json` (created in that order).
+fn kubelet_configmap_update(dir: &Path, entries: &Value) {
+    let ts = dir.join("..2026_12_01_00_00_00.1");
+    fs::create_dir_all(&ts).unwrap();
+    fs::write(ts.join("plugins.json"), entries.to_string()).unwrap();
+    std::os::unix::fs::symlink(ts.file_name().unwrap(), dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/plugins.json", dir.join("plugins.json")).unwrap();
+}
+
+#[test]
+fn watch_stays_unready_saying_which_configmap_to_apply_until_the_plugins_file_appears() {
+    let d = Dirs::new("optionalcm");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    // An optional ConfigMap volume that does not exist yet: no plugins file
+    // in its dir.
+    fs::remove_file(d.plugins()).unwrap();
+    let plugins = d.plugins();
+    let w = Watcher::start(&d, &[]);
+    wait_for("the watcher's first pass", WAIT, || {
+        w.log().contains("not chained, waiting")
+    });
+    assert!(!d.ready().exists());
+    assert_eq!(d.files(), vec!["10-flannel.conflist"], "{}", w.log());
+    let check = d.install(&["--check"]);
+    assert!(!check.status.success(), "{}", text(&check));
+    let want = format!(
+        "plugins file {} missing: apply podgate-config.yaml",
+        plugins.display()
+    );
+    assert!(
+        String::from_utf8_lossy(&check.stderr).contains(&want),
+        "{}",
+        text(&check)
+    );
+    assert!(w.log().contains(&want), "{}", w.log());
+
+    kubelet_configmap_update(
+        d.root(),
+        &json!([guard_entry(), router_entry(&d.root().join("router"))]),
+    );
+    wait_for("chain once the ConfigMap exists", WAIT, || {
+        chained(&d, "flannel") && d.ready().exists()
+    });
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn uninstall_wait_removes_podgate_then_stays_up_until_sigterm_and_check_says_what_is_left() {
+    let d = Dirs::new("uninstallwait");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    d.install_ok();
+    let check = d.uninstall(&["--check", "--remove-binaries"]);
+    assert!(!check.status.success(), "{}", text(&check));
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        err.contains("not uninstalled") && err.contains(OWN),
+        "{err}"
+    );
+    assert!(err.contains("podgate-router"), "{err}");
+
+    let log = d.root().join("uninstall.log");
+    let mut cmd = Command::new(podgate());
+    cmd.arg("uninstall");
+    d.common(&mut cmd);
+    let child = cmd
+        .args(["--remove-binaries", "--wait"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut w = Watcher { child, log };
+    wait_for("uninstalled", WAIT, || {
+        d.uninstall(&["--check", "--remove-binaries"])
+            .status
+            .success()
+    });
+    assert_eq!(d.files(), vec!["10-flannel.conflist"]);
+    assert!(!d.bin().join("podgate-router").exists());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        w.child.try_wait().unwrap().is_none(),
+        "exited:\n{}",
+        w.log()
+    );
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("waiting for SIGTERM"), "{log}");
+}

@@ -66,6 +66,10 @@ pub enum Error {
     // The run.
     #[error("plugins file {}: {msg}", path.display())]
     PluginsFile { path: PathBuf, msg: String },
+    /// Under Kubernetes: the `podgate-plugins` ConfigMap (mounted optional)
+    /// has not been applied yet.
+    #[error("plugins file {} missing: apply podgate-config.yaml (the podgate-plugins ConfigMap) or pass --plugins", .0.display())]
+    PluginsFileMissing(PathBuf),
     #[error("no CNI config (*.conflist, *.conf, *.json) in {}: the primary CNI has not written one yet", .0.display())]
     NoPrimary(PathBuf),
     #[error("--primary {name}: no such file in {}", dir.display())]
@@ -80,6 +84,8 @@ pub enum Error {
     SourceDir(std::io::Error),
     #[error("not chained: {0}")]
     NotChained(String),
+    #[error("not uninstalled: {0} left")]
+    NotUninstalled(String),
     #[error("--conflist-name {0:?}: give a file name ending in .conflist (no path, not hidden)")]
     BadConflistName(String),
     #[error("podgate's {own} would not be loaded first: the primary {primary} sorts before it; pass --conflist-name with a name that sorts earlier")]
@@ -139,6 +145,7 @@ impl Error {
             || matches!(
                 self,
                 Error::PluginsFile { .. }
+                    | Error::PluginsFileMissing(_)
                     | Error::NoPrimary(_)
                     | Error::PrimaryMissing { .. }
                     | Error::Vanished(_)

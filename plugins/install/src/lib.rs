@@ -193,6 +193,15 @@ pub struct UninstallArgs {
     /// (only once no pod on the node still needs them for its DEL).
     #[arg(long)]
     pub remove_binaries: bool,
+    /// Change nothing: exit 0 if nothing of podgate's is left in the conf dir
+    /// (and, with --remove-binaries, the bin dir), 1 otherwise (for a
+    /// readiness probe).
+    #[arg(long, conflicts_with = "wait")]
+    pub check: bool,
+    /// After uninstalling, keep running until SIGTERM/SIGINT: the container
+    /// of an uninstall DaemonSet stays up (and ready) instead of restarting.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// One line on stderr: `<RFC 3339 time> podgate <component>: <msg>`, and in
@@ -384,6 +393,19 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
 
 pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
     let node = args.node.node()?;
+    if args.check {
+        let left = reconcile::leftovers(&node, args.remove_binaries)?;
+        if !left.is_empty() {
+            return Err(Error::NotUninstalled(left.join(", ")));
+        }
+        println!("uninstalled: nothing of podgate's left");
+        return Ok(());
+    }
+    // Signals blocked before the work, so a SIGTERM during it is not lost.
+    let signals = match args.wait {
+        true => Some(sys::Signals::new().map_err(|e| Error::Watch(format!("signalfd: {e}")))?),
+        false => None,
+    };
     for msg in reconcile::unchain_all(&node)? {
         log(msg);
     }
@@ -395,6 +417,21 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
                 removed.join(", "),
                 node.bin_dir.display()
             ));
+        }
+    }
+    if let Some(signals) = signals {
+        log("uninstalled; waiting for SIGTERM");
+        loop {
+            sys::poll_readable([signals.fd()], Duration::from_secs(3600))
+                .map_err(|e| Error::Watch(format!("poll: {e}")))?;
+            match signals.read() {
+                Ok(Some(libc::SIGHUP)) | Ok(None) => {}
+                Ok(Some(sig)) => {
+                    log(format!("signal {sig}: stopping"));
+                    break;
+                }
+                Err(e) => return Err(Error::Watch(format!("signalfd: {e}"))),
+            }
         }
     }
     Ok(())

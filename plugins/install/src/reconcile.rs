@@ -83,9 +83,15 @@ impl std::fmt::Display for Applied {
 
 /// podgate's entries from the plugins file, validated as the plugins would.
 pub fn load_entries(path: &Path) -> Result<Vec<Json>, Error> {
-    let text = fsx::read(path).map_err(|source| Error::PluginsFile {
-        path: path.into(),
-        msg: source.to_string(),
+    let text = fsx::read(path).map_err(|source| {
+        if source.not_found() {
+            Error::PluginsFileMissing(path.into())
+        } else {
+            Error::PluginsFile {
+                path: path.into(),
+                msg: source.to_string(),
+            }
+        }
     })?;
     let entries = chain::parse_entries(&text).map_err(|e| Error::PluginsFile {
         path: path.into(),
@@ -473,6 +479,38 @@ pub fn unchain_all(node: &Node) -> Result<Vec<String>, Error> {
         }
     }
     Ok(msgs)
+}
+
+/// What of podgate's is still on the node (what [`unchain_all`] and, with
+/// `binaries`, [`remove_binaries`] take away): empty once uninstalled.
+pub fn leftovers(node: &Node, binaries: bool) -> Result<Vec<String>, Error> {
+    let mut left = Vec::new();
+    let files = match fsx::list_files(&node.conf_dir) {
+        Ok(f) => f,
+        Err(e) if e.not_found() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    for name in &files {
+        let path = node.conf_dir.join(name);
+        if *name == node.own_file || name.ends_with(ORIG_SUFFIX) {
+            left.push(path.display().to_string());
+        } else if kind_of(name) == Some(Kind::List) {
+            if let Some(text) = fsx::read_opt(&path)? {
+                if List::parse(name, &text).is_ok_and(|l| l.has_podgate()) {
+                    left.push(format!("podgate entries in {}", path.display()));
+                }
+            }
+        }
+    }
+    if binaries {
+        for name in BINARIES {
+            let path = node.bin_dir.join(name);
+            if path.exists() {
+                left.push(path.display().to_string());
+            }
+        }
+    }
+    Ok(left)
 }
 
 fn restore_orphan(node: &Node, conf: &str) -> Result<String, Error> {

@@ -88,14 +88,16 @@ mod tests {
         assert!(seen >= 3, "expected the example conflists under conf/");
     }
 
-    /// conf/plugins.json is valid and is what the DaemonSet's ConfigMap holds.
+    /// conf/plugins.json is valid and is what the operator's ConfigMap
+    /// (podgate-config.yaml) holds.
     #[test]
     fn kubernetes_configmap_entries_are_valid() {
         let path = conf_dir().join("plugins.json");
         let text = std::fs::read(&path).expect("conf/plugins.json");
         let entries = chain::parse_entries(&text).unwrap();
         validate_entries(&entries).unwrap();
-        let yaml = std::fs::read_to_string(conf_dir().join("kubernetes/podgate.yaml")).unwrap();
+        let yaml =
+            std::fs::read_to_string(conf_dir().join("kubernetes/podgate-config.yaml")).unwrap();
         // The ConfigMap embeds plugins.json verbatim (indented); compare as JSON.
         let start = yaml
             .find("plugins.json: |")
@@ -111,8 +113,24 @@ mod tests {
         let file: serde_json::Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(
             embedded, file,
-            "podgate.yaml's ConfigMap and plugins.json differ"
+            "podgate-config.yaml's ConfigMap and plugins.json differ"
         );
+    }
+
+    /// Seed 000: cert-manager issues the IPsec certificates, so it must
+    /// start before IPsec is in place; the shipped guard lets it.
+    #[test]
+    fn shipped_tunnel_guard_lets_the_certificate_issuer_start_before_ipsec() {
+        let text = std::fs::read(conf_dir().join("plugins.json")).unwrap();
+        let entries = chain::parse_entries(&text).unwrap();
+        let guard = entries
+            .iter()
+            .map(|e| e.to_value().unwrap())
+            .find(|v| v["type"] == TUNNEL_GUARD)
+            .expect("a tunnel-guard entry");
+        let cfg = GuardConfig::from_value(&guard).unwrap();
+        assert!(cfg.excluded(Some("cert-manager")));
+        assert!(!cfg.excluded(Some("vpn")));
     }
 
     #[test]
