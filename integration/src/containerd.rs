@@ -45,6 +45,10 @@ int main(void) {
 /// containerd and everything it started, then removes the node.
 pub struct Containerd {
     child: Option<Child>,
+    layout: Layout,
+    /// With the netns in the machine's dir: its `cni-*` entries at start
+    /// (the ones added later are this containerd's).
+    netns_before: Vec<PathBuf>,
     /// The pod cgroup parent tests should put their sandboxes under
     /// (`LinuxPodSandboxConfig.cgroup_parent`), removed on drop.
     cgroup_parent: String,
@@ -52,12 +56,53 @@ pub struct Containerd {
     node: TestNode,
 }
 
+/// Where this containerd looks for CNI binaries and configs, and where it
+/// puts the pods' netns files.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub cni_bin_dir: PathBuf,
+    pub cni_conf_dir: PathBuf,
+    /// true: under its own state dir; false: the machine's `/var/run/netns`
+    /// (containerd's default on a node), `cni-<uuid>`.
+    pub netns_under_state_dir: bool,
+}
+
+/// containerd's pods' netns dir when not under its state dir.
+pub const NODE_NETNS_DIR: &str = "/var/run/netns";
+
+fn cni_netns_files() -> Vec<PathBuf> {
+    fs::read_dir(NODE_NETNS_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cni-"))
+        .map(|e| e.path())
+        .collect()
+}
+
 impl Containerd {
-    /// Starts containerd for `node` and imports the pause image.
+    /// Starts containerd for `node` (CNI dirs: the node's `cni-bin/` and
+    /// `net.d/`) and imports the pause image.
     pub fn start(node: TestNode) -> Containerd {
+        let layout = Layout {
+            cni_bin_dir: node.cni_bin_dir(),
+            cni_conf_dir: node.conf_dir(),
+            netns_under_state_dir: true,
+        };
+        Containerd::start_with(node, layout)
+    }
+
+    /// Starts containerd for `node` with `layout`, imports the pause image.
+    pub fn start_with(node: TestNode, layout: Layout) -> Containerd {
         let image = pause_image();
+        let netns_before = match layout.netns_under_state_dir {
+            true => Vec::new(),
+            false => cni_netns_files(),
+        };
         let mut c = Containerd {
             child: None,
+            layout,
+            netns_before,
             cgroup_parent: format!("/podgate-it-{}-{}", std::process::id(), random_suffix()),
             node,
         };
@@ -66,19 +111,28 @@ impl Containerd {
         }
         fs::write(c.config_path(), c.config()).unwrap();
         c.spawn();
-        run_ok(
-            Command::new("ctr")
-                .arg("--address")
-                .arg(c.socket())
-                .args(["-n", CRI_NAMESPACE, "images", "import"])
-                .arg(&image)
-                .stdin(Stdio::null()),
-        );
+        c.import(&image);
         c
     }
 
     pub fn node(&self) -> &TestNode {
         &self.node
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// `ctr -n k8s.io images import <archive>`: an image the CRI can run.
+    pub fn import(&self, archive: &Path) {
+        run_ok(
+            Command::new("ctr")
+                .arg("--address")
+                .arg(self.socket())
+                .args(["-n", CRI_NAMESPACE, "images", "import"])
+                .arg(archive)
+                .stdin(Stdio::null()),
+        );
     }
 
     /// `<node>/containerd`: every file of this containerd.
@@ -151,7 +205,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   restrict_oom_score_adj = true
   disable_apparmor = true
   enable_selinux = false
-  netns_mounts_under_state_dir = true
+  netns_mounts_under_state_dir = {netns_under_state}
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -167,8 +221,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = "{conf}"
     max_conf_num = 1
 "#,
-            bin = self.node.cni_bin_dir().display(),
-            conf = self.node.conf_dir().display(),
+            bin = self.layout.cni_bin_dir.display(),
+            conf = self.layout.cni_conf_dir.display(),
+            netns_under_state = self.layout.netns_under_state_dir,
         )
     }
 
@@ -239,10 +294,23 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         let _ = child.wait();
     }
 
-    /// (dev, inode) of every netns file containerd mounted under its state dir.
+    /// This containerd's netns files in the machine's netns dir.
+    fn node_netns_files(&self) -> Vec<PathBuf> {
+        if self.layout.netns_under_state_dir {
+            return Vec::new();
+        }
+        let mut files = cni_netns_files();
+        files.retain(|f| !self.netns_before.contains(f));
+        files
+    }
+
+    /// (dev, inode) of every netns file containerd mounted.
     fn sandbox_netns(&self) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
-        for m in mounts_under(&self.dir()) {
+        for m in mounts_under(&self.dir())
+            .into_iter()
+            .chain(self.node_netns_files())
+        {
             if let Ok(md) = fs::metadata(&m) {
                 if md.is_file() {
                     out.push((md.dev(), md.ino()));
@@ -276,7 +344,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
         }
+        let node_netns = self.node_netns_files();
         let mut mounts = mounts_under(&self.dir());
+        mounts.extend(node_netns.iter().cloned());
         // Deepest first.
         mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
         for m in mounts {
@@ -292,7 +362,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 }
             }
         }
-        for s in shim_sockets {
+        for s in shim_sockets.into_iter().chain(node_netns) {
             let _ = fs::remove_file(s);
         }
         remove_cgroup_tree(&self.cgroup_parent);
@@ -431,9 +501,7 @@ fn build_pause_image(dir: &Path, archive: &Path) {
     let work = dir.join("work");
     let _ = fs::remove_dir_all(&work);
     let rootfs = work.join("rootfs");
-    let blobs = work.join("layout/blobs/sha256");
     fs::create_dir_all(&rootfs).unwrap();
-    fs::create_dir_all(&blobs).unwrap();
     fs::write(&source, PAUSE_C).unwrap();
     run_ok(
         Command::new("gcc")
@@ -441,6 +509,36 @@ fn build_pause_image(dir: &Path, archive: &Path) {
             .arg(rootfs.join("pause"))
             .arg(&source),
     );
+    oci_archive(
+        &rootfs,
+        &ImageConfig {
+            name: PAUSE_IMAGE,
+            entrypoint: &["/pause"],
+            cmd: &[],
+            user: "",
+        },
+        archive,
+    );
+    let _ = fs::remove_dir_all(&work);
+}
+
+/// An image's name and run config.
+pub struct ImageConfig<'a> {
+    /// `io.containerd.image.name`: what `ctr images import` names it.
+    pub name: &'a str,
+    pub entrypoint: &'a [&'a str],
+    pub cmd: &'a [&'a str],
+    /// `USER`; empty: root.
+    pub user: &'a str,
+}
+
+/// `archive`: an OCI image layout (tar) of one layer holding `rootfs`, as
+/// `ctr images import` takes it.
+pub fn oci_archive(rootfs: &Path, image: &ImageConfig, archive: &Path) {
+    let work = archive.with_extension("work");
+    let _ = fs::remove_dir_all(&work);
+    let blobs = work.join("layout/blobs/sha256");
+    fs::create_dir_all(&blobs).unwrap();
     let layer = work.join("layer.tar");
     run_ok(
         Command::new("tar")
@@ -452,10 +550,10 @@ fn build_pause_image(dir: &Path, archive: &Path) {
                 "--numeric-owner",
                 "-C",
             ])
-            .arg(&rootfs)
+            .arg(rootfs)
             .arg("-cf")
             .arg(&layer)
-            .arg("pause"),
+            .arg("."),
     );
     let blob = |path: &Path| -> (String, u64) {
         let out = run_ok(Command::new("sha256sum").arg(path));
@@ -475,7 +573,7 @@ fn build_pause_image(dir: &Path, archive: &Path) {
         &serde_json::json!({
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Entrypoint": ["/pause"]},
+            "config": {"Entrypoint": image.entrypoint, "Cmd": image.cmd, "User": image.user},
             "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
         }),
     );
@@ -493,6 +591,7 @@ fn build_pause_image(dir: &Path, archive: &Path) {
     );
     let (manifest_digest, manifest_size) = blob(&manifest);
     let layout = work.join("layout");
+    let reference = image.name.rsplit_once(':').map_or("latest", |(_, t)| t);
     fs::write(
         layout.join("index.json"),
         serde_json::json!({
@@ -501,8 +600,8 @@ fn build_pause_image(dir: &Path, archive: &Path) {
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "digest": manifest_digest, "size": manifest_size,
                 "platform": {"architecture": "amd64", "os": "linux"},
-                "annotations": {"io.containerd.image.name": PAUSE_IMAGE,
-                                "org.opencontainers.image.ref.name": "test"},
+                "annotations": {"io.containerd.image.name": image.name,
+                                "org.opencontainers.image.ref.name": reference},
             }],
         })
         .to_string(),

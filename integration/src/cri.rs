@@ -8,9 +8,11 @@ use crate::containerd::Containerd;
 use crate::output_text;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceOption, PodSandboxConfig,
-    PodSandboxMetadata, PodSandboxStatusRequest, PortMapping, RemovePodSandboxRequest,
-    RunPodSandboxRequest, StopPodSandboxRequest,
+    ContainerConfig, ContainerStatusRequest, CreateContainerRequest, ExecSyncRequest,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption,
+    PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest, PortMapping,
+    RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopContainerRequest, StopPodSandboxRequest,
 };
 use serde_json::Value;
 use std::collections::HashMap;
@@ -34,6 +36,16 @@ pub struct Pod<'a> {
     pub annotations: &'a [(&'a str, &'a str)],
     /// (hostPort, containerPort) UDP mappings.
     pub udp_ports: &'a [(i32, i32)],
+    /// `hostNetwork: true`: the node's netns, no CNI call.
+    pub host_network: bool,
+}
+
+/// What ExecSync returned.
+#[derive(Debug)]
+pub struct Exec {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl<'a> Pod<'a> {
@@ -43,6 +55,61 @@ impl<'a> Pod<'a> {
             name,
             annotations: &[],
             udp_ports: &[],
+            host_network: false,
+        }
+    }
+
+    /// The sandbox config the kubelet sends (labels, annotations, ports,
+    /// namespaces) under `cgroup_parent`.
+    pub fn sandbox_config(&self, cgroup_parent: &str) -> PodSandboxConfig {
+        let network = match self.host_network {
+            true => NamespaceMode::Node,
+            false => NamespaceMode::Pod,
+        };
+        PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: self.name.into(),
+                uid: format!("uid-{}-{}", self.namespace, self.name),
+                namespace: self.namespace.into(),
+                attempt: 0,
+            }),
+            // The kubelet sets none for a host-network pod (it shares the
+            // node's UTS namespace).
+            hostname: match self.host_network {
+                true => String::new(),
+                false => self.name.into(),
+            },
+            port_mappings: self
+                .udp_ports
+                .iter()
+                .map(|&(host, container)| PortMapping {
+                    protocol: k8s_cri::v1::Protocol::Udp as i32,
+                    container_port: container,
+                    host_port: host,
+                    host_ip: String::new(),
+                })
+                .collect(),
+            labels: HashMap::from([
+                ("io.kubernetes.pod.name".into(), self.name.into()),
+                ("io.kubernetes.pod.namespace".into(), self.namespace.into()),
+            ]),
+            annotations: self
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            linux: Some(LinuxPodSandboxConfig {
+                cgroup_parent: cgroup_parent.into(),
+                security_context: Some(LinuxSandboxSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: network as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
         }
     }
 }
@@ -75,47 +142,14 @@ impl Cri {
 
     /// RunPodSandbox; the sandbox ID, or the runtime's error message.
     pub fn run(&mut self, c: &Containerd, pod: &Pod) -> Result<String, String> {
-        let uid = format!("uid-{}-{}", pod.namespace, pod.name);
-        let config = PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata {
-                name: pod.name.into(),
-                uid,
-                namespace: pod.namespace.into(),
-                attempt: 0,
-            }),
-            hostname: pod.name.into(),
-            port_mappings: pod
-                .udp_ports
-                .iter()
-                .map(|&(host, container)| PortMapping {
-                    protocol: k8s_cri::v1::Protocol::Udp as i32,
-                    container_port: container,
-                    host_port: host,
-                    host_ip: String::new(),
-                })
-                .collect(),
-            labels: HashMap::from([
-                ("io.kubernetes.pod.name".into(), pod.name.into()),
-                ("io.kubernetes.pod.namespace".into(), pod.namespace.into()),
-            ]),
-            annotations: pod
-                .annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            linux: Some(LinuxPodSandboxConfig {
-                cgroup_parent: c.cgroup_parent().into(),
-                security_context: Some(LinuxSandboxSecurityContext {
-                    namespace_options: Some(NamespaceOption::default()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        self.run_sandbox(&pod.sandbox_config(c.cgroup_parent()))
+    }
+
+    /// RunPodSandbox with `config` as given.
+    pub fn run_sandbox(&mut self, config: &PodSandboxConfig) -> Result<String, String> {
         self.rt
             .block_on(self.client.run_pod_sandbox(RunPodSandboxRequest {
-                config: Some(config),
+                config: Some(config.clone()),
                 runtime_handler: String::new(),
             }))
             .map(|r| r.into_inner().pod_sandbox_id)
@@ -164,6 +198,87 @@ impl Cri {
     pub fn stop_and_remove(&mut self, id: &str) {
         self.stop(id);
         self.remove(id);
+    }
+
+    /// CreateContainer + StartContainer in `sandbox`; the container ID.
+    pub fn start_container(
+        &mut self,
+        sandbox: &str,
+        sandbox_config: &PodSandboxConfig,
+        config: ContainerConfig,
+    ) -> Result<String, String> {
+        let id = self
+            .rt
+            .block_on(self.client.create_container(CreateContainerRequest {
+                pod_sandbox_id: sandbox.into(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config.clone()),
+            }))
+            .map_err(|s| format!("CreateContainer: {}", s.message()))?
+            .into_inner()
+            .container_id;
+        self.rt
+            .block_on(self.client.start_container(StartContainerRequest {
+                container_id: id.clone(),
+            }))
+            .map_err(|s| format!("StartContainer: {}", s.message()))?;
+        Ok(id)
+    }
+
+    /// StopContainer (SIGTERM, then SIGKILL after `grace` seconds) and
+    /// RemoveContainer.
+    pub fn stop_container(&mut self, id: &str, grace: i64) {
+        self.rt
+            .block_on(self.client.stop_container(StopContainerRequest {
+                container_id: id.into(),
+                timeout: grace,
+            }))
+            .unwrap_or_else(|s| panic!("StopContainer {id}: {s}"));
+        self.rt
+            .block_on(self.client.remove_container(RemoveContainerRequest {
+                container_id: id.into(),
+            }))
+            .unwrap_or_else(|s| panic!("RemoveContainer {id}: {s}"));
+    }
+
+    /// ExecSync, as the kubelet runs an exec probe.
+    pub fn exec(&mut self, id: &str, cmd: &[String], timeout_secs: i64) -> Exec {
+        let r = self
+            .rt
+            .block_on(self.client.exec_sync(ExecSyncRequest {
+                container_id: id.into(),
+                cmd: cmd.to_vec(),
+                timeout: timeout_secs,
+            }))
+            .unwrap_or_else(|s| panic!("ExecSync {id} {cmd:?}: {s}"))
+            .into_inner();
+        Exec {
+            code: r.exit_code,
+            stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&r.stderr).into_owned(),
+        }
+    }
+
+    /// The container's state (`CONTAINER_RUNNING` = 1) and its init
+    /// process's PID (0 when not running), from ContainerStatus(verbose).
+    pub fn container_state(&mut self, id: &str) -> (i32, u32) {
+        let r = self
+            .rt
+            .block_on(self.client.container_status(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
+            }))
+            .unwrap_or_else(|s| panic!("ContainerStatus {id}: {s}"))
+            .into_inner();
+        let state = r.status.map_or(-1, |s| s.state);
+        let pid = r
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<Value>(i).ok())
+            .and_then(|v| v["pid"].as_u64())
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0);
+        (state, pid)
     }
 }
 

@@ -28,6 +28,7 @@ pub mod agent;
 pub mod cluster;
 pub mod containerd;
 pub mod cri;
+pub mod kubelet;
 mod netns;
 mod node;
 mod snapshot;

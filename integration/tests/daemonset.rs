@@ -1,0 +1,677 @@
+//! The DaemonSet of `conf/kubernetes/`, run the way a kubelet runs it: the
+//! pod template read from the manifests (containers, args, env,
+//! securityContext, volumes and mounts, probes), the kubelet's part done
+//! here ([`podgate_integration::kubelet`]: downward API, ConfigMap volume
+//! files, `$(VAR)` expansion) and the result asked of a real containerd's CRI
+//! inside a throwaway node netns, with the node's paths under a throwaway
+//! "host" root. The image is podgate's (see [`image`]); a VPN pod created
+//! afterwards through the same containerd is wired by the binaries the image
+//! installed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use podgate_integration::containerd::{Containerd, Layout, NODE_NETNS_DIR};
+use podgate_integration::cri::{Cri, Pod};
+use podgate_integration::kubelet::{self, Container, Kubelet};
+use podgate_integration::{
+    http_get, output_text, require_root, workspace_root, Snapshot, TestNode, SYSTEM_CNI_DIR,
+};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NET: &str = "podnet";
+const SUBNET: &str = "10.24.0.0/16";
+/// The node's own address (`status.hostIP`), on the node's `lo`.
+const HOST_IP: &str = "10.250.0.1";
+const WAIT: Duration = Duration::from_secs(30);
+const CONTAINER_RUNNING: i32 = 1;
+
+// ------------------------------------------------------------ the manifests
+
+fn manifest_dir() -> PathBuf {
+    workspace_root().join("conf/kubernetes")
+}
+
+fn manifests() -> Vec<Value> {
+    let mut files: Vec<PathBuf> = fs::read_dir(manifest_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    kubelet::read_manifests(&files)
+}
+
+/// The ConfigMaps of podgate-config.yaml: name -> data.
+fn configmaps(docs: &[Value]) -> BTreeMap<String, BTreeMap<String, String>> {
+    docs.iter()
+        .filter(|d| d["kind"] == "ConfigMap")
+        .map(|d| {
+            let data = d["data"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            (d["metadata"]["name"].as_str().unwrap().to_string(), data)
+        })
+        .collect()
+}
+
+/// The image every container of `ds` runs (one image per DaemonSet).
+fn image_of(ds: &Value) -> String {
+    let images: Vec<&str> = ds["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["image"].as_str().unwrap())
+        .collect();
+    assert!(images.windows(2).all(|w| w[0] == w[1]), "{images:?}");
+    images[0].to_string()
+}
+
+// ------------------------------------------------------------------ images
+
+/// podgate's image under `name`, its binaries built with `commit`: an
+/// archive `ctr images import` takes.
+/// TEMPORARY (until integration/image/build.sh lands): the debug binaries
+/// with their shared libraries, `commit` appended to podgate.
+fn image(name: &str, commit: &str) -> PathBuf {
+    let bins = podgate_integration::built(
+        &["podgate", "podgate-router", "podgate-tunnel-guard"],
+        &[
+            "-p",
+            "podgate",
+            "-p",
+            "podgate-router",
+            "-p",
+            "podgate-tunnel-guard",
+        ],
+    );
+    let dir = podgate_integration::target_dir().join("podgate-daemonset-images");
+    let rootfs = dir.join(format!("rootfs-{commit}"));
+    let _ = fs::remove_dir_all(&rootfs);
+    fs::create_dir_all(rootfs.join("usr/local/bin")).unwrap();
+    fs::create_dir_all(rootfs.join("etc")).unwrap();
+    fs::write(
+        rootfs.join("etc/passwd"),
+        "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532::/home/nonroot:/sbin/nologin\n",
+    )
+    .unwrap();
+    for b in &bins {
+        let dst = rootfs.join("usr/local/bin").join(b.file_name().unwrap());
+        fs::copy(b, &dst).unwrap();
+        let ldd = Command::new("ldd").arg(b).output().unwrap();
+        for lib in String::from_utf8_lossy(&ldd.stdout).split_whitespace() {
+            if lib.starts_with('/') {
+                let d = rootfs.join(lib.trim_start_matches('/'));
+                fs::create_dir_all(d.parent().unwrap()).unwrap();
+                fs::copy(lib, &d).unwrap();
+            }
+        }
+    }
+    let mut pg = fs::OpenOptions::new()
+        .append(true)
+        .open(rootfs.join("usr/local/bin/podgate"))
+        .unwrap();
+    std::io::Write::write_all(&mut pg, commit.as_bytes()).unwrap();
+    let out = dir.join(format!("podgate-{commit}.tar"));
+    podgate_integration::containerd::oci_archive(
+        &rootfs,
+        &podgate_integration::containerd::ImageConfig {
+            name,
+            entrypoint: &["/usr/local/bin/podgate"],
+            cmd: &["install", "--watch"],
+            user: "65532:65532",
+        },
+        &out,
+    );
+    out
+}
+
+// ---------------------------------------------------------------- the node
+
+/// A node: containerd in its netns, its CNI dirs and podgate's paths under
+/// `<node>/host`, the primary CNI (bridge + host-local) installed as its
+/// own installer would.
+struct Node {
+    cri: Cri,
+    c: Containerd,
+    host: PathBuf,
+    docs: Vec<Value>,
+    image: String,
+}
+
+/// A running pod of a DaemonSet: its sandbox and containers by name.
+struct DsPod {
+    sandbox: String,
+    /// The containers' logs (`<name>.log`).
+    logs: PathBuf,
+    containers: BTreeMap<String, String>,
+    specs: BTreeMap<String, Container>,
+}
+
+impl Node {
+    fn start(prefix: &str) -> Node {
+        require_root();
+        let node = TestNode::new(prefix);
+        node.ns
+            .exec_ok(&["ip", "addr", "add", &format!("{HOST_IP}/32"), "dev", "lo"]);
+        let host = node.root().join("host");
+        let layout = Layout {
+            cni_bin_dir: host.join("opt/cni/bin"),
+            cni_conf_dir: host.join("etc/cni/net.d"),
+            netns_under_state_dir: false,
+        };
+        fs::create_dir_all(&layout.cni_bin_dir).unwrap();
+        fs::create_dir_all(&layout.cni_conf_dir).unwrap();
+        for plugin in ["bridge", "host-local", "loopback", "portmap"] {
+            fs::copy(
+                Path::new(SYSTEM_CNI_DIR).join(plugin),
+                layout.cni_bin_dir.join(plugin),
+            )
+            .unwrap();
+        }
+        let primary = node.bridge_conflist(NET, "1.0.0", SUBNET, Vec::new());
+        fs::write(
+            layout.cni_conf_dir.join("10-podnet.conflist"),
+            serde_json::to_vec_pretty(&primary).unwrap(),
+        )
+        .unwrap();
+        let docs = manifests();
+        let image = image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
+        let c = Containerd::start_with(node, layout);
+        let cri = Cri::connect(&c.socket());
+        Node {
+            cri,
+            c,
+            host,
+            docs,
+            image,
+        }
+    }
+
+    fn kubelet(&self, pod: &str, configmaps: bool) -> Kubelet {
+        Kubelet {
+            host_root: self.host.clone(),
+            // The runtime's netns dir is this machine's (containerd's
+            // default on a node, where the agent looks for pods' netns).
+            shared: vec![PathBuf::from(NODE_NETNS_DIR)],
+            host_ip: HOST_IP.into(),
+            pod_dir: self.c.node().root().join("pods").join(pod),
+            configmaps: match configmaps {
+                true => self.configmaps(),
+                false => BTreeMap::new(),
+            },
+        }
+    }
+
+    /// podgate-config.yaml's ConfigMaps, their absolute paths (the node's)
+    /// mapped under the host root.
+    fn configmaps(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        let k = Kubelet {
+            host_root: self.host.clone(),
+            shared: Vec::new(),
+            host_ip: HOST_IP.into(),
+            pod_dir: PathBuf::new(),
+            configmaps: BTreeMap::new(),
+        };
+        configmaps(&self.docs)
+            .into_iter()
+            .map(|(name, data)| {
+                let data = data
+                    .into_iter()
+                    .map(|(key, text)| match serde_json::from_str::<Value>(&text) {
+                        Ok(v) => (key, serde_json::to_string_pretty(&k.map_paths(&v)).unwrap()),
+                        Err(_) => (key, text),
+                    })
+                    .collect();
+                (name, data)
+            })
+            .collect()
+    }
+
+    /// Runs DaemonSet `ds`'s pod: the sandbox (host network), then each
+    /// container in order, as the kubelet does. `pod` names its dir.
+    fn run_daemonset(&mut self, ds: &str, pod: &str, with_configmaps: bool) -> DsPod {
+        let template = kubelet::find(&self.docs, "DaemonSet", ds)["spec"]["template"].clone();
+        let k = self.kubelet(pod, with_configmaps);
+        let mut sandbox_config = Pod {
+            host_network: template["spec"]["hostNetwork"] == true,
+            ..Pod::new("podgate-system", pod)
+        }
+        .sandbox_config(self.c.cgroup_parent());
+        let logs = k.pod_dir.join("logs");
+        fs::create_dir_all(&logs).unwrap();
+        sandbox_config.log_directory = logs.display().to_string();
+        let sandbox = self
+            .cri
+            .run_sandbox(&sandbox_config)
+            .unwrap_or_else(|e| panic!("RunPodSandbox {pod}: {e}\n{}", self.c.log()));
+        let mut out = DsPod {
+            sandbox,
+            logs,
+            containers: BTreeMap::new(),
+            specs: BTreeMap::new(),
+        };
+        for c in template["spec"]["containers"].as_array().unwrap() {
+            let name = c["name"].as_str().unwrap();
+            let spec = k.container(&template, name);
+            let id = self
+                .cri
+                .start_container(&out.sandbox, &sandbox_config, spec.config.clone())
+                .unwrap_or_else(|e| panic!("{ds}/{name}: {e}\n{}", self.c.log()));
+            out.containers.insert(name.into(), id);
+            out.specs.insert(name.into(), spec);
+        }
+        out
+    }
+
+    /// What the operator's `kubectl delete pod` does: every container
+    /// stopped (SIGTERM, grace period), then the sandbox.
+    fn delete_daemonset_pod(&mut self, pod: DsPod) {
+        for id in pod.containers.values() {
+            self.cri.stop_container(id, 10);
+        }
+        self.cri.stop_sandbox(&pod.sandbox);
+        self.cri.remove_sandbox(&pod.sandbox);
+    }
+
+    fn pid(&mut self, pod: &DsPod, container: &str) -> u32 {
+        let id = &pod.containers[container];
+        let (state, pid) = self.cri.container_state(id);
+        assert_eq!(
+            state,
+            CONTAINER_RUNNING,
+            "{container} is not running:\n{}",
+            self.container_log(pod, container)
+        );
+        assert!(pid > 0);
+        pid
+    }
+
+    fn container_log(&self, pod: &DsPod, container: &str) -> String {
+        fs::read_to_string(pod.logs.join(format!("{container}.log"))).unwrap_or_default()
+    }
+
+    /// The readiness probe of `container`, run as the kubelet runs it
+    /// (ExecSync), until it passes; its output.
+    fn wait_ready(&mut self, pod: &DsPod, container: &str) -> String {
+        let cmd = pod.specs[container]
+            .readiness_exec()
+            .expect("an exec readiness probe");
+        let id = pod.containers[container].clone();
+        let start = Instant::now();
+        loop {
+            let r = self.cri.exec(&id, &cmd, 5);
+            if r.code == 0 {
+                return r.stdout;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "{container} not ready after {WAIT:?}: {r:?}\n{}",
+                self.container_log(pod, container)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn host_file(&self, path: &str) -> PathBuf {
+        self.host.join(path.trim_start_matches('/'))
+    }
+
+    /// A pod of namespace `vpn` asking for the shipped `vpn-gateway` profile.
+    fn vpn_pod(&mut self, name: &str) -> (String, PathBuf) {
+        let pod = Pod {
+            annotations: &[("podgate.dev/profile", "vpn-gateway")],
+            ..Pod::new("vpn", name)
+        };
+        let id = self
+            .cri
+            .run_sandbox(&pod.sandbox_config(self.c.cgroup_parent()))
+            .unwrap_or_else(|e| panic!("RunPodSandbox vpn/{name}: {e}\n{}", self.c.log()));
+        let netns = self.cri.sandbox_netns(&id);
+        (id, netns)
+    }
+
+    fn delete_pod(&mut self, id: &str) {
+        self.cri.stop_sandbox(id);
+        self.cri.remove_sandbox(id);
+    }
+
+    /// Files (with their bytes) under the node's CNI dirs and podgate's
+    /// state dir: what install and uninstall change on disk.
+    fn disk(&self) -> BTreeMap<String, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        for dir in ["opt/cni/bin", "etc/cni/net.d", "var/lib/cni/podgate"] {
+            collect_files(&self.host.join(dir), &self.host, &mut out);
+        }
+        out
+    }
+}
+
+fn collect_files(dir: &Path, base: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect_files(&p, base, out);
+        } else {
+            let rel = p.strip_prefix(base).unwrap().display().to_string();
+            out.insert(rel, fs::read(&p).unwrap_or_default());
+        }
+    }
+}
+
+fn in_netns(netns: &Path, args: &[&str]) -> String {
+    let out = Command::new("nsenter")
+        .arg(format!("--net={}", netns.display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {}", output_text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The pod was wired by the shipped profile: forwarding on and podgate's
+/// masquerade table in its netns.
+fn assert_vpn_wired(netns: &Path) {
+    assert_eq!(
+        in_netns(netns, &["cat", "/proc/sys/net/ipv4/ip_forward"]).trim(),
+        "1"
+    );
+    let nft = in_netns(netns, &["nft", "list", "table", "inet", "podgate-eth0"]);
+    assert!(nft.contains("masquerade"), "{nft}");
+    assert!(nft.contains("10.8.0.0/24"), "{nft}");
+}
+
+/// Effective and permitted capability sets of `pid`.
+fn caps(pid: u32) -> (u64, u64) {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not in /proc/{pid}/status"));
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    (field("CapEff:"), field("CapPrm:"))
+}
+
+/// A mount of a process: (device, root within its filesystem, mount point,
+/// read-write).
+struct MountEntry {
+    dev: String,
+    root: PathBuf,
+    point: PathBuf,
+    rw: bool,
+}
+
+fn unescape(s: &str) -> PathBuf {
+    PathBuf::from(
+        s.replace("\\040", " ")
+            .replace("\\011", "\t")
+            .replace("\\012", "\n")
+            .replace("\\134", "\\"),
+    )
+}
+
+fn mounts(pid: &str) -> Vec<MountEntry> {
+    fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            MountEntry {
+                dev: f[2].into(),
+                root: unescape(f[3]),
+                point: unescape(f[4]),
+                rw: f[5].split(',').any(|o| o == "rw"),
+            }
+        })
+        .collect()
+}
+
+/// (device, path within its filesystem) of a host path, from this
+/// process's mounts (the longest mount point above it).
+fn fs_location(path: &Path) -> (String, PathBuf) {
+    let path = path.canonicalize().unwrap();
+    let m = mounts("self")
+        .into_iter()
+        .filter(|m| path.starts_with(&m.point))
+        .max_by_key(|m| m.point.components().count())
+        .unwrap();
+    let rel = path.strip_prefix(&m.point).unwrap();
+    (m.dev.clone(), m.root.join(rel))
+}
+
+/// The mounts of `pid` that give write access to `host_dir` (the dir
+/// itself or a parent of it mounted read-write).
+fn writable_mounts_of(pid: u32, host_dir: &Path) -> Vec<String> {
+    let (dev, inner) = fs_location(host_dir);
+    mounts(&pid.to_string())
+        .into_iter()
+        .filter(|m| m.rw && m.dev == dev && inner.starts_with(&m.root))
+        .map(|m| format!("{} (root {})", m.point.display(), m.root.display()))
+        .collect()
+}
+
+// ------------------------------------------------------------------- tests
+
+/// Install from the image with the manifest's pod template: unready until
+/// the ConfigMap exists (saying so), then ready; the plugins in the host's
+/// bin dir are the image's bytes; a VPN pod created afterwards gets
+/// forwarding and masquerade; least privilege as seen in /proc.
+#[test]
+fn the_daemonset_from_the_manifest_installs_the_images_plugins_and_a_vpn_pod_is_wired_by_them() {
+    let mut n = Node::start("ds-install");
+    let commit = "0000000000000000000000000000000000000001";
+    n.c.import(&image(&n.image, commit));
+
+    // Applied before podgate-config.yaml: the optional ConfigMap volume is
+    // an empty dir, the installer unready and saying why.
+    let pod = n.run_daemonset("podgate", "podgate-node", false);
+    let install = pod.containers["install"].clone();
+    let probe = pod.specs["install"].readiness_exec().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let r = n.cri.exec(&install, &probe, 5);
+    assert_ne!(r.code, 0, "ready without the ConfigMap: {r:?}");
+    assert!(
+        r.stderr
+            .contains("plugins file /etc/podgate/plugins.json missing: apply podgate-config.yaml"),
+        "{r:?}"
+    );
+    assert!(!n.host_file("/etc/cni/net.d/00-podgate.conflist").exists());
+
+    // `kubectl apply -f podgate-config.yaml`: the kubelet fills the volume.
+    let template = kubelet::find(&n.docs, "DaemonSet", "podgate")["spec"]["template"].clone();
+    n.kubelet("podgate-node", true)
+        .sync_configmap_volumes(&template);
+    let out = n.wait_ready(&pod, "install");
+    assert!(out.contains("chained: 00-podgate.conflist"), "{out}");
+
+    // The host's CNI dirs: the image's plugins, podgate's conflist.
+    let install_pid = n.pid(&pod, "install");
+    for bin in ["podgate-router", "podgate-tunnel-guard"] {
+        let installed = fs::read(n.host_file(&format!("/opt/cni/bin/{bin}"))).unwrap();
+        let in_image = fs::read(format!("/proc/{install_pid}/root/usr/local/bin/{bin}")).unwrap();
+        assert!(
+            installed == in_image,
+            "{bin} on the host is not the image's"
+        );
+    }
+    let conflist: Value = serde_json::from_slice(
+        &fs::read(n.host_file("/etc/cni/net.d/00-podgate.conflist")).unwrap(),
+    )
+    .unwrap();
+    let types: Vec<&str> = conflist["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["bridge", "podgate-tunnel-guard", "podgate-router"]);
+
+    // A VPN pod afterwards, through the same containerd.
+    let (vpn, netns) = n.vpn_pod("openvpn-0");
+    assert_vpn_wired(&netns);
+    let log = fs::read_to_string(n.host_file("/var/log/podgate/router.log")).unwrap();
+    assert!(log.contains("openvpn-0") || log.contains(&vpn), "{log}");
+
+    // The agent: metrics on the node's own address, /healthz for its
+    // liveness probe (httpGet, as the kubelet sends it).
+    let agent_pid = n.pid(&pod, "agent");
+    let (status, body) = http_get(&n.c.node().ns, HOST_IP, 9750, "/healthz", WAIT).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http_get(&n.c.node().ns, HOST_IP, 9750, "/metrics", WAIT).unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    // Least privilege, from /proc of the running containers.
+    assert_eq!(caps(install_pid), (0, 0), "the installer has capabilities");
+    let (eff, _) = caps(agent_pid);
+    assert_ne!(eff, 0, "the agent runs without its capabilities");
+    for dir in ["/opt/cni/bin", "/etc/cni/net.d"] {
+        let host_dir = n.host_file(dir);
+        assert!(
+            !writable_mounts_of(install_pid, &host_dir).is_empty(),
+            "the installer cannot write {dir}"
+        );
+        let w = writable_mounts_of(agent_pid, &host_dir);
+        assert!(w.is_empty(), "the agent can write {dir}: {w:?}");
+    }
+    for (name, spec) in &pod.specs {
+        let pid = n.pid(&pod, name);
+        if caps(pid).0 != 0 {
+            assert!(spec.adds_capabilities(), "{name}");
+            for dir in ["/opt/cni/bin", "/etc/cni/net.d"] {
+                let w = writable_mounts_of(pid, &n.host_file(dir));
+                assert!(
+                    w.is_empty(),
+                    "{name} has capabilities and writes {dir}: {w:?}"
+                );
+            }
+        }
+    }
+    // The machine's own forwarding untouched.
+    assert_eq!(
+        fs::read_to_string("/proc/sys/net/ipv4/ip_forward")
+            .unwrap()
+            .trim(),
+        "0"
+    );
+    n.delete_pod(&vpn);
+    n.delete_daemonset_pod(pod);
+}
+
+/// Upgrade (stop the old pod, start the new image's) with a pod created in
+/// between, the new binaries deleting a pod the old ones set up; then the
+/// uninstall DaemonSet with a pod still running: after the pods' deletion
+/// the node is as before the install.
+#[test]
+fn upgrade_then_uninstall_leave_the_node_as_it_was_before_the_install() {
+    let mut n = Node::start("ds-upgrade");
+    let old = image(&n.image, "0000000000000000000000000000000000000001");
+    let new = image(&n.image, "0000000000000000000000000000000000000002");
+    let before_net: Snapshot = n.c.node().settled_snapshot();
+    let before_disk = n.disk();
+
+    n.c.import(&old);
+    let v1 = n.run_daemonset("podgate", "podgate-v1", true);
+    n.wait_ready(&v1, "install");
+    let v1_pid = n.pid(&v1, "install");
+    let v1_podgate = fs::read(format!("/proc/{v1_pid}/root/usr/local/bin/podgate")).unwrap();
+    let (a, a_ns) = n.vpn_pod("a");
+    assert_vpn_wired(&a_ns);
+
+    // The rolling update: the old pod goes, a pod is created, the new
+    // image's pod comes.
+    n.delete_daemonset_pod(v1);
+    let (b, b_ns) = n.vpn_pod("b");
+    assert_vpn_wired(&b_ns);
+    n.c.import(&new);
+    let v2 = n.run_daemonset("podgate", "podgate-v2", true);
+    n.wait_ready(&v2, "install");
+    let v2_pid = n.pid(&v2, "install");
+    let v2_podgate = fs::read(format!("/proc/{v2_pid}/root/usr/local/bin/podgate")).unwrap();
+    assert!(
+        v1_podgate != v2_podgate,
+        "the two images' podgate are the same"
+    );
+    for bin in ["podgate-router", "podgate-tunnel-guard"] {
+        let installed = fs::read(n.host_file(&format!("/opt/cni/bin/{bin}"))).unwrap();
+        let in_image = fs::read(format!("/proc/{v2_pid}/root/usr/local/bin/{bin}")).unwrap();
+        assert!(
+            installed == in_image,
+            "{bin} on the host is not the new image's"
+        );
+    }
+    // The new binaries DEL what the old ones set up.
+    n.delete_pod(&a);
+    let records = |n: &Node| -> Vec<String> {
+        n.disk()
+            .keys()
+            .filter(|k| {
+                k.starts_with("var/lib/cni/podgate/")
+                    && !k.contains("/installer/")
+                    && !k.contains("/agent/")
+            })
+            .cloned()
+            .collect()
+    };
+    let left = records(&n);
+    assert!(
+        left.iter().all(|r| !r.contains(&a)),
+        "a's record is left after its DEL: {left:?}"
+    );
+    let (c, c_ns) = n.vpn_pod("c");
+    assert_vpn_wired(&c_ns);
+
+    // Uninstall: podgate's pod deleted, podgate-uninstall.yaml applied.
+    n.delete_daemonset_pod(v2);
+    let un = n.run_daemonset("podgate-uninstall", "podgate-uninstall", false);
+    let out = n.wait_ready(&un, "uninstall");
+    assert!(out.contains("uninstalled"), "{out}");
+    assert!(!n.host_file("/etc/cni/net.d/00-podgate.conflist").exists());
+    assert!(!n.host_file("/opt/cni/bin/podgate-router").exists());
+    // A pod still running keeps what podgate applied in its netns.
+    assert_vpn_wired(&c_ns);
+    // Its DEL no longer reaches podgate; the agent's sweep removes its
+    // record once its netns is gone.
+    n.delete_pod(&b);
+    n.delete_pod(&c);
+    let start = Instant::now();
+    while !records(&n)
+        .iter()
+        .all(|r| r.ends_with(".lock") || r.contains("/."))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "records left: {:?}\n{}",
+            records(&n),
+            n.container_log(&un, "agent")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    n.delete_daemonset_pod(un);
+
+    let after_net = n.c.node().settled_snapshot();
+    // The bridge stays (the primary's plugin never deletes it), as on a
+    // real node.
+    let strip = |s: &Snapshot| {
+        let mut s = s.clone();
+        s.links.retain(|l| !l.starts_with("pgbr"));
+        s.addrs.retain(|a| !a.starts_with("pgbr"));
+        s.routes4.retain(|r| !r.contains("\"dev\":\"pgbr"));
+        s.routes6.retain(|r| !r.contains("\"dev\":\"pgbr"));
+        s
+    };
+    podgate_integration::assert_same(&strip(&before_net), &strip(&after_net));
+    let after_disk = n.disk();
+    let names = |d: &BTreeMap<String, Vec<u8>>| d.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&before_disk), names(&after_disk));
+    assert!(before_disk == after_disk, "a file's content differs");
+}
