@@ -5,6 +5,9 @@
 //! files (the kubelet's `..data` layout), hostPath volumes mapped under a
 //! throwaway "host" root, securityContext and probes as written.
 
+// Test harness: JSON navigation by index (a missing key is Null).
+#![allow(clippy::indexing_slicing)]
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -76,60 +76,37 @@ fn image_of(ds: &Value) -> String {
 
 // ------------------------------------------------------------------ images
 
-/// podgate's image under `name`, its binaries built with `commit`: an
-/// archive `ctr images import` takes.
-/// TEMPORARY (until integration/image/build.sh lands): the debug binaries
-/// with their shared libraries, `commit` appended to podgate.
+/// podgate's image under `name`, built from the Dockerfile by
+/// integration/image/build.sh with `commit` (in `podgate --version`; a
+/// different commit makes a different podgate binary): an archive `ctr
+/// images import` takes. Built once per commit and test process.
 fn image(name: &str, commit: &str) -> PathBuf {
-    let bins = podgate_integration::built(
-        &["podgate", "podgate-router", "podgate-tunnel-guard"],
-        &[
-            "-p",
-            "podgate",
-            "-p",
-            "podgate-router",
-            "-p",
-            "podgate-tunnel-guard",
-        ],
-    );
-    let dir = podgate_integration::target_dir().join("podgate-daemonset-images");
-    let rootfs = dir.join(format!("rootfs-{commit}"));
-    let _ = fs::remove_dir_all(&rootfs);
-    fs::create_dir_all(rootfs.join("usr/local/bin")).unwrap();
-    fs::create_dir_all(rootfs.join("etc")).unwrap();
-    fs::write(
-        rootfs.join("etc/passwd"),
-        "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532::/home/nonroot:/sbin/nologin\n",
-    )
-    .unwrap();
-    for b in &bins {
-        let dst = rootfs.join("usr/local/bin").join(b.file_name().unwrap());
-        fs::copy(b, &dst).unwrap();
-        let ldd = Command::new("ldd").arg(b).output().unwrap();
-        for lib in String::from_utf8_lossy(&ldd.stdout).split_whitespace() {
-            if lib.starts_with('/') {
-                let d = rootfs.join(lib.trim_start_matches('/'));
-                fs::create_dir_all(d.parent().unwrap()).unwrap();
-                fs::copy(lib, &d).unwrap();
-            }
-        }
+    static BUILT: std::sync::Mutex<BTreeMap<String, PathBuf>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = built.get(commit) {
+        return p.clone();
     }
-    let mut pg = fs::OpenOptions::new()
-        .append(true)
-        .open(rootfs.join("usr/local/bin/podgate"))
-        .unwrap();
-    std::io::Write::write_all(&mut pg, commit.as_bytes()).unwrap();
+    let dir = podgate_integration::target_dir().join("podgate-daemonset-images");
+    fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("podgate-{commit}.tar"));
-    podgate_integration::containerd::oci_archive(
-        &rootfs,
-        &podgate_integration::containerd::ImageConfig {
-            name,
-            entrypoint: &["/usr/local/bin/podgate"],
-            cmd: &["install", "--watch"],
-            user: "65532:65532",
-        },
-        &out,
+    let build = workspace_root().join("integration/image/build.sh");
+    let run = Command::new("bash")
+        .arg(&build)
+        .args([
+            "--arch", "amd64", "--tag", name, "--commit", commit, "--out",
+        ])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{} failed:\n{}",
+        build.display(),
+        output_text(&run)
     );
+    built.insert(commit.into(), out.clone());
     out
 }
 
@@ -144,6 +121,10 @@ struct Node {
     host: PathBuf,
     docs: Vec<Value>,
     image: String,
+    /// The tests of this file one at a time (dropped last): their
+    /// containerds share the machine's netns dir, each removing the `cni-*`
+    /// files it did not find there.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 /// A running pod of a DaemonSet: its sandbox and containers by name.
@@ -157,6 +138,8 @@ struct DsPod {
 
 impl Node {
     fn start(prefix: &str) -> Node {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         require_root();
         let node = TestNode::new(prefix);
         node.ns
@@ -192,6 +175,7 @@ impl Node {
             host,
             docs,
             image,
+            _serial: serial,
         }
     }
 
@@ -493,6 +477,14 @@ fn the_daemonset_from_the_manifest_installs_the_images_plugins_and_a_vpn_pod_is_
         .sync_configmap_volumes(&template);
     let out = n.wait_ready(&pod, "install");
     assert!(out.contains("chained: 00-podgate.conflist"), "{out}");
+
+    // The image's podgate names the commit it was built from.
+    let version = n.cri.exec(
+        &install,
+        &["/usr/local/bin/podgate".into(), "--version".into()],
+        5,
+    );
+    assert!(version.stdout.contains(commit), "{version:?}");
 
     // The host's CNI dirs: the image's plugins, podgate's conflist.
     let install_pid = n.pid(&pod, "install");
