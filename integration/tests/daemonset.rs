@@ -603,15 +603,13 @@ fn upgrade_then_uninstall_leave_the_node_as_it_was_before_the_install() {
     }
     // The new binaries DEL what the old ones set up.
     n.delete_pod(&a);
+    // podgate-router's attachment records: `*.json` in its state dir.
     let records = |n: &Node| -> Vec<String> {
         n.disk()
             .keys()
-            .filter(|k| {
-                k.starts_with("var/lib/cni/podgate/")
-                    && !k.contains("/installer/")
-                    && !k.contains("/agent/")
-            })
-            .cloned()
+            .filter_map(|k| k.strip_prefix("var/lib/cni/podgate/"))
+            .filter(|k| !k.contains('/') && !k.starts_with('.') && k.ends_with(".json"))
+            .map(String::from)
             .collect()
     };
     let left = records(&n);
@@ -636,10 +634,7 @@ fn upgrade_then_uninstall_leave_the_node_as_it_was_before_the_install() {
     n.delete_pod(&b);
     n.delete_pod(&c);
     let start = Instant::now();
-    while !records(&n)
-        .iter()
-        .all(|r| r.ends_with(".lock") || r.contains("/."))
-    {
+    while !records(&n).is_empty() {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "records left: {:?}\n{}",
@@ -648,7 +643,12 @@ fn upgrade_then_uninstall_leave_the_node_as_it_was_before_the_install() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    // Deleting the uninstall DaemonSet: its uninstall container empties
+    // podgate's state dir on SIGTERM, no record being left.
+    let un_logs = un.logs.clone();
     n.delete_daemonset_pod(un);
+    let log = fs::read_to_string(un_logs.join("uninstall.log")).unwrap_or_default();
+    assert!(log.contains("emptied /var/lib/cni/podgate"), "{log}");
 
     let after_net = n.c.node().settled_snapshot();
     // The bridge stays (the primary's plugin never deletes it), as on a

@@ -1202,12 +1202,19 @@ fn uninstall_wait_removes_podgate_then_stays_up_until_sigterm_and_check_says_wha
     );
     assert!(err.contains("podgate-router"), "{err}");
 
+    // podgate-router's state dir: the lock, events, the installer's subdir.
+    let router_state = d.root().join("router");
+    fs::create_dir_all(router_state.join("installer")).unwrap();
+    fs::write(router_state.join(".lock"), b"").unwrap();
+    fs::write(router_state.join("events.jsonl"), b"{}\n").unwrap();
+    fs::write(router_state.join("installer/x.json"), b"{}").unwrap();
     let log = d.root().join("uninstall.log");
     let mut cmd = Command::new(podgate());
     cmd.arg("uninstall");
     d.common(&mut cmd);
     let child = cmd
-        .args(["--remove-binaries", "--wait"])
+        .args(["--remove-binaries", "--wait", "--purge-state-dir"])
+        .arg(&router_state)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(&log).unwrap())
@@ -1230,4 +1237,34 @@ fn uninstall_wait_removes_podgate_then_stays_up_until_sigterm_and_check_says_wha
     let (status, log) = w.stop();
     assert!(status.success(), "{log}");
     assert!(log.contains("waiting for SIGTERM"), "{log}");
+    // No attachment record left: emptied on SIGTERM.
+    assert!(router_state.is_dir());
+    assert_eq!(fs::read_dir(&router_state).unwrap().count(), 0, "{log}");
+}
+
+#[test]
+fn uninstall_keeps_the_state_dir_while_an_attachment_record_is_left() {
+    let d = Dirs::new("uninstallkeep");
+    let router_state = d.root().join("router");
+    fs::create_dir_all(&router_state).unwrap();
+    let record = router_state.join("podnet+abc+eth0.json");
+    fs::write(&record, b"{}").unwrap();
+    let log = d.root().join("uninstall.log");
+    let mut cmd = Command::new(podgate());
+    cmd.arg("uninstall");
+    d.common(&mut cmd);
+    let child = cmd
+        .args(["--wait", "--purge-state-dir"])
+        .arg(&router_state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let w = Watcher { child, log };
+    wait_for("waiting", WAIT, || w.log().contains("waiting for SIGTERM"));
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+    assert!(record.exists(), "{log}");
+    assert!(log.contains("1 attachment record(s) left"), "{log}");
 }

@@ -202,6 +202,11 @@ pub struct UninstallArgs {
     /// of an uninstall DaemonSet stays up (and ready) instead of restarting.
     #[arg(long)]
     pub wait: bool,
+    /// With --wait: on SIGTERM, empty this dir (podgate-router's `stateDir`,
+    /// with the installer's and the agent's subdirs) if it holds no
+    /// attachment record any more; kept, with a warning, while one is left.
+    #[arg(long, requires = "wait", value_name = "DIR")]
+    pub purge_state_dir: Option<PathBuf>,
 }
 
 /// One line on stderr: `<RFC 3339 time> podgate <component>: <msg>`, and in
@@ -433,6 +438,39 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
                 Err(e) => return Err(Error::Watch(format!("signalfd: {e}"))),
             }
         }
+        if let Some(dir) = &args.purge_state_dir {
+            purge_state_dir(dir)?;
+        }
     }
+    Ok(())
+}
+
+/// Empties `dir` (keeps the dir itself: it may be a mount point) unless
+/// podgate-router still holds an attachment record there.
+fn purge_state_dir(dir: &std::path::Path) -> Result<(), Error> {
+    let Some(store) = podgate_kit::state::StateStore::existing(dir) else {
+        return Ok(());
+    };
+    let records = store.entries_in(&store.names()?)?;
+    if !records.is_empty() {
+        log(format!(
+            "warning: {} attachment record(s) left in {}: kept (their pods still run; the agent's sweep removes them once they are gone)",
+            records.len(),
+            dir.display()
+        ));
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io("listing", dir, e))? {
+        let path = entry.map_err(|e| Error::io("listing", dir, e))?.path();
+        let removed = match path.is_dir() && !path.is_symlink() {
+            true => std::fs::remove_dir_all(&path),
+            false => std::fs::remove_file(&path),
+        };
+        removed.map_err(|e| Error::io("removing", &path, e))?;
+    }
+    log(format!(
+        "emptied {}: no attachment record left",
+        dir.display()
+    ));
     Ok(())
 }
