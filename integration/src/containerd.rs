@@ -62,6 +62,8 @@ pub struct Containerd {
 pub struct Layout {
     pub cni_bin_dir: PathBuf,
     pub cni_conf_dir: PathBuf,
+    /// The CRI (gRPC) socket; None: `containerd.sock` in its own dir.
+    pub socket: Option<PathBuf>,
     /// true: under its own state dir; false: the machine's `/var/run/netns`
     /// (containerd's default on a node), `cni-<uuid>`.
     pub netns_under_state_dir: bool,
@@ -87,6 +89,7 @@ impl Containerd {
         let layout = Layout {
             cni_bin_dir: node.cni_bin_dir(),
             cni_conf_dir: node.conf_dir(),
+            socket: None,
             netns_under_state_dir: true,
         };
         Containerd::start_with(node, layout)
@@ -142,7 +145,10 @@ impl Containerd {
 
     /// The CRI (gRPC) socket.
     pub fn socket(&self) -> PathBuf {
-        self.dir().join("containerd.sock")
+        match &self.layout.socket {
+            Some(s) => s.clone(),
+            None => self.dir().join("containerd.sock"),
+        }
     }
 
     /// `unix://<socket>`, as `--runtime-endpoint` takes it.
@@ -189,7 +195,7 @@ root = "{d}/root"
 state = "{d}/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
 [grpc]
-  address = "{d}/containerd.sock"
+  address = "{sock}"
 [ttrpc]
   address = "{d}/containerd.sock.ttrpc"
 [debug]
@@ -221,6 +227,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = "{conf}"
     max_conf_num = 1
 "#,
+            sock = self.socket().display(),
             bin = self.layout.cni_bin_dir.display(),
             conf = self.layout.cni_conf_dir.display(),
             netns_under_state = self.layout.netns_under_state_dir,

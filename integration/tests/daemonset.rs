@@ -148,8 +148,12 @@ impl Node {
         let layout = Layout {
             cni_bin_dir: host.join("opt/cni/bin"),
             cni_conf_dir: host.join("etc/cni/net.d"),
+            // Where a node's containerd has it: the installer's readiness
+            // asks it what it loaded.
+            socket: Some(host.join("run/containerd/containerd.sock")),
             netns_under_state_dir: false,
         };
+        fs::create_dir_all(host.join("run/containerd")).unwrap();
         fs::create_dir_all(&layout.cni_bin_dir).unwrap();
         fs::create_dir_all(&layout.cni_conf_dir).unwrap();
         for plugin in ["bridge", "host-local", "loopback", "portmap"] {
