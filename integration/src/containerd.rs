@@ -393,7 +393,8 @@ fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn unescape_mountinfo(s: &str) -> String {
+/// A path field of /proc/<pid>/mountinfo, octal escapes undone.
+pub fn unescape_mountinfo(s: &str) -> String {
     s.replace("\\040", " ")
         .replace("\\011", "\t")
         .replace("\\012", "\n")

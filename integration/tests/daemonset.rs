@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::containerd::{Containerd, Layout, NODE_NETNS_DIR};
+use podgate_integration::containerd::{unescape_mountinfo, Containerd, Layout, NODE_NETNS_DIR};
 use podgate_integration::cri::{Cri, Pod};
 use podgate_integration::kubelet::{self, Container, Kubelet};
 use podgate_integration::{
@@ -172,7 +172,7 @@ impl Node {
         let docs = manifests();
         let image = image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
         let c = Containerd::start_with(node, layout);
-        let cri = Cri::connect(&c.socket());
+        let cri = Cri::connect(&c);
         Node {
             cri,
             c,
@@ -265,8 +265,7 @@ impl Node {
         for id in pod.containers.values() {
             self.cri.stop_container(id, 10);
         }
-        self.cri.stop_sandbox(&pod.sandbox);
-        self.cri.remove_sandbox(&pod.sandbox);
+        self.cri.stop_and_remove(&pod.sandbox);
     }
 
     fn pid(&mut self, pod: &DsPod, container: &str) -> u32 {
@@ -322,13 +321,12 @@ impl Node {
             .cri
             .run_sandbox(&pod.sandbox_config(self.c.cgroup_parent()))
             .unwrap_or_else(|e| panic!("RunPodSandbox vpn/{name}: {e}\n{}", self.c.log()));
-        let netns = self.cri.sandbox_netns(&id);
+        let netns = self.cri.netns(&id);
         (id, netns)
     }
 
     fn delete_pod(&mut self, id: &str) {
-        self.cri.stop_sandbox(id);
-        self.cri.remove_sandbox(id);
+        self.cri.stop_and_remove(id);
     }
 
     /// Files (with their bytes) under the node's CNI dirs and podgate's
@@ -355,12 +353,7 @@ fn collect_files(dir: &Path, base: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
 }
 
 fn in_netns(netns: &Path, args: &[&str]) -> String {
-    let out = Command::new("nsenter")
-        .arg(format!("--net={}", netns.display()))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = podgate_integration::cri::in_netns(netns, args);
     assert!(out.status.success(), "{args:?}: {}", output_text(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -399,15 +392,6 @@ struct MountEntry {
     rw: bool,
 }
 
-fn unescape(s: &str) -> PathBuf {
-    PathBuf::from(
-        s.replace("\\040", " ")
-            .replace("\\011", "\t")
-            .replace("\\012", "\n")
-            .replace("\\134", "\\"),
-    )
-}
-
 fn mounts(pid: &str) -> Vec<MountEntry> {
     fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .unwrap()
@@ -416,8 +400,8 @@ fn mounts(pid: &str) -> Vec<MountEntry> {
             let f: Vec<&str> = l.split(' ').collect();
             MountEntry {
                 dev: f[2].into(),
-                root: unescape(f[3]),
-                point: unescape(f[4]),
+                root: unescape_mountinfo(f[3]).into(),
+                point: unescape_mountinfo(f[4]).into(),
                 rw: f[5].split(',').any(|o| o == "rw"),
             }
         })
