@@ -1188,6 +1188,24 @@ fn watch_stays_unready_saying_which_configmap_to_apply_until_the_plugins_file_ap
     assert!(status.success(), "{log}");
 }
 
+/// `podgate uninstall --wait --purge-state-dir <router_state>` as a child.
+fn uninstall_waiting(d: &Dirs, extra: &[&str], router_state: &Path) -> Watcher {
+    let log = d.root().join("uninstall.log");
+    let mut cmd = Command::new(podgate());
+    cmd.arg("uninstall");
+    d.common(&mut cmd);
+    let child = cmd
+        .args(extra)
+        .args(["--wait", "--purge-state-dir"])
+        .arg(router_state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    Watcher { child, log }
+}
+
 #[test]
 fn uninstall_wait_removes_podgate_then_stays_up_until_sigterm_and_check_says_what_is_left() {
     let d = Dirs::new("uninstallwait");
@@ -1208,19 +1226,7 @@ fn uninstall_wait_removes_podgate_then_stays_up_until_sigterm_and_check_says_wha
     fs::write(router_state.join(".lock"), b"").unwrap();
     fs::write(router_state.join("events.jsonl"), b"{}\n").unwrap();
     fs::write(router_state.join("installer/x.json"), b"{}").unwrap();
-    let log = d.root().join("uninstall.log");
-    let mut cmd = Command::new(podgate());
-    cmd.arg("uninstall");
-    d.common(&mut cmd);
-    let child = cmd
-        .args(["--remove-binaries", "--wait", "--purge-state-dir"])
-        .arg(&router_state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut w = Watcher { child, log };
+    let mut w = uninstall_waiting(&d, &["--remove-binaries"], &router_state);
     wait_for("uninstalled", WAIT, || {
         d.uninstall(&["--check", "--remove-binaries"])
             .status
@@ -1249,19 +1255,7 @@ fn uninstall_keeps_the_state_dir_while_an_attachment_record_is_left() {
     fs::create_dir_all(&router_state).unwrap();
     let record = router_state.join("podnet+abc+eth0.json");
     fs::write(&record, b"{}").unwrap();
-    let log = d.root().join("uninstall.log");
-    let mut cmd = Command::new(podgate());
-    cmd.arg("uninstall");
-    d.common(&mut cmd);
-    let child = cmd
-        .args(["--wait", "--purge-state-dir"])
-        .arg(&router_state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let w = Watcher { child, log };
+    let w = uninstall_waiting(&d, &[], &router_state);
     wait_for("waiting", WAIT, || w.log().contains("waiting for SIGTERM"));
     let (status, log) = w.stop();
     assert!(status.success(), "{log}");
