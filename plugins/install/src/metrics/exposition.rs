@@ -180,6 +180,18 @@ impl Collector for Collection {
             "Requests refused by operator policy, by the rule that refused.",
             &refusals,
         )?;
+        let adopted: Vec<_> = s
+            .counters
+            .adopted
+            .iter()
+            .map(|(profile, n)| (vec![("profile", profile.as_str())], *n))
+            .collect();
+        counters(
+            &mut enc,
+            "podgate_adopted",
+            "Sandboxes that started without podgate's chain and got their profile from the agent, by profile.",
+            &adopted,
+        )?;
         let durations: Vec<_> = s
             .counters
             .durations
@@ -278,6 +290,7 @@ mod tests {
             .requests
             .insert("podgate-router|ADD|ok".into(), 3);
         s.counters.refusals.insert("allow.pools".into(), 1);
+        s.counters.adopted.insert("vpn".into(), 2);
         let h = crate::metrics::events::Histogram {
             counts: vec![2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4],
             sum: 9.5,
@@ -299,6 +312,7 @@ mod tests {
             "# TYPE podgate_cni_requests_total counter\n",
             "podgate_cni_requests_total{plugin=\"podgate-router\",command=\"ADD\",outcome=\"ok\"} 3\n",
             "podgate_refusals_total{rule=\"allow.pools\"} 1\n",
+            "podgate_adopted_total{profile=\"vpn\"} 2\n",
             "podgate_attachments{network=\"n\",profile=\"p\\\"q\",routing=\"none\"} 2\n",
             "# TYPE podgate_cni_request_duration_seconds histogram\n",
             "podgate_cni_request_duration_seconds_bucket{plugin=\"podgate-router\",command=\"ADD\",le=\"0.002\"} 2\n",

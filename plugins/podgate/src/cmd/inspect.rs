@@ -206,7 +206,7 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
             }
         };
     format!(
-        "attachment {}/{}/{}\n  record:      version {}, {}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  mss clamp:   {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
+        "attachment {}/{}/{}\n  record:      version {}, {}\n  netns:       {}\n  created:     {}{}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  mss clamp:   {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
         r.key.network,
         r.key.container_id,
         r.key.ifname,
@@ -217,6 +217,11 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
         },
         r.netns.as_ref().map_or("-".to_string(), |n| n.display().to_string()),
         r.created,
+        if r.adopted {
+            " (adopted: the node agent applied it to a sandbox that started without podgate's chain)"
+        } else {
+            ""
+        },
         p.profile,
         p.source,
         list_or_dash(ips),

@@ -1,0 +1,248 @@
+//! Adoption: the agent applies podgate-router's profile to sandboxes that
+//! started without podgate's chain.
+//!
+//! The evidence is time: the installer's `runtime-chain.json` ([`History`])
+//! says when the runtime was first seen serving the chain this boot and the
+//! periods it was seen missing. A candidate is a ready sandbox with its own
+//! netns created (CRI `createdAt`) before that first time or inside such a
+//! period; never one created while the chain was served (a policy change
+//! must not switch on forwarding in pods already running), never a
+//! host-network one. Each candidate goes through
+//! [`podgate_router::plugin::adopt`]: the router's own selection, plan,
+//! refusals and write-ahead record, as ADD. A sandbox stopped while it was
+//! adopted (the runtime's DEL may have come before the record existed) is
+//! undone through the router's DEL.
+//!
+//! Scans run only while the runtime serves the chain (so the sandbox's
+//! later DEL comes to podgate), and are idempotent: what has a record is
+//! skipped, and a sandbox judged once is not looked at again by this
+//! process.
+
+use crate::history::{History, HistoryFile};
+use crate::runtime::Runtime;
+use crate::{log, ChainProbe};
+use podgate_cri::{ReadySandbox, SandboxNetns};
+use podgate_router::plugin::adopt::{self, Adoption, Sandbox};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// The interface the runtime gives a pod's primary network (containerd's
+/// and CRI-O's default; the CRI does not report it).
+pub const IFNAME: &str = "eth0";
+
+/// Whether a sandbox created at `created` (Unix ns) may lack podgate: before
+/// the chain was first seen served, or inside a period it was seen missing
+/// (from the last time it was seen served; still open: up to now).
+pub fn candidate(h: &History, created: i64) -> bool {
+    let Ok(created) = u64::try_from(created) else {
+        return false;
+    };
+    let Some(first) = h.first_loaded else {
+        return false;
+    };
+    created < first
+        || h.missing.iter().any(|m| {
+            m.last_seen_loaded < created && m.seen_loaded_again.is_none_or(|again| created < again)
+        })
+}
+
+/// What one scan did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Scan {
+    /// (sandbox id, profile) adopted by this scan.
+    pub adopted: Vec<(String, String)>,
+    /// Why the scan did not run, or what failed.
+    pub errors: Vec<String>,
+}
+
+/// The agent's adoption state: which sandboxes it has judged.
+pub struct Adopter {
+    history: HistoryFile,
+    done: BTreeSet<String>,
+}
+
+impl Adopter {
+    pub fn new(history: HistoryFile) -> Adopter {
+        Adopter {
+            history,
+            done: BTreeSet::new(),
+        }
+    }
+
+    /// One scan: only while the runtime serves podgate's chain as
+    /// configured (the readiness test) and the history says so too.
+    pub fn scan(&mut self, probe: &ChainProbe) -> Scan {
+        let mut out = Scan::default();
+        let endpoint = match &probe.runtime {
+            Runtime::FileOnly => return out,
+            Runtime::Default => None,
+            Runtime::At(e) => Some(e.as_str()),
+        };
+        if let Err(why) = probe.ready() {
+            out.errors.push(format!("not scanning: {why}"));
+            return out;
+        }
+        let h = match self.history.load() {
+            Ok(h) => h,
+            Err(e) => {
+                out.errors.push(e.to_string());
+                return out;
+            }
+        };
+        let served_now = h.first_loaded.is_some() && h.missing.iter().all(|m| m.seen_loaded_again.is_some());
+        if !served_now {
+            return out;
+        }
+        let entry = match router_entry(probe) {
+            Ok(e) => e,
+            Err(e) => {
+                out.errors.push(e);
+                return out;
+            }
+        };
+        let Some(entry) = entry else { return out };
+        let (endpoint, sandboxes) = match podgate_cri::ready_sandboxes(endpoint, |c| candidate(&h, c)) {
+            Ok(r) => r,
+            Err(e) => {
+                out.errors.push(e.to_string());
+                return out;
+            }
+        };
+        for sb in sandboxes {
+            if self.done.contains(&sb.id) {
+                continue;
+            }
+            match self.one(&entry, &endpoint, &sb) {
+                Ok(Some(profile)) => out.adopted.push((sb.id.clone(), profile)),
+                Ok(None) => {}
+                Err(e) => out.errors.push(e),
+            }
+        }
+        out
+    }
+
+    /// One candidate: Ok(Some(profile)) when adopted and still running.
+    /// Judged (remembered) unless the failure may pass (I/O, try again).
+    fn one(&mut self, entry: &Value, endpoint: &str, sb: &ReadySandbox) -> Result<Option<String>, String> {
+        let pod = format!("{}/{} (sandbox {})", sb.namespace, sb.name, sb.id);
+        let SandboxNetns::Path(netns) = &sb.netns else {
+            // Host network: never (an assign rule matching it would switch
+            // on the node's own forwarding); unknown: nothing to enter.
+            self.done.insert(sb.id.clone());
+            return Ok(None);
+        };
+        let sandbox = Sandbox {
+            id: sb.id.clone(),
+            namespace: sb.namespace.clone(),
+            name: sb.name.clone(),
+            annotations: sb.annotations.clone(),
+            netns: netns.clone(),
+        };
+        match adopt::adopt(entry, IFNAME, &sandbox) {
+            Ok(Adoption::NotSelected | Adoption::Recorded) => {
+                self.done.insert(sb.id.clone());
+                Ok(None)
+            }
+            Ok(Adoption::Applied { profile, source }) => {
+                self.done.insert(sb.id.clone());
+                // Stopped meanwhile: its DEL may have come before the record.
+                match podgate_cri::is_ready(endpoint, &sb.id) {
+                    Ok(true) => {
+                        log(format!(
+                            "adopted {pod}: profile {profile:?} (selected by {source}); it was created without podgate's chain"
+                        ));
+                        Ok(Some(profile))
+                    }
+                    Ok(false) => match adopt::undo(entry, IFNAME, &sandbox) {
+                        Ok(()) => {
+                            log(format!("{pod} stopped while it was adopted: undone"));
+                            Ok(None)
+                        }
+                        Err(e) => Err(format!(
+                            "{pod} stopped while it was adopted; undoing: {} (the stale sweep removes the record)",
+                            e.msg
+                        )),
+                    },
+                    Err(e) => Err(format!("{pod}: adopted, then: {e}")),
+                }
+            }
+            Err(e) => {
+                let passing = matches!(
+                    e.code,
+                    podgate_cni::code::IO_FAILURE | podgate_cni::code::TRY_AGAIN_LATER
+                );
+                if !passing {
+                    self.done.insert(sb.id.clone());
+                }
+                if e.code == podgate_cni::code::UNKNOWN_CONTAINER {
+                    // Stopped between the listing and now.
+                    return Ok(None);
+                }
+                Err(format!("not adopting {pod}: {}", e.msg))
+            }
+        }
+    }
+}
+
+/// podgate-router's entry of podgate's conflist as the runtime passes it
+/// (the conflist's `name` and `cniVersion` in it); None when the chain has
+/// no podgate-router.
+fn router_entry(probe: &ChainProbe) -> Result<Option<Value>, String> {
+    let path = probe.node.conf_dir.join(&probe.node.own_file);
+    let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let list: Value = serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let plugins = list.get("plugins").and_then(Value::as_array);
+    let Some(mut entry) = plugins
+        .into_iter()
+        .flatten()
+        .find(|p| p.get("type").and_then(Value::as_str) == Some("podgate-router"))
+        .cloned()
+    else {
+        return Ok(None);
+    };
+    if let Some(o) = entry.as_object_mut() {
+        for k in ["name", "cniVersion"] {
+            if let Some(v) = list.get(k) {
+                o.insert(k.into(), v.clone());
+            }
+        }
+    }
+    Ok(Some(entry))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Missing;
+
+    #[test]
+    fn candidates_are_created_before_the_chain_was_served_or_while_it_was_missing() {
+        let mut h = History {
+            version: 1,
+            boot_id: "b".into(),
+            first_loaded: None,
+            missing: Vec::new(),
+        };
+        assert!(!candidate(&h, 5), "never served: nothing is judged yet");
+        h.first_loaded = Some(100);
+        assert!(candidate(&h, 99));
+        assert!(!candidate(&h, 100));
+        assert!(!candidate(&h, 150), "created while served");
+        assert!(!candidate(&h, -1));
+        h.missing.push(Missing {
+            last_seen_loaded: 200,
+            first_seen_missing: 210,
+            seen_loaded_again: Some(300),
+        });
+        assert!(!candidate(&h, 200));
+        assert!(candidate(&h, 205), "may have begun any time after 200");
+        assert!(candidate(&h, 299));
+        assert!(!candidate(&h, 300));
+        h.missing.push(Missing {
+            last_seen_loaded: 400,
+            first_seen_missing: 410,
+            seen_loaded_again: None,
+        });
+        assert!(candidate(&h, 1_000), "still missing");
+    }
+}

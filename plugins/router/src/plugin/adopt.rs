@@ -1,0 +1,199 @@
+//! Adoption: ADD for a sandbox that was already running before the
+//! runtime served podgate's chain, on behalf of the node agent.
+//!
+//! Nothing here decides policy or applies anything itself: the sandbox's
+//! metadata and annotations become the request ADD would have had (CNI_ARGS
+//! `K8S_POD_NAMESPACE`/`K8S_POD_NAME`, the annotation capability only when
+//! podgate-router's entry declares it, as libcni passes it), its interface's
+//! addresses, read from its netns, become prevResult, and ADD's own code
+//! selects, plans, refuses, writes the record ahead and applies. The record
+//! says `adopted`.
+
+use super::{add, io_err, key_of, load, selection, store, Router};
+use crate::config::ANNOTATIONS_CAPABILITY;
+use crate::record;
+use podgate_cni::version::Version;
+use podgate_cni::{code, Command, CniError, Env, NetConf, Plugin, Request};
+use podgate_kit::link;
+use podgate_kit::netlink::RouteSocket;
+use podgate_kit::netns::NetNs;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// A running sandbox, as the runtime lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+    pub netns: PathBuf,
+}
+
+/// What adoption did with one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Adoption {
+    /// Policy selects no profile for it: untouched.
+    NotSelected,
+    /// podgate already has a record of this attachment: untouched.
+    Recorded,
+    /// The profile is applied and recorded (`adopted`).
+    Applied { profile: String, source: String },
+}
+
+/// The request ADD would have had for `sb` on `ifname`, with `entry`
+/// (podgate-router's entry of the loaded conflist, `name` and `cniVersion`
+/// set as the runtime sets them). Reads the interface's addresses in the
+/// sandbox's netns: a netns that is gone is CNI code 3 (unknown container).
+pub fn request(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<Request, CniError> {
+    podgate_cni::env::validate_container_id(&sb.id)?;
+    podgate_cni::env::validate_ifname(ifname)?;
+    let mut conf = object_of(entry)?;
+    let declared = conf
+        .get("capabilities")
+        .and_then(|c| c.get(ANNOTATIONS_CAPABILITY))
+        .and_then(Value::as_bool)
+        == Some(true);
+    if declared {
+        let ann: Map<String, Value> = sb
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        conf.insert(
+            "runtimeConfig".into(),
+            json!({ ANNOTATIONS_CAPABILITY: ann }),
+        );
+    }
+    let version = conf
+        .get("cniVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let ips = addresses_of(sb, ifname)?;
+    conf.insert(
+        "prevResult".into(),
+        json!({
+            "cniVersion": version,
+            "interfaces": [{"name": ifname, "sandbox": sb.netns}],
+            "ips": ips.iter().map(|a| json!({"address": a.to_string(), "interface": 0})).collect::<Vec<_>>(),
+        }),
+    );
+    let (conf, version) = parsed(conf)?;
+    Ok(Request {
+        command: Command::Add,
+        env: Env {
+            container_id: sb.id.clone(),
+            netns: Some(sb.netns.clone()),
+            ifname: ifname.to_string(),
+            args: vec![
+                ("IgnoreUnknown".into(), "1".into()),
+                ("K8S_POD_NAMESPACE".into(), sb.namespace.clone()),
+                ("K8S_POD_NAME".into(), sb.name.clone()),
+                ("K8S_POD_INFRA_CONTAINER_ID".into(), sb.id.clone()),
+            ],
+            path: Vec::new(),
+        },
+        conf,
+        version,
+    })
+}
+
+/// The interface's global addresses in the sandbox's netns (what the
+/// primary's result listed).
+fn addresses_of(sb: &Sandbox, ifname: &str) -> Result<Vec<ipnet::IpNet>, CniError> {
+    let ns = NetNs::open(&sb.netns).map_err(|e| {
+        let c = if e.is_not_found() {
+            code::UNKNOWN_CONTAINER
+        } else {
+            code::INVALID_ENV
+        };
+        CniError::new(c, e.to_string())
+    })?;
+    let err = |e: podgate_kit::Error| {
+        CniError::new(
+            code::UNKNOWN_CONTAINER,
+            format!("sandbox {} netns {}: {e}", sb.id, sb.netns.display()),
+        )
+    };
+    let mut sock = RouteSocket::in_netns(&ns).map_err(err)?;
+    let index = link::index_of(&mut sock, ifname).map_err(err)?;
+    let ips: Vec<_> = link::addresses(&mut sock)
+        .map_err(err)?
+        .into_iter()
+        .filter(|a| a.index == index)
+        .map(|a| a.addr)
+        .filter(|a| match a {
+            ipnet::IpNet::V4(_) => true,
+            // fe80::/10 is not an address a primary hands out.
+            ipnet::IpNet::V6(n) => n.addr().segments()[0] & 0xffc0 != 0xfe80,
+        })
+        .collect();
+    if ips.is_empty() {
+        return Err(CniError::new(
+            code::UNKNOWN_CONTAINER,
+            format!("sandbox {}: {ifname} has no address", sb.id),
+        ));
+    }
+    Ok(ips)
+}
+
+/// Policy's verdict on `sb` first (no profile: untouched, nothing read
+/// beyond its addresses), then whether a record exists (untouched), then
+/// ADD itself. Refusals are ADD's, with its codes.
+pub fn adopt(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<Adoption, CniError> {
+    let req = request(entry, ifname, sb)?;
+    let cfg = load(&req.conf)?;
+    let Some(sel) = selection(&cfg, &req)? else {
+        return Ok(Adoption::NotSelected);
+    };
+    let store = store(&cfg)?;
+    match record::read(&store, &key_of(&req)) {
+        Ok(Some(_)) => return Ok(Adoption::Recorded),
+        Ok(None) => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    add::add_as(&req, true)?;
+    Ok(Adoption::Applied {
+        profile: sel.profile,
+        source: sel.source.to_string(),
+    })
+}
+
+/// DEL of what [`adopt`] applied to `sb` (the sandbox stopped while it was
+/// adopted): the runtime's DEL may have come before the record existed.
+pub fn undo(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<(), CniError> {
+    let mut conf = object_of(entry)?;
+    conf.remove("prevResult");
+    let (conf, version) = parsed(conf)?;
+    let req = Request {
+        command: Command::Del,
+        env: Env {
+            container_id: sb.id.clone(),
+            netns: Some(sb.netns.clone()).filter(|p| p.exists()),
+            ifname: ifname.to_string(),
+            args: Vec::new(),
+            path: Vec::new(),
+        },
+        conf,
+        version,
+    };
+    Router.del(&req)
+}
+
+fn object_of(entry: &Value) -> Result<Map<String, Value>, CniError> {
+    entry
+        .as_object()
+        .cloned()
+        .ok_or_else(|| CniError::invalid_config("podgate-router's entry is not an object"))
+}
+
+/// The config as a plugin would have read it from stdin, and its version.
+fn parsed(conf: Map<String, Value>) -> Result<(NetConf, Version), CniError> {
+    let conf = NetConf::parse(Value::Object(conf).to_string().as_bytes())?;
+    let version = Version::parse(&conf.cni_version).ok_or_else(|| {
+        CniError::incompatible_version(format!("cniVersion {:?}", conf.cni_version))
+    })?;
+    Ok((conf, version))
+}
