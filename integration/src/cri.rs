@@ -34,6 +34,8 @@ pub struct Pod<'a> {
     pub annotations: &'a [(&'a str, &'a str)],
     /// (hostPort, containerPort) UDP mappings.
     pub udp_ports: &'a [(i32, i32)],
+    /// hostNetwork: the sandbox shares the node's netns.
+    pub host_network: bool,
 }
 
 impl<'a> Pod<'a> {
@@ -43,6 +45,7 @@ impl<'a> Pod<'a> {
             name,
             annotations: &[],
             udp_ports: &[],
+            host_network: false,
         }
     }
 }
@@ -83,7 +86,13 @@ impl Cri {
                 namespace: pod.namespace.into(),
                 attempt: 0,
             }),
-            hostname: pod.name.into(),
+            // The kubelet sets none for hostNetwork (runc refuses one
+            // without a UTS namespace of its own).
+            hostname: if pod.host_network {
+                String::new()
+            } else {
+                pod.name.into()
+            },
             port_mappings: pod
                 .udp_ports
                 .iter()
@@ -106,7 +115,14 @@ impl Cri {
             linux: Some(LinuxPodSandboxConfig {
                 cgroup_parent: c.cgroup_parent().into(),
                 security_context: Some(LinuxSandboxSecurityContext {
-                    namespace_options: Some(NamespaceOption::default()),
+                    namespace_options: Some(NamespaceOption {
+                        network: if pod.host_network {
+                            k8s_cri::v1::NamespaceMode::Node as i32
+                        } else {
+                            k8s_cri::v1::NamespaceMode::Pod as i32
+                        },
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -183,4 +199,12 @@ pub fn sysctl_in(netns: &Path, key: &str) -> String {
     );
     assert!(out.status.success(), "{}", output_text(&out));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// podgate's nf_tables table in a sandbox, if it is there.
+pub fn pod_nft(netns: &Path) -> Option<String> {
+    let out = in_netns(netns, &["nft", "list", "table", "inet", "podgate-eth0"]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -160,7 +160,9 @@ pub fn ready_sandboxes(
                 annotations: sb.annotations.into_iter().collect(),
                 netns: match netns {
                     Netns::Path(p, _) => SandboxNetns::Path(p),
-                    Netns::Pid(pid) => SandboxNetns::Path(PathBuf::from(format!("/proc/{pid}/ns/net"))),
+                    Netns::Pid(pid) => {
+                        SandboxNetns::Path(PathBuf::from(format!("/proc/{pid}/ns/net")))
+                    }
                     Netns::Host => SandboxNetns::Host,
                     Netns::Unknown => SandboxNetns::Unknown,
                 },

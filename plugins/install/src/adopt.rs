@@ -78,8 +78,9 @@ impl Adopter {
             Runtime::Default => None,
             Runtime::At(e) => Some(e.as_str()),
         };
-        if let Err(why) = probe.ready() {
-            out.errors.push(format!("not scanning: {why}"));
+        // Not served (readiness says why, in its own metric and log): the
+        // sandbox's DEL would not come to podgate yet.
+        if probe.ready().is_err() {
             return out;
         }
         let h = match self.history.load() {
@@ -89,7 +90,8 @@ impl Adopter {
                 return out;
             }
         };
-        let served_now = h.first_loaded.is_some() && h.missing.iter().all(|m| m.seen_loaded_again.is_some());
+        let served_now =
+            h.first_loaded.is_some() && h.missing.iter().all(|m| m.seen_loaded_again.is_some());
         if !served_now {
             return out;
         }
@@ -101,13 +103,14 @@ impl Adopter {
             }
         };
         let Some(entry) = entry else { return out };
-        let (endpoint, sandboxes) = match podgate_cri::ready_sandboxes(endpoint, |c| candidate(&h, c)) {
-            Ok(r) => r,
-            Err(e) => {
-                out.errors.push(e.to_string());
-                return out;
-            }
-        };
+        let (endpoint, sandboxes) =
+            match podgate_cri::ready_sandboxes(endpoint, |c| candidate(&h, c)) {
+                Ok(r) => r,
+                Err(e) => {
+                    out.errors.push(e.to_string());
+                    return out;
+                }
+            };
         for sb in sandboxes {
             if self.done.contains(&sb.id) {
                 continue;
@@ -123,7 +126,12 @@ impl Adopter {
 
     /// One candidate: Ok(Some(profile)) when adopted and still running.
     /// Judged (remembered) unless the failure may pass (I/O, try again).
-    fn one(&mut self, entry: &Value, endpoint: &str, sb: &ReadySandbox) -> Result<Option<String>, String> {
+    fn one(
+        &mut self,
+        entry: &Value,
+        endpoint: &str,
+        sb: &ReadySandbox,
+    ) -> Result<Option<String>, String> {
         let pod = format!("{}/{} (sandbox {})", sb.namespace, sb.name, sb.id);
         let SandboxNetns::Path(netns) = &sb.netns else {
             // Host network: never (an assign rule matching it would switch
@@ -190,7 +198,8 @@ impl Adopter {
 fn router_entry(probe: &ChainProbe) -> Result<Option<Value>, String> {
     let path = probe.node.conf_dir.join(&probe.node.own_file);
     let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let list: Value = serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let list: Value =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let plugins = list.get("plugins").and_then(Value::as_array);
     let Some(mut entry) = plugins
         .into_iter()

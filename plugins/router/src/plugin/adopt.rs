@@ -13,7 +13,7 @@ use super::{add, io_err, key_of, load, selection, store, Router};
 use crate::config::ANNOTATIONS_CAPABILITY;
 use crate::record;
 use podgate_cni::version::Version;
-use podgate_cni::{code, Command, CniError, Env, NetConf, Plugin, Request};
+use podgate_cni::{code, CniError, Command, Env, NetConf, Plugin, Request};
 use podgate_kit::link;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
