@@ -328,6 +328,6 @@ mod tests {
         ] {
             assert!(out.contains(line), "missing {line:?} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE ").count(), 15, "{out}");
+        assert_eq!(out.matches("# TYPE ").count(), 16, "{out}");
     }
 }
