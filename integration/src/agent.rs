@@ -72,7 +72,6 @@ impl Agent {
         let podgate = bin_dir().join("podgate");
         let plugins = node.root().join("plugins.json");
         let (_, installer_err) = log_file(node, "installer");
-        // No runtime on this node: readiness is the conf dir's.
         let installer = install_watch(
             &mut node.ns.command(podgate.to_str().unwrap()),
             node,
