@@ -197,3 +197,142 @@ fn parsed(conf: Map<String, Value>) -> Result<(NetConf, Version), CniError> {
     })?;
     Ok((conf, version))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn ip(args: &[&str]) {
+        let out = Command::new("ip").args(args).output().expect("running ip");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A throwaway netns `pg-adopt-<tag>-<pid>` with forwarding off, removed
+    /// on drop; for a pod, `eth0` (a veth, its peer in the same netns)
+    /// holding 10.77.0.5/24.
+    struct PodNs(String);
+
+    impl PodNs {
+        fn new(tag: &str, pod: bool) -> PodNs {
+            let name = format!("pg-adopt-{tag}-{}", std::process::id());
+            let _ = Command::new("ip").args(["netns", "del", &name]).output();
+            ip(&["netns", "add", &name]);
+            let ns = PodNs(name.clone());
+            if pod {
+                ip(&[
+                    "-n", &name, "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+                ]);
+                ip(&["-n", &name, "addr", "add", "10.77.0.5/24", "dev", "eth0"]);
+            }
+            ns.set_forwarding("0");
+            ns
+        }
+
+        fn path(&self) -> PathBuf {
+            PathBuf::from("/run/netns").join(&self.0)
+        }
+
+        fn forwarding(&self) -> String {
+            let out = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &self.0,
+                    "cat",
+                    "/proc/sys/net/ipv4/ip_forward",
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        }
+
+        fn set_forwarding(&self, v: &str) {
+            let w = format!("net.ipv4.ip_forward={v}");
+            ip(&["netns", "exec", &self.0, "sysctl", "-qw", &w]);
+        }
+    }
+
+    impl Drop for PodNs {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+        }
+    }
+
+    fn sandbox(ns: &str, path: PathBuf) -> Sandbox {
+        Sandbox {
+            id: "adopt-test-sandbox".into(),
+            namespace: ns.into(),
+            name: "openvpn-0".into(),
+            annotations: BTreeMap::new(),
+            netns: path,
+        }
+    }
+
+    /// Runs `f` on a thread in `node` (ADD's node side must not touch this
+    /// machine's netns).
+    fn on_node<T: Send>(node: &PodNs, f: impl FnOnce() -> T + Send) -> T {
+        NetNs::open(&node.path()).unwrap().run(f).unwrap()
+    }
+
+    #[test]
+    fn a_selected_sandbox_is_adopted_once_undone_when_stopped_and_refused_once_its_netns_is_gone() {
+        let state = std::env::temp_dir().join(format!("podgate-adopt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state);
+        let entry = json!({
+            "type": "podgate-router", "name": "n", "cniVersion": "1.0.0",
+            "stateDir": state,
+            "profiles": {"p": {"sysctls": {"net.ipv4.ip_forward": "1"}}},
+            "assign": [{"namespace": "vpn", "profile": "p"}]
+        });
+        let node = PodNs::new("node", false);
+        let pod = PodNs::new("pod", true);
+        let records = || {
+            std::fs::read_dir(&state)
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        on_node(&node, || {
+            let sb = sandbox("vpn", pod.path());
+            assert_eq!(
+                adopt(&entry, "eth0", &sandbox("default", pod.path())).unwrap(),
+                Adoption::NotSelected
+            );
+            assert_eq!(records(), 0);
+            assert_eq!(
+                adopt(&entry, "eth0", &sb).unwrap(),
+                Adoption::Applied {
+                    profile: "p".into(),
+                    source: "assign[0]".into()
+                }
+            );
+            assert_eq!(pod.forwarding(), "1");
+            let key = podgate_kit::state::Key::new("n", &sb.id, "eth0");
+            let st = podgate_kit::state::StateStore::open(&state).unwrap();
+            let rec = record::read(&st, &key).unwrap().unwrap();
+            assert!(rec.adopted && rec.status == record::Status::Applied);
+            assert_eq!(rec.pod_ips[0].to_string(), "10.77.0.5/24");
+            assert_eq!(adopt(&entry, "eth0", &sb).unwrap(), Adoption::Recorded);
+            // Stopped while adopted: undone.
+            undo(&entry, "eth0", &sb).unwrap();
+            assert_eq!(records(), 0);
+            assert_eq!(pod.forwarding(), "0");
+        });
+        let gone = pod.path();
+        drop(pod);
+        on_node(&node, || {
+            let e = adopt(&entry, "eth0", &sandbox("vpn", gone)).unwrap_err();
+            assert_eq!(e.code, code::UNKNOWN_CONTAINER, "{}", e.msg);
+            assert_eq!(records(), 0);
+        });
+        let _ = std::fs::remove_dir_all(&state);
+    }
+}
