@@ -69,6 +69,11 @@ impl Agent {
     /// [`Agent::start`], both asking the CRI runtime at `endpoint` (`none`:
     /// no runtime, readiness is the conf dir's).
     pub fn start_with(node: &TestNode, endpoint: &str) -> Agent {
+        Agent::start_with_args(node, endpoint, &[])
+    }
+
+    /// [`Agent::start_with`], the agent also given `agent_args`.
+    pub fn start_with_args(node: &TestNode, endpoint: &str, agent_args: &[&str]) -> Agent {
         let podgate = bin_dir().join("podgate");
         let plugins = node.root().join("plugins.json");
         let (_, installer_err) = log_file(node, "installer");
@@ -87,6 +92,7 @@ impl Agent {
         let mut cmd = node.ns.command(podgate.to_str().unwrap());
         let child = chain_args(cmd.arg("agent"), node, &plugins)
             .args(["--runtime-endpoint", endpoint])
+            .args(agent_args)
             .args([
                 "--metrics-address",
                 &format!("127.0.0.1:{METRICS_PORT}"),

@@ -160,6 +160,19 @@ impl Cri {
         PathBuf::from(path)
     }
 
+    /// Whether the sandbox is ready (PodSandboxStatus).
+    pub fn ready(&mut self, id: &str) -> bool {
+        self.rt
+            .block_on(self.client.pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            }))
+            .unwrap()
+            .into_inner()
+            .status
+            .is_some_and(|s| s.state == k8s_cri::v1::PodSandboxState::SandboxReady as i32)
+    }
+
     pub fn stop(&mut self, id: &str) {
         self.rt
             .block_on(self.client.stop_pod_sandbox(StopPodSandboxRequest {

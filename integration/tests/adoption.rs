@@ -56,7 +56,7 @@ fn record_of<'a>(recs: &'a [Value], id: &str) -> Option<&'a Value> {
     recs.iter().find(|r| r["key"]["containerID"] == id)
 }
 
-fn until(what: &str, agent: &Agent, done: impl Fn() -> bool) {
+fn until(what: &str, agent: &Agent, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
         assert!(
@@ -208,4 +208,91 @@ fn sandboxes_created_before_the_chain_are_adopted_and_later_ones_never() {
     }
     assert!(record_files(node).is_empty(), "{:?}", node.state_files());
     assert!(!assign_ns.exists() && !ann_ns.exists());
+}
+
+/// Sandboxes created before the installer ran, on a node whose tunnel
+/// guard requires IPsec (`required: always`, audit mode so pods still
+/// start): the one in an ordinary namespace is counted unguarded; the one
+/// in an excluded namespace and the host-network one are not. With
+/// `--repair-unguarded --dry-run` nothing is stopped and the agent says
+/// what it would stop; with `--repair-unguarded` the unguarded sandbox is
+/// stopped through CRI and the others keep running.
+#[test]
+fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
+    require_root();
+    podgate_integration::built_shipped();
+    let node = TestNode::new("unguard");
+    node.refresh_cni_bin();
+    node.write_conflist(
+        "10-podnet",
+        &node.bridge_conflist(NET, "1.0.0", "10.26.0.0/16", vec![]),
+    );
+    std::fs::write(
+        node.root().join("plugins.json"),
+        json!([
+            {"type": "podgate-tunnel-guard", "required": "always", "mode": "audit",
+             "excludeNamespaces": ["kube-system"],
+             "protectionDir": node.root().join("no-protection"),
+             "ovsdbSocket": node.root().join("no-ovsdb.sock")},
+            router_entry(&node, json!([]))
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let c = Containerd::start(node);
+    let node = c.node();
+    let mut cri = Cri::connect(&c);
+    let open = cri.run(&c, &Pod::new("default", "web-0")).unwrap();
+    let excluded = cri.run(&c, &Pod::new("kube-system", "dns-0")).unwrap();
+    let host = cri
+        .run(
+            &c,
+            &Pod {
+                host_network: true,
+                ..Pod::new("default", "node-exporter")
+            },
+        )
+        .unwrap();
+
+    let agent = Agent::start_with(node, &c.endpoint());
+    agent::wait_for(node, &agent, "podgate_unguarded_sandboxes 1", |b| {
+        b.lines().any(|l| l == "podgate_unguarded_sandboxes 1")
+    });
+    assert!(cri.ready(&open), "reported, not stopped without the flag");
+    agent.kill();
+
+    let agent = Agent::start_with_args(node, &c.endpoint(), &["--repair-unguarded", "--dry-run"]);
+    until("the dry run's line", &agent, || {
+        agent
+            .log()
+            .contains("dry run: would stop unguarded default/web-0")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(cri.ready(&open), "a dry run stops nothing");
+    assert!(
+        !agent.log().contains("kube-system/dns-0"),
+        "{}",
+        agent.log()
+    );
+    agent.kill();
+
+    let agent = Agent::start_with_args(node, &c.endpoint(), &["--repair-unguarded"]);
+    until("the unguarded sandbox stopped", &agent, || {
+        !cri.ready(&open)
+    });
+    assert!(
+        agent.log().contains("stopped unguarded default/web-0"),
+        "{}",
+        agent.log()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        cri.ready(&excluded),
+        "an excluded namespace is never stopped"
+    );
+    assert!(cri.ready(&host), "a host-network sandbox is never stopped");
+    drop(agent);
+    for id in [&open, &excluded, &host] {
+        cri.stop_and_remove(id);
+    }
 }

@@ -21,7 +21,8 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use sandbox::{
-    find_pod, is_ready, ready_sandboxes, PodName, PodNetns, ReadySandbox, SandboxNetns,
+    find_pod, is_ready, ready_sandboxes, stop_sandbox, PodName, PodNetns, ReadySandbox,
+    SandboxNetns,
 };
 pub use status::{runtime_status, LoadedCni, LoadedNetwork, LoadedPlugin, RuntimeStatus};
 

@@ -172,6 +172,21 @@ pub fn ready_sandboxes(
     })
 }
 
+/// StopPodSandbox `id`: the kubelet then recreates the pod's sandbox
+/// (through the chain the runtime serves now), as after a sandbox crash.
+pub fn stop_sandbox(endpoint: &str, id: &str) -> Result<(), CriError> {
+    block_on(async {
+        let (endpoint, mut client) = client(Some(endpoint)).await?;
+        client
+            .stop_pod_sandbox(k8s_cri::v1::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await
+            .map_err(|s| call_err(&endpoint, "StopPodSandbox", s))?;
+        Ok(())
+    })
+}
+
 /// Whether sandbox `id` is still ready (false once stopped or removed).
 pub fn is_ready(endpoint: &str, id: &str) -> Result<bool, CriError> {
     block_on(async {

@@ -23,8 +23,10 @@ use crate::runtime::Runtime;
 use crate::{log, ChainProbe};
 use podgate_cri::{ReadySandbox, SandboxNetns};
 use podgate_router::plugin::adopt::{self, Adoption, Sandbox};
+use podgate_tunnel_guard::{GuardConfig, Verdict};
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
 
 /// The interface the runtime gives a pod's primary network (containerd's
 /// and CRI-O's default; the CRI does not report it).
@@ -46,11 +48,97 @@ pub fn candidate(h: &History, created: i64) -> bool {
         })
 }
 
+/// Whether a sandbox created at `created` may have been wired without the
+/// tunnel guard: a [`candidate`], or any sandbox while the chain has never
+/// been seen served this boot.
+pub fn unguarded_at(h: &History, created: i64) -> bool {
+    h.first_loaded.is_none() || candidate(h, created)
+}
+
+/// The chain's tunnel guard, when it has one and the node requires IPsec
+/// now (the guard's own evaluation: no signal, nothing is unguarded).
+fn guard_required(probe: &ChainProbe) -> Option<GuardConfig> {
+    let entries = probe.entries().ok()?;
+    let entry = entries
+        .iter()
+        .find(|e| e.get("type").and_then(Value::as_str) == Some("podgate-tunnel-guard"))?;
+    let cfg = GuardConfig::from_value(entry).ok()?;
+    let verdict = podgate_tunnel_guard::evaluate(&cfg, std::time::SystemTime::now()).verdict;
+    (verdict != Verdict::NotRequired).then_some(cfg)
+}
+
+/// `--repair-unguarded`: stop unguarded sandboxes through CRI so the
+/// kubelet recreates them through the chain; at most `per_minute` a
+/// minute; with `dry_run` only say so.
+pub struct Repair {
+    pub dry_run: bool,
+    pub per_minute: usize,
+    stopped: VecDeque<Instant>,
+    /// Said once per sandbox (dry run).
+    said: BTreeSet<String>,
+}
+
+impl Repair {
+    pub fn new(dry_run: bool, per_minute: usize) -> Repair {
+        Repair {
+            dry_run,
+            per_minute,
+            stopped: VecDeque::new(),
+            said: BTreeSet::new(),
+        }
+    }
+
+    fn stop(&mut self, endpoint: &str, unguarded: &[&ReadySandbox], out: &mut Scan) {
+        let now = Instant::now();
+        while self
+            .stopped
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60))
+        {
+            self.stopped.pop_front();
+        }
+        for sb in unguarded {
+            let pod = format!("{}/{} (sandbox {})", sb.namespace, sb.name, sb.id);
+            if self.dry_run {
+                if self.said.insert(sb.id.clone()) {
+                    log(format!(
+                        "dry run: would stop unguarded {pod}: created while the tunnel guard was not in the chain the runtime served"
+                    ));
+                }
+                continue;
+            }
+            if self.stopped.len() >= self.per_minute {
+                log(format!(
+                    "repair: {} a minute reached; {pod} waits",
+                    self.per_minute
+                ));
+                break;
+            }
+            self.stopped.push_back(now);
+            match podgate_cri::stop_sandbox(endpoint, &sb.id) {
+                Ok(()) => {
+                    log(format!(
+                        "stopped unguarded {pod}: created while the tunnel guard was not in the chain; the kubelet recreates it through the chain"
+                    ));
+                    out.stopped.push(sb.id.clone());
+                }
+                Err(e) => out.errors.push(format!("stopping unguarded {pod}: {e}")),
+            }
+        }
+    }
+}
+
 /// What one scan did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Scan {
     /// (sandbox id, profile) adopted by this scan.
     pub adopted: Vec<(String, String)>,
+    /// Ready sandboxes (own netns, namespace not excluded) that may have
+    /// been wired without the tunnel guard; None: no guard in the chain,
+    /// or IPsec not required now.
+    pub unguarded: Option<u64>,
+    /// Unguarded sandboxes stopped by `--repair-unguarded`.
+    pub stopped: Vec<String>,
     /// Why the scan did not run, or what failed.
     pub errors: Vec<String>,
 }
@@ -59,18 +147,26 @@ pub struct Scan {
 pub struct Adopter {
     history: HistoryFile,
     done: BTreeSet<String>,
+    /// Adopt (false: only count the unguarded, and repair).
+    adopt: bool,
+    repair: Option<Repair>,
 }
 
 impl Adopter {
-    pub fn new(history: HistoryFile) -> Adopter {
+    pub fn new(history: HistoryFile, adopt: bool, repair: Option<Repair>) -> Adopter {
         Adopter {
             history,
             done: BTreeSet::new(),
+            adopt,
+            repair,
         }
     }
 
-    /// One scan: only while the runtime serves podgate's chain as
-    /// configured (the readiness test) and the history says so too.
+    /// One scan. Adoption and repair only while the runtime serves
+    /// podgate's chain as configured (the readiness test; so the sandbox's
+    /// DEL, or its recreation, goes through podgate) and the history says
+    /// so too; the unguarded count whenever the chain has a tunnel guard
+    /// and the node requires IPsec now.
     pub fn scan(&mut self, probe: &ChainProbe) -> Scan {
         let mut out = Scan::default();
         let endpoint = match &probe.runtime {
@@ -78,11 +174,6 @@ impl Adopter {
             Runtime::Default => None,
             Runtime::At(e) => Some(e.as_str()),
         };
-        // Not served (readiness says why, in its own metric and log): the
-        // sandbox's DEL would not come to podgate yet.
-        if probe.ready().is_err() {
-            return out;
-        }
         let h = match self.history.load() {
             Ok(h) => h,
             Err(e) => {
@@ -90,35 +181,57 @@ impl Adopter {
                 return out;
             }
         };
-        let served_now =
-            h.first_loaded.is_some() && h.missing.iter().all(|m| m.seen_loaded_again.is_some());
-        if !served_now {
+        let served = probe.ready().is_ok()
+            && h.first_loaded.is_some()
+            && h.missing.iter().all(|m| m.seen_loaded_again.is_some());
+        let guard = guard_required(probe);
+        let entry = if served && self.adopt {
+            match router_entry(probe) {
+                Ok(e) => e,
+                Err(e) => {
+                    out.errors.push(e);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if entry.is_none() && guard.is_none() {
             return out;
         }
-        let entry = match router_entry(probe) {
-            Ok(e) => e,
+        let keep = |c: i64| {
+            (entry.is_some() && candidate(&h, c)) || (guard.is_some() && unguarded_at(&h, c))
+        };
+        let (endpoint, sandboxes) = match podgate_cri::ready_sandboxes(endpoint, keep) {
+            Ok(r) => r,
             Err(e) => {
-                out.errors.push(e);
+                out.errors.push(e.to_string());
                 return out;
             }
         };
-        let Some(entry) = entry else { return out };
-        let (endpoint, sandboxes) =
-            match podgate_cri::ready_sandboxes(endpoint, |c| candidate(&h, c)) {
-                Ok(r) => r,
-                Err(e) => {
-                    out.errors.push(e.to_string());
-                    return out;
+        if let Some(entry) = &entry {
+            for sb in sandboxes.iter().filter(|s| candidate(&h, s.created_at)) {
+                if self.done.contains(&sb.id) {
+                    continue;
                 }
-            };
-        for sb in sandboxes {
-            if self.done.contains(&sb.id) {
-                continue;
+                match self.one(entry, &endpoint, sb) {
+                    Ok(Some(profile)) => out.adopted.push((sb.id.clone(), profile)),
+                    Ok(None) => {}
+                    Err(e) => out.errors.push(e),
+                }
             }
-            match self.one(&entry, &endpoint, &sb) {
-                Ok(Some(profile)) => out.adopted.push((sb.id.clone(), profile)),
-                Ok(None) => {}
-                Err(e) => out.errors.push(e),
+        }
+        if let Some(g) = guard {
+            let unguarded: Vec<&ReadySandbox> = sandboxes
+                .iter()
+                .filter(|s| unguarded_at(&h, s.created_at))
+                // Host network: never wired by CNI at all.
+                .filter(|s| matches!(s.netns, SandboxNetns::Path(_)))
+                .filter(|s| !g.excluded(Some(&s.namespace)))
+                .collect();
+            out.unguarded = Some(unguarded.len() as u64);
+            if let (Some(r), true) = (self.repair.as_mut(), served) {
+                r.stop(&endpoint, &unguarded, &mut out);
             }
         }
         out

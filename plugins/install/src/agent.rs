@@ -9,7 +9,7 @@
 //! and read netlink, so they stay off the server's thread) and the
 //! current-thread tokio runtime serving HTTP and waiting for SIGTERM/SIGINT.
 
-use crate::adopt::Adopter;
+use crate::adopt::{Adopter, Repair};
 use crate::history::HistoryFile;
 use crate::metrics::{self, events::Spool, http};
 use crate::sweep::Sweep;
@@ -53,6 +53,19 @@ pub struct AgentArgs {
     /// runtime (not with `--runtime-endpoint none`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub adopt: bool,
+    /// Stop, through CRI, ready sandboxes that may have been wired without
+    /// the tunnel guard (created while it was not in the chain the runtime
+    /// served, while the node requires IPsec), so the kubelet recreates
+    /// them through the chain. Excluded namespaces and host-network
+    /// sandboxes never.
+    #[arg(long)]
+    pub repair_unguarded: bool,
+    /// With --repair-unguarded: log what would be stopped, stop nothing.
+    #[arg(long, requires = "repair_unguarded")]
+    pub dry_run: bool,
+    /// With --repair-unguarded: stop at most this many sandboxes a minute.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub repair_per_minute: usize,
     /// Where the agent writes pods' sysctls: a writable mount of the node's
     /// `/proc/sys/net` under DIR/net (the container's own /proc/sys is
     /// read-only); net.* entries resolve in the netns of the thread that
@@ -113,10 +126,11 @@ impl Worker {
                 loop {
                     let now = Instant::now();
                     if next_collection <= now {
-                        if let Some(a) = adopter.as_mut() {
-                            adopt_round(a, &probe, &mut spool);
-                        }
-                        let snap = metrics::collect_once(&probe, &mut spool);
+                        let unguarded = adopter
+                            .as_mut()
+                            .and_then(|a| adopt_round(a, &probe, &mut spool));
+                        let mut snap = metrics::collect_once(&probe, &mut spool);
+                        snap.unguarded = unguarded;
                         pages.publish(metrics::exposition::render(snap));
                         next_collection = now + interval;
                     }
@@ -152,8 +166,8 @@ impl Worker {
     }
 }
 
-/// One adoption scan, logged and counted.
-fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) {
+/// One adoption scan, logged and counted; the unguarded sandboxes.
+fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> Option<u64> {
     let scan = a.scan(probe);
     for e in &scan.errors {
         log(format!("warning: adoption: {e}"));
@@ -163,6 +177,7 @@ fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) {
             log(format!("warning: counting an adoption: {e}"));
         }
     }
+    scan.unguarded
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -183,14 +198,21 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
     // or sweep stuck on the kernel), but never under a minute.
     let pages = http::Pages::new((interval * 3).max(Duration::from_secs(60)));
     let sweep = Sweep::new(args.router_state_dir.clone(), args.sweep_secs);
-    let adopter = match (args.adopt, &args.chain.runtime_endpoint) {
-        (true, e) if e.as_deref() != Some("none") => {
-            if args.proc_sys != std::path::Path::new("/proc/sys") {
-                podgate_kit::sysctl::set_root(args.proc_sys.clone());
-            }
-            Some(Adopter::new(HistoryFile::new(&args.chain.node.state_dir)?))
+    let repair = args
+        .repair_unguarded
+        .then(|| Repair::new(args.dry_run, args.repair_per_minute.max(1)));
+    // Without a runtime there are no sandboxes to look at.
+    let adopter = if args.chain.runtime_endpoint.as_deref() == Some("none") {
+        None
+    } else {
+        if args.proc_sys != std::path::Path::new("/proc/sys") {
+            podgate_kit::sysctl::set_root(args.proc_sys.clone());
         }
-        _ => None,
+        Some(Adopter::new(
+            HistoryFile::new(&args.chain.node.state_dir)?,
+            args.adopt,
+            repair,
+        ))
     };
     let addr = args.metrics_address;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -225,7 +247,10 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
                 ),
                 None => "sweep off".into(),
             },
-            if adopting { "adopting" } else { "adoption off" }
+            match (adopting, args.adopt) {
+                (true, true) => "adopting",
+                _ => "adoption off",
+            }
         ));
         http::serve(listener, pages, http::LIMITS, terminated(term, int)).await;
         worker.stop();

@@ -221,6 +221,14 @@ impl Collector for Collection {
             },
         )?;
 
+        if let Some(n) = s.unguarded {
+            gauges(
+                &mut enc,
+                "podgate_unguarded_sandboxes",
+                "Ready sandboxes created while the tunnel guard was not in the chain the runtime served, while the node requires IPsec (excluded namespaces and host network not counted).",
+                &[(vec![], i64::try_from(n).unwrap_or(i64::MAX))],
+            )?;
+        }
         if let Some(ip) = &s.ipsec {
             gauges(
                 &mut enc,
@@ -291,6 +299,7 @@ mod tests {
             .insert("podgate-router|ADD|ok".into(), 3);
         s.counters.refusals.insert("allow.pools".into(), 1);
         s.counters.adopted.insert("vpn".into(), 2);
+        s.unguarded = Some(1);
         let h = crate::metrics::events::Histogram {
             counts: vec![2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4],
             sum: 9.5,
@@ -313,6 +322,7 @@ mod tests {
             "podgate_cni_requests_total{plugin=\"podgate-router\",command=\"ADD\",outcome=\"ok\"} 3\n",
             "podgate_refusals_total{rule=\"allow.pools\"} 1\n",
             "podgate_adopted_total{profile=\"vpn\"} 2\n",
+            "podgate_unguarded_sandboxes 1\n",
             "podgate_attachments{network=\"n\",profile=\"p\\\"q\",routing=\"none\"} 2\n",
             "# TYPE podgate_cni_request_duration_seconds histogram\n",
             "podgate_cni_request_duration_seconds_bucket{plugin=\"podgate-router\",command=\"ADD\",le=\"0.002\"} 2\n",
@@ -328,6 +338,6 @@ mod tests {
         ] {
             assert!(out.contains(line), "missing {line:?} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE ").count(), 16, "{out}");
+        assert_eq!(out.matches("# TYPE ").count(), 17, "{out}");
     }
 }
