@@ -56,6 +56,14 @@ fn record_of<'a>(recs: &'a [Value], id: &str) -> Option<&'a Value> {
     recs.iter().find(|r| r["key"]["containerID"] == id)
 }
 
+/// The installer has seen the runtime serve the chain.
+fn served(node: &TestNode) -> bool {
+    std::fs::read(node.root().join("installer/runtime-chain.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .is_some_and(|h| h["firstLoaded"].is_u64())
+}
+
 fn until(what: &str, agent: &Agent, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
@@ -125,12 +133,7 @@ fn sandboxes_created_before_the_chain_are_adopted_and_later_ones_never() {
 
     let agent = Agent::start_with(node, &c.endpoint());
     // Served: a pod created now goes through the chain (no profile for it).
-    until("the chain served", &agent, || {
-        std::fs::read(node.root().join("installer/runtime-chain.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|h| h["firstLoaded"].is_u64())
-    });
+    until("the chain served", &agent, || served(node));
     let later = cri.run(&c, &Pod::new("vpn", "later-0")).unwrap();
     let later_ns = cri.netns(&later);
 
@@ -259,6 +262,34 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
         b.lines().any(|l| l == "podgate_unguarded_sandboxes 1")
     });
     assert!(cri.ready(&open), "reported, not stopped without the flag");
+    until("the chain served", &agent, || served(node));
+    let out = std::process::Command::new(podgate_integration::bin_dir().join("podgate"))
+        .args([
+            "inspect",
+            "--unguarded",
+            "--runtime-endpoint",
+            &c.endpoint(),
+        ])
+        .arg("--installer-state-dir")
+        .arg(node.root().join("installer"))
+        .arg("--plugins")
+        .arg(node.root().join("plugins.json"))
+        .output()
+        .unwrap();
+    let text = podgate_integration::output_text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a problem found exits 2: {text}"
+    );
+    assert!(
+        text.contains(&format!("unguarded default/web-0 sandbox {open}")),
+        "{text}"
+    );
+    assert!(
+        !text.contains("dns-0") && !text.contains("node-exporter"),
+        "{text}"
+    );
     agent.kill();
 
     let agent = Agent::start_with_args(node, &c.endpoint(), &["--repair-unguarded", "--dry-run"]);
@@ -278,13 +309,9 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
 
     let agent = Agent::start_with_args(node, &c.endpoint(), &["--repair-unguarded"]);
     until("the unguarded sandbox stopped", &agent, || {
-        !cri.ready(&open)
+        agent.log().contains("stopped unguarded default/web-0")
     });
-    assert!(
-        agent.log().contains("stopped unguarded default/web-0"),
-        "{}",
-        agent.log()
-    );
+    assert!(!cri.ready(&open), "stopped through CRI");
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         cri.ready(&excluded),

@@ -58,13 +58,65 @@ pub fn unguarded_at(h: &History, created: i64) -> bool {
 /// The chain's tunnel guard, when it has one and the node requires IPsec
 /// now (the guard's own evaluation: no signal, nothing is unguarded).
 fn guard_required(probe: &ChainProbe) -> Option<GuardConfig> {
-    let entries = probe.entries().ok()?;
+    guard_of(&probe.entries().ok()?)
+}
+
+fn guard_of(entries: &[Value]) -> Option<GuardConfig> {
     let entry = entries
         .iter()
         .find(|e| e.get("type").and_then(Value::as_str) == Some("podgate-tunnel-guard"))?;
     let cfg = GuardConfig::from_value(entry).ok()?;
     let verdict = podgate_tunnel_guard::evaluate(&cfg, std::time::SystemTime::now()).verdict;
     (verdict != Verdict::NotRequired).then_some(cfg)
+}
+
+/// The sandboxes of `sandboxes` that may have been wired without guard
+/// `g`: created at an [`unguarded_at`] time, with a netns of their own
+/// (host network is never wired by CNI), not in an excluded namespace.
+fn unguarded_of<'a>(
+    h: &History,
+    g: &GuardConfig,
+    sandboxes: &'a [ReadySandbox],
+) -> Vec<&'a ReadySandbox> {
+    sandboxes
+        .iter()
+        .filter(|s| unguarded_at(h, s.created_at))
+        .filter(|s| matches!(s.netns, SandboxNetns::Path(_)))
+        .filter(|s| !g.excluded(Some(&s.namespace)))
+        .collect()
+}
+
+/// `podgate inspect --unguarded`: the agent's count, as a list. None when
+/// the plugins file has no tunnel guard or the node does not require IPsec
+/// now.
+pub fn unguarded(
+    endpoint: Option<&str>,
+    installer_state_dir: &std::path::Path,
+    plugins: &std::path::Path,
+) -> Result<Option<Vec<ReadySandbox>>, crate::Error> {
+    let entries: Vec<Value> = crate::reconcile::load_entries(plugins)?
+        .iter()
+        .filter_map(|j| j.to_value().ok())
+        .collect();
+    let Some(g) = guard_of(&entries) else {
+        return Ok(None);
+    };
+    let file = installer_state_dir.join(crate::history::FILE);
+    if !file.exists() {
+        return Err(crate::Error::Agent(format!(
+            "{} does not exist: no installer (install --watch) recorded when the runtime served the chain there",
+            file.display()
+        )));
+    }
+    let h = HistoryFile::new(installer_state_dir)?.load()?;
+    let (_, sandboxes) = podgate_cri::ready_sandboxes(endpoint, |c| unguarded_at(&h, c))
+        .map_err(|e| crate::Error::Agent(e.to_string()))?;
+    Ok(Some(
+        unguarded_of(&h, &g, &sandboxes)
+            .into_iter()
+            .cloned()
+            .collect(),
+    ))
 }
 
 /// `--repair-unguarded`: stop unguarded sandboxes through CRI so the
@@ -222,13 +274,7 @@ impl Adopter {
             }
         }
         if let Some(g) = guard {
-            let unguarded: Vec<&ReadySandbox> = sandboxes
-                .iter()
-                .filter(|s| unguarded_at(&h, s.created_at))
-                // Host network: never wired by CNI at all.
-                .filter(|s| matches!(s.netns, SandboxNetns::Path(_)))
-                .filter(|s| !g.excluded(Some(&s.namespace)))
-                .collect();
+            let unguarded = unguarded_of(&h, &g, &sandboxes);
             out.unguarded = Some(unguarded.len() as u64);
             if let (Some(r), true) = (self.repair.as_mut(), served) {
                 r.stop(&endpoint, &unguarded, &mut out);

@@ -32,6 +32,7 @@
 )]
 
 mod adopt;
+pub use adopt::unguarded;
 pub mod agent;
 pub mod chain;
 mod error;

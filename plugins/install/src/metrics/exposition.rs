@@ -221,14 +221,15 @@ impl Collector for Collection {
             },
         )?;
 
-        if let Some(n) = s.unguarded {
-            gauges(
-                &mut enc,
-                "podgate_unguarded_sandboxes",
-                "Ready sandboxes created while the tunnel guard was not in the chain the runtime served, while the node requires IPsec (excluded namespaces and host network not counted).",
-                &[(vec![], i64::try_from(n).unwrap_or(i64::MAX))],
-            )?;
-        }
+        // Nothing is unguarded without a guard in the chain, without IPsec
+        // required, or without a runtime to list sandboxes from.
+        let n = s.unguarded.unwrap_or(0);
+        gauges(
+            &mut enc,
+            "podgate_unguarded_sandboxes",
+            "Ready sandboxes created while the tunnel guard was not in the chain the runtime served, while the node requires IPsec (excluded namespaces and host network not counted; 0 without a guard, without IPsec required or without a runtime).",
+            &[(vec![], i64::try_from(n).unwrap_or(i64::MAX))],
+        )?;
         if let Some(ip) = &s.ipsec {
             gauges(
                 &mut enc,
