@@ -150,6 +150,10 @@ pub fn adopt(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<Adoption, CniE
     };
     let store = store(&cfg)?;
     match record::read(&store, &key_of(&req)) {
+        // An adoption killed half-way (the agent died) left its pending
+        // record: ADD replaces it, as a repeated ADD does. Any other record
+        // is the runtime's or a finished adoption.
+        Ok(Some(r)) if r.adopted && r.status == record::Status::Pending => {}
         Ok(Some(_)) => return Ok(Adoption::Recorded),
         Ok(None) => {}
         Err(e) => return Err(io_err(e)),
@@ -321,6 +325,18 @@ mod tests {
             assert!(rec.adopted && rec.status == record::Status::Applied);
             assert_eq!(rec.pod_ips[0].to_string(), "10.77.0.5/24");
             assert_eq!(adopt(&entry, "eth0", &sb).unwrap(), Adoption::Recorded);
+            // An adoption killed half-way left its record pending: the next
+            // scan's adoption replaces it and finishes.
+            let mut half = rec.clone();
+            half.status = record::Status::Pending;
+            record::write(&st, &half).unwrap();
+            assert!(matches!(
+                adopt(&entry, "eth0", &sb).unwrap(),
+                Adoption::Applied { .. }
+            ));
+            let again = record::read(&st, &key).unwrap().unwrap();
+            assert_eq!(again.status, record::Status::Applied);
+            assert_eq!(pod.forwarding(), "1");
             // Stopped while adopted: undone.
             undo(&entry, "eth0", &sb).unwrap();
             assert_eq!(records(), 0);
