@@ -63,16 +63,26 @@ impl Agent {
     /// counters in `<root>/agent`, JSON log at `<root>/agent.jsonl`, stderr
     /// in `<root>/agent.log`.
     pub fn start(node: &TestNode) -> Agent {
+        Agent::start_with(node, "none")
+    }
+
+    /// [`Agent::start`], both asking the CRI runtime at `endpoint` (`none`:
+    /// no runtime, readiness is the conf dir's).
+    pub fn start_with(node: &TestNode, endpoint: &str) -> Agent {
+        Agent::start_with_args(node, endpoint, &[])
+    }
+
+    /// [`Agent::start_with`], the agent also given `agent_args`.
+    pub fn start_with_args(node: &TestNode, endpoint: &str, agent_args: &[&str]) -> Agent {
         let podgate = bin_dir().join("podgate");
         let plugins = node.root().join("plugins.json");
         let (_, installer_err) = log_file(node, "installer");
-        // No runtime on this node: readiness is the conf dir's.
         let installer = install_watch(
             &mut node.ns.command(podgate.to_str().unwrap()),
             node,
             &plugins,
         )
-        .args(["--runtime-endpoint", "none"])
+        .args(["--runtime-endpoint", endpoint])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(installer_err)
@@ -81,7 +91,8 @@ impl Agent {
         let (log, err) = log_file(node, "agent");
         let mut cmd = node.ns.command(podgate.to_str().unwrap());
         let child = chain_args(cmd.arg("agent"), node, &plugins)
-            .args(["--runtime-endpoint", "none"])
+            .args(["--runtime-endpoint", endpoint])
+            .args(agent_args)
             .args([
                 "--metrics-address",
                 &format!("127.0.0.1:{METRICS_PORT}"),

@@ -178,6 +178,19 @@ impl Cri {
         PathBuf::from(path)
     }
 
+    /// Whether the sandbox is ready (PodSandboxStatus).
+    pub fn ready(&mut self, id: &str) -> bool {
+        self.rt
+            .block_on(self.client.pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            }))
+            .unwrap()
+            .into_inner()
+            .status
+            .is_some_and(|s| s.state == k8s_cri::v1::PodSandboxState::SandboxReady as i32)
+    }
+
     pub fn stop(&mut self, id: &str) {
         self.rt
             .block_on(self.client.stop_pod_sandbox(StopPodSandboxRequest {
@@ -298,4 +311,12 @@ pub fn sysctl_in(netns: &Path, key: &str) -> String {
     );
     assert!(out.status.success(), "{}", output_text(&out));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// podgate's nf_tables table in a sandbox, if it is there.
+pub fn pod_nft(netns: &Path) -> Option<String> {
+    let out = in_netns(netns, &["nft", "list", "table", "inet", "podgate-eth0"]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::containerd::{cgroup_tree_exists, Containerd};
-use podgate_integration::cri::{in_netns, sysctl_in, Cri, Pod};
+use podgate_integration::cri::{in_netns, pod_nft, sysctl_in, Cri, Pod};
 use podgate_integration::{
     assert_same, bin_dir, output_text, require_root, vpn, Netns, Snapshot, TestNode, Verb,
 };
@@ -59,13 +59,6 @@ fn start(prefix: &str) -> Containerd {
 }
 
 /// podgate's nf_tables table in the pod, if any (`nft list table`).
-fn pod_nft(netns: &Path) -> Option<String> {
-    let out = in_netns(netns, &["nft", "list", "table", "inet", "podgate-eth0"]);
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// Forwarding of a fresh netns on this machine (what a sandbox starts with:
 /// a new netns copies the initial netns' value).
 fn fresh_forwarding() -> String {

@@ -188,7 +188,9 @@ impl Node {
             host_root: self.host.clone(),
             // The runtime's netns dir is this machine's (containerd's
             // default on a node, where the agent looks for pods' netns).
-            shared: vec![PathBuf::from(NODE_NETNS_DIR)],
+            // /proc/sys/net resolves in the opener's netns: the agent's
+            // adoption writes a pod's sysctls from inside the pod's netns.
+            shared: vec![PathBuf::from(NODE_NETNS_DIR), PathBuf::from("/proc")],
             host_ip: HOST_IP.into(),
             pod_dir: self.c.node().root().join("pods").join(pod),
             configmaps: match configmaps {

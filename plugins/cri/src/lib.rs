@@ -20,7 +20,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-pub use sandbox::{find_pod, PodName, PodNetns};
+pub use sandbox::{
+    find_pod, is_ready, ready_sandboxes, stop_sandbox, PodName, PodNetns, ReadySandbox,
+    SandboxNetns,
+};
 pub use status::{runtime_status, LoadedCni, LoadedNetwork, LoadedPlugin, RuntimeStatus};
 
 /// crictl's default endpoints, tried in this order when none is given.

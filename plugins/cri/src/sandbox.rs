@@ -61,12 +61,12 @@ pub fn find_pod(endpoint: Option<&str>, pod: &PodName) -> Result<PodNetns, CriEr
     })
 }
 
-async fn lookup(
+/// The runtime's ready sandboxes.
+async fn list_ready(
     client: &mut RuntimeServiceClient<Channel>,
     endpoint: &str,
-    pod: &PodName,
-) -> Result<PodNetns, CriError> {
-    let items = client
+) -> Result<Vec<PodSandbox>, CriError> {
+    Ok(client
         .list_pod_sandbox(ListPodSandboxRequest {
             filter: Some(PodSandboxFilter {
                 state: Some(PodSandboxStateValue {
@@ -78,7 +78,133 @@ async fn lookup(
         .await
         .map_err(|s| call_err(endpoint, "ListPodSandbox", s))?
         .into_inner()
-        .items;
+        .items)
+}
+
+/// The verbose status of sandbox `id`: whether it is ready, and its netns.
+async fn status_of(
+    client: &mut RuntimeServiceClient<Channel>,
+    endpoint: &str,
+    id: &str,
+) -> Result<(bool, Netns), CriError> {
+    let resp = client
+        .pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: true,
+        })
+        .await
+        .map_err(|s| call_err(endpoint, "PodSandboxStatus", s))?
+        .into_inner();
+    let status = resp.status.as_ref();
+    let ready = status.is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32);
+    // The CRI's own word on the network namespace mode (NODE: hostNetwork).
+    let node_mode = status
+        .and_then(|s| s.linux.as_ref())
+        .and_then(|l| l.namespaces.as_ref())
+        .and_then(|n| n.options.as_ref())
+        .is_some_and(|o| o.network == k8s_cri::v1::NamespaceMode::Node as i32);
+    let netns = if node_mode {
+        Netns::Host
+    } else {
+        netns_from_info(&resp.info)
+    };
+    Ok((ready, netns))
+}
+
+/// Where a ready sandbox's network is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxNetns {
+    /// Its own netns (the file, or `/proc/<pid>/ns/net`).
+    Path(PathBuf),
+    /// The node's (hostNetwork).
+    Host,
+    /// The runtime reports neither a path nor a pid.
+    Unknown,
+}
+
+/// A ready sandbox: what the node agent's adoption scan looks at.
+#[derive(Debug, Clone)]
+pub struct ReadySandbox {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    /// CRI `createdAt`, Unix nanoseconds.
+    pub created_at: i64,
+    pub annotations: std::collections::BTreeMap<String, String>,
+    pub netns: SandboxNetns,
+}
+
+/// The ready sandboxes of the runtime at `endpoint` (or the first default
+/// one that answers) whose `createdAt` passes `keep`, each with its netns
+/// from the verbose status (asked only for those); the endpoint used.
+pub fn ready_sandboxes(
+    endpoint: Option<&str>,
+    keep: impl Fn(i64) -> bool,
+) -> Result<(String, Vec<ReadySandbox>), CriError> {
+    block_on(async {
+        let (endpoint, mut client) = client(endpoint).await?;
+        let mut out = Vec::new();
+        for sb in list_ready(&mut client, &endpoint).await? {
+            let Some(meta) = sb.metadata.filter(|_| keep(sb.created_at)) else {
+                continue;
+            };
+            // Gone between the list and the status: not ready any more.
+            let Ok((true, netns)) = status_of(&mut client, &endpoint, &sb.id).await else {
+                continue;
+            };
+            out.push(ReadySandbox {
+                id: sb.id,
+                namespace: meta.namespace,
+                name: meta.name,
+                created_at: sb.created_at,
+                annotations: sb.annotations.into_iter().collect(),
+                netns: match netns {
+                    Netns::Path(p, _) => SandboxNetns::Path(p),
+                    Netns::Pid(pid) => {
+                        SandboxNetns::Path(PathBuf::from(format!("/proc/{pid}/ns/net")))
+                    }
+                    Netns::Host => SandboxNetns::Host,
+                    Netns::Unknown => SandboxNetns::Unknown,
+                },
+            });
+        }
+        Ok((endpoint, out))
+    })
+}
+
+/// StopPodSandbox `id`: the kubelet then recreates the pod's sandbox
+/// (through the chain the runtime serves now), as after a sandbox crash.
+pub fn stop_sandbox(endpoint: &str, id: &str) -> Result<(), CriError> {
+    block_on(async {
+        let (endpoint, mut client) = client(Some(endpoint)).await?;
+        client
+            .stop_pod_sandbox(k8s_cri::v1::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await
+            .map_err(|s| call_err(&endpoint, "StopPodSandbox", s))?;
+        Ok(())
+    })
+}
+
+/// Whether sandbox `id` is still ready (false once stopped or removed).
+pub fn is_ready(endpoint: &str, id: &str) -> Result<bool, CriError> {
+    block_on(async {
+        let (endpoint, mut client) = client(Some(endpoint)).await?;
+        match status_of(&mut client, &endpoint, id).await {
+            Ok((ready, _)) => Ok(ready),
+            Err(CriError::Call { msg, .. }) if msg.contains("not found") => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+async fn lookup(
+    client: &mut RuntimeServiceClient<Channel>,
+    endpoint: &str,
+    pod: &PodName,
+) -> Result<PodNetns, CriError> {
+    let items = list_ready(client, endpoint).await?;
     let Some(sandbox) = pick_sandbox(&items, pod) else {
         let others = items
             .iter()
@@ -100,16 +226,8 @@ async fn lookup(
         });
     };
     let id = sandbox.id.clone();
-    let info = client
-        .pod_sandbox_status(PodSandboxStatusRequest {
-            pod_sandbox_id: id.clone(),
-            verbose: true,
-        })
-        .await
-        .map_err(|s| call_err(endpoint, "PodSandboxStatus", s))?
-        .into_inner()
-        .info;
-    match netns_from_info(&info) {
+    let (_, netns) = status_of(client, endpoint, &id).await?;
+    match netns {
         Netns::Path(p, pid) => Ok(PodNetns {
             sandbox_id: id,
             netns: p,

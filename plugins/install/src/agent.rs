@@ -9,6 +9,8 @@
 //! and read netlink, so they stay off the server's thread) and the
 //! current-thread tokio runtime serving HTTP and waiting for SIGTERM/SIGINT.
 
+use crate::adopt::{Adopter, Repair};
+use crate::history::HistoryFile;
 use crate::metrics::{self, events::Spool, http};
 use crate::sweep::Sweep;
 use crate::{log, AgentLogArgs, ChainArgs, ChainProbe, Error};
@@ -46,6 +48,30 @@ pub struct AgentArgs {
     /// gone) and what they left on the node this often; 0: off.
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     pub sweep_secs: u64,
+    /// Adopt sandboxes that started without podgate's chain (see
+    /// conf/kubernetes/README.md, Adoption) on every collection; needs the
+    /// runtime (not with `--runtime-endpoint none`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub adopt: bool,
+    /// Stop, through CRI, ready sandboxes that may have been wired without
+    /// the tunnel guard (created while it was not in the chain the runtime
+    /// served, while the node requires IPsec), so the kubelet recreates
+    /// them through the chain. Excluded namespaces and host-network
+    /// sandboxes never.
+    #[arg(long)]
+    pub repair_unguarded: bool,
+    /// With --repair-unguarded: log what would be stopped, stop nothing.
+    #[arg(long, requires = "repair_unguarded")]
+    pub dry_run: bool,
+    /// With --repair-unguarded: stop at most this many sandboxes a minute.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub repair_per_minute: usize,
+    /// Where the agent writes pods' sysctls: a writable mount of the node's
+    /// `/proc/sys/net` under DIR/net (the container's own /proc/sys is
+    /// read-only); net.* entries resolve in the netns of the thread that
+    /// opens them, so this reaches the pod's own values.
+    #[arg(long, default_value = "/proc/sys", value_name = "DIR")]
+    pub proc_sys: PathBuf,
     /// podgate-router's `stateDir`, for the sweep.
     #[arg(long, default_value = podgate_router::config::DEFAULT_STATE_DIR, value_name = "DIR")]
     pub router_state_dir: PathBuf,
@@ -88,6 +114,7 @@ impl Worker {
         mut spool: Spool,
         interval: Duration,
         mut sweep: Option<Sweep>,
+        mut adopter: Option<Adopter>,
         pages: Arc<http::Pages>,
     ) -> Result<Worker, Error> {
         let (stop, stopped) = mpsc::channel::<()>();
@@ -99,7 +126,11 @@ impl Worker {
                 loop {
                     let now = Instant::now();
                     if next_collection <= now {
-                        let snap = metrics::collect_once(&probe, &mut spool);
+                        let unguarded = adopter
+                            .as_mut()
+                            .and_then(|a| adopt_round(a, &probe, &mut spool));
+                        let mut snap = metrics::collect_once(&probe, &mut spool);
+                        snap.unguarded = unguarded;
                         pages.publish(metrics::exposition::render(snap));
                         next_collection = now + interval;
                     }
@@ -135,6 +166,20 @@ impl Worker {
     }
 }
 
+/// One adoption scan, logged and counted; the unguarded sandboxes.
+fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> Option<u64> {
+    let scan = a.scan(probe);
+    for e in &scan.errors {
+        log(format!("warning: adoption: {e}"));
+    }
+    for (_, profile) in &scan.adopted {
+        if let Err(e) = spool.count_adopted(profile) {
+            log(format!("warning: counting an adoption: {e}"));
+        }
+    }
+    scan.unguarded
+}
+
 /// Resolves on SIGTERM or SIGINT.
 async fn terminated(mut term: tokio::signal::unix::Signal, mut int: tokio::signal::unix::Signal) {
     let name = tokio::select! {
@@ -153,6 +198,22 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
     // or sweep stuck on the kernel), but never under a minute.
     let pages = http::Pages::new((interval * 3).max(Duration::from_secs(60)));
     let sweep = Sweep::new(args.router_state_dir.clone(), args.sweep_secs);
+    let repair = args
+        .repair_unguarded
+        .then(|| Repair::new(args.dry_run, args.repair_per_minute.max(1)));
+    // Without a runtime there are no sandboxes to look at.
+    let adopter = if args.chain.runtime_endpoint.as_deref() == Some("none") {
+        None
+    } else {
+        if args.proc_sys != std::path::Path::new("/proc/sys") {
+            podgate_kit::sysctl::set_root(args.proc_sys.clone());
+        }
+        Some(Adopter::new(
+            HistoryFile::new(&args.chain.node.state_dir)?,
+            args.adopt,
+            repair,
+        ))
+    };
     let addr = args.metrics_address;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -166,9 +227,17 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
         };
         let term = signal(tokio::signal::unix::SignalKind::terminate())?;
         let int = signal(tokio::signal::unix::SignalKind::interrupt())?;
-        let worker = Worker::start(probe, spool, interval, sweep.clone(), Arc::clone(&pages))?;
+        let adopting = adopter.is_some();
+        let worker = Worker::start(
+            probe,
+            spool,
+            interval,
+            sweep.clone(),
+            adopter,
+            Arc::clone(&pages),
+        )?;
         log(format!(
-            "serving http://{addr}/metrics and /healthz, collecting every {}s; {}",
+            "serving http://{addr}/metrics and /healthz, collecting every {}s; {}; {}",
             interval.as_secs(),
             match &sweep {
                 Some(s) => format!(
@@ -177,6 +246,10 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
                     s.every.as_secs()
                 ),
                 None => "sweep off".into(),
+            },
+            match (adopting, args.adopt) {
+                (true, true) => "adopting",
+                _ => "adoption off",
             }
         ));
         http::serve(listener, pages, http::LIMITS, terminated(term, int)).await;

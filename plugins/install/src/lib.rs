@@ -22,6 +22,8 @@
 //! * `watch`: `--watch` (inotify, debounce, resync, ready file, SIGTERM).
 //! * [`readiness`]: whether the chain is in place and loaded, for `--check`
 //!   and the agent's `podgate_install_ready` alike.
+//! * `adopt`: the agent's scan applying the profile to sandboxes that
+//!   started without the chain (evidence: `history`).
 //! * `validate`: podgate's entries checked by the plugins' own config code.
 
 #![cfg_attr(
@@ -29,6 +31,8 @@
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+mod adopt;
+pub use adopt::unguarded;
 pub mod agent;
 pub mod chain;
 mod error;

@@ -30,6 +30,9 @@ pub struct Snapshot {
     pub drift: u64,
     pub drift_unchecked: u64,
     pub ipsec: Option<IpsecState>,
+    /// Sandboxes that may have been wired without the tunnel guard (None:
+    /// no guard in the chain, IPsec not required, or no runtime).
+    pub unguarded: Option<u64>,
     /// Collection problems by source (bounded label set).
     pub errors: BTreeMap<&'static str, u64>,
 }

@@ -11,6 +11,18 @@ use std::fs::{self, File};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Where /proc/sys is for this process: `/proc/sys` unless [`set_root`]
+/// said otherwise (the node agent, whose container's /proc/sys is mounted
+/// read-only, writes pods' sysctls through a writable mount of the node's
+/// `/proc/sys/net`). The plugins never set it.
+static ROOT: OnceLock<PathBuf> = OnceLock::new();
+
+/// Use `dir` in place of /proc/sys from now on (once per process).
+pub fn set_root(dir: PathBuf) -> bool {
+    ROOT.set(dir).is_ok()
+}
 
 /// Validate a `net.*` sysctl name and map it to its /proc/sys path.
 /// Refuses anything outside `net.` (node-wide knobs such as `kernel.*` or
@@ -40,7 +52,10 @@ pub fn path_of(name: &str) -> Result<PathBuf> {
             "segments may hold only letters, digits, '_' and '-' (no '/')",
         ));
     }
-    let mut p = PathBuf::from("/proc/sys");
+    let mut p = ROOT
+        .get()
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from("/proc/sys"));
     p.extend(segments);
     Ok(p)
 }

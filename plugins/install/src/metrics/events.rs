@@ -72,6 +72,9 @@ pub struct Counters {
     pub refusals: BTreeMap<String, u64>,
     /// `plugin|command` -> durations.
     pub durations: BTreeMap<String, Histogram>,
+    /// profile -> sandboxes the agent adopted.
+    #[serde(default)]
+    pub adopted: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -143,6 +146,17 @@ impl Spool {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         fsx::atomic_write(&self.state_path, &body, 0o600).map_err(|e| e.to_string())
+    }
+
+    /// One sandbox adopted with `profile`, kept across restarts.
+    pub fn count_adopted(&mut self, profile: &str) -> Result<(), String> {
+        *self
+            .state
+            .counters
+            .adopted
+            .entry(label(profile))
+            .or_default() += 1;
+        self.save()
     }
 
     fn remember(&mut self, id: &str) {

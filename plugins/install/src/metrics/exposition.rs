@@ -180,6 +180,18 @@ impl Collector for Collection {
             "Requests refused by operator policy, by the rule that refused.",
             &refusals,
         )?;
+        let adopted: Vec<_> = s
+            .counters
+            .adopted
+            .iter()
+            .map(|(profile, n)| (vec![("profile", profile.as_str())], *n))
+            .collect();
+        counters(
+            &mut enc,
+            "podgate_adopted",
+            "Sandboxes that started without podgate's chain and got their profile from the agent, by profile.",
+            &adopted,
+        )?;
         let durations: Vec<_> = s
             .counters
             .durations
@@ -209,6 +221,15 @@ impl Collector for Collection {
             },
         )?;
 
+        // Nothing is unguarded without a guard in the chain, without IPsec
+        // required, or without a runtime to list sandboxes from.
+        let n = s.unguarded.unwrap_or(0);
+        gauges(
+            &mut enc,
+            "podgate_unguarded_sandboxes",
+            "Ready sandboxes created while the tunnel guard was not in the chain the runtime served, while the node requires IPsec (excluded namespaces and host network not counted; 0 without a guard, without IPsec required or without a runtime).",
+            &[(vec![], i64::try_from(n).unwrap_or(i64::MAX))],
+        )?;
         if let Some(ip) = &s.ipsec {
             gauges(
                 &mut enc,
@@ -278,6 +299,8 @@ mod tests {
             .requests
             .insert("podgate-router|ADD|ok".into(), 3);
         s.counters.refusals.insert("allow.pools".into(), 1);
+        s.counters.adopted.insert("vpn".into(), 2);
+        s.unguarded = Some(1);
         let h = crate::metrics::events::Histogram {
             counts: vec![2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4],
             sum: 9.5,
@@ -299,6 +322,8 @@ mod tests {
             "# TYPE podgate_cni_requests_total counter\n",
             "podgate_cni_requests_total{plugin=\"podgate-router\",command=\"ADD\",outcome=\"ok\"} 3\n",
             "podgate_refusals_total{rule=\"allow.pools\"} 1\n",
+            "podgate_adopted_total{profile=\"vpn\"} 2\n",
+            "podgate_unguarded_sandboxes 1\n",
             "podgate_attachments{network=\"n\",profile=\"p\\\"q\",routing=\"none\"} 2\n",
             "# TYPE podgate_cni_request_duration_seconds histogram\n",
             "podgate_cni_request_duration_seconds_bucket{plugin=\"podgate-router\",command=\"ADD\",le=\"0.002\"} 2\n",
@@ -314,6 +339,6 @@ mod tests {
         ] {
             assert!(out.contains(line), "missing {line:?} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE ").count(), 15, "{out}");
+        assert_eq!(out.matches("# TYPE ").count(), 17, "{out}");
     }
 }

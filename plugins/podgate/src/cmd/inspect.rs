@@ -13,12 +13,70 @@ use podgate_kit::netlink::RouteSocket;
 use podgate_kit::route::{RouteProtocol, RouteSpec};
 use podgate_router::record::{Here, Status};
 use serde::Serialize;
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, Args)]
 pub struct InspectArgs {
     /// Every attachment in the state store (the default without --container).
     #[arg(long, conflicts_with_all = ["container", "k8s_pod"])]
     pub all: bool,
+    /// Instead: the ready sandboxes that may have been wired without the
+    /// tunnel guard (created while it was not in the chain the runtime
+    /// served), while the node requires IPsec; exit 2 when there are any.
+    #[arg(long, conflicts_with_all = ["all", "container", "k8s_pod"])]
+    pub unguarded: bool,
+    /// With --unguarded: podgate's entries (the tunnel guard's config).
+    #[arg(long, value_name = "FILE", default_value = podgate_install::DEFAULT_PLUGINS_FILE)]
+    pub plugins: PathBuf,
+    /// With --unguarded: the installer's state dir (its runtime-chain.json)
+    /// [default: <--state-dir>/installer].
+    #[arg(long, value_name = "DIR")]
+    pub installer_state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Unguarded {
+    namespace: String,
+    name: String,
+    sandbox_id: String,
+    created_at_ns: i64,
+}
+
+fn run_unguarded(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
+    let dir = a
+        .installer_state_dir
+        .clone()
+        .unwrap_or_else(|| target.state_dir.join("installer"));
+    let list = podgate_install::unguarded(target.runtime_endpoint.as_deref(), &dir, &a.plugins)
+        .map_err(|e| Error::Msg(e.to_string()))?;
+    let rows: Vec<Unguarded> = list
+        .iter()
+        .flatten()
+        .map(|s| Unguarded {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            sandbox_id: s.id.clone(),
+            created_at_ns: s.created_at,
+        })
+        .collect();
+    if json {
+        output::json(&rows)?;
+    } else {
+        let mut s = match &list {
+            None => "no tunnel guard in the plugins file, or IPsec not required on this node: nothing is unguarded\n".to_string(),
+            Some(l) if l.is_empty() => "no unguarded sandboxes\n".to_string(),
+            Some(_) => String::new(),
+        };
+        for r in &rows {
+            s += &format!(
+                "unguarded {}/{} sandbox {} (created {} ns)\n",
+                r.namespace, r.name, r.sandbox_id, r.created_at_ns
+            );
+        }
+        output::text(s)?;
+    }
+    Ok(Found::problem_if(!rows.is_empty()))
 }
 
 #[derive(Debug, Serialize)]
@@ -30,7 +88,10 @@ struct Inspect {
     corrupt: Vec<String>,
 }
 
-pub fn run(_a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
+pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
+    if a.unguarded {
+        return run_unguarded(a, target, json);
+    }
     let (all, corrupt) = target.all_records()?;
     let mut records = match (&target.container, target.k8s_sandbox_id()?) {
         (Some(id), _) => pick_container(all, id).map_err(Error::Msg)?,
@@ -206,7 +267,7 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
             }
         };
     format!(
-        "attachment {}/{}/{}\n  record:      version {}, {}\n  netns:       {}\n  created:     {}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  mss clamp:   {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
+        "attachment {}/{}/{}\n  record:      version {}, {}\n  netns:       {}\n  created:     {}{}\n  profile:     {} (selected by {})\n  pod ips:     {}\n  sysctls:     {}\n  masquerade:  {}\n  mss clamp:   {}\n  node routes: {}\n  pod routes:  {}\n  routing:     {}\n  warnings:    {}\n  status:      {state}\n\n",
         r.key.network,
         r.key.container_id,
         r.key.ifname,
@@ -217,6 +278,11 @@ pub fn render(a: &Attachment, node_links: &[Link]) -> String {
         },
         r.netns.as_ref().map_or("-".to_string(), |n| n.display().to_string()),
         r.created,
+        if r.adopted {
+            " (adopted: the node agent applied it to a sandbox that started without podgate's chain)"
+        } else {
+            ""
+        },
         p.profile,
         p.source,
         list_or_dash(ips),

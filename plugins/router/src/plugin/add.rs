@@ -66,6 +66,7 @@ fn add_node_side(
     store: &StateStore,
     key: &Key,
     facts: apply::PodFacts,
+    adopted: bool,
 ) -> Result<NodeDone, CniError> {
     let prev = req
         .conf
@@ -244,6 +245,7 @@ fn add_node_side(
         netns: req.env.netns.clone(),
         node_netns_id: here.node,
         warnings,
+        adopted,
     };
     let mut rec = Record::pending(key, &plan, origin);
     let apply_err = |e: ApplyError, leftovers: Vec<String>| {
@@ -339,6 +341,12 @@ fn apply_cni_err(e: &ApplyError, msg: String) -> CniError {
 }
 
 pub(super) fn add(req: &Request) -> Result<Added, CniError> {
+    add_as(req, false)
+}
+
+/// ADD; `adopted`: on behalf of the node agent's adoption scan (recorded
+/// as such), not the runtime.
+pub(super) fn add_as(req: &Request, adopted: bool) -> Result<Added, CniError> {
     let cfg = load(&req.conf)?;
     let log = logger(&cfg, req);
     if req.conf.prev_result.is_none() {
@@ -389,7 +397,7 @@ pub(super) fn add(req: &Request) -> Result<Added, CniError> {
     .map_err(|e| failed(ApplyError::Kit(e)))?;
     let facts = apply::PodFacts::read(&mut pod, ns.dev_ino(), &key.ifname, want_oif, &names)
         .map_err(failed)?;
-    let mut done = add_node_side(&cfg, req, &log, &sel, &ns, &store, &key, facts)?;
+    let mut done = add_node_side(&cfg, req, &log, &sel, &ns, &store, &key, facts, adopted)?;
     let outcome = apply::pod_changes(&mut Live::pod(&mut pod), &mut done.rec, done.reread, &store)
         .and_then(|()| {
             done.rec.status = record::Status::Applied;
@@ -411,6 +419,7 @@ pub(super) fn add(req: &Request) -> Result<Added, CniError> {
             "pod": format!("{}/{}", req.env.arg("K8S_POD_NAMESPACE").unwrap_or("-"), req.env.arg("K8S_POD_NAME").unwrap_or("-")),
             "profile": rec.profile,
             "source": rec.source,
+            "adopted": rec.adopted,
             "sysctls": rec.sysctls,
             "masquerade": rec.masquerade,
             "returnRoutes": rec.node_routes.iter().map(|r| r.spec().describe()).collect::<Vec<_>>(),

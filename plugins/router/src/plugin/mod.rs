@@ -1,6 +1,7 @@
 //! The CNI verbs: one file a verb, the helpers they share here.
 
 mod add;
+pub mod adopt;
 mod del;
 mod gc;
 

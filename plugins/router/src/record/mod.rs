@@ -116,6 +116,11 @@ pub struct Record {
     /// Noticed at ADD (e.g. IPVS present), shown by inspect.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Applied by the node agent to a sandbox that was running before the
+    /// runtime served podgate's chain (adoption), not by the runtime's ADD.
+    /// Absent (false) in records written by ADD and by older releases.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
 }
 
 /// What ADD knows about where it runs, for the record.
@@ -126,6 +131,8 @@ pub struct Origin {
     pub netns: Option<PathBuf>,
     pub node_netns_id: Option<NsIdentity>,
     pub warnings: Vec<String>,
+    /// Applied by the agent's adoption scan, not by the runtime's ADD.
+    pub adopted: bool,
 }
 
 impl Record {
@@ -181,6 +188,7 @@ impl Record {
             node_routes: plan.node_routes.iter().map(Route::from).collect(),
             routing: plan.routing.as_ref().map(Routing::from),
             warnings: origin.warnings,
+            adopted: origin.adopted,
         }
     }
 

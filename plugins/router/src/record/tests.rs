@@ -10,7 +10,12 @@ fn golden(name: &str) -> (PathBuf, Vec<u8>) {
 
 #[test]
 fn golden_v1_records_parse_and_round_trip() {
-    for name in ["v1-vpn-full.json", "v1-strict.json", "v1-pending.json"] {
+    for name in [
+        "v1-vpn-full.json",
+        "v1-strict.json",
+        "v1-pending.json",
+        "v1-adopted.json",
+    ] {
         let (p, b) = golden(name);
         let r = parse(&p, &b).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(r.version, 1);
@@ -22,8 +27,22 @@ fn golden_v1_records_parse_and_round_trip() {
     assert_eq!(r.status, Status::Applied);
     assert_eq!(r.node_routes.len(), 1);
     assert_eq!(r.sysctls[0].previous.as_deref(), Some("0"));
+    assert!(!r.adopted, "a record without the field was written by ADD");
     let (p, b) = golden("v1-strict.json");
     assert!(parse(&p, &b).unwrap().is_strict());
+}
+
+#[test]
+fn an_adopted_record_says_so_and_a_record_by_add_does_not_carry_the_field() {
+    let (p, b) = golden("v1-adopted.json");
+    let r = parse(&p, &b).unwrap();
+    assert!(r.adopted);
+    assert!(String::from_utf8(serde_json::to_vec(&r).unwrap())
+        .unwrap()
+        .contains("\"adopted\":true"));
+    let (p, b) = golden("v1-vpn-full.json");
+    let by_add = serde_json::to_string(&parse(&p, &b).unwrap()).unwrap();
+    assert!(!by_add.contains("adopted"), "{by_add}");
 }
 
 #[test]

@@ -71,6 +71,7 @@ impl Record {
             node_routes: self.plan.node_routes,
             routing: self.plan.routing,
             warnings: self.warnings,
+            adopted: false,
         }
     }
 }
