@@ -198,6 +198,11 @@ impl Rig {
     }
 
     fn conf(&self, profile: Value, gc: bool) -> Vec<u8> {
+        self.conf_for(profile, gc, &self.pod, &self.ips)
+    }
+
+    /// [`Rig::conf`] for an attachment in another pod netns of this node.
+    fn conf_for(&self, profile: Value, gc: bool, pod: &Netns, ips: &Value) -> Vec<u8> {
         let mut c = json!({
             "cniVersion": "1.1.0",
             "name": self.network,
@@ -207,23 +212,28 @@ impl Rig {
             "assign": [{"namespace": "vpn", "profile": "p"}],
             "prevResult": {
                 "cniVersion": "1.1.0",
-                "interfaces": [{"name": self.host_if}, {"name": "eth0", "sandbox": self.pod.path()}],
-                "ips": self.ips
+                "interfaces": [{"name": self.host_if}, {"name": "eth0", "sandbox": pod.path()}],
+                "ips": ips
             }
         });
         if gc {
-            c["cni.dev/valid-attachments"] = json!([]);
+            // The other attachments (`OTHER`) stay.
+            c["cni.dev/valid-attachments"] = json!([{"containerID": OTHER, "ifname": "eth0"}]);
             c.as_object_mut().unwrap().remove("prevResult");
         }
         serde_json::to_vec(&c).unwrap()
     }
 
     fn env(&self, cmd: &str, cid: &str) -> Vec<(String, String)> {
+        self.env_for(cmd, cid, &self.pod)
+    }
+
+    fn env_for(&self, cmd: &str, cid: &str, pod: &Netns) -> Vec<(String, String)> {
         vec![
             ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
             ("CNI_COMMAND".into(), cmd.into()),
             ("CNI_CONTAINERID".into(), cid.into()),
-            ("CNI_NETNS".into(), self.pod.path().display().to_string()),
+            ("CNI_NETNS".into(), pod.path().display().to_string()),
             ("CNI_IFNAME".into(), "eth0".into()),
             ("CNI_PATH".into(), "/usr/lib/cni".into()),
             (
@@ -236,6 +246,19 @@ impl Rig {
     /// Runs the router in the node netns, optionally under strace killing it
     /// at the `n`th call of `syscall`.
     fn router(&self, cmd: &str, cid: &str, profile: &Value, kill_at: Option<(&str, u32)>) -> Run {
+        self.router_in(cmd, cid, profile, kill_at, &self.pod, &self.ips)
+    }
+
+    /// [`Rig::router`] for an attachment in `pod` with addresses `ips`.
+    fn router_in(
+        &self,
+        cmd: &str,
+        cid: &str,
+        profile: &Value,
+        kill_at: Option<(&str, u32)>,
+        pod: &Netns,
+        ips: &Value,
+    ) -> Run {
         let mut c = Command::new("nsenter");
         c.arg(format!("--net={}", self.node.path().display()));
         if let Some((sys, n)) = kill_at {
@@ -244,14 +267,14 @@ impl Rig {
         }
         c.arg(router())
             .env_clear()
-            .envs(self.env(cmd, cid))
+            .envs(self.env_for(cmd, cid, pod))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
         {
             let mut sin = child.stdin.take().unwrap();
-            let _ = sin.write_all(&self.conf(profile.clone(), cmd == "GC"));
+            let _ = sin.write_all(&self.conf_for(profile.clone(), cmd == "GC", pod, ips));
         }
         let out = child.wait_with_output().unwrap();
         Run {
@@ -314,17 +337,64 @@ fn full_profile() -> Value {
     })
 }
 
+/// The container ID of the attachment that stays while others come and go.
+const OTHER: &str = "c2";
+
+/// The claims index (`claims.v1/` in the state dir) holds exactly the
+/// claims the records describe: every record is known to it and each of
+/// its pools names it. Entries whose record is gone are allowed (a kill
+/// between the index and the record): the router does not trust them.
+fn index_matches_records(rig: &Rig, what: &str) {
+    let dir = rig.state_dir();
+    let mut want = std::collections::BTreeSet::new();
+    let mut records = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !name.ends_with(".json") {
+            continue;
+        }
+        let v: Value = serde_json::from_slice(&std::fs::read(dir.join(&name)).unwrap()).unwrap();
+        for r in v["nodeRoutes"].as_array().into_iter().flatten() {
+            want.insert(format!(
+                "p={}={name}",
+                r["dst"].as_str().unwrap().replace('/', "_")
+            ));
+        }
+        records.push(name);
+    }
+    let entries: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("claims.v1"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let got: std::collections::BTreeSet<String> = entries
+        .iter()
+        .filter(|e| records.iter().any(|r| e.ends_with(&format!("={r}"))))
+        .filter(|e| e.starts_with("p="))
+        .cloned()
+        .collect();
+    assert_eq!(got, want, "{what}: claims index (all entries: {entries:?})");
+    for r in &records {
+        assert!(
+            entries.contains(&format!("k={r}")),
+            "{what}: record {r} not known to the index: {entries:?}"
+        );
+    }
+}
+
 const CALLS: [&str; 5] = ["sendto", "sendmsg", "write", "rename", "openat"];
 
 /// Every crash point of ADD (then DEL, and then GC) and of DEL (then DEL
 /// again) for `profile`; returns (ADD points, DEL points, saw a pending
 /// record in `podgate inspect`).
-fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
+fn crash_points(rig: &Rig, profile: &Value, also: &dyn Fn(&str)) -> (u32, u32, bool) {
     let before = rig.world();
     let mut add_points = 0;
     let mut del_points = 0;
     let mut saw_pending = false;
     let check = |what: &str| {
+        also(what);
         let now = rig.world();
         assert!(
             now == before,
@@ -347,6 +417,7 @@ fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
                     break;
                 }
                 add_points += 1;
+                also(&format!("ADD killed at {sys} #{n}"));
                 if !saw_pending && cleanup == "DEL" {
                     let v = rig.inspect();
                     if let Some(a) = v["attachments"].as_array().and_then(|a| a.first()) {
@@ -374,6 +445,7 @@ fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
                 break;
             }
             del_points += 1;
+            also(&format!("DEL killed at {sys} #{n}"));
             rig.router("DEL", "c1", profile, None).ok();
             check(&format!("DEL killed at {sys} #{n}, then DEL"));
         }
@@ -389,7 +461,30 @@ fn killed_at_any_point_then_del_or_gc_restores_everything() {
         "strace is needed (integration/install-deps.sh)"
     );
     let rig = Rig::new("crash", Netns::new("lc-pod-crash"), "lcnet");
-    let (add, del, saw_pending) = crash_points(&rig, &full_profile());
+    // Another attachment on the node (its own pod netns) holding a pool,
+    // and a third whose pool overlaps it: refused at every step.
+    let pod2 = Netns::new("lc-pod-crash2");
+    let ips2 = json!([{"address": "10.22.0.6/24", "gateway": "10.22.0.1", "interface": 1}]);
+    let other = |dst: &str| json!({"masquerade": [{"source": "10.8.0.0/24"}], "returnRoutes": [{"dst": dst}]});
+    rig.router_in("ADD", OTHER, &other("10.50.0.0/24"), None, &pod2, &ips2)
+        .ok();
+    let also = |what: &str| {
+        index_matches_records(&rig, what);
+        let run = rig.router_in("ADD", "c3", &other("10.50.0.0/16"), None, &pod2, &ips2);
+        assert!(
+            run.code != Some(0) && run.stdout.contains("already routed to pod c2"),
+            "{what}: an overlapping pool is refused: {run:?}"
+        );
+    };
+    let (add, del, saw_pending) = crash_points(&rig, &full_profile(), &also);
+    rig.router_in("DEL", OTHER, &other("10.50.0.0/24"), None, &pod2, &ips2)
+        .ok();
+    index_matches_records(&rig, "all deleted");
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "DEL left {:?}",
+        state_files_in(&rig.state_dir())
+    );
     println!(
         "crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
         2 * add + del
@@ -438,7 +533,7 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         "sysctls": {"net.ipv4.ip_forward": "1"},
         "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}
     });
-    let (add, del, _) = crash_points(&rig, &strict);
+    let (add, del, _) = crash_points(&rig, &strict, &|what| index_matches_records(&rig, what));
     println!(
         "strict crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
         2 * add + del
