@@ -259,22 +259,37 @@ impl Rig {
         pod: &Netns,
         ips: &Value,
     ) -> Run {
+        let strace: Vec<String> = kill_at
+            .map(|(sys, n)| {
+                ["-f", "-qq", "-o", "/dev/null", "-e"]
+                    .map(String::from)
+                    .into_iter()
+                    .chain([format!("inject={sys}:signal=KILL:when={n}")])
+                    .collect()
+            })
+            .unwrap_or_default();
+        let conf = self.conf_for(profile.clone(), cmd == "GC", pod, ips);
+        self.spawn(&strace, self.env_for(cmd, cid, pod), &conf)
+    }
+
+    /// The router in the node netns, under `strace` with these arguments
+    /// unless there are none.
+    fn spawn(&self, strace: &[String], env: Vec<(String, String)>, conf: &[u8]) -> Run {
         let mut c = Command::new("nsenter");
         c.arg(format!("--net={}", self.node.path().display()));
-        if let Some((sys, n)) = kill_at {
-            c.args(["strace", "-f", "-qq", "-o", "/dev/null", "-e"])
-                .arg(format!("inject={sys}:signal=KILL:when={n}"));
+        if !strace.is_empty() {
+            c.arg("strace").args(strace);
         }
         c.arg(router())
             .env_clear()
-            .envs(self.env_for(cmd, cid, pod))
+            .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
         {
             let mut sin = child.stdin.take().unwrap();
-            let _ = sin.write_all(&self.conf_for(profile.clone(), cmd == "GC", pod, ips));
+            let _ = sin.write_all(conf);
         }
         let out = child.wait_with_output().unwrap();
         Run {
@@ -979,4 +994,81 @@ fn the_node_agent_sweeps_records_of_dead_pods() {
     );
     let routes = rig.node.exec_ok(&["ip", "route"]);
     assert!(!routes.contains("10.9.0.0/24"), "{routes}");
+}
+
+/// `strace -c` output: calls per syscall.
+fn strace_counts(path: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let name = f.last()?;
+            let calls = f.get(3)?.parse().ok()?;
+            (f.len() >= 5 && *name != "total").then(|| (name.to_string(), calls))
+        })
+        .collect()
+}
+
+#[test]
+fn an_add_makes_the_same_file_and_netlink_syscalls_at_25_and_at_250_attachments() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let rig = Rig::new("scale", Netns::new("lc-pod-scale"), "lcnet");
+    // Each attachment: its own interface name in the one pod netns, a
+    // routed pool of its own and masquerade (the node-scale bench's pod).
+    let add = |i: usize, strace: &[String]| {
+        let ifname = format!("sc{i}");
+        let profile = json!({
+            "masquerade": [{"source": "10.8.0.0/24"}],
+            "returnRoutes": [{"dst": format!("10.{}.{}.0/24", 100 + i / 256, i % 256)}]
+        });
+        let mut conf: Value = serde_json::from_slice(&rig.conf(profile, false)).unwrap();
+        conf["prevResult"]["interfaces"][1]["name"] = json!(ifname);
+        let mut env = rig.env("ADD", &format!("scale-{i}"));
+        for (k, v) in &mut env {
+            if k == "CNI_IFNAME" {
+                v.clone_from(&ifname);
+            }
+        }
+        rig.spawn(strace, env, &serde_json::to_vec(&conf).unwrap())
+    };
+    let mut counts = Vec::new();
+    for i in 0..=250 {
+        if i == 25 || i == 250 {
+            let out = rig.dir.path().join(format!("strace-{i}"));
+            let args = ["-c", "-f", "-e", "trace=%file,%desc,%network", "-o"]
+                .map(String::from)
+                .into_iter()
+                .chain([out.display().to_string()])
+                .collect::<Vec<_>>();
+            add(i, &args).ok();
+            counts.push(strace_counts(&out));
+        } else {
+            add(i, &[]).ok();
+        }
+    }
+    assert!(
+        counts[0].get("openat").is_some_and(|n| *n > 0),
+        "no file syscalls counted: {:?}",
+        counts[0]
+    );
+    // The node's route dump (the plan checks the pool against the node's
+    // routes) grows with the 225 return routes added meanwhile: one more
+    // receive buffer at most. Every other call is the same.
+    let [mut at25, mut at250] = [counts[0].clone(), counts[1].clone()];
+    let (r25, r250) = (
+        at25.remove("recvfrom").unwrap_or(0),
+        at250.remove("recvfrom").unwrap_or(0),
+    );
+    assert!(
+        r25 <= r250 && r250 <= r25 + 1,
+        "recvfrom: {r25} at 25 attachments, {r250} at 250"
+    );
+    assert_eq!(
+        at25, at250,
+        "syscalls of an ADD with 25 attachments (left) and with 250 (right)"
+    );
 }

@@ -287,11 +287,26 @@ fn add_node_side(
         apply_cni_err(&e, msg)
     };
     facts.fill(&mut rec).map_err(|e| apply_err(e, Vec::new()))?;
-    // Its claims in the index before its record (write-ahead).
-    claims::claim(store, &rec).map_err(io_err)?;
+    // Its claims in the index before its record (write-ahead); an ADD that
+    // fails with nothing kept (no record) takes them back. An entry left
+    // by a kill or a failed removal names no record: not trusted, and
+    // pruned by GC.
+    let release = || {
+        if let Err(e) = claims::release(store, key) {
+            log.warn("claims index entries left", json!({"error": e.to_string()}));
+        }
+    };
+    if let Err(e) = claims::claim(store, &rec) {
+        release();
+        return Err(io_err(e));
+    }
     let last = census.last_strict(key);
-    apply::apply_node(&mut Live::lazy(&mut node), store, &mut rec, last)
-        .map_err(|(e, l)| apply_err(e, l))?;
+    if let Err((e, l)) = apply::apply_node(&mut Live::lazy(&mut node), store, &mut rec, last) {
+        if l.is_empty() {
+            release();
+        }
+        return Err(apply_err(e, l));
+    }
     let (lock_waited, lock_held) = (lock.waited(), lock.held());
     drop(lock);
     Ok(NodeDone {
