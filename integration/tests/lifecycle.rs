@@ -483,6 +483,12 @@ fn killed_at_any_point_then_del_or_gc_restores_everything() {
     let other = |dst: &str| json!({"masquerade": [{"source": "10.8.0.0/24"}], "returnRoutes": [{"dst": dst}]});
     rig.router_in("ADD", OTHER, &other("10.50.0.0/24"), None, &pod2, &ips2)
         .ok();
+    let claims = rig.inspect()["claims"].clone();
+    assert_eq!(
+        claims,
+        json!([{"pool": "10.50.0.0/24", "owner": {"network": "lcnet", "containerID": OTHER, "ifname": "eth0"}, "trusted": true}]),
+        "podgate inspect shows the claim and its owner"
+    );
     let also = |what: &str| {
         index_matches_records(&rig, what);
         let run = rig.router_in("ADD", "c3", &other("10.50.0.0/16"), None, &pod2, &ips2);

@@ -244,22 +244,44 @@ fn remove_where(store: &StateStore, gone: impl Fn(&Entry) -> bool) -> Result<(),
     Ok(())
 }
 
+/// One pool entry of the index, for `podgate inspect`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolClaim {
+    pub pool: IpNet,
+    /// The record it names (None: not a record's file name).
+    pub owner: Option<Key>,
+    /// Its record exists and claims that pool.
+    pub trusted: bool,
+}
+
+/// Every pool entry of the index, judged (reads each named record).
+pub fn pool_claims(store: &StateStore) -> Result<Vec<PoolClaim>, Error> {
+    let mut out = Vec::new();
+    for (_, e) in Index::load(store)?.entries {
+        let Entry::Pool(pool, file) = e else { continue };
+        let owner = Key::from_file_name(&file);
+        let trusted = owner.as_ref().is_some_and(|k| {
+            matches!(record::read(store, k), Ok(Some(rec)) if rec.claim().pools.contains(&pool))
+        });
+        out.push(PoolClaim {
+            pool,
+            owner,
+            trusted,
+        });
+    }
+    out.sort_by(|a, b| (a.pool, &a.owner).cmp(&(b.pool, &b.owner)));
+    Ok(out)
+}
+
 /// The index's trusted claims: (pool, record) pairs whose record exists and
 /// claims that pool.
 pub fn trusted(store: &StateStore) -> Result<BTreeSet<(IpNet, Key)>, Error> {
-    let mut out = BTreeSet::new();
-    for (_, e) in Index::load(store)?.entries {
-        let Entry::Pool(pool, file) = e else { continue };
-        let Some(key) = Key::from_file_name(&file) else {
-            continue;
-        };
-        if let Ok(Some(rec)) = record::read(store, &key) {
-            if rec.claim().pools.contains(&pool) {
-                out.insert((pool, key));
-            }
-        }
-    }
-    Ok(out)
+    Ok(pool_claims(store)?
+        .into_iter()
+        .filter(|c| c.trusted)
+        .filter_map(|c| Some((c.pool, c.owner?)))
+        .collect())
 }
 
 /// The claims the records themselves describe (what the index must hold).
