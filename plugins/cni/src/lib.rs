@@ -6,7 +6,8 @@
 //! error path without a runtime.
 //!
 //! No `unsafe` here: the protocol layer parses input a pod can influence,
-//! and std's stdin, stdout, exit and file locks do all it needs.
+//! and std's stdin, stdout and exit (and the kit's file locks) do all it
+//! needs.
 #![deny(unsafe_code)]
 #![cfg_attr(
     test,
