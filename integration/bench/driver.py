@@ -676,7 +676,8 @@ def cmd_series(args):
     tuning = "/usr/lib/cni/tuning"
     nft = shutil.which("nft") or "/usr/sbin/nft"
     nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
-    for b in (router, tuning, nft, nsenter, args.noop):
+    before = os.path.join(os.path.abspath(args.before_bin_dir), "podgate-router") if args.before_bin_dir else None
+    for b in (router, tuning, nft, nsenter, args.noop) + ((before,) if before else ()):
         if not os.access(b, os.X_OK):
             sys.exit(f"driver: {b} missing or not executable")
 
@@ -820,21 +821,41 @@ def cmd_series(args):
     what = "/usr/lib/cni/tuning, sysctl net.ipv4.ip_forward=1 only"
     record("tuning_add", "tuning ADD (ip_forward only)", what, a, a_rss)
     record("tuning_del", "tuning DEL", what, d, d_rss)
-    # The ratio targets, side by side in this pod: tuning ADD, its DEL, the
-    # router's masquerade ADD, its DEL, the return-route ADD, its DEL (the
-    # series above ran one after another, minutes apart, and load drifts).
+    # The ratio targets, side by side in this pod, each round: the no-op (the
+    # process start subtracted from every ADD below), tuning ADD and its DEL,
+    # the router's masquerade ADD and its DEL, the return-route ADD and its
+    # DEL, and the same two ADDs of the binary before the removals of issue 26
+    # (--before-bin-dir) with their DELs. The series above ran one after
+    # another, minutes apart, and load drifts; these run under the same load.
     rstdin = write_json(os.path.join(tmp, "router-vs-tuning.json"), router_conf(tmp, pod.prev_result()))
-    il = {k: Series() for k in ("tuning", "vpn-gateway", "vpn-routed")}
-    steps = [(il["tuning"], add, "tuning ADD"), (None, dele, "tuning DEL")]
-    for p in ("vpn-gateway", "vpn-routed"):
-        steps.append((il[p], Call([router], cni_env("ADD", f"bench-vs-{p}", pod, p), rstdin), f"router {p} ADD"))
-        steps.append((None, Call([router], cni_env("DEL", f"bench-vs-{p}", pod, p), rstdin), f"router {p} DEL"))
+    binaries = {"": router}
+    if before:
+        # Its own state dir and log: the two binaries never share a record.
+        os.makedirs(os.path.join(tmp, "before"), exist_ok=True)
+        bconf = router_conf(os.path.join(tmp, "before"), pod.prev_result())
+        binaries["before_"] = before
+        bstdin = write_json(os.path.join(tmp, "before-vs-tuning.json"), bconf)
+    il = {k: Series() for k in ("noop", "tuning")}
+    steps = [(il["noop"], Call([args.noop], BASE_ENV), "noop"), (il["tuning"], add, "tuning ADD"),
+             (None, dele, "tuning DEL")]
+    for prefix, binary in binaries.items():
+        conf_path = bstdin if prefix else rstdin
+        for p in ("vpn-gateway", "vpn-routed"):
+            key = f"{prefix}{p}"
+            il[key] = Series()
+            cid = f"bench-vs-{prefix}{p}"
+            steps.append((il[key], Call([binary], cni_env("ADD", cid, pod, p), conf_path), f"{prefix}router {p} ADD"))
+            steps.append((None, Call([binary], cni_env("DEL", cid, pod, p), conf_path), f"{prefix}router {p} DEL"))
     interleave(sp, steps, runs, warmup)
-    if os.listdir(os.path.join(tmp, "state")) not in ([], [".lock"]):
-        raise RuntimeError(f"router vs tuning: state left: {os.listdir(os.path.join(tmp, 'state'))}")
+    for d in [os.path.join(tmp, "state")] + ([os.path.join(tmp, "before", "state")] if before else []):
+        if os.listdir(d) not in ([], [".lock"]):
+            raise RuntimeError(f"router vs tuning: state left in {d}: {os.listdir(d)}")
+    record("il_noop", "no-op, interleaved with tuning (subtracted)", "static C main(){return 0;}", il["noop"])
     record("il_tuning_add", "tuning ADD, interleaved with the router", what, il["tuning"])
-    for p in ("vpn-gateway", "vpn-routed"):
-        record(f"il_router_{p}_add", f"podgate-router ADD {p}, vs tuning", "interleaved with tuning ADD", il[p])
+    for prefix in binaries:
+        for p in ("vpn-gateway", "vpn-routed"):
+            label = f"podgate-router ADD {p}, vs tuning" if not prefix else f"before removals: router ADD {p}"
+            record(f"il_{prefix}router_{p}_add", label, "interleaved with tuning ADD", il[f"{prefix}{p}"])
     pod.close()
 
     # The same masquerade table through a spawned nft, and its deletion
@@ -1136,6 +1157,9 @@ def load(path):
     return None
 
 
+GUARD_TARGET = "router masquerade ADD net of process start <= 0.8x tuning net (gross-regression guard)"
+
+
 def cmd_report(args):
     series = load(args.series) or {}
     s = series.get("series", {})
@@ -1183,9 +1207,12 @@ def cmd_report(args):
         ("ref_c_add", "C reference ADD (masq_ref.c, same calls)"),
         ("tuning_add", "tuning ADD (ip_forward only)"),
         ("tuning_del", "tuning DEL"),
+        ("il_noop", "no-op, interleaved with tuning (subtracted)"),
         ("il_tuning_add", "tuning ADD, interleaved with the router"),
         ("il_router_vpn-gateway_add", "podgate-router ADD vpn-gateway, vs tuning"),
         ("il_router_vpn-routed_add", "podgate-router ADD vpn-routed, vs tuning"),
+        ("il_before_router_vpn-gateway_add", "before removals: router ADD vpn-gateway"),
+        ("il_before_router_vpn-routed_add", "before removals: router ADD vpn-routed"),
         ("noop_il", "no-op, interleaved with the pass-through"),
         ("nft_add", "nsenter --net + nft -f (masquerade)"),
         ("nft_del", "nsenter --net + nft delete table"),
@@ -1229,8 +1256,9 @@ def cmd_report(args):
 
     verdicts = []
 
-    def verdict(name, ok, detail):
-        verdicts.append({"target": name, "met": ok, "detail": detail})
+    def verdict(name, ok, detail, gate=False):
+        # A gate's miss fails the run (exit 3); the other targets only report.
+        verdicts.append({"target": name, "met": ok, "detail": detail, "gate": gate})
 
     def med(key):
         return s.get(key, {}).get("median_ms")
@@ -1241,21 +1269,49 @@ def cmd_report(args):
         for p in ("vpn-gateway", "vpn-routed", "vpn-full"):
             if med(f"router_{p}_add"):
                 print(f"  ratio router ADD {p} / tuning ADD (series apart): {med(f'router_{p}_add') / tun:.2f}x")
-    # The verdicts compare interleaved runs where the run has them (results
-    # of an older driver have only the series apart).
-    il_tun = med("il_tuning_add")
-    tun_v, tun_how = (il_tun, "interleaved") if il_tun else (tun, "series apart")
-    if tun_v:
-        for p, limit, what in (
-            ("vpn-gateway", 0.5, "router ADD sysctl+masquerade median <= 0.5x tuning ADD"),
-            ("vpn-routed", 0.4, "router ADD sysctl+return route median <= 0.4x tuning ADD"),
-        ):
-            key = f"il_router_{p}_add" if il_tun else f"router_{p}_add"
-            if med(key):
-                ratio = med(key) / tun_v
-                rc, tc = s[key].get("cpu_median_ms"), s["il_tuning_add" if il_tun else "tuning_add"].get("cpu_median_ms")
-                cpu = f"; CPU {rc:.3f} / {tc:.3f} ms = {rc / tc:.2f}x" if rc and tc else ""
-                verdict(what, ratio <= limit, f"{med(key):.3f} ms vs {tun_v:.3f} ms = {ratio:.2f}x ({tun_how}){cpu}")
+    # ADD net of process start: each median minus the median of the no-op
+    # run in the same rounds (a static C `main(){return 0;}`: exec and exit
+    # of a minimal process). Go's runtime start stays inside tuning's figure:
+    # it is part of what tuning costs.
+    il_noop = med("il_noop")
+
+    def net(key, field="median_ms"):
+        """Median of `key` minus the interleaved no-op's: wall ms, or with
+        field="cpu_median_ms" user+sys CPU (what load cannot inflate much)."""
+        v, floor_v = s.get(key, {}).get(field), s.get("il_noop", {}).get(field)
+        return v - floor_v if v is not None and floor_v is not None else None
+
+    def vs(a, b):
+        """`a` against `b`, net, wall and CPU: "x ms vs y ms = r (CPU ...)"."""
+        wa, wb, ca, cb = net(a), net(b), net(a, "cpu_median_ms"), net(b, "cpu_median_ms")
+        cpu = f"; CPU net {ca:.3f} vs {cb:.3f} ms = {ca / cb:.2f}x" if ca and cb else ""
+        return f"{wa:.3f} ms vs {wb:.3f} ms = {wa / wb:.2f}x (interleaved){cpu}"
+
+    tun_net = net("il_tuning_add")
+    if tun_net:
+        masq, before = net("il_router_vpn-gateway_add"), net("il_before_router_vpn-gateway_add")
+        print(f"  ADD net of process start (minus the interleaved no-op, {il_noop:.3f} ms): tuning {tun_net:.3f} ms"
+              + "".join(f", {label} {net(k):.3f} ms ({net(k) / tun_net:.2f}x tuning)"
+                        for k, label in (("il_router_vpn-gateway_add", "router masquerade"),
+                                         ("il_router_vpn-routed_add", "router return route"),
+                                         ("il_before_router_vpn-gateway_add", "before removals masquerade"),
+                                         ("il_before_router_vpn-routed_add", "before removals return route"))
+                        if net(k) is not None))
+        if masq is not None:
+            detail = vs("il_router_vpn-gateway_add", "il_tuning_add")
+            verdict(GUARD_TARGET, masq <= 0.8 * tun_net, detail, gate=True)
+            if args.mode == "full":
+                verdict("router masquerade ADD net of process start <= 0.6x tuning net", masq <= 0.6 * tun_net, detail)
+        if args.mode == "full":
+            if masq is not None and before:
+                verdict("router masquerade ADD net <= 1.15x the binary before the removals (same run)",
+                        masq <= 1.15 * before, vs("il_router_vpn-gateway_add", "il_before_router_vpn-gateway_add"))
+            else:
+                verdict("router masquerade ADD net <= 1.15x the binary before the removals (same run)", False,
+                        "not measured: no --before-bin-dir in this run")
+    if not any(v["target"] == GUARD_TARGET for v in verdicts):
+        verdict(GUARD_TARGET, False, "not measured: no interleaved no-op, tuning and masquerade ADD in the series",
+                gate=True)
     floor_none = med("noop_il") or floor
     if med("router_none_add") is not None and floor_none is not None:
         over = med("router_none_add") - floor_none
@@ -1331,7 +1387,7 @@ def cmd_report(args):
             print(f"  fuzz: skipped: {fuzz['skipped']}")
     print()
     for v in verdicts:
-        print(f"  [{'met' if v['met'] else 'MISSED'}] {v['target']}: {v['detail']}")
+        print(f"  [{'met' if v['met'] else ('FAILED' if v['gate'] else 'MISSED')}] {v['target']}: {v['detail']}")
 
 
     out = {
@@ -1351,6 +1407,10 @@ def cmd_report(args):
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(f"\nresults: {args.out}")
+    gates = [v["target"] for v in verdicts if v["gate"] and not v["met"]]
+    if gates:
+        print("report: FAILED: " + "; ".join(gates), file=sys.stderr)
+        sys.exit(3)
 
 
 def main():
@@ -1360,6 +1420,7 @@ def main():
     a.add_argument("--bin-dir", required=True)
     a.add_argument("--noop", required=True)
     a.add_argument("--ref-src", required=True, help="masq_ref.c")
+    a.add_argument("--before-bin-dir", help="podgate-router before issue 26's removals, measured side by side")
     a.add_argument("--runs", type=int, default=300)
     a.add_argument("--warmup", type=int, default=20)
     a.add_argument("--rss-runs", type=int, default=10)

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # One node netns and one pod netns joined by a veth, and a podgate-router
-# config for them: what perfstat.sh, syscalls.sh and link-order.sh measure
+# config for them: what perfstat.sh and syscalls.sh measure
 # in. Source it, then call `bench_pod_netns PREFIX CNI_VERSION`:
 #   node=pg-PREFIX-node-<pid>-<rand>  the node netns (pgph1 10.22.1.1/24, forwarding on)
 #   pod=pg-PREFIX-pod-<pid>-<rand>    the pod netns (eth0 10.22.1.5/24, forwarding OFF,

@@ -12,26 +12,31 @@
 # vpn-routed: + node return route instead; sysctl + masquerade + route),
 # a pod without a profile; masq_ref.c, a static C program making the router's
 # masquerade-ADD kernel calls with the bytes captured from the router (the
-# physical limit, interleaved with the router's ADD);
-# Debian's tuning plugin setting only ip_forward, `nsenter --net + nft -f` of
-# the same masquerade rule and `nft delete table` against the router's DEL in
-# the same netns, podgate-tunnel-guard ADD with 10 and 4,000 XFRM
-# policies (guard.sh), and a no-op static binary (the floor). Each plugin is
-# driven directly with env + stdin against a real veth'd pod netns, release
-# build. Then: the burst, 110 pods (all masquerade, a third with return
-# routes) ADDed at once and DELed at once: p50/p99/max against the CPU floor
-# (110 x one ADD's user+sys / cores), node-lock hold times from the router's
-# log, node must end as it started; the soak test (integration/tests/soak.rs)
-# and the fuzz targets.
+# physical limit, interleaved with the router's ADD); Debian's tuning plugin
+# setting only ip_forward, interleaved with a static C no-op (subtracted:
+# ADD net of process start), the router's ADDs and, in the full mode, the
+# router before issue 26's removals (commit 1c58541, built as it shipped);
+# `nsenter --net + nft -f` of the same masquerade rule and `nft delete table`
+# against the router's DEL in the same netns, podgate-tunnel-guard ADD with 10
+# and 4,000 XFRM policies (guard.sh). Each plugin is driven directly with
+# env + stdin against a real veth'd pod netns, static release build. Then:
+# the burst, 110 pods (all masquerade, a third with return routes) ADDed at
+# once and DELed at once: p50/p99/max against the CPU floor (110 x one ADD's
+# user+sys / cores), node-lock hold times from the router's log, node must
+# end as it started; the soak test (integration/tests/soak.rs) and the fuzz
+# targets. Method and the latest full run: integration/bench/README.md.
 #
 # Output: a table and one verdict line per target on stdout, and
-# target/bench/results.json. Timing never fails the run (it prints MISSED);
-# a broken plugin, a node left changed, a soak leftover or a fuzz crash do.
+# target/bench/results.json. Timing fails the run in one case only: the
+# router's masquerade ADD net of process start slower than 0.8x tuning's (a
+# gross-regression guard, both modes); other targets print MISSED. A broken
+# plugin, a node left changed, a soak leftover or a fuzz crash fail it too.
 # Everything runs in network namespaces made here (pg-bench-*) and removed
 # on exit, whatever happens; the host's networking is never touched.
 #
 # Environment: BENCH_RUNS, BENCH_PODS, BENCH_ROUNDS, PODGATE_SOAK_CYCLES,
-# FUZZ_SECONDS (per target; 0 skips fuzzing), BENCH_SKIP="guard concurrency soak fuzz".
+# FUZZ_SECONDS (per target; 0 skips fuzzing), BENCH_SKIP="guard concurrency soak fuzz",
+# BENCH_BEFORE (1: measure the router before the removals; default 1 full, 0 short).
 set -euo pipefail
 
 mode=full
@@ -39,7 +44,7 @@ case "${1:-}" in
     --short) mode=short ;;
     "") ;;
     -h | --help)
-        sed -n '2,34p' "$0"
+        sed -n '2,39p' "$0"
         exit 0
         ;;
     *)
@@ -53,11 +58,16 @@ root="$(cd "$here/../.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 case "$target" in /*) ;; *) target="$root/$target" ;; esac
 out="$target/bench"
-# Measure what ships: statically linked, exactly as the Dockerfile builds it
-# (static linking saves ~0.6 ms of dynamic loading per plugin call; non-PIE
-# another ~0.09 ms of start-up relocations). Keep the flags equal to the
-# Dockerfile's RUSTFLAGS.
-rustflags="-C target-feature=+crt-static -C relocation-model=static"
+# Measure what ships: statically linked against glibc, as the image builds
+# it (static linking saves the dynamic loader's work on every plugin call).
+rustflags="-C target-feature=+crt-static"
+# The packages the image builds, in one cargo invocation: the packages built
+# together decide the dependencies' features, and so the plugins' code.
+shipped="-p podgate -p podgate-router -p podgate-tunnel-guard"
+# The router before issue 26's removals (arena allocator, link order, no std
+# runtime start, non-PIE), built the way it shipped then, measured side by
+# side in the full mode (BENCH_BEFORE=0 skips it, =1 adds it to --short).
+before_commit="${BENCH_BEFORE_COMMIT:-1c58541}"
 static_target=x86_64-unknown-linux-gnu
 rel="$target/$static_target/release"
 python=/usr/bin/python3
@@ -71,10 +81,12 @@ if [ "$mode" = short ]; then
     runs="${BENCH_RUNS:-40}" warmup=5 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-1}"
     guard_runs="${BENCH_RUNS:-50}" cycles="${PODGATE_SOAK_CYCLES:-100}" phase_runs=10
     budget=170 # seconds for everything, build included
+    with_before="${BENCH_BEFORE:-0}"
 else
     runs="${BENCH_RUNS:-300}" warmup=20 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-3}"
     guard_runs="${BENCH_RUNS:-300}" cycles="${PODGATE_SOAK_CYCLES:-2000}" phase_runs=50
     budget=0
+    with_before="${BENCH_BEFORE:-1}"
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -117,22 +129,8 @@ rm -f "$out"/{series,guard,concurrency,soak,fuzz}.json
 echo "podgate bench ($mode) on $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 step "release build (static, as shipped)"
-# shellcheck source=integration/bench/link-order-stamp.sh
-. "$here/link-order-stamp.sh"
-# Exactly the Dockerfile's build: its packages together ($SHIPPED_PACKAGES:
-# the CLI too, even in --short, because the packages built together decide
-# the dependencies' features and so the code of the plugins), and
-# PODGATE_LINK_ORDER=1, the router's hot code laid out together by the linker
-# (plugins/router/build.rs).
 # shellcheck disable=SC2086
-(cd "$root" && PODGATE_LINK_ORDER=1 RUSTFLAGS="$rustflags" cargo build -q --release \
-    --target "$static_target" $SHIPPED_PACKAGES)
-if grep -qxF "$(link_order_stamp "$root")" "$root/plugins/router/link-order.txt"; then
-    echo "link order: plugins/router/link-order.txt matches this toolchain and Cargo.lock"
-else
-    echo "link order: STALE (another toolchain or Cargo.lock: most names will not match;" \
-        "regenerate with integration/bench/link-order.sh) -- the router figures below are slower than they should be"
-fi
+(cd "$root" && RUSTFLAGS="$rustflags" cargo build -q --release --target "$static_target" $shipped)
 cc -O2 -static -o "$out/noop.cc" "$here/noop.c" 2>/dev/null || {
     echo "run.sh: no static libc (libc6-dev); the floor is a dynamic binary"
     cc -O2 -o "$out/noop.cc" "$here/noop.c"
@@ -141,7 +139,7 @@ cc -O2 -static -o "$out/noop.cc" "$here/noop.c" 2>/dev/null || {
 # directory of its own (the DaemonSet copies into /opt/cni/bin; Debian's
 # plugins come from dpkg). A linker's fresh output is not what runs on a
 # node, and here it costs 2 page faults and about 25 us more per exec than
-# a copy of itself, the no-op and the router alike (README "Performance").
+# a copy of itself, the no-op and the router alike.
 # driver.py copies the C reference the same way.
 install -m 0755 "$out/noop.cc" "$out/noop"
 mkdir -p "$out/bin"
@@ -149,6 +147,29 @@ for b in podgate-router podgate-tunnel-guard podgate; do
     install -m 0755 "$rel/$b" "$out/bin/$b"
 done
 rel="$out/bin"
+
+before_args=()
+if [ "$with_before" = 1 ]; then
+    # A `git archive` of that commit, built once into its own target dir
+    # (kept: the commit never changes) with the flags its Dockerfile used.
+    before="$out/before-$before_commit"
+    step "the router before the removals ($before_commit, built as it shipped then)"
+    if [ ! -x "$before/bin/podgate-router" ]; then
+        if ! git -C "$root" cat-file -e "$before_commit^{commit}" 2>/dev/null; then
+            echo "run.sh: commit $before_commit is not in this clone (git fetch --unshallow, or BENCH_BEFORE=0)" >&2
+            exit 1
+        fi
+        rm -rf "$before/src"
+        mkdir -p "$before/src" "$before/bin"
+        git -C "$root" archive "$before_commit" | tar -x -C "$before/src"
+        # shellcheck disable=SC2086
+        (cd "$before/src" && CARGO_TARGET_DIR="$before/target" PODGATE_LINK_ORDER=1 \
+            RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
+            cargo build -q --release --target "$static_target" $shipped)
+        install -m 0755 "$before/target/$static_target/release/podgate-router" "$before/bin/podgate-router"
+    fi
+    before_args=(--before-bin-dir "$before/bin")
+fi
 
 if [ "$mode" = short ] && [ "$(left)" -lt 75 ]; then
     # A cold build ate most of the budget: fewer runs, same coverage.
@@ -158,8 +179,8 @@ fi
 
 loadavg="$(cut -d' ' -f1-3 /proc/loadavg)"
 step "series: $runs runs each (+$warmup warm-up), ADD/DEL alternating"
-"$python" "$here/driver.py" series --bin-dir "$rel" --noop "$out/noop" --ref-src "$here/masq_ref.c" --runs "$runs" \
-    --warmup "$warmup" --phase-runs "$phase_runs" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
+"$python" "$here/driver.py" series --bin-dir "$rel" "${before_args[@]}" --noop "$out/noop" \
+    --ref-src "$here/masq_ref.c" --runs "$runs" --warmup "$warmup" --phase-runs "$phase_runs" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
     fail "series (a plugin call failed or did not apply)"
 
 if wanted guard; then
@@ -226,7 +247,8 @@ cmd="integration/bench/run.sh"
 [ "$mode" = short ] && cmd="$cmd --short"
 "$python" "$here/driver.py" report --mode "$mode" --command "$cmd" \
     --series "$out/series.json" --guard "$out/guard.json" --concurrency "$out/concurrency.json" \
-    --soak "$out/soak.json" --fuzz "$out/fuzz.json" --out "$out/results.json"
+    --soak "$out/soak.json" --fuzz "$out/fuzz.json" --out "$out/results.json" ||
+    fail "report: the router's masquerade ADD is slower than 0.8x tuning's, net of process start (or not measured)"
 
 echo
 echo "run.sh $mode: done in $(elapsed)s"

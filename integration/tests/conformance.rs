@@ -568,10 +568,9 @@ fn missing_capability_is_named() {
     );
 }
 
-/// The plugins skip std's runtime start (`#![no_main]`), which is what
-/// ignores SIGPIPE in an ordinary Rust program; `skel::process_start` does
-/// it instead. A runtime that closed our stdout must get the plugin's own
-/// exit code (the write fails with EPIPE), not a death by signal.
+/// A runtime that closed our stdout must get the plugin's own exit code
+/// (std's runtime start ignores SIGPIPE, so the write fails with EPIPE and
+/// the answer is not a panic), not a death by signal.
 #[test]
 fn a_broken_stdout_pipe_is_an_error_not_a_signal() {
     use std::os::fd::{FromRawFd, OwnedFd};

@@ -7,7 +7,11 @@
 //!   points, then DEL again. After each, the node's and the pod's routes,
 //!   rules and nf_tables, the pod's sysctls and the state dir equal the
 //!   snapshot taken before the ADD; the same for a strict pod (node-wide
-//!   sysctls, the moved local rule, the per-pod table);
+//!   sysctls, the moved local rule, the per-pod table); beside the killed
+//!   pod, another attachment holds a pool: after each kill the claims index
+//!   equals the records' claims and an overlapping pool is refused;
+//! * node scale: an ADD makes the same file and netlink calls (`strace -c`)
+//!   with 25 and with 250 attachments on the node;
 //! * a reboot: records from a "previous boot" (fresh node and pod netns at
 //!   the same paths, state dir kept) neither block the new pod's pool claim
 //!   nor count toward maxStrictPods, and are cleared; a missed DEL's return
@@ -198,6 +202,11 @@ impl Rig {
     }
 
     fn conf(&self, profile: Value, gc: bool) -> Vec<u8> {
+        self.conf_for(profile, gc, &self.pod, &self.ips)
+    }
+
+    /// [`Rig::conf`] for an attachment in another pod netns of this node.
+    fn conf_for(&self, profile: Value, gc: bool, pod: &Netns, ips: &Value) -> Vec<u8> {
         let mut c = json!({
             "cniVersion": "1.1.0",
             "name": self.network,
@@ -207,23 +216,28 @@ impl Rig {
             "assign": [{"namespace": "vpn", "profile": "p"}],
             "prevResult": {
                 "cniVersion": "1.1.0",
-                "interfaces": [{"name": self.host_if}, {"name": "eth0", "sandbox": self.pod.path()}],
-                "ips": self.ips
+                "interfaces": [{"name": self.host_if}, {"name": "eth0", "sandbox": pod.path()}],
+                "ips": ips
             }
         });
         if gc {
-            c["cni.dev/valid-attachments"] = json!([]);
+            // The other attachments (`OTHER`) stay.
+            c["cni.dev/valid-attachments"] = json!([{"containerID": OTHER, "ifname": "eth0"}]);
             c.as_object_mut().unwrap().remove("prevResult");
         }
         serde_json::to_vec(&c).unwrap()
     }
 
     fn env(&self, cmd: &str, cid: &str) -> Vec<(String, String)> {
+        self.env_for(cmd, cid, &self.pod)
+    }
+
+    fn env_for(&self, cmd: &str, cid: &str, pod: &Netns) -> Vec<(String, String)> {
         vec![
             ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
             ("CNI_COMMAND".into(), cmd.into()),
             ("CNI_CONTAINERID".into(), cid.into()),
-            ("CNI_NETNS".into(), self.pod.path().display().to_string()),
+            ("CNI_NETNS".into(), pod.path().display().to_string()),
             ("CNI_IFNAME".into(), "eth0".into()),
             ("CNI_PATH".into(), "/usr/lib/cni".into()),
             (
@@ -236,22 +250,50 @@ impl Rig {
     /// Runs the router in the node netns, optionally under strace killing it
     /// at the `n`th call of `syscall`.
     fn router(&self, cmd: &str, cid: &str, profile: &Value, kill_at: Option<(&str, u32)>) -> Run {
+        self.router_in(cmd, cid, profile, kill_at, &self.pod, &self.ips)
+    }
+
+    /// [`Rig::router`] for an attachment in `pod` with addresses `ips`.
+    fn router_in(
+        &self,
+        cmd: &str,
+        cid: &str,
+        profile: &Value,
+        kill_at: Option<(&str, u32)>,
+        pod: &Netns,
+        ips: &Value,
+    ) -> Run {
+        let strace: Vec<String> = kill_at
+            .map(|(sys, n)| {
+                ["-f", "-qq", "-o", "/dev/null", "-e"]
+                    .map(String::from)
+                    .into_iter()
+                    .chain([format!("inject={sys}:signal=KILL:when={n}")])
+                    .collect()
+            })
+            .unwrap_or_default();
+        let conf = self.conf_for(profile.clone(), cmd == "GC", pod, ips);
+        self.spawn(&strace, self.env_for(cmd, cid, pod), &conf)
+    }
+
+    /// The router in the node netns, under `strace` with these arguments
+    /// unless there are none.
+    fn spawn(&self, strace: &[String], env: Vec<(String, String)>, conf: &[u8]) -> Run {
         let mut c = Command::new("nsenter");
         c.arg(format!("--net={}", self.node.path().display()));
-        if let Some((sys, n)) = kill_at {
-            c.args(["strace", "-f", "-qq", "-o", "/dev/null", "-e"])
-                .arg(format!("inject={sys}:signal=KILL:when={n}"));
+        if !strace.is_empty() {
+            c.arg("strace").args(strace);
         }
         c.arg(router())
             .env_clear()
-            .envs(self.env(cmd, cid))
+            .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
         {
             let mut sin = child.stdin.take().unwrap();
-            let _ = sin.write_all(&self.conf(profile.clone(), cmd == "GC"));
+            let _ = sin.write_all(conf);
         }
         let out = child.wait_with_output().unwrap();
         Run {
@@ -314,17 +356,64 @@ fn full_profile() -> Value {
     })
 }
 
+/// The container ID of the attachment that stays while others come and go.
+const OTHER: &str = "c2";
+
+/// The claims index (`claims.v1/` in the state dir) holds exactly the
+/// claims the records describe: every record is known to it and each of
+/// its pools names it. Entries whose record is gone are allowed (a kill
+/// between the index and the record): the router does not trust them.
+fn index_matches_records(rig: &Rig, what: &str) {
+    let dir = rig.state_dir();
+    let mut want = std::collections::BTreeSet::new();
+    let mut records = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !name.ends_with(".json") {
+            continue;
+        }
+        let v: Value = serde_json::from_slice(&std::fs::read(dir.join(&name)).unwrap()).unwrap();
+        for r in v["nodeRoutes"].as_array().into_iter().flatten() {
+            want.insert(format!(
+                "p={}={name}",
+                r["dst"].as_str().unwrap().replace('/', "_")
+            ));
+        }
+        records.push(name);
+    }
+    let entries: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("claims.v1"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let got: std::collections::BTreeSet<String> = entries
+        .iter()
+        .filter(|e| records.iter().any(|r| e.ends_with(&format!("={r}"))))
+        .filter(|e| e.starts_with("p="))
+        .cloned()
+        .collect();
+    assert_eq!(got, want, "{what}: claims index (all entries: {entries:?})");
+    for r in &records {
+        assert!(
+            entries.contains(&format!("k={r}")),
+            "{what}: record {r} not known to the index: {entries:?}"
+        );
+    }
+}
+
 const CALLS: [&str; 5] = ["sendto", "sendmsg", "write", "rename", "openat"];
 
 /// Every crash point of ADD (then DEL, and then GC) and of DEL (then DEL
 /// again) for `profile`; returns (ADD points, DEL points, saw a pending
 /// record in `podgate inspect`).
-fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
+fn crash_points(rig: &Rig, profile: &Value, also: &dyn Fn(&str)) -> (u32, u32, bool) {
     let before = rig.world();
     let mut add_points = 0;
     let mut del_points = 0;
     let mut saw_pending = false;
     let check = |what: &str| {
+        also(what);
         let now = rig.world();
         assert!(
             now == before,
@@ -347,6 +436,7 @@ fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
                     break;
                 }
                 add_points += 1;
+                also(&format!("ADD killed at {sys} #{n}"));
                 if !saw_pending && cleanup == "DEL" {
                     let v = rig.inspect();
                     if let Some(a) = v["attachments"].as_array().and_then(|a| a.first()) {
@@ -374,6 +464,7 @@ fn crash_points(rig: &Rig, profile: &Value) -> (u32, u32, bool) {
                 break;
             }
             del_points += 1;
+            also(&format!("DEL killed at {sys} #{n}"));
             rig.router("DEL", "c1", profile, None).ok();
             check(&format!("DEL killed at {sys} #{n}, then DEL"));
         }
@@ -389,7 +480,36 @@ fn killed_at_any_point_then_del_or_gc_restores_everything() {
         "strace is needed (integration/install-deps.sh)"
     );
     let rig = Rig::new("crash", Netns::new("lc-pod-crash"), "lcnet");
-    let (add, del, saw_pending) = crash_points(&rig, &full_profile());
+    // Another attachment on the node (its own pod netns) holding a pool,
+    // and a third whose pool overlaps it: refused at every step.
+    let pod2 = Netns::new("lc-pod-crash2");
+    let ips2 = json!([{"address": "10.22.0.6/24", "gateway": "10.22.0.1", "interface": 1}]);
+    let other = |dst: &str| json!({"masquerade": [{"source": "10.8.0.0/24"}], "returnRoutes": [{"dst": dst}]});
+    rig.router_in("ADD", OTHER, &other("10.50.0.0/24"), None, &pod2, &ips2)
+        .ok();
+    let claims = rig.inspect()["claims"].clone();
+    assert_eq!(
+        claims,
+        json!([{"pool": "10.50.0.0/24", "owner": {"network": "lcnet", "containerID": OTHER, "ifname": "eth0"}, "trusted": true}]),
+        "podgate inspect shows the claim and its owner"
+    );
+    let also = |what: &str| {
+        index_matches_records(&rig, what);
+        let run = rig.router_in("ADD", "c3", &other("10.50.0.0/16"), None, &pod2, &ips2);
+        assert!(
+            run.code != Some(0) && run.stdout.contains("already routed to pod c2"),
+            "{what}: an overlapping pool is refused: {run:?}"
+        );
+    };
+    let (add, del, saw_pending) = crash_points(&rig, &full_profile(), &also);
+    rig.router_in("DEL", OTHER, &other("10.50.0.0/24"), None, &pod2, &ips2)
+        .ok();
+    index_matches_records(&rig, "all deleted");
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "DEL left {:?}",
+        state_files_in(&rig.state_dir())
+    );
     println!(
         "crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
         2 * add + del
@@ -438,7 +558,7 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         "sysctls": {"net.ipv4.ip_forward": "1"},
         "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}
     });
-    let (add, del, _) = crash_points(&rig, &strict);
+    let (add, del, _) = crash_points(&rig, &strict, &|what| index_matches_records(&rig, what));
     println!(
         "strict crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
         2 * add + del
@@ -884,4 +1004,81 @@ fn the_node_agent_sweeps_records_of_dead_pods() {
     );
     let routes = rig.node.exec_ok(&["ip", "route"]);
     assert!(!routes.contains("10.9.0.0/24"), "{routes}");
+}
+
+/// `strace -c` output: calls per syscall.
+fn strace_counts(path: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let name = f.last()?;
+            let calls = f.get(3)?.parse().ok()?;
+            (f.len() >= 5 && *name != "total").then(|| (name.to_string(), calls))
+        })
+        .collect()
+}
+
+#[test]
+fn an_add_makes_the_same_file_and_netlink_syscalls_at_25_and_at_250_attachments() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let rig = Rig::new("scale", Netns::new("lc-pod-scale"), "lcnet");
+    // Each attachment: its own interface name in the one pod netns, a
+    // routed pool of its own and masquerade (the node-scale bench's pod).
+    let add = |i: usize, strace: &[String]| {
+        let ifname = format!("sc{i}");
+        let profile = json!({
+            "masquerade": [{"source": "10.8.0.0/24"}],
+            "returnRoutes": [{"dst": format!("10.{}.{}.0/24", 100 + i / 256, i % 256)}]
+        });
+        let mut conf: Value = serde_json::from_slice(&rig.conf(profile, false)).unwrap();
+        conf["prevResult"]["interfaces"][1]["name"] = json!(ifname);
+        let mut env = rig.env("ADD", &format!("scale-{i}"));
+        for (k, v) in &mut env {
+            if k == "CNI_IFNAME" {
+                v.clone_from(&ifname);
+            }
+        }
+        rig.spawn(strace, env, &serde_json::to_vec(&conf).unwrap())
+    };
+    let mut counts = Vec::new();
+    for i in 0..=250 {
+        if i == 25 || i == 250 {
+            let out = rig.dir.path().join(format!("strace-{i}"));
+            let args = ["-c", "-f", "-e", "trace=%file,%desc,%network", "-o"]
+                .map(String::from)
+                .into_iter()
+                .chain([out.display().to_string()])
+                .collect::<Vec<_>>();
+            add(i, &args).ok();
+            counts.push(strace_counts(&out));
+        } else {
+            add(i, &[]).ok();
+        }
+    }
+    assert!(
+        counts[0].get("openat").is_some_and(|n| *n > 0),
+        "no file syscalls counted: {:?}",
+        counts[0]
+    );
+    // The node's route dump (the plan checks the pool against the node's
+    // routes) grows with the 225 return routes added meanwhile: one more
+    // receive buffer at most. Every other call is the same.
+    let [mut at25, mut at250] = [counts[0].clone(), counts[1].clone()];
+    let (r25, r250) = (
+        at25.remove("recvfrom").unwrap_or(0),
+        at250.remove("recvfrom").unwrap_or(0),
+    );
+    assert!(
+        r25 <= r250 && r250 <= r25 + 1,
+        "recvfrom: {r25} at 25 attachments, {r250} at 250"
+    );
+    assert_eq!(
+        at25, at250,
+        "syscalls of an ADD with 25 attachments (left) and with 250 (right)"
+    );
 }

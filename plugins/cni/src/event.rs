@@ -155,27 +155,10 @@ fn unique_id() -> String {
     )
 }
 
-/// `Path::is_file` in one `stat(2)`: std's answers a missing file with a
-/// second `statx` (its probe whether statx works at all), and on a node
-/// without an agent the channel is always missing.
-fn is_file(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: stat(2) of a NUL-terminated path into a buffer of its size;
-    // the buffer is read only when stat filled it.
-    unsafe {
-        libc::stat(c.as_ptr(), st.as_mut_ptr()) == 0
-            && st.assume_init().st_mode & libc::S_IFMT == libc::S_IFREG
-    }
-}
-
 impl Recorder {
     /// None when there is no channel (no agent collects metrics here).
     pub fn start(file: &Path, plugin: &str, command: &str, started: Instant) -> Option<Recorder> {
-        if !is_file(file) {
+        if !file.is_file() {
             return None;
         }
         let id = unique_id();

@@ -4,12 +4,16 @@
 //! VERSION without implementing it, rejects STATUS and fails on prevResults
 //! without `dns`. The protocol is small; owning it lets us test every verb and
 //! error path without a runtime.
+//!
+//! No `unsafe` here: the protocol layer parses input a pod can influence,
+//! and std's stdin, stdout and exit (and the kit's file locks) do all it
+//! needs.
+#![deny(unsafe_code)]
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
-pub mod arena;
 pub mod config;
 pub mod env;
 pub mod error;

@@ -48,9 +48,7 @@ pub struct Outcome {
 }
 
 /// The config's version once it is known to be one of ours (index + 1 in
-/// [`SUPPORTED_VERSIONS`]; 0: not yet), for the panic hook's error. An
-/// atomic in `.bss`, not a `OnceLock<String>` in `.data`: that one cost two
-/// page faults per call (its page read, then written).
+/// [`SUPPORTED_VERSIONS`]; 0: not yet), for the panic hook's error.
 static ERROR_VERSION: AtomicUsize = AtomicUsize::new(0);
 
 fn error_version() -> &'static str {
@@ -90,64 +88,13 @@ pub fn dispatch<P: Plugin>(
 }
 
 /// [`dispatch`], calling `on_request` once the request is valid and before
-/// the verb runs (where [`run`] starts recording the event).
+/// the verb runs (where [`run`] starts recording the event). stdin is read
+/// only once the verb is known: a binary run by hand without `CNI_COMMAND`
+/// answers without waiting for a terminal's end of input.
 pub fn dispatch_observed<P: Plugin>(
     plugin: &P,
     vars: impl Fn(&str) -> Option<String>,
     stdin: impl Read,
-    on_request: &mut dyn FnMut(&Request),
-) -> Outcome {
-    let read = || {
-        let mut bytes = Vec::new();
-        stdin
-            .take(MAX_STDIN + 1)
-            .read_to_end(&mut bytes)
-            .map(|_| bytes)
-    };
-    dispatch_read(plugin, vars, read, on_request)
-}
-
-/// stdin to its end, at most `max` bytes and one more (to tell "too
-/// large"), with `read(2)` on fd 0 straight into the buffer: std's
-/// `read_to_end` over a plain `Read` zero-fills the room before every read
-/// (8 KiB at a time: two pages touched for an 800-byte config), and its
-/// `Stdin` adds a lock and a buffer of its own.
-fn read_stdin(max: u64) -> std::io::Result<Vec<u8>> {
-    // Room for a usual config and its prevResult: read in one call.
-    let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
-    while buf.len() as u64 <= max {
-        if buf.len() == buf.capacity() {
-            buf.reserve(buf.capacity());
-        }
-        let room = buf.spare_capacity_mut();
-        // SAFETY: read(2) writes at most room.len() bytes into the
-        // vector's spare capacity; only what it wrote is counted in.
-        let n = unsafe { libc::read(0, room.as_mut_ptr().cast(), room.len()) };
-        match usize::try_from(n) {
-            Ok(0) => break,
-            // SAFETY: the first n bytes of the spare capacity were written.
-            Ok(n) => unsafe { buf.set_len(buf.len() + n) },
-            Err(_) => {
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    // What was not used goes back (the bump arena shrinks its last block
-    // in place), so what is allocated next shares the page.
-    buf.shrink_to_fit();
-    Ok(buf)
-}
-
-/// [`dispatch_observed`] with stdin read by `read`, once the verb is known
-/// (a binary run by hand without `CNI_COMMAND` answers without waiting
-/// for a terminal's end of input).
-fn dispatch_read<P: Plugin>(
-    plugin: &P,
-    vars: impl Fn(&str) -> Option<String>,
-    read: impl FnOnce() -> std::io::Result<Vec<u8>>,
     on_request: &mut dyn FnMut(&Request),
 ) -> Outcome {
     let Some(cmd_str) = vars("CNI_COMMAND").filter(|s| !s.is_empty()) else {
@@ -166,10 +113,10 @@ fn dispatch_read<P: Plugin>(
         );
     };
 
-    let bytes = match read() {
-        Ok(b) => b,
-        Err(e) => return fail(LATEST, &CniError::io(format!("reading stdin: {e}"))),
-    };
+    let mut bytes = Vec::new();
+    if let Err(e) = stdin.take(MAX_STDIN + 1).read_to_end(&mut bytes) {
+        return fail(LATEST, &CniError::io(format!("reading stdin: {e}")));
+    }
     if bytes.len() as u64 > MAX_STDIN {
         return fail(
             LATEST,
@@ -305,66 +252,11 @@ fn answer_code(o: &Outcome) -> (u32, String) {
     (code, msg)
 }
 
-/// What std's runtime start would have done before `main` and a plugin
-/// needs. The plugin binaries are `#![no_main]` (their C `main` calls
-/// [`run`]), which skips std's start-up: reading `/proc/self/maps` through
-/// `pthread_getattr_np` for the main thread's stack guard (43k of the 93k
-/// instructions of a bare start), an alternate signal stack and
-/// SIGSEGV/SIGBUS handlers, about 15 syscalls (README "Where a masquerade
-/// ADD's time goes"). The price is that a stack overflow is a plain SIGSEGV
-/// without std's message. Two parts of std's start stay, because without
-/// them a plugin can do harm:
-///
-/// * fds 0-2 that are closed are reopened on `/dev/null`, as std does:
-///   otherwise the next file or socket opened gets fd 1 or 2. Today every
-///   file is closed before the answer is written, but a warning logged to
-///   stderr while, say, the guard's agent socket sat on fd 2 would go into
-///   that socket; one `poll` per call keeps that from ever mattering.
-/// * SIGPIPE is ignored: a runtime that closed our stdout, or an agent that
-///   hung up its socket, must be an `EPIPE` the plugin handles (the event is
-///   still recorded, the guard still answers), not a silent death by signal.
-///
-/// Harmless if std's start-up did run (an ordinary `fn main`): it then finds
-/// the fds open and SIGPIPE already ignored.
-pub fn process_start() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
-    // SAFETY: poll reads and writes only the three pollfds it is given.
-    let polled = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
-    if polled != 0 {
-        for pfd in fds
-            .iter()
-            .filter(|p| polled < 0 || p.revents & libc::POLLNVAL != 0)
-        {
-            // poll itself failed: ask each fd whether it exists.
-            // SAFETY: fcntl(F_GETFD) only reads the fd's flags.
-            if polled < 0 && unsafe { libc::fcntl(pfd.fd, libc::F_GETFD) } != -1 {
-                continue;
-            }
-            // The lowest free fd is the closed one (they are visited in order).
-            // SAFETY: open(2) of a constant NUL-terminated path.
-            let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
-            if fd != pfd.fd {
-                // No stdout to answer on, and no /dev/null to stand in for it.
-                std::process::exit(1);
-            }
-        }
-    }
-    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
-}
-
-/// Print `stdout` and its newline in one `write(2)` on fd 1 (more only if
-/// the pipe takes part of it), so a reader sees the whole result or none
-/// of it. Not through std's `Stdout`: its line buffer writes up to the
-/// last newline inside the text (a prevResult passed through keeps the
-/// caller's line breaks) and the rest separately, and it costs a lock and a
-/// buffer for one write.
+/// Print `stdout` and its newline. With the newline last, std's line-buffered
+/// stdout hands the whole text to one `write(2)` (more only if the pipe
+/// takes part of it), so a reader sees the whole result or none of it. A
+/// closed stdout is not a panic (std ignores SIGPIPE, the write gets
+/// `EPIPE`): the exit code still tells the runtime what happened.
 fn answer(stdout: &str) {
     if stdout.is_empty() {
         return;
@@ -372,37 +264,22 @@ fn answer(stdout: &str) {
     let mut line = String::with_capacity(stdout.len() + 1);
     line.push_str(stdout);
     line.push('\n');
-    let _ = RawFd(1).write_all(line.as_bytes());
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
 }
 
-/// Our own stdout (fd 1), written with `write(2)` and nothing in between.
-struct RawFd(libc::c_int);
-
-impl Write for RawFd {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // SAFETY: write(2) reads at most buf.len() bytes from buf.
-        let n = unsafe { libc::write(self.0, buf.as_ptr().cast(), buf.len()) };
-        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The whole main of a plugin binary.
+/// The whole main of a plugin binary: `fn main() { podgate_cni::run(...) }`.
 pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
-    process_start();
     install_panic_hook(plugin_name);
     if std::env::var_os("CNI_COMMAND").is_none() {
         crate::log::stderr_line(about);
     }
     let started = std::time::Instant::now();
     let mut recorder = None;
-    let outcome = dispatch_read(
+    let outcome = dispatch_observed(
         &plugin,
         |k| std::env::var(k).ok(),
-        || read_stdin(MAX_STDIN),
+        std::io::stdin().lock(),
         &mut |req| {
             recorder = event::Recorder::start(
                 &event::file_for(&req.conf),
@@ -418,12 +295,5 @@ pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
         let (code, msg) = answer_code(&outcome);
         r.finish(code, &msg);
     }
-    // C's exit, not std's: `std::process::exit` first runs std's clean-up,
-    // which sets up std's stdout only to flush it (two page faults of a
-    // `.data` page, read then written, for nothing: the answer went out on
-    // fd 1 directly and nothing else writes through std's stdout). The
-    // panic hook, which does, flushes it itself.
-    // SAFETY: exit(3) runs the C at-exit handlers and ends the process; no
-    // other thread is running here.
-    unsafe { libc::exit(outcome.exit) }
+    std::process::exit(outcome.exit)
 }

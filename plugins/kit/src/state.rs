@@ -35,7 +35,9 @@ pub struct StateStore {
 pub type StateLock = crate::fs::FileLock;
 
 /// Identity of one attachment.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Key {
     pub network: String,
     #[serde(rename = "containerID")]

@@ -41,8 +41,9 @@ pub struct Target {
     /// podgate profile.
     #[arg(long, global = true, value_name = "NAMESPACE/NAME")]
     pub k8s_pod: Option<String>,
-    /// CRI socket for --k8s-pod [default: unix:///run/containerd/containerd.sock,
-    /// then unix:///var/run/crio/crio.sock, as crictl].
+    /// CRI socket for --k8s-pod [default: crictl's, the first that answers:
+    /// unix:///run/containerd/containerd.sock, unix:///run/crio/crio.sock,
+    /// unix:///var/run/cri-dockerd.sock].
     #[arg(
         long,
         global = true,

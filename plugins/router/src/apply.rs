@@ -277,7 +277,7 @@ pub fn apply_node(
         Err(e) => {
             let left = remove_node(k, rec, store, last_strict);
             if left.is_empty() {
-                if let Err(re) = store.remove(&rec.key) {
+                if let Err(re) = crate::claims::remove(store, &rec.key) {
                     return Err((e, vec![re.to_string()]));
                 }
             }

@@ -10,6 +10,7 @@
 )]
 
 pub mod apply;
+pub mod claims;
 pub mod config;
 pub mod intent;
 pub mod kernel;

@@ -39,7 +39,10 @@ impl Census {
         here: &Here,
         depth: impl Fn(&Record) -> Depth,
     ) -> Result<Census, podgate_kit::Error> {
-        let listing = record::list_in(store, names)?;
+        Ok(Census::judged(record::list_in(store, names)?, here, depth))
+    }
+
+    fn judged(listing: Listing, here: &Here, depth: impl Fn(&Record) -> Depth) -> Census {
         let stale = listing
             .records
             .iter()
@@ -49,7 +52,20 @@ impl Census {
                 l.is_stale().then_some((i, l))
             })
             .collect();
-        Ok(Census { listing, stale })
+        Census { listing, stale }
+    }
+
+    /// A census of only `records` (read by the caller, e.g. the owners of
+    /// the pools an ADD overlaps, from the claims index): it claims nothing
+    /// else, so only a caller whose plan checks only those records (and no
+    /// strict slot) may use it.
+    pub fn of(records: Vec<Record>, here: &Here, depth: impl Fn(&Record) -> Depth) -> Census {
+        let listing = Listing {
+            records,
+            newer: Vec::new(),
+            unreadable: Vec::new(),
+        };
+        Census::judged(listing, here, depth)
     }
 
     /// For a census taken before the node-wide lock: re-read, under it, the
@@ -225,7 +241,7 @@ pub fn clear_stale(
             Liveness::Live => "",
         };
         if f.is_empty() {
-            match store.remove(&rec.key) {
+            match crate::claims::remove(store, &rec.key) {
                 Ok(_) => out.removed.push(format!(
                     "stale record {}/{}/{} ({reason})",
                     rec.key.network, rec.key.container_id, rec.key.ifname
@@ -264,7 +280,7 @@ pub fn remove_unreadable(
         out.failures.extend(f);
     }
     if out.failures.is_empty() {
-        match store.remove(key) {
+        match crate::claims::remove(store, key) {
             Ok(_) => out
                 .removed
                 .push(format!("unreadable record {}", key.file_name())),

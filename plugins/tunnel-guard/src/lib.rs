@@ -7,7 +7,7 @@
 //! what the node offers under one time budget and [`judge`] turns those
 //! observations into an [`Evaluation`]: each check with a stable name, its
 //! outcome and a message, plus a verdict. The
-//! CNI plugin (`main.rs`) gates pod ADDs on it; `podgate ipsec status` prints
+//! CNI plugin ([`plugin`]) gates pod ADDs on it; `podgate ipsec status` prints
 //! it; node metrics count its failed checks.
 //!
 //! Required (`required: auto`) means any durable or live signal: the
@@ -32,6 +32,7 @@ pub mod io;
 pub mod judge;
 pub mod observe;
 pub mod ovsdb;
+pub mod plugin;
 pub mod protection;
 pub mod time;
 pub mod udp;
@@ -40,6 +41,7 @@ pub use config::{Family, GuardConfig, Mode, Required};
 pub use evaluation::{Check, Evaluation, Outcome, Protection, Signals, Verdict};
 pub use judge::judge;
 pub use observe::{observe, Asked, Observations, OvsRead};
+pub use plugin::TunnelGuard;
 
 use std::time::SystemTime;
 

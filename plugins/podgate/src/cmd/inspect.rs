@@ -11,6 +11,7 @@ use clap::Args;
 use podgate_kit::link::{self, Link};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::route::{RouteProtocol, RouteSpec};
+use podgate_router::claims::{self, PoolClaim};
 use podgate_router::record::{Here, Status};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -86,6 +87,8 @@ struct Inspect {
     attachments: Vec<Attachment>,
     /// Records that could not be read.
     corrupt: Vec<String>,
+    /// The claims index: each routed pool and the record it names.
+    claims: Vec<PoolClaim>,
 }
 
 pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
@@ -140,11 +143,16 @@ pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
     }
     progress.done();
     let problem = out.iter().any(|a| a.state != State::Holds) || !corrupt.is_empty();
+    let pool_claims = match podgate_kit::state::StateStore::existing(&target.state_dir) {
+        Some(store) => claims::pool_claims(&store).map_err(|e| Error::Msg(e.to_string()))?,
+        None => Vec::new(),
+    };
     if json {
         output::json(&Inspect {
             state_dir: target.state_dir.display().to_string(),
             attachments: out,
             corrupt,
+            claims: pool_claims,
         })?;
     } else {
         let mut s = String::new();
@@ -156,6 +164,17 @@ pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
         }
         for c in &corrupt {
             s += &format!("corrupt record: {c}\n");
+        }
+        for c in &pool_claims {
+            let owner = c.owner.as_ref().map_or("-".to_string(), |k| {
+                format!("{}/{}/{}", k.network, k.container_id, k.ifname)
+            });
+            let ignored = if c.trusted {
+                ""
+            } else {
+                " (ignored: no record claims it)"
+            };
+            s += &format!("pool claim: {} -> {owner}{ignored}\n", c.pool);
         }
         output::text(s)?;
     }

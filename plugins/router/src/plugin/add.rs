@@ -7,6 +7,7 @@ use super::{
     selection, store,
 };
 use crate::apply::{self, ApplyError};
+use crate::claims;
 use crate::config::RouterConfig;
 use crate::intent::Selection;
 use crate::kernel::Live;
@@ -17,7 +18,7 @@ use crate::record::{self, Depth, Here, Origin, ReadError, Record};
 use podgate_cni::log::{rfc3339_now, Logger};
 use podgate_cni::{prev_or_empty, Added, CniError, Request};
 use podgate_kit::netns::NetNs;
-use podgate_kit::state::{Key, StateStore};
+use podgate_kit::state::{Key, Names, StateStore};
 use serde_json::{json, Value};
 
 /// Pod routes from the plan are reported in the result, as a primary
@@ -143,12 +144,44 @@ fn add_node_side(
             Depth::Boot
         }
     };
-    let judge = || Census::take(store, &here, depth).map_err(io_err);
+    // A plan whose only claims are return-route pools asks the claims
+    // index for the records that own a pool overlapping its own (and
+    // reads its own record) instead of reading every record; records the
+    // index does not know yet are indexed first (`names`: the listing
+    // taken under the lock). None: judge every record (an own record that
+    // cannot be read, a strict owner whose node-wide settings depend on
+    // every other record).
+    let from_index = |names: Option<&Names>| -> Result<Option<Vec<Record>>, CniError> {
+        let mut index = claims::Index::load(store).map_err(io_err)?;
+        if let Some(names) = names {
+            index.catch_up(store, names).map_err(io_err)?;
+        }
+        let mut recs = index.owners(store, &sel.return_routes, key);
+        match record::read(store, key) {
+            Ok(Some(own)) => recs.push(own),
+            Ok(None) => {}
+            Err(_) => return Ok(None),
+        }
+        Ok((!recs.iter().any(Record::is_strict)).then_some(recs))
+    };
+    let indexed = needs.claims && routing.is_none();
+    let judge = |names: Option<&Names>| -> Result<Census, CniError> {
+        if indexed {
+            if let Some(recs) = from_index(names)? {
+                return Ok(Census::of(recs, &here, depth));
+            }
+        }
+        match names {
+            Some(n) => Census::take_in(store, n, &here, depth),
+            None => Census::take(store, &here, depth),
+        }
+        .map_err(io_err)
+    };
     // Fail closed: a state dir that cannot be listed refuses the ADD
     // rather than guessing which pools and strict slots are free.
     let census = match early {
         Some(c) => c.confirm_stale(store, &here, depth),
-        None => Census::take_in(store, &names, &here, depth).map_err(io_err)?,
+        None => judge(Some(&names))?,
     };
     let mut changed = false;
     if !census.stale.is_empty() {
@@ -179,7 +212,7 @@ fn add_node_side(
                     left.join("; ")
                 )));
             }
-            store.remove(key).map_err(io_err)?;
+            claims::remove(store, key).map_err(io_err)?;
             changed = true;
             reread = true;
         }
@@ -212,7 +245,7 @@ fn add_node_side(
     }
     // Judge again only if records went away (rare): claims must not
     // count what was just removed.
-    let census = if changed { judge()? } else { census };
+    let census = if changed { judge(None)? } else { census };
 
     // Pool owners, tables and strict slots of the other live attachments.
     let view = observe::node_view(&mut Live::lazy(&mut node), &needs, || {
@@ -254,9 +287,26 @@ fn add_node_side(
         apply_cni_err(&e, msg)
     };
     facts.fill(&mut rec).map_err(|e| apply_err(e, Vec::new()))?;
+    // Its claims in the index before its record (write-ahead); an ADD that
+    // fails with nothing kept (no record) takes them back. An entry left
+    // by a kill or a failed removal names no record: not trusted, and
+    // pruned by GC.
+    let release = || {
+        if let Err(e) = claims::release(store, key) {
+            log.warn("claims index entries left", json!({"error": e.to_string()}));
+        }
+    };
+    if let Err(e) = claims::claim(store, &rec) {
+        release();
+        return Err(io_err(e));
+    }
     let last = census.last_strict(key);
-    apply::apply_node(&mut Live::lazy(&mut node), store, &mut rec, last)
-        .map_err(|(e, l)| apply_err(e, l))?;
+    if let Err((e, l)) = apply::apply_node(&mut Live::lazy(&mut node), store, &mut rec, last) {
+        if l.is_empty() {
+            release();
+        }
+        return Err(apply_err(e, l));
+    }
     let (lock_waited, lock_held) = (lock.waited(), lock.held());
     drop(lock);
     Ok(NodeDone {
@@ -313,7 +363,7 @@ fn roll_back(
         }
     }
     if left.is_empty() {
-        if let Err(e) = store.remove(&rec.key) {
+        if let Err(e) = claims::remove(store, &rec.key) {
             left.push(e.to_string());
         }
     }

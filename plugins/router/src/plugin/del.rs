@@ -32,6 +32,8 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
             // may have left a temp file.
             let _lock = store.lock().map_err(io_err)?;
             lifecycle::sweep_temp(&store, Some(cid)).map_err(io_err)?;
+            // ... and claims index entries (written ahead of the record).
+            crate::claims::release(&store, &key).map_err(io_err)?;
             return Ok(());
         }
         Err(e @ ReadError::Newer { .. }) => {
@@ -128,7 +130,7 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
             failures.join("; ")
         )));
     }
-    store.remove(&key).map_err(io_err)?;
+    crate::claims::remove(&store, &key).map_err(io_err)?;
     log.info(
         "removed",
         json!({

@@ -89,7 +89,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
         let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
         let f = lifecycle::remove_record(rec, &census, &mut node, ns.as_ref(), &store, &here);
         if f.is_empty() {
-            let _ = store.remove(&rec.key);
+            let _ = crate::claims::remove(&store, &rec.key);
             log.info(
                 "collected",
                 json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname, "status": rec.status}),
@@ -108,7 +108,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
                     "removing unreadable record",
                     json!({"error": e.to_string()}),
                 );
-                if let Err(e) = store.remove(k) {
+                if let Err(e) = crate::claims::remove(&store, k) {
                     failures.push(e.to_string());
                 }
             }
@@ -143,6 +143,15 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             "ownership sweep skipped: some records cannot be judged",
             json!({"newer": census.listing.newer.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>()}),
         );
+    }
+    // Claims index entries of records that are gone (a killed ADD or DEL).
+    match store.names() {
+        Ok(names) => {
+            if let Err(e) = crate::claims::prune(&store, &names) {
+                failures.push(e.to_string());
+            }
+        }
+        Err(e) => failures.push(e.to_string()),
     }
     if failures.is_empty() {
         Ok(())
