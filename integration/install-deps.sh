@@ -37,6 +37,14 @@ packages=(
     tar
     # tests/metrics.rs: `promtool check metrics` on the agent's /metrics
     prometheus
+    # tests/image.rs (integration/image/build.sh): podman builds the
+    # Dockerfile on a bookworm made by mmdebstrap; the arm64 image's binaries
+    # run under qemu-user; `file` reads their ELF headers
+    podman
+    mmdebstrap
+    qemu-user-static
+    file
+    git
 )
 
 log="$(mktemp)"
@@ -67,6 +75,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     quiet apt-get update
     quiet apt-get install -y --no-install-recommends "${packages[@]}"
+fi
+
+# The arm64 image cross-compiles with this machine's toolchain (the build
+# stage's stand-in carries it): its aarch64 standard library must be there.
+if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+    quiet rustup target add aarch64-unknown-linux-gnu
 fi
 
 quiet bash "$here/runner/build.sh"

@@ -174,6 +174,30 @@ pub fn bin_dir() -> PathBuf {
     exe_profile_dir().unwrap_or_else(|| target_dir().join("debug"))
 }
 
+/// The program (and its arguments) that runs the plugin binaries:
+/// `$PODGATE_BIN_RUNNER` split on whitespace, e.g. `qemu-aarch64-static` to
+/// run another architecture's binaries from [`bin_dir`] (the arm64 image's,
+/// `tests/image.rs`). Empty when the binaries run directly.
+pub fn bin_runner() -> Vec<String> {
+    std::env::var("PODGATE_BIN_RUNNER")
+        .map(|r| r.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// A command that runs the plugin binary `bin` (through [`bin_runner`] when
+/// one is set).
+pub fn bin_command(bin: &Path) -> Command {
+    let runner = bin_runner();
+    match runner.split_first() {
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(bin);
+            cmd
+        }
+        None => Command::new(bin),
+    }
+}
+
 /// Path of the libcni runner (`<target>/cnirunner`, or `$PODGATE_CNIRUNNER`).
 ///
 /// Built once by `integration/runner/build.sh` when missing or older than its

@@ -10,7 +10,7 @@ use std::process::{Command, ExitStatus, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::{bin_dir, cnirunner, sanitize, Netns, TempDir};
+use crate::{bin_dir, bin_runner, cnirunner, sanitize, Netns, TempDir};
 
 /// Where the distribution's reference CNI plugins live.
 pub const SYSTEM_CNI_DIR: &str = "/usr/lib/cni";
@@ -49,7 +49,8 @@ impl fmt::Display for Verb {
 /// * `ipam/`    host-local `dataDir`
 /// * `state/`   podgate `stateDir`
 /// * `cni-bin/` symlinks to every `/usr/lib/cni/*` plugin and every
-///   `podgate-*` binary in [`bin_dir`] (`--cni-path`)
+///   `podgate-*` binary in [`bin_dir`] (`--cni-path`); scripts running them
+///   through [`crate::bin_runner`] when one is set
 ///
 /// Fields drop in order: the netns (and everything in it) first, then the dir.
 pub struct TestNode {
@@ -103,6 +104,7 @@ impl TestNode {
                     .is_some_and(|n| n.starts_with("podgate-") && !n.contains('.'))
             }));
         }
+        let runner = bin_runner();
         for src in sources {
             let executable = fs::metadata(&src)
                 .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -110,9 +112,24 @@ impl TestNode {
             let Some(name) = src.file_name() else {
                 continue;
             };
-            if executable {
-                let link = bin.join(name);
-                let _ = fs::remove_file(&link);
+            if !executable {
+                continue;
+            }
+            let link = bin.join(name);
+            let _ = fs::remove_file(&link);
+            let podgate = name.to_string_lossy().starts_with("podgate-");
+            if podgate && !runner.is_empty() {
+                // libcni executes the file: a script that hands the binary to
+                // the runner (binfmt_misc is the machine's, not ours to set).
+                let script = format!(
+                    "#!/bin/sh\nexec {} '{}' \"$@\"\n",
+                    runner.join(" "),
+                    src.display()
+                );
+                fs::write(&link, script)
+                    .and_then(|()| fs::set_permissions(&link, fs::Permissions::from_mode(0o755)))
+                    .unwrap_or_else(|e| panic!("writing {}: {e}", link.display()));
+            } else {
                 std::os::unix::fs::symlink(&src, &link)
                     .unwrap_or_else(|e| panic!("symlink {}: {e}", link.display()));
             }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{bin_dir, require_root, Netns, TempDir};
+use podgate_integration::{bin_command, bin_dir, require_root, Netns, TempDir};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
@@ -59,7 +59,7 @@ impl Out {
 }
 
 fn call(plugin: &str, env: &[(&str, &str)], stdin: &[u8]) -> Out {
-    let mut cmd = Command::new(bin_dir().join(plugin));
+    let mut cmd = bin_command(&bin_dir().join(plugin));
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(env.iter().copied())

@@ -202,6 +202,50 @@ fn openvpn_article_scenario() {
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
 }
 
+/// A return route on its own: ADD puts the pool's route via the pod on the
+/// node and turns the pod's forwarding on, CHECK finds both, DEL takes them
+/// away and leaves no record. tests/image.rs runs it with the arm64 image's
+/// router under qemu-user.
+#[test]
+fn a_return_route_is_added_checked_and_deleted() {
+    let node = setup("retroute", false);
+    let p = pod(&node, "routed");
+    let args = pod_args("vpn", "web");
+    let cap = annotations(json!({"podgate.dev/profile": "vpn-routed"}));
+    let out = add(&node, &p, "c-routed", &args, Some(cap.clone()));
+    out.assert_ok();
+    let ip = pod_ip(out.result.as_ref().unwrap());
+    let routes = node_routes(&node);
+    assert!(
+        routes.contains(&format!("10.8.0.0/24 via {ip}")),
+        "{routes}"
+    );
+    assert_eq!(p.sysctl_get("net.ipv4.ip_forward"), "1");
+    node.cni(
+        Verb::Check,
+        NET,
+        &p,
+        "c-routed",
+        "eth0",
+        Some(&args),
+        Some(cap.clone()),
+    )
+    .assert_ok();
+    node.cni(
+        Verb::Del,
+        NET,
+        &p,
+        "c-routed",
+        "eth0",
+        Some(&args),
+        Some(cap),
+    )
+    .assert_ok();
+    let routes = node_routes(&node);
+    assert!(!routes.contains("10.8.0.0/24"), "{routes}");
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+}
+
 #[test]
 fn selection_by_assign_annotation_and_args_and_check_drift() {
     let node = setup("select", false);
