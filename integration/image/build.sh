@@ -21,7 +21,8 @@
 # a bridge, nftables tables and turns the machine's ip_forward on), the
 # machine's CA bundle mounted read-only (cargo reaches crates.io over TLS),
 # and a cargo cache under target/image-cache/ mounted into it (registry and
-# one target dir per architecture). --out saves a docker-archive that
+# one target dir: the build scripts and proc macros, built for the build
+# machine, serve both architectures). --out saves a docker-archive that
 # `ctr -n k8s.io images import` takes with the image name.
 #
 # Builds are serialized machine-wide (podman's image store and the FROM tags
@@ -31,8 +32,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 
-# Bump when what the stand-ins contain changes: images with another value
-# are made again.
+# Bump when what the stand-ins contain changes: they are made again (the
+# build stage's carries it as a label, the runtime's in its tag, so that no
+# stand-in label reaches the shipped image).
 STANDIN_REVISION=1
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DEBIAN_SECURITY_MIRROR="${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
@@ -108,7 +110,7 @@ revision_of() {
 }
 
 cache="$root/target/image-cache"
-mkdir -p "$cache/registry" "$cache/$arch"
+mkdir -p "$cache/registry" "$cache/target"
 
 # ---- the build stage's stand-in ---------------------------------------------
 make_build_standin() {
@@ -173,7 +175,7 @@ if [ "$(revision_of "$build_from")" != "$STANDIN_REVISION" ]; then
 fi
 
 # ---- the runtime stage's stand-in (one per architecture) --------------------
-runtime_standin="localhost/podgate-standin/distroless-static:nonroot-$arch"
+runtime_standin="localhost/podgate-standin/distroless-static:r$STANDIN_REVISION-nonroot-$arch"
 make_runtime_standin() {
     work="$(mktemp -d "$cache/standin.XXXXXX")"
     local fs="$work/rootfs"
@@ -199,14 +201,13 @@ EOF
         --change "USER 65532" \
         --change "WORKDIR /home/nonroot" \
         --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-        --change "LABEL dev.podgate.standin=$STANDIN_REVISION" \
         --message "podgate stand-in for $runtime_from ($arch)" \
         "$work/rootfs.tar" "$runtime_standin"
     rm -rf "$work"
     work=""
 }
 
-if [ "$(revision_of "$runtime_standin")" != "$STANDIN_REVISION" ]; then
+if ! podman image exists "$runtime_standin"; then
     make_runtime_standin
 fi
 quiet podman tag "$runtime_standin" "$runtime_from"
@@ -214,7 +215,7 @@ quiet podman tag "$runtime_standin" "$runtime_from"
 # ---- the image --------------------------------------------------------------
 volumes=(
     -v "$cache/registry:/usr/local/cargo/registry"
-    -v "$cache/$arch:/src/target"
+    -v "$cache/target:/src/target"
 )
 if [ -f "$CA_BUNDLE" ]; then
     volumes+=(-v "$CA_BUNDLE:$CA_BUNDLE:ro")
