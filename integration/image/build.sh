@@ -213,6 +213,9 @@ fi
 quiet podman tag "$runtime_standin" "$runtime_from"
 
 # ---- the image --------------------------------------------------------------
+# BUILDPLATFORM given explicitly: podman 4.3 (buildah 1.28) leaves it unset
+# when it prepares a stage that a later `COPY --from` names, and then looks
+# for the build stage's base image for the target platform.
 volumes=(
     -v "$cache/registry:/usr/local/cargo/registry"
     -v "$cache/target:/src/target"
@@ -226,6 +229,7 @@ quiet podman build \
     --pull=never \
     --ulimit nofile=10000:10000 --ulimit nproc=1000:1000 \
     --platform "linux/$arch" \
+    --build-arg BUILDPLATFORM=linux/amd64 \
     --build-arg "PODGATE_COMMIT=$commit" \
     "${volumes[@]}" \
     --file Dockerfile \

@@ -236,8 +236,10 @@ fn the_arm64_plugins_pass_conformance_and_a_return_route_under_qemu() {
         "hostile_input_gets_a_code_and_changes_nothing",
         "a_return_route_is_added_checked_and_deleted",
     ];
+    // --workspace: the features CI's `cargo test --workspace` built these
+    // test binaries with, so nothing is compiled again.
     let out = run(Command::new(env!("CARGO"))
-        .args(["test", "-q", "-p", "podgate-integration"])
+        .args(["test", "-q", "--workspace"])
         .args(["--test", "conformance", "--test", "router", "--", "--exact"])
         .args(cases)
         .current_dir(workspace_root())
