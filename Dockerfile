@@ -60,6 +60,7 @@ RUN arch="${TARGETARCH:-$(dpkg --print-architecture)}" \
 # distroless/static: CA certs, tzdata and /etc/passwd (nonroot = 65532), no
 # shell, no package manager. The target platform named (it is the default):
 # podman 4.3 otherwise keeps looking for the build stage's platform.
+# hadolint ignore=DL3065
 FROM --platform=$TARGETPLATFORM gcr.io/distroless/static-debian12:nonroot
 
 LABEL org.opencontainers.image.title="podgate" \
