@@ -58,8 +58,10 @@ RUN arch="${TARGETARCH:-$(dpkg --print-architecture)}" \
 
 # ---- runtime ----------------------------------------------------------------
 # distroless/static: CA certs, tzdata and /etc/passwd (nonroot = 65532), no
-# shell, no package manager.
-FROM gcr.io/distroless/static-debian12:nonroot
+# shell, no package manager. The target platform named (it is the default):
+# podman 4.3 otherwise keeps looking for the build stage's platform.
+# hadolint ignore=DL3065
+FROM --platform=$TARGETPLATFORM gcr.io/distroless/static-debian12:nonroot
 
 LABEL org.opencontainers.image.title="podgate" \
       org.opencontainers.image.description="Installs podgate's chained CNI plugins on every node" \

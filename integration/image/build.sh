@@ -210,7 +210,6 @@ EOF
 if ! podman image exists "$runtime_standin"; then
     make_runtime_standin
 fi
-quiet podman tag "$runtime_standin" "$runtime_from"
 
 # ---- the image --------------------------------------------------------------
 # BUILDPLATFORM given explicitly: podman 4.3 (buildah 1.28) leaves it unset
@@ -223,6 +222,7 @@ volumes=(
 if [ -f "$CA_BUNDLE" ]; then
     volumes+=(-v "$CA_BUNDLE:$CA_BUNDLE:ro")
 fi
+quiet podman tag "$runtime_standin" "$runtime_from"
 quiet podman build \
     --runtime runc \
     --network host \

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{bin_command, bin_dir, require_root, Netns, TempDir};
+use podgate_integration::{bin_command, bin_dir, bin_runner, require_root, Netns, TempDir};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
@@ -246,10 +246,16 @@ fn every_verb_every_version() {
                 v,
                 json!({"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}]}),
             );
+            // The router's GC reads nf_tables and XFRM over netlink, which
+            // qemu-user does not translate (tests/image.rs runs the arm64
+            // binaries through it): GC is left to the native run there.
+            let gc_runs = plugin != "podgate-router" || bin_runner().is_empty();
             if v == "1.1.0" {
                 call(plugin, &status_env, &with(&conf, v, json!({})))
                     .assert_ok_empty(&what("STATUS"));
-                call(plugin, &gc_env, &gc_conf).assert_ok_empty(&what("GC"));
+                if gc_runs {
+                    call(plugin, &gc_env, &gc_conf).assert_ok_empty(&what("GC"));
+                }
             } else {
                 call(plugin, &status_env, &with(&conf, v, json!({})))
                     .assert_error(1, &what("STATUS before 1.1.0"));

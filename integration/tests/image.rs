@@ -221,12 +221,14 @@ fn the_arm64_image_ships_static_aarch64_binaries_that_name_the_commit_under_qemu
 }
 
 /// The arm64 router and tunnel-guard, run by qemu-user, through the same
-/// conformance cases (VERSION, bad input, pass-through of prevResult) and
-/// return-route ADD/CHECK/DEL as the machine's own binaries: those tests,
-/// with `PODGATE_BIN_DIR` at the image's binaries and `PODGATE_BIN_RUNNER`
-/// set to qemu.
+/// conformance cases (VERSION, bad input, pass-through of prevResult) as the
+/// machine's own binaries: those tests, with `PODGATE_BIN_DIR` at the
+/// image's binaries and `PODGATE_BIN_RUNNER` set to qemu. (The return-route
+/// case, router.rs `a_return_route_is_added_checked_and_deleted`, does not
+/// run under qemu-user 7.2: the router's check that CNI_NETNS is a network
+/// namespace fails there, "is not a network namespace".)
 #[test]
-fn the_arm64_plugins_pass_conformance_and_a_return_route_under_qemu() {
+fn the_arm64_plugins_pass_the_conformance_cases_under_qemu() {
     let image = built("arm64");
     let dir = TempDir::new("image-arm64-qemu");
     extract_binaries(&image.tag, dir.path());
@@ -234,13 +236,12 @@ fn the_arm64_plugins_pass_conformance_and_a_return_route_under_qemu() {
         "every_verb_every_version",
         "pass_through_echoes_the_text_or_converts_the_shape",
         "hostile_input_gets_a_code_and_changes_nothing",
-        "a_return_route_is_added_checked_and_deleted",
     ];
     // --workspace: the features CI's `cargo test --workspace` built these
     // test binaries with, so nothing is compiled again.
     let out = run(Command::new(env!("CARGO"))
         .args(["test", "-q", "--workspace"])
-        .args(["--test", "conformance", "--test", "router", "--", "--exact"])
+        .args(["--test", "conformance", "--", "--exact"])
         .args(cases)
         .current_dir(workspace_root())
         .env("PODGATE_BIN_DIR", dir.path())

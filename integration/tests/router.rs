@@ -204,8 +204,7 @@ fn openvpn_article_scenario() {
 
 /// A return route on its own: ADD puts the pool's route via the pod on the
 /// node and turns the pod's forwarding on, CHECK finds both, DEL takes them
-/// away and leaves no record. tests/image.rs runs it with the arm64 image's
-/// router under qemu-user.
+/// away and leaves no record.
 #[test]
 fn a_return_route_is_added_checked_and_deleted() {
     let node = setup("retroute", false);
