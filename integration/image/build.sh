@@ -20,7 +20,9 @@
 # The build runs with the host network (podman's default build network adds
 # a bridge, nftables tables and turns the machine's ip_forward on), the
 # machine's CA bundle mounted read-only (cargo reaches crates.io over TLS),
-# and a cargo cache under target/image-cache/ mounted into it (registry and
+# and a cargo cache mounted into it ($PODGATE_IMAGE_CACHE, default
+# ~/.cache/podgate/image-build: outside the checkout, so a fresh clone on the
+# same machine, as CI makes, reuses it; registry and
 # one target dir: the build scripts and proc macros, built for the build
 # machine, serve both architectures). --out saves a docker-archive that
 # `ctr -n k8s.io images import` takes with the image name.
@@ -109,7 +111,7 @@ revision_of() {
     podman image inspect --format '{{ index .Labels "dev.podgate.standin" }}' "$1" 2>/dev/null || true
 }
 
-cache="$root/target/image-cache"
+cache="${PODGATE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podgate/image-build}"
 mkdir -p "$cache/registry" "$cache/target"
 
 # ---- the build stage's stand-in ---------------------------------------------
@@ -235,6 +237,10 @@ quiet podman build \
     --file Dockerfile \
     --tag "$tag" \
     "$root"
+
+# The build stage's image (toolchain, sources: about 1.5 GB each) is left
+# untagged; drop it and any older one, or repeated builds fill the disk.
+quiet podman image prune --force
 
 built_arch="$(podman image inspect --format '{{.Architecture}}' "$tag")"
 [ "$built_arch" = "$arch" ] || fail "built $tag for $built_arch, not $arch"

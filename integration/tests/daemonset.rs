@@ -565,7 +565,10 @@ fn upgrade_then_uninstall_leave_the_node_as_it_was_before_the_install() {
     let v1 = n.run_daemonset("podgate", "podgate-v1", true);
     n.wait_ready(&v1, "install");
     let v1_pid = n.pid(&v1, "install");
-    let v1_podgate = fs::read(format!("/proc/{v1_pid}/root/usr/local/bin/podgate")).unwrap();
+    let v1_bins: Vec<Vec<u8>> = ["podgate", "podgate-router", "podgate-tunnel-guard"]
+        .iter()
+        .map(|b| fs::read(format!("/proc/{v1_pid}/root/usr/local/bin/{b}")).unwrap())
+        .collect();
     let (a, a_ns) = n.vpn_pod("a");
     assert_vpn_wired(&a_ns);
 
@@ -578,17 +581,33 @@ fn upgrade_then_uninstall_leave_the_node_as_it_was_before_the_install() {
     let v2 = n.run_daemonset("podgate", "podgate-v2", true);
     n.wait_ready(&v2, "install");
     let v2_pid = n.pid(&v2, "install");
-    let v2_podgate = fs::read(format!("/proc/{v2_pid}/root/usr/local/bin/podgate")).unwrap();
-    assert!(
-        v1_podgate != v2_podgate,
-        "the two images' podgate are the same"
-    );
-    for bin in ["podgate-router", "podgate-tunnel-guard"] {
-        let installed = fs::read(n.host_file(&format!("/opt/cni/bin/{bin}"))).unwrap();
+    // Every binary of the new image differs from the old one's (each names
+    // the commit it was built from), and the plugins on the host are the new
+    // image's: a plugin run without CNI_COMMAND says which build it is.
+    for (bin, old_bytes) in ["podgate", "podgate-router", "podgate-tunnel-guard"]
+        .iter()
+        .zip(&v1_bins)
+    {
         let in_image = fs::read(format!("/proc/{v2_pid}/root/usr/local/bin/{bin}")).unwrap();
+        assert!(&in_image != old_bytes, "the two images' {bin} are the same");
+        if *bin == "podgate" {
+            continue;
+        }
+        let host_path = n.host_file(&format!("/opt/cni/bin/{bin}"));
+        let installed = fs::read(&host_path).unwrap();
         assert!(
             installed == in_image,
             "{bin} on the host is not the new image's"
+        );
+        let about = std::process::Command::new(&host_path)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let about = String::from_utf8_lossy(&about.stderr);
+        assert!(
+            about.contains("commit 0000000000000000000000000000000000000002"),
+            "{bin} on the host does not name the new commit: {about}"
         );
     }
     // The new binaries DEL what the old ones set up.

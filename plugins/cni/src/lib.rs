@@ -28,3 +28,19 @@ pub use env::{Command, Env};
 pub use error::{code, CniError};
 pub use result::{Added, CniResult, PrevResult};
 pub use skel::{dispatch, dispatch_observed, prev_or_empty, run, Plugin, Request};
+
+/// podgate's release and, when the build was given one (the image's
+/// `PODGATE_COMMIT` build argument), the commit it was built from, e.g.
+/// `0.1.0 (commit 1c58541...)`. Every podgate binary says it (`podgate
+/// --version`, a plugin run without `CNI_COMMAND`), so binaries built from
+/// two commits differ and an operator can tell which build ran.
+pub fn build_version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| match option_env!("PODGATE_COMMIT") {
+            Some(commit) if !commit.is_empty() => {
+                format!("{} (commit {commit})", env!("CARGO_PKG_VERSION"))
+            }
+            _ => env!("CARGO_PKG_VERSION").to_string(),
+        });
+    VERSION.as_str()
+}

@@ -272,7 +272,7 @@ fn answer(stdout: &str) {
 pub fn run<P: Plugin>(plugin: P, plugin_name: &'static str, about: &str) -> ! {
     install_panic_hook(plugin_name);
     if std::env::var_os("CNI_COMMAND").is_none() {
-        crate::log::stderr_line(about);
+        crate::log::stderr_line(&format!("{about}, version {}", crate::build_version()));
     }
     let started = std::time::Instant::now();
     let mut recorder = None;

@@ -53,18 +53,10 @@ Exit codes:
   3   refused: not allowed by design (e.g. a node-wide sysctl such as kernel.*)
   64  bad command line";
 
-/// `podgate --version`: the package version and, when the build was given
-/// one (the image's `PODGATE_COMMIT` build argument), the commit it was
-/// built from.
+/// `podgate --version`: the release and, when the build was given one (the
+/// image's `PODGATE_COMMIT` build argument), the commit it was built from.
 fn version() -> &'static str {
-    static VERSION: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| match option_env!("PODGATE_COMMIT") {
-            Some(commit) if !commit.is_empty() => {
-                format!("{} (commit {commit})", env!("CARGO_PKG_VERSION"))
-            }
-            _ => env!("CARGO_PKG_VERSION").to_string(),
-        });
-    VERSION.as_str()
+    podgate_cni::build_version()
 }
 
 #[derive(Parser)]
