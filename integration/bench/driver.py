@@ -669,6 +669,21 @@ def cmd_phases(args):
         print(f"  {name:<44} {f'{pct(sorted(v), 50):.3f} ms' if v else '-'}")
 
 
+def state_left(state_dir):
+    """Files podgate-router left in its state dir, as paths relative to it:
+    everything but the lock file. Empty directories are not leftovers (the
+    claims index keeps its `claims.v1/` directory); files inside them are."""
+    if not os.path.isdir(state_dir):
+        return []
+    left = []
+    for root, _dirs, files in os.walk(state_dir):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), state_dir)
+            if rel != ".lock":
+                left.append(rel)
+    return sorted(left)
+
+
 def cmd_series(args):
     tag, runs, warmup, rss_n = args.tag, args.runs, args.warmup, args.rss_runs
     bin_dir = os.path.abspath(args.bin_dir)
@@ -734,8 +749,9 @@ def cmd_series(args):
         }[profile]
         record(f"router_{profile}_add", f"podgate-router ADD {profile}", what, a, a_rss)
         record(f"router_{profile}_del", f"podgate-router DEL {profile}", what, d, d_rss)
-        if os.listdir(os.path.join(tmp, "state")) not in ([], [".lock"]):
-            raise RuntimeError(f"router {profile}: state left: {os.listdir(os.path.join(tmp, 'state'))}")
+        left = state_left(os.path.join(tmp, "state"))
+        if left:
+            raise RuntimeError(f"router {profile}: state left: {left}")
         if profile == "vpn-gateway" and args.phase_runs:
             results["phases_vpn-gateway_add"] = phase_series(sp, tmp, add, dele, args.phase_runs)
             for p in results["phases_vpn-gateway_add"]["phases"]:
@@ -848,8 +864,8 @@ def cmd_series(args):
             steps.append((None, Call([binary], cni_env("DEL", cid, pod, p), conf_path), f"{prefix}router {p} DEL"))
     interleave(sp, steps, runs, warmup)
     for d in [os.path.join(tmp, "state")] + ([os.path.join(tmp, "before", "state")] if before else []):
-        if os.listdir(d) not in ([], [".lock"]):
-            raise RuntimeError(f"router vs tuning: state left in {d}: {os.listdir(d)}")
+        if state_left(d):
+            raise RuntimeError(f"router vs tuning: state left in {d}: {state_left(d)}")
     record("il_noop", "no-op, interleaved with tuning (subtracted)", "static C main(){return 0;}", il["noop"])
     record("il_tuning_add", "tuning ADD, interleaved with the router", what, il["tuning"])
     for prefix in binaries:
@@ -917,7 +933,7 @@ def node_snapshot(state_dir):
             if l.strip() and not (l.startswith("fe80::") or " fe80::" in l)
         )
 
-    files = sorted(f for f in os.listdir(state_dir) if f != ".lock") if os.path.isdir(state_dir) else []
+    files = state_left(state_dir)
     return {
         "routes4": lines("ip", "-4", "-d", "route", "show", "table", "all"),
         "routes6": lines("ip", "-6", "-d", "route", "show", "table", "all"),
