@@ -37,6 +37,12 @@ pub fn install_watch<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) 
     install(cmd, node, plugins).arg("--watch")
 }
 
+/// `cmd` (the `podgate` binary, or a wrapper given it) made `podgate agent`
+/// for `node` (see [`chain_args`]).
+pub fn agent<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
+    chain_args(cmd.arg("agent"), node, plugins)
+}
+
 /// `name`'s stderr, appended to `<root>/<name>.log`.
 fn log_file(node: &TestNode, name: &str) -> (PathBuf, std::fs::File) {
     let log = node.root().join(format!("{name}.log"));
@@ -90,7 +96,7 @@ impl Agent {
         .unwrap();
         let (log, err) = log_file(node, "agent");
         let mut cmd = node.ns.command(podgate.to_str().unwrap());
-        let child = chain_args(cmd.arg("agent"), node, &plugins)
+        let child = agent(&mut cmd, node, &plugins)
             .args(["--runtime-endpoint", endpoint])
             .args(agent_args)
             .args([

@@ -153,11 +153,18 @@ Exit codes: 0 everything holds; 2 drift, a netns gone or a corrupt record; 1 err
     /// into other conflists).
     Uninstall(podgate_install::UninstallArgs),
     /// The node agent: Prometheus metrics and /healthz on --metrics-address,
-    /// drift checks of live attachments, the sweep of dead pods' records.
+    /// drift checks of live attachments, the sweep of dead pods' records,
+    /// adoption of sandboxes that started without the chain (--once: one
+    /// scan and one sweep, then exit).
     /// Reads the CNI dirs, never writes them; stops on SIGTERM/SIGINT.
     #[command(
-        after_help = "Example (the DaemonSet's agent container; HOST_IP from the downward API status.hostIP):
+        after_help = "Examples (the DaemonSet's agent container; HOST_IP from the downward API status.hostIP):
   podgate agent --metrics-address $(HOST_IP):9750
+  podgate agent --once                        (one adoption scan and one sweep, then exit)
+
+With --once: what was adopted, undone and swept is printed on stdout; exit 0 when the scan ran
+and every candidate was judged, 1 when it could not run (the runtime does not serve podgate's
+chain) or a candidate failed.
 
 Endpoints: GET /metrics (Prometheus text format 0.0.4), GET /healthz (200 while collections and sweeps run)."
     )]
