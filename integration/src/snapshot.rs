@@ -307,11 +307,14 @@ pub fn claims_index_matches_records(dir: &Path, what: &str) {
             continue;
         }
         let v: Value = serde_json::from_slice(&std::fs::read(dir.join(&name)).unwrap()).unwrap();
-        for r in v["nodeRoutes"].as_array().into_iter().flatten() {
-            want.insert(format!(
-                "p={}={name}",
-                r["dst"].as_str().unwrap().replace('/', "_")
-            ));
+        for r in v
+            .get("nodeRoutes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let dst = r.get("dst").and_then(Value::as_str).unwrap();
+            want.insert(format!("p={}={name}", dst.replace('/', "_")));
         }
         records.push(name);
     }

@@ -364,10 +364,15 @@ impl Adopter {
                 if !passing {
                     self.done.insert(sb.id.clone());
                 }
-                if e.code == podgate_cni::code::UNKNOWN_CONTAINER {
-                    // Stopped between the listing and now: ADD refused (and
-                    // rolled back) before or while entering its netns.
-                    let line = format!("{pod}: stopped before it was adopted: nothing applied");
+                // Stopped between the listing and now: ADD refused (and
+                // rolled back) when its netns or interface was gone.
+                let gone = e.code == podgate_cni::code::UNKNOWN_CONTAINER
+                    || matches!(podgate_cri::is_ready(endpoint, &sb.id), Ok(false));
+                if gone {
+                    let line = format!(
+                        "{pod}: stopped before it was adopted: nothing applied ({})",
+                        e.msg
+                    );
                     log(&line);
                     out.stopped_meanwhile.push(line);
                     return Ok(());

@@ -5,6 +5,9 @@
 //! `podgate install --check`) and never writes them: that is the
 //! installer's job, in a container of its own.
 //!
+//! With `--once` it does one adoption scan and one sweep on the calling
+//! thread, prints what they did and exits (no HTTP, no worker).
+//!
 //! Two threads: the worker (collections and sweeps, which enter pod netns
 //! and read netlink, so they stay off the server's thread) and the
 //! current-thread tokio runtime serving HTTP and waiting for SIGTERM/SIGINT.

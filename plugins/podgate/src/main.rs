@@ -230,6 +230,27 @@ mod tests {
     }
 
     #[test]
+    fn the_agent_needs_a_metrics_address_unless_it_runs_once() {
+        let once = Cli::try_parse_from(["podgate", "agent", "--once"]).unwrap();
+        let Cmd::Agent(a) = once.cmd else { panic!() };
+        assert!(a.once && a.metrics_address.is_none());
+        assert!(Cli::try_parse_from(["podgate", "agent"]).is_err());
+        assert!(Cli::try_parse_from([
+            "podgate",
+            "agent",
+            "--once",
+            "--metrics-address",
+            "10.0.0.5:9750"
+        ])
+        .is_err());
+        let daemon =
+            Cli::try_parse_from(["podgate", "agent", "--metrics-address", "10.0.0.5:9750"])
+                .unwrap();
+        let Cmd::Agent(d) = daemon.cmd else { panic!() };
+        assert!(!d.once);
+    }
+
+    #[test]
     fn selection_flags_work_before_and_after_the_command() {
         let a = Cli::try_parse_from([
             "podgate",
