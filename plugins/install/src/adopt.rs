@@ -28,10 +28,6 @@ use serde_json::Value;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-/// The interface the runtime gives a pod's primary network (containerd's
-/// and CRI-O's default; the CRI does not report it).
-pub const IFNAME: &str = "eth0";
-
 /// Whether a sandbox created at `created` (Unix ns) may lack podgate: before
 /// the chain was first seen served, or inside a period it was seen missing
 /// (from the last time it was seen served; still open: up to now).
@@ -324,13 +320,18 @@ impl Adopter {
             name: sb.name.clone(),
             annotations: sb.annotations.clone(),
             netns: netns.clone(),
+            ips: sb.ips.clone(),
         };
-        match adopt::adopt(entry, IFNAME, &sandbox) {
+        match adopt::adopt(entry, &sandbox) {
             Ok(Adoption::NotSelected | Adoption::Recorded) => {
                 self.done.insert(sb.id.clone());
                 Ok(())
             }
-            Ok(Adoption::Applied { profile, source }) => {
+            Ok(Adoption::Applied {
+                profile,
+                source,
+                ifname,
+            }) => {
                 self.done.insert(sb.id.clone());
                 // Stopped meanwhile: its DEL may have come before the record.
                 match podgate_cri::is_ready(endpoint, &sb.id) {
@@ -341,7 +342,7 @@ impl Adopter {
                         out.adopted.push((pod, profile));
                         Ok(())
                     }
-                    Ok(false) => match adopt::undo(entry, IFNAME, &sandbox) {
+                    Ok(false) => match adopt::undo(entry, &ifname, &sandbox) {
                         Ok(()) => {
                             let line = format!("{pod}: stopped while it was adopted: undone");
                             log(&line);
