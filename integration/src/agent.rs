@@ -178,3 +178,33 @@ pub fn wait_for(node: &TestNode, agent: &Agent, what: &str, want: impl Fn(&str) 
         agent.log()
     );
 }
+
+/// The installer's `runtime-chain.json` (in `<root>/installer`) once
+/// `done` holds for it; panics after `within`, saying `what` was awaited,
+/// with the file and the installer's stderr (`log`).
+pub fn history_until(
+    node: &TestNode,
+    log: &Path,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let path = node.root().join("installer").join("runtime-chain.json");
+    let deadline = Instant::now() + within;
+    loop {
+        let h: Option<serde_json::Value> = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if let Some(h) = h.filter(|h| done(h)) {
+            return h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {}: {:?}\n{}",
+            path.display(),
+            std::fs::read_to_string(&path),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

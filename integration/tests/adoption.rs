@@ -426,24 +426,9 @@ impl OneShot {
 
     /// The installer's record once `done` holds for it.
     fn history_until(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let path = self.node().root().join("installer/runtime-chain.json");
-        let deadline = Instant::now() + RELOAD;
-        loop {
-            let h: Option<Value> = std::fs::read(&path)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            if let Some(h) = h.filter(|h| done(h)) {
-                return h;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {:?}\n{}",
-                std::fs::read_to_string(&path),
-                std::fs::read_to_string(self.node().root().join("installer.log"))
-                    .unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let node = self.node();
+        let log = node.root().join("installer.log");
+        agent::history_until(node, &log, RELOAD, what, done)
     }
 
     /// A sandbox `vpn/kp-N` created while the runtime serves the primary
@@ -661,6 +646,19 @@ fn reference(s: &mut OneShot, dir: &TempDir) -> Vec<Call> {
     calls[start..].to_vec()
 }
 
+/// A [`OneShot`] node and the [`reference`] calls of an adoption there
+/// (the trace kept in the dir).
+fn traced_node(tag: &str) -> (OneShot, TempDir, Vec<Call>) {
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let mut s = OneShot::start(tag);
+    let dir = TempDir::new(tag);
+    let calls = reference(&mut s, &dir);
+    (s, dir, calls)
+}
+
 /// `podgate agent --once` killed (SIGKILL from strace) at each call the
 /// adoption makes, from entering the sandbox's netns to asking the runtime
 /// whether the sandbox still runs (files opened read-only left out: a kill
@@ -674,13 +672,7 @@ fn reference(s: &mut OneShot, dir: &TempDir) -> Vec<Call> {
 #[test]
 fn a_one_shot_adoption_killed_at_any_call_converges_on_the_next_scan_and_leaves_nothing_after_del()
 {
-    assert!(
-        strace_available(),
-        "strace is needed (integration/install-deps.sh)"
-    );
-    let mut s = OneShot::start("adoptkill");
-    let dir = TempDir::new("adoptkill");
-    let calls = reference(&mut s, &dir);
+    let (mut s, _dir, calls) = traced_node("adoptkill");
     let checked = calls
         .iter()
         .position(|c| c.name == "connect")
@@ -747,13 +739,7 @@ fn a_one_shot_adoption_killed_at_any_call_converges_on_the_next_scan_and_leaves_
 /// podgate, after the agent's own run and one more scan.
 #[test]
 fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
-    assert!(
-        strace_available(),
-        "strace is needed (integration/install-deps.sh)"
-    );
-    let mut s = OneShot::start("adoptstop");
-    let dir = TempDir::new("adoptstop");
-    let calls = reference(&mut s, &dir);
+    let (mut s, _dir, calls) = traced_node("adoptstop");
     let lock = calls
         .iter()
         .position(|c| c.name == "openat" && c.text.contains("/.pod-"))

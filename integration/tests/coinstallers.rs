@@ -591,24 +591,9 @@ fn now_ns() -> u64 {
 
 /// The history once `done` holds for it (within [`RELOAD`]).
 fn history_until(c: &Containerd, done: impl Fn(&Value) -> bool) -> Value {
-    let path = c.node().root().join("installer/runtime-chain.json");
-    let deadline = Instant::now() + RELOAD;
-    loop {
-        let h: Option<Value> = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        if let Some(h) = h.filter(|h| done(h)) {
-            return h;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "history {}: {:?}\n{}",
-            path.display(),
-            std::fs::read_to_string(&path),
-            std::fs::read_to_string(c.node().root().join("watch.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let node = c.node();
+    let log = node.root().join("watch.log");
+    podgate_integration::agent::history_until(node, &log, RELOAD, "the history", done)
 }
 
 /// The installer's watch records in its state dir when it first saw the

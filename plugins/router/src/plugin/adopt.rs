@@ -366,9 +366,10 @@ mod tests {
         NetNs::open(&node.path()).unwrap().run(f).unwrap()
     }
 
-    #[test]
-    fn a_selected_sandbox_is_adopted_once_undone_when_stopped_and_refused_once_its_netns_is_gone() {
-        let state = std::env::temp_dir().join(format!("podgate-adopt-{}", std::process::id()));
+    /// A fresh state dir and podgate-router's entry keeping its records
+    /// there: profile `p` (forwarding) for namespace `vpn`.
+    fn fixture(tag: &str) -> (PathBuf, Value) {
+        let state = std::env::temp_dir().join(format!("podgate-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&state);
         let entry = json!({
             "type": "podgate-router", "name": "n", "cniVersion": "1.0.0",
@@ -376,6 +377,12 @@ mod tests {
             "profiles": {"p": {"sysctls": {"net.ipv4.ip_forward": "1"}}},
             "assign": [{"namespace": "vpn", "profile": "p"}]
         });
+        (state, entry)
+    }
+
+    #[test]
+    fn a_selected_sandbox_is_adopted_once_undone_when_stopped_and_refused_once_its_netns_is_gone() {
+        let (state, entry) = fixture("adopt");
         let node = PodNs::new("node", false);
         let pod = PodNs::new("pod", true);
         let records = || {
@@ -475,14 +482,7 @@ mod tests {
 
     #[test]
     fn a_sandbox_whose_pod_interface_is_not_eth0_is_adopted_on_it_and_an_ambiguous_one_refused() {
-        let state = std::env::temp_dir().join(format!("podgate-adopt-if-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&state);
-        let entry = json!({
-            "type": "podgate-router", "name": "n", "cniVersion": "1.0.0",
-            "stateDir": state,
-            "profiles": {"p": {"sysctls": {"net.ipv4.ip_forward": "1"}}},
-            "assign": [{"namespace": "vpn", "profile": "p"}]
-        });
+        let (state, entry) = fixture("adopt-if");
         let node = PodNs::new("ifnode", false);
         let pod = PodNs::new("ifpod", false);
         ip(&[
