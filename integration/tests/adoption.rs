@@ -581,6 +581,14 @@ struct Call {
 /// adoption makes.
 fn trace_adoption(s: &mut OneShot, dir: &TempDir) -> (Vec<Call>, String) {
     let (id, netns) = s.pod_without_chain();
+    let counted = || -> u64 {
+        std::fs::read(s.node().root().join("agent/metrics.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v["counters"]["adopted"]["vpn-gateway"].as_u64())
+            .unwrap_or(0)
+    };
+    let before = counted();
     let file = dir.path().join("trace");
     let out = s.once(&[
         "-f".into(),
@@ -592,6 +600,7 @@ fn trace_adoption(s: &mut OneShot, dir: &TempDir) -> (Vec<Call>, String) {
     ]);
     assert!(out.status.success(), "{}", output_text(&out));
     s.assert_adopted(&id, &netns, "a clean one-shot adoption");
+    assert_eq!(counted(), before + 1, "the one-shot adoption is counted");
     let text = std::fs::read_to_string(&file).unwrap();
     let mut counts = std::collections::BTreeMap::<String, u32>::new();
     let mut calls = Vec::new();
