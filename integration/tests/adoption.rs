@@ -745,7 +745,8 @@ fn a_one_shot_adoption_killed_at_any_call_converges_on_the_next_scan_and_leaves_
 /// the sandbox still runs (the agent undoes it). Each time: the agent says
 /// what happened to the pod and exits 0; no record, no return route, no
 /// claim, and the node's links, routes, rules and nf_tables as before
-/// podgate, after the agent's own run and one more scan.
+/// podgate, after the agent's own run and one more scan. While the runtime
+/// serves the primary alone, the one-shot scan exits 1 saying why.
 #[test]
 fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
     let (mut s, _dir, calls) = traced_node("adoptstop");
@@ -835,4 +836,22 @@ fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
         );
         s.assert_clean(&what);
     }
+
+    // While the runtime serves the primary alone, the one-shot scan does
+    // not adopt and says why, with exit status 1.
+    let hold = OneShot::primary(s.node());
+    s.node().write_conflist("00-aaa", &hold);
+    s.history_until("the chain missing", |h| {
+        h["missing"]
+            .as_array()
+            .and_then(|m| m.last())
+            .is_some_and(|m| m["seenLoadedAgain"].is_null())
+    });
+    let out = s.once(&[]);
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("not adopting: the runtime does not serve podgate's chain"),
+        "{text}"
+    );
 }

@@ -40,7 +40,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ADDR:PORT", value_parser = parse_address, required_unless_present = "once")]
     pub metrics_address: Option<SocketAddr>,
     /// One adoption scan (and the unguarded count, and `--repair-unguarded`
-    /// if given) and one stale sweep, then exit: what was adopted, undone
+    /// if given) and one stale sweep (unless `--sweep-secs 0`), then exit:
+    /// what was adopted, undone
     /// and swept is printed on stdout. Exit 0 when the scan ran and every
     /// candidate was judged; 1 when it could not run (the runtime does not
     /// serve podgate's chain, no runtime) or a candidate failed. Serves no
