@@ -41,11 +41,11 @@ pub struct AgentArgs {
     pub metrics_address: Option<SocketAddr>,
     /// One adoption scan (and the unguarded count, and `--repair-unguarded`
     /// if given) and one stale sweep (unless `--sweep-secs 0`), then exit:
-    /// what was adopted, undone
-    /// and swept is printed on stdout. Exit 0 when the scan ran and every
-    /// candidate was judged; 1 when it could not run (the runtime does not
-    /// serve podgate's chain, no runtime) or a candidate failed. Serves no
-    /// metrics; adoptions still count in the agent's state dir.
+    /// what was adopted, undone and swept is printed on stdout. Exit 0 when
+    /// the scan ran and every candidate was judged; 1 when it could not run
+    /// (the runtime does not serve podgate's chain, no runtime) or a
+    /// candidate failed. Serves no metrics; adoptions still count in the
+    /// agent's state dir.
     #[arg(long, conflicts_with = "metrics_address")]
     pub once: bool,
     /// How often the counters are drained and the gauges (records, drift,
