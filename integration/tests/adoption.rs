@@ -690,26 +690,31 @@ fn a_one_shot_adoption_killed_at_any_call_converges_on_the_next_scan_and_leaves_
     // at the call before it.
     let writes =
         |c: &Call| c.name != "openat" || c.text.contains("O_WRONLY") || c.text.contains("O_RDWR");
-    let points: Vec<&Call> = calls
+    let points: Vec<(bool, &Call)> = calls
         .iter()
         .enumerate()
         .filter(|(i, c)| writes(c) && (*i <= checked || (i - checked) % 3 == 0))
-        .map(|(_, c)| c)
+        .map(|(i, c)| (i > checked, c))
         .collect();
     let started = Instant::now();
-    for c in &points {
+    for (tail, c) in &points {
         let what = format!("killed at {} #{} ({})", c.name, c.nth, c.text);
         let (id, netns) = s.pod_without_chain();
         let killed = s.once(&inject(format!(
             "inject={}:signal=KILL:when={}",
             c.name, c.nth
         )));
-        assert_eq!(
-            killed.status.signal(),
-            Some(libc::SIGKILL),
-            "{what}: not killed\n{}",
-            output_text(&killed)
-        );
+        // In the tail (report, counter, sweep) a `write` may come one
+        // earlier or later than in the reference (tokio's wake-ups through
+        // an eventfd): a run past its last such call finished the adoption.
+        if !(*tail && killed.status.success()) {
+            assert_eq!(
+                killed.status.signal(),
+                Some(libc::SIGKILL),
+                "{what}: not killed\n{}",
+                output_text(&killed)
+            );
+        }
         let again = s.once(&[]);
         assert!(
             again.status.success(),
