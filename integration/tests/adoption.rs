@@ -740,7 +740,10 @@ fn a_one_shot_adoption_killed_at_any_call_converges_on_the_next_scan_and_leaves_
     );
 }
 
-/// `podgate agent --once` paused (strace delays one call by 2 s) while the
+/// How long the stop test pauses the agent (strace `delay_enter`/`delay_exit`).
+const PAUSE: Duration = Duration::from_secs(4);
+
+/// `podgate agent --once` paused (strace delays one call, [`PAUSE`]) while the
 /// kubelet's StopPodSandbox + RemovePodSandbox run: (1) having opened the
 /// pod's lock file, before it holds the pod (the runtime's DEL finds no
 /// record; the agent finds the sandbox gone), (2) right after its
@@ -809,8 +812,10 @@ fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
         let (id, _) = s.pod_without_chain();
         let agent = s
             .once_cmd(&inject(format!(
-                "inject={}:{delay}=2000000:when={}",
-                c.name, c.nth
+                "inject={}:{delay}={}:when={}",
+                c.name,
+                PAUSE.as_micros(),
+                c.nth
             )))
             .spawn()
             .unwrap();
@@ -822,7 +827,17 @@ fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
+        let paused = Instant::now();
         s.cri.stop_and_remove(&id);
+        // Before the write-ahead record and after the final one the pod is
+        // not locked: Stop + Remove must finish inside the pause for the
+        // case to be the one named (after the write-ahead record, the
+        // runtime's DEL waits for the agent).
+        assert!(
+            sign == "pending" || paused.elapsed() < PAUSE,
+            "{what}: StopPodSandbox + RemovePodSandbox took {:?}, longer than the pause",
+            paused.elapsed()
+        );
         let out = agent.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "{what}:\n{}", output_text(&out));
