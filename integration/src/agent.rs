@@ -37,6 +37,12 @@ pub fn install_watch<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) 
     install(cmd, node, plugins).arg("--watch")
 }
 
+/// `cmd` (the `podgate` binary, or a wrapper given it) made `podgate agent`
+/// for `node` (see [`chain_args`]).
+pub fn agent<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
+    chain_args(cmd.arg("agent"), node, plugins)
+}
+
 /// `name`'s stderr, appended to `<root>/<name>.log`.
 fn log_file(node: &TestNode, name: &str) -> (PathBuf, std::fs::File) {
     let log = node.root().join(format!("{name}.log"));
@@ -90,7 +96,7 @@ impl Agent {
         .unwrap();
         let (log, err) = log_file(node, "agent");
         let mut cmd = node.ns.command(podgate.to_str().unwrap());
-        let child = chain_args(cmd.arg("agent"), node, &plugins)
+        let child = agent(&mut cmd, node, &plugins)
             .args(["--runtime-endpoint", endpoint])
             .args(agent_args)
             .args([
@@ -171,4 +177,34 @@ pub fn wait_for(node: &TestNode, agent: &Agent, what: &str, want: impl Fn(&str) 
         "timed out waiting for {what}\n--- last /metrics ---\n{last}\n--- agent log ---\n{}",
         agent.log()
     );
+}
+
+/// The installer's `runtime-chain.json` (in `<root>/installer`) once
+/// `done` holds for it; panics after `within`, saying `what` was awaited,
+/// with the file and the installer's stderr (`log`).
+pub fn history_until(
+    node: &TestNode,
+    log: &Path,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let path = node.root().join("installer").join("runtime-chain.json");
+    let deadline = Instant::now() + within;
+    loop {
+        let h: Option<serde_json::Value> = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if let Some(h) = h.filter(|h| done(h)) {
+            return h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {}: {:?}\n{}",
+            path.display(),
+            std::fs::read_to_string(&path),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

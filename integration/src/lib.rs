@@ -45,7 +45,9 @@ use std::sync::Once;
 
 pub use netns::Netns;
 pub use node::{bridge_name, CniOutcome, TestNode, Verb, SYSTEM_CNI_DIR};
-pub use snapshot::{assert_same, snapshot, state_files, state_files_in, Snapshot};
+pub use snapshot::{
+    assert_same, claims_index_matches_records, snapshot, state_files, state_files_in, Snapshot,
+};
 pub use tcp::{
     http_get, in_netns, ping, tcp_connect_ok, tcp_listen, tcp_listen_bulk, tcp_listen_peer_echo,
     tcp_request, TcpServer,

@@ -293,3 +293,48 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
         }
     }
 }
+
+/// The claims index (`claims.v1/` in the state dir) holds exactly the
+/// claims the records describe: every record is known to it and each of
+/// its pools names it. Entries whose record is gone are allowed (a kill
+/// between the index and the record): the router does not trust them.
+pub fn claims_index_matches_records(dir: &Path, what: &str) {
+    let mut want = std::collections::BTreeSet::new();
+    let mut records = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !name.ends_with(".json") {
+            continue;
+        }
+        let v: Value = serde_json::from_slice(&std::fs::read(dir.join(&name)).unwrap()).unwrap();
+        for r in v
+            .get("nodeRoutes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let dst = r.get("dst").and_then(Value::as_str).unwrap();
+            want.insert(format!("p={}={name}", dst.replace('/', "_")));
+        }
+        records.push(name);
+    }
+    let entries: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("claims.v1"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let got: std::collections::BTreeSet<String> = entries
+        .iter()
+        .filter(|e| records.iter().any(|r| e.ends_with(&format!("={r}"))))
+        .filter(|e| e.starts_with("p="))
+        .cloned()
+        .collect();
+    assert_eq!(got, want, "{what}: claims index (all entries: {entries:?})");
+    for r in &records {
+        assert!(
+            entries.contains(&format!("k={r}")),
+            "{what}: record {r} not known to the index: {entries:?}"
+        );
+    }
+}

@@ -3,14 +3,28 @@
 //! the node agent once the runtime serves podgate's chain; pods created
 //! while it is served, host-network pods and pods policy does not select
 //! stay untouched; the runtime's later DEL removes what was adopted.
+//!
+//! The one-shot agent (`podgate agent --once`) under strace: killed at each
+//! of its file, netlink and netns calls while it adopts a sandbox, the next
+//! scan converges (adopted once, complete record, claims index as the
+//! records say) and the runtime's DEL leaves the node as it was; paused
+//! (strace delay) before it takes the pod, after its write-ahead record and
+//! after the pod-side apply while the kubelet's StopPodSandbox +
+//! RemovePodSandbox run: nothing is left and the agent says what happened.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::agent::{self, Agent};
 use podgate_integration::containerd::Containerd;
 use podgate_integration::cri::{pod_nft, sysctl_in, Cri, Pod};
-use podgate_integration::{require_root, TestNode};
+use podgate_integration::{
+    assert_same, bin_dir, claims_index_matches_records, output_text, require_root, state_files_in,
+    Snapshot, TempDir, TestNode,
+};
 use serde_json::{json, Value};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const NET: &str = "podnet";
@@ -322,4 +336,542 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
     for id in [&open, &excluded, &host] {
         cri.stop_and_remove(id);
     }
+}
+
+// ---- The one-shot agent under strace: kills and stops mid-adoption ----
+
+/// The profile of the kill and stop tests: a pod sysctl, masquerade (the
+/// pod's nf_tables table) and a return route on the node (a claim in the
+/// claims index), for pods `vpn/kp-*`.
+fn one_shot_plugins(node: &TestNode) -> Value {
+    json!([node.router_entry(
+        json!({"vpn-gateway": {
+            "sysctls": {"net.ipv4.ip_forward": "1"},
+            "masquerade": [{"source": "10.8.0.0/24"}],
+            "returnRoutes": [{"dst": "10.8.0.0/24"}]
+        }}),
+        json!([{"namespace": "vpn", "podNamePrefix": "kp-", "profile": "vpn-gateway"}]),
+    )])
+}
+
+/// How long the installer gets to see the runtime load a change.
+const RELOAD: Duration = Duration::from_secs(20);
+
+/// A containerd node for the one-shot agent: the bridge primary (its bridge
+/// made by a first pod, then removed: `baseline` is the node before podgate
+/// touched anything), the installer watching with `--primary` (so a file
+/// sorting before podgate's opens a period in which the runtime serves the
+/// primary alone, as a co-installer may), [`one_shot_plugins`].
+struct OneShot {
+    installer: Child,
+    cri: Cri,
+    c: Containerd,
+    baseline: Snapshot,
+    forwarding: String,
+    pods: u32,
+}
+
+impl OneShot {
+    fn start(tag: &str) -> OneShot {
+        require_root();
+        podgate_integration::built_shipped();
+        let node = TestNode::new(tag);
+        node.refresh_cni_bin();
+        node.write_conflist("10-podnet", &Self::primary(&node));
+        std::fs::write(
+            node.root().join("plugins.json"),
+            one_shot_plugins(&node).to_string(),
+        )
+        .unwrap();
+        let c = Containerd::start(node);
+        let mut cri = Cri::connect(&c);
+        let warm = cri.run(&c, &Pod::new("default", "warm")).unwrap();
+        cri.stop_and_remove(&warm);
+        let node = c.node();
+        let baseline = node.settled_snapshot();
+        let forwarding = node.ns.sysctl_get("net.ipv4.ip_forward");
+        let podgate = bin_dir().join("podgate");
+        let installer = agent::install_watch(
+            &mut node.ns.command(podgate.to_str().unwrap()),
+            node,
+            &node.root().join("plugins.json"),
+        )
+        .args(["--primary", "10-podnet.conflist"])
+        .args(["--debounce-ms", "50", "--resync-secs", "1"])
+        .args(["--runtime-endpoint", &c.endpoint()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(node.root().join("installer.log")).unwrap())
+        .spawn()
+        .unwrap();
+        let s = OneShot {
+            installer,
+            cri,
+            c,
+            baseline,
+            forwarding,
+            pods: 0,
+        };
+        s.history_until("the chain served", |h| h["firstLoaded"].is_u64());
+        s
+    }
+
+    fn primary(node: &TestNode) -> Value {
+        node.bridge_conflist(NET, "1.0.0", "10.28.0.0/16", vec![])
+    }
+
+    fn node(&self) -> &TestNode {
+        self.c.node()
+    }
+
+    /// The installer's record once `done` holds for it.
+    fn history_until(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let node = self.node();
+        let log = node.root().join("installer.log");
+        agent::history_until(node, &log, RELOAD, what, done)
+    }
+
+    /// A sandbox `vpn/kp-N` created while the runtime serves the primary
+    /// alone (a copy of it sorting before podgate's file), then the chain
+    /// served again: a candidate the policy selects. Its ID and netns.
+    fn pod_without_chain(&mut self) -> (String, PathBuf) {
+        let missing = |h: &Value| h["missing"].as_array().map_or(0, Vec::len);
+        let n = missing(&self.history_until("the record", |_| true));
+        let hold = Self::primary(self.node());
+        self.node().write_conflist("00-aaa", &hold);
+        self.history_until("the chain missing", |h| {
+            missing(h) == n + 1 && h["missing"][n]["seenLoadedAgain"].is_null()
+        });
+        let name = format!("kp-{}", self.pods);
+        self.pods += 1;
+        let id = self.cri.run(&self.c, &Pod::new("vpn", &name)).unwrap();
+        self.node().remove_conflist("00-aaa");
+        self.history_until("the chain served again", |h| {
+            h["missing"][n]["seenLoadedAgain"].is_u64()
+        });
+        let netns = self.cri.netns(&id);
+        (id, netns)
+    }
+
+    /// `podgate agent --once` in the node netns, under `strace` with these
+    /// arguments unless there are none.
+    fn once_cmd(&self, strace: &[String]) -> Command {
+        let node = self.node();
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", node.ns.path().display()));
+        if !strace.is_empty() {
+            cmd.arg("strace").args(strace);
+        }
+        cmd.arg(bin_dir().join("podgate"));
+        agent::agent(&mut cmd, node, &node.root().join("plugins.json"))
+            .arg("--once")
+            .args(["--runtime-endpoint", &self.c.endpoint()])
+            .arg("--router-state-dir")
+            .arg(node.state_dir())
+            .arg("--agent-state-dir")
+            .arg(node.root().join("agent"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    fn once(&self, strace: &[String]) -> Output {
+        self.once_cmd(strace).output().unwrap()
+    }
+
+    /// Adopted exactly once: one record, complete (applied, adopted, the
+    /// profile), forwarding and the nf_tables table in the sandbox, the
+    /// return route on the node, the claims index as the records say.
+    fn assert_adopted(&self, id: &str, netns: &Path, what: &str) {
+        let node = self.node();
+        let recs = records(node);
+        assert_eq!(recs.len(), 1, "{what}: {:?}", record_files(node));
+        let r = record_of(&recs, id).unwrap_or_else(|| panic!("{what}: no record of {id}"));
+        assert_eq!(r["status"], "applied", "{what}: {r}");
+        assert_eq!(r["adopted"], true, "{what}: {r}");
+        assert_eq!(r["profile"], "vpn-gateway", "{what}: {r}");
+        assert_eq!(
+            r["nodeRoutes"].as_array().map(Vec::len),
+            Some(1),
+            "{what}: {r}"
+        );
+        assert_eq!(sysctl_in(netns, "net.ipv4.ip_forward"), "1", "{what}");
+        assert!(pod_nft(netns).is_some(), "{what}: no nf_tables table");
+        assert!(
+            return_routes(node).contains("10.8.0.0/24"),
+            "{what}: no return route: {}",
+            return_routes(node)
+        );
+        claims_index_matches_records(&node.state_dir(), what);
+    }
+
+    /// StopPodSandbox + RemovePodSandbox were run: no record, no return
+    /// route, no claim, and the node's links, addresses, routes, rules and
+    /// nf_tables as before podgate (a moment given to settle).
+    fn assert_clean(&self, what: &str) {
+        let node = self.node();
+        assert_eq!(
+            state_files_in(&node.state_dir()),
+            Vec::<String>::new(),
+            "{what}"
+        );
+        assert_eq!(return_routes(node), "", "{what}");
+        claims_index_matches_records(&node.state_dir(), what);
+        assert_eq!(node.ns.sysctl_get("net.ipv4.ip_forward"), self.forwarding);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut now = node.snapshot();
+        while now != self.baseline && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            now = node.snapshot();
+        }
+        if now != self.baseline {
+            panic!(
+                "{what}: the node is not as before:\n{}",
+                self.baseline.diff(&now)
+            );
+        }
+        assert_same(&self.baseline, &now);
+    }
+}
+
+impl Drop for OneShot {
+    fn drop(&mut self) {
+        let _ = self.installer.kill();
+        let _ = self.installer.wait();
+    }
+}
+
+/// The node's return routes (podgate-router's route protocol, 94).
+fn return_routes(node: &TestNode) -> String {
+    node.ns
+        .exec_ok(&["ip", "-4", "route", "show", "table", "all", "proto", "94"])
+        .trim()
+        .to_string()
+}
+
+fn strace_available() -> bool {
+    Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The calls the kill points and pauses are counted on: entering a netns,
+/// opening and writing files (records, claims, sysctls), renaming them
+/// into place, netlink (routes, addresses, nf_tables), connecting to CRI.
+const CALLS: [&str; 7] = [
+    "setns", "openat", "write", "rename", "sendto", "sendmsg", "connect",
+];
+
+/// One traced call: its name, its ordinal among calls of that name (from
+/// 1, as strace's `when=` counts them) and its text.
+#[derive(Debug, Clone)]
+struct Call {
+    name: String,
+    nth: u32,
+    text: String,
+}
+
+/// A clean `podgate agent --once` adopting one sandbox, traced: its calls
+/// of [`CALLS`] in order (one thread: strace counts `when=` per thread),
+/// and the sandbox's ID; then StopPodSandbox + RemovePodSandbox leave the
+/// node as it was. The first adoption on a node also makes the claims
+/// index's directory: trace a second one for the calls every later
+/// adoption makes.
+fn trace_adoption(s: &mut OneShot, dir: &TempDir) -> (Vec<Call>, String) {
+    let (id, netns) = s.pod_without_chain();
+    let counted = || -> u64 {
+        std::fs::read(s.node().root().join("agent/metrics.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v["counters"]["adopted"]["vpn-gateway"].as_u64())
+            .unwrap_or(0)
+    };
+    let before = counted();
+    let file = dir.path().join("trace");
+    let out = s.once(&[
+        "-f".into(),
+        "-qq".into(),
+        "-o".into(),
+        file.display().to_string(),
+        "-e".into(),
+        format!("trace={}", CALLS.join(",")),
+    ]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    s.assert_adopted(&id, &netns, "a clean one-shot adoption");
+    assert_eq!(counted(), before + 1, "the one-shot adoption is counted");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut counts = std::collections::BTreeMap::<String, u32>::new();
+    let mut calls = Vec::new();
+    let mut pids = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let (pid, rest) = line.split_once(' ').unwrap_or(("", line));
+        let rest = rest.trim_start();
+        let Some(name) = rest.split_once('(').map(|(n, _)| n) else {
+            continue;
+        };
+        if !CALLS.contains(&name) {
+            continue;
+        }
+        pids.insert(pid.to_string());
+        let nth = counts.entry(name.into()).or_default();
+        *nth += 1;
+        calls.push(Call {
+            name: name.into(),
+            nth: *nth,
+            text: rest.into(),
+        });
+    }
+    assert_eq!(pids.len(), 1, "one thread makes these calls: {pids:?}");
+    s.cri.stop_and_remove(&id);
+    s.assert_clean("a clean one-shot adoption, then Stop+Remove");
+    (calls, id)
+}
+
+/// strace arguments: no output, `inject` as given.
+fn inject(spec: String) -> Vec<String> {
+    ["-f", "-qq", "-o", "/dev/null", "-e"]
+        .map(String::from)
+        .into_iter()
+        .chain([spec])
+        .collect()
+}
+
+/// The reference calls of an adoption, from the first `setns` (into the
+/// sandbox, reading its addresses) on; the second traced adoption of the
+/// node (see [`trace_adoption`]).
+fn reference(s: &mut OneShot, dir: &TempDir) -> Vec<Call> {
+    let (first, _) = trace_adoption(s, dir);
+    let (calls, _) = trace_adoption(s, dir);
+    assert!(
+        first.len() >= calls.len(),
+        "the first adoption makes the index dir"
+    );
+    let start = calls
+        .iter()
+        .position(|c| c.name == "setns")
+        .expect("the adoption never entered the sandbox's netns");
+    calls[start..].to_vec()
+}
+
+/// A [`OneShot`] node and the [`reference`] calls of an adoption there
+/// (the trace kept in the dir).
+fn traced_node(tag: &str) -> (OneShot, TempDir, Vec<Call>) {
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let mut s = OneShot::start(tag);
+    let dir = TempDir::new(tag);
+    let calls = reference(&mut s, &dir);
+    (s, dir, calls)
+}
+
+/// `podgate agent --once` killed (SIGKILL from strace) at each call the
+/// adoption makes, from entering the sandbox's netns to asking the runtime
+/// whether the sandbox still runs (files opened read-only left out: a kill
+/// there is the kill at the call before): after each kill a second one-shot scan,
+/// unkilled, converges (the pod adopted exactly once, its record complete,
+/// forwarding on, its nf_tables table and the node's return route there,
+/// the claims index as rebuilt from the records), and StopPodSandbox +
+/// RemovePodSandbox leave the node as before podgate. After the readiness
+/// check (the report, the adoption counter, the stale sweep) every third
+/// call is tried: nothing there changes the pod.
+#[test]
+fn a_one_shot_adoption_killed_at_any_call_converges_on_the_next_scan_and_leaves_nothing_after_del()
+{
+    let (mut s, _dir, calls) = traced_node("adoptkill");
+    let checked = calls
+        .iter()
+        .position(|c| c.name == "connect")
+        .expect("no readiness check after the adoption");
+    // A file opened read-only changes nothing: a kill there is the kill
+    // at the call before it.
+    let writes =
+        |c: &Call| c.name != "openat" || c.text.contains("O_WRONLY") || c.text.contains("O_RDWR");
+    let points: Vec<(bool, &Call)> = calls
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| writes(c) && (*i <= checked || (i - checked) % 3 == 0))
+        .map(|(i, c)| (i > checked, c))
+        .collect();
+    let started = Instant::now();
+    for (tail, c) in &points {
+        let what = format!("killed at {} #{} ({})", c.name, c.nth, c.text);
+        let (id, netns) = s.pod_without_chain();
+        let killed = s.once(&inject(format!(
+            "inject={}:signal=KILL:when={}",
+            c.name, c.nth
+        )));
+        // In the tail (report, counter, sweep) a `write` may come one
+        // earlier or later than in the reference (tokio's wake-ups through
+        // an eventfd): a run past its last such call finished the adoption.
+        if !(*tail && killed.status.success()) {
+            assert_eq!(
+                killed.status.signal(),
+                Some(libc::SIGKILL),
+                "{what}: not killed\n{}",
+                output_text(&killed)
+            );
+        }
+        let again = s.once(&[]);
+        assert!(
+            again.status.success(),
+            "{what}, then a scan:\n{}",
+            output_text(&again)
+        );
+        s.assert_adopted(&id, &netns, &what);
+        let third = s.once(&[]);
+        let text = String::from_utf8_lossy(&third.stdout);
+        assert!(
+            third.status.success() && text.contains("nothing to adopt"),
+            "{what}: a third scan changes nothing:\n{}",
+            output_text(&third)
+        );
+        s.cri.stop_and_remove(&id);
+        s.assert_clean(&format!("{what}, a scan, then Stop+Remove"));
+    }
+    println!(
+        "{} kill points of {} calls from the first setns, in {:?}",
+        points.len(),
+        calls.len(),
+        started.elapsed()
+    );
+}
+
+/// How long the stop test pauses the agent (strace `delay_enter`/`delay_exit`).
+const PAUSE: Duration = Duration::from_secs(4);
+
+/// `podgate agent --once` paused (strace delays one call, [`PAUSE`]) while the
+/// kubelet's StopPodSandbox + RemovePodSandbox run: (1) having opened the
+/// pod's lock file, before it holds the pod (the runtime's DEL finds no
+/// record; the agent finds the sandbox gone), (2) right after its
+/// write-ahead record, before the node and pod sides (the runtime's DEL
+/// waits for the pod's lock, then removes what the adoption applied), (3)
+/// after the pod-side apply and the final record, before it asks whether
+/// the sandbox still runs (the agent undoes it). Each time: the agent says
+/// what happened to the pod and exits 0; no record, no return route, no
+/// claim, and the node's links, routes, rules and nf_tables as before
+/// podgate, after the agent's own run and one more scan. While the runtime
+/// serves the primary alone, the one-shot scan exits 1 saying why.
+#[test]
+fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
+    let (mut s, _dir, calls) = traced_node("adoptstop");
+    let lock = calls
+        .iter()
+        .position(|c| c.name == "openat" && c.text.contains("/.pod-"))
+        .expect("no pod lock opened");
+    let pending = lock
+        + calls[lock..]
+            .iter()
+            .position(|c| c.name == "rename")
+            .expect("no record written");
+    let check = pending
+        + calls[pending..]
+            .iter()
+            .position(|c| c.name == "connect")
+            .expect("no readiness check");
+    // What shows the agent is at the pause: the pod's lock file, or its
+    // record with this status.
+    let reached = |s: &OneShot, id: &str, sign: &str| match sign {
+        "lock" => s
+            .node()
+            .state_dir()
+            .join(format!(".pod-{id}.lock"))
+            .exists(),
+        status => record_of(&records(s.node()), id).is_some_and(|r| r["status"] == status),
+    };
+    // (when, the call, how it is delayed, what shows the agent is there,
+    // what the agent must say of the pod).
+    let pauses = [
+        (
+            "before it holds the pod",
+            &calls[lock],
+            "delay_exit",
+            "lock",
+            "stopped ",
+        ),
+        (
+            "after the write-ahead record",
+            &calls[pending],
+            "delay_exit",
+            "pending",
+            "",
+        ),
+        (
+            "after the pod-side apply",
+            &calls[check],
+            "delay_enter",
+            "applied",
+            "stopped while it was adopted: undone",
+        ),
+    ];
+    for (when, c, delay, sign, says) in pauses {
+        let what = format!("stopped {when} ({} #{} {delay})", c.name, c.nth);
+        let (id, _) = s.pod_without_chain();
+        let agent = s
+            .once_cmd(&inject(format!(
+                "inject={}:{delay}={}:when={}",
+                c.name,
+                PAUSE.as_micros(),
+                c.nth
+            )))
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !reached(&s, &id, sign) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: the agent never got there"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let paused = Instant::now();
+        s.cri.stop_and_remove(&id);
+        // Before the write-ahead record and after the final one the pod is
+        // not locked: Stop + Remove must finish inside the pause for the
+        // case to be the one named (after the write-ahead record, the
+        // runtime's DEL waits for the agent).
+        assert!(
+            sign == "pending" || paused.elapsed() < PAUSE,
+            "{what}: StopPodSandbox + RemovePodSandbox took {:?}, longer than the pause",
+            paused.elapsed()
+        );
+        let out = agent.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{what}:\n{}", output_text(&out));
+        let pod = format!("vpn/kp-{}", s.pods - 1);
+        assert!(
+            text.lines().any(|l| l.contains(&pod) && l.contains(says)),
+            "{what}: the agent names the pod:\n{}",
+            output_text(&out)
+        );
+        println!("{what}: {}", text.trim());
+        let again = s.once(&[]);
+        assert!(
+            again.status.success(),
+            "{what}, a scan:\n{}",
+            output_text(&again)
+        );
+        s.assert_clean(&what);
+    }
+
+    // While the runtime serves the primary alone, the one-shot scan does
+    // not adopt and says why, with exit status 1.
+    let hold = OneShot::primary(s.node());
+    s.node().write_conflist("00-aaa", &hold);
+    s.history_until("the chain missing", |h| {
+        h["missing"]
+            .as_array()
+            .and_then(|m| m.last())
+            .is_some_and(|m| m["seenLoadedAgain"].is_null())
+    });
+    let out = s.once(&[]);
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("not adopting: the runtime does not serve podgate's chain"),
+        "{text}"
+    );
 }

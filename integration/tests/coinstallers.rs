@@ -591,31 +591,16 @@ fn now_ns() -> u64 {
 
 /// The history once `done` holds for it (within [`RELOAD`]).
 fn history_until(c: &Containerd, done: impl Fn(&Value) -> bool) -> Value {
-    let path = c.node().root().join("installer/runtime-chain.json");
-    let deadline = Instant::now() + RELOAD;
-    loop {
-        let h: Option<Value> = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        if let Some(h) = h.filter(|h| done(h)) {
-            return h;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "history {}: {:?}\n{}",
-            path.display(),
-            std::fs::read_to_string(&path),
-            std::fs::read_to_string(c.node().root().join("watch.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let node = c.node();
+    let log = node.root().join("watch.log");
+    podgate_integration::agent::history_until(node, &log, RELOAD, "the history", done)
 }
 
-/// The agent records in its state dir when it first saw the runtime serve
-/// podgate's chain and each period it saw the chain missing (another file
-/// loaded first), per boot; a restarted agent keeps both.
+/// The installer's watch records in its state dir when it first saw the
+/// runtime serve podgate's chain and each period it saw the chain missing
+/// (another file loaded first), per boot; a restarted watch keeps both.
 #[test]
-fn the_agent_records_when_the_runtime_served_the_chain_and_keeps_it_across_restarts() {
+fn the_installer_records_when_the_runtime_served_the_chain_and_keeps_it_across_restarts() {
     // The order check is against the file podgate renders from, so another
     // file sorting first does not stop the watcher.
     const PRIMARY: [&str; 2] = ["--primary", "10-podnet.conflist"];
@@ -656,5 +641,5 @@ fn the_agent_records_when_the_runtime_served_the_chain_and_keeps_it_across_resta
     let _watcher = Watcher::start(&c, &PRIMARY);
     std::thread::sleep(Duration::from_secs(2));
     let after = history_until(&c, |_| true);
-    assert_eq!(after, h, "a restarted agent keeps the record");
+    assert_eq!(after, h, "a restarted watch keeps the record");
 }

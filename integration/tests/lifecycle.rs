@@ -23,7 +23,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::{
-    built, require_root, snapshot, state_files_in, workspace_root, Netns, Snapshot, TempDir,
+    built, claims_index_matches_records, require_root, snapshot, state_files_in, workspace_root,
+    Netns, Snapshot, TempDir,
 };
 use serde_json::{json, Value};
 use std::io::Write;
@@ -359,47 +360,8 @@ fn full_profile() -> Value {
 /// The container ID of the attachment that stays while others come and go.
 const OTHER: &str = "c2";
 
-/// The claims index (`claims.v1/` in the state dir) holds exactly the
-/// claims the records describe: every record is known to it and each of
-/// its pools names it. Entries whose record is gone are allowed (a kill
-/// between the index and the record): the router does not trust them.
 fn index_matches_records(rig: &Rig, what: &str) {
-    let dir = rig.state_dir();
-    let mut want = std::collections::BTreeSet::new();
-    let mut records = Vec::new();
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let name = e.unwrap().file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !name.ends_with(".json") {
-            continue;
-        }
-        let v: Value = serde_json::from_slice(&std::fs::read(dir.join(&name)).unwrap()).unwrap();
-        for r in v["nodeRoutes"].as_array().into_iter().flatten() {
-            want.insert(format!(
-                "p={}={name}",
-                r["dst"].as_str().unwrap().replace('/', "_")
-            ));
-        }
-        records.push(name);
-    }
-    let entries: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("claims.v1"))
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    let got: std::collections::BTreeSet<String> = entries
-        .iter()
-        .filter(|e| records.iter().any(|r| e.ends_with(&format!("={r}"))))
-        .filter(|e| e.starts_with("p="))
-        .cloned()
-        .collect();
-    assert_eq!(got, want, "{what}: claims index (all entries: {entries:?})");
-    for r in &records {
-        assert!(
-            entries.contains(&format!("k={r}")),
-            "{what}: record {r} not known to the index: {entries:?}"
-        );
-    }
+    claims_index_matches_records(&rig.state_dir(), what);
 }
 
 const CALLS: [&str; 5] = ["sendto", "sendmsg", "write", "rename", "openat"];

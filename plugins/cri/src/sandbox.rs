@@ -13,6 +13,7 @@ use k8s_cri::v1::{
     PodSandboxStatusRequest,
 };
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use tonic::transport::Channel;
 
@@ -81,12 +82,14 @@ async fn list_ready(
         .items)
 }
 
-/// The verbose status of sandbox `id`: whether it is ready, and its netns.
+/// The verbose status of sandbox `id`: whether it is ready, its netns, and
+/// its addresses (`network.ip`, then `additionalIps`; unparsable ones
+/// skipped).
 async fn status_of(
     client: &mut RuntimeServiceClient<Channel>,
     endpoint: &str,
     id: &str,
-) -> Result<(bool, Netns), CriError> {
+) -> Result<(bool, Netns, Vec<IpAddr>), CriError> {
     let resp = client
         .pod_sandbox_status(PodSandboxStatusRequest {
             pod_sandbox_id: id.to_string(),
@@ -108,7 +111,16 @@ async fn status_of(
     } else {
         netns_from_info(&resp.info)
     };
-    Ok((ready, netns))
+    let ips = status
+        .and_then(|s| s.network.as_ref())
+        .map(|n| {
+            std::iter::once(n.ip.as_str())
+                .chain(n.additional_ips.iter().map(|a| a.ip.as_str()))
+                .filter_map(|a| a.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((ready, netns, ips))
 }
 
 /// Where a ready sandbox's network is.
@@ -132,6 +144,9 @@ pub struct ReadySandbox {
     pub created_at: i64,
     pub annotations: std::collections::BTreeMap<String, String>,
     pub netns: SandboxNetns,
+    /// Its addresses as the runtime reports them (`network.ip`,
+    /// `additionalIps`).
+    pub ips: Vec<IpAddr>,
 }
 
 /// The ready sandboxes of the runtime at `endpoint` (or the first default
@@ -149,7 +164,7 @@ pub fn ready_sandboxes(
                 continue;
             };
             // Gone between the list and the status: not ready any more.
-            let Ok((true, netns)) = status_of(&mut client, &endpoint, &sb.id).await else {
+            let Ok((true, netns, ips)) = status_of(&mut client, &endpoint, &sb.id).await else {
                 continue;
             };
             out.push(ReadySandbox {
@@ -166,6 +181,7 @@ pub fn ready_sandboxes(
                     Netns::Host => SandboxNetns::Host,
                     Netns::Unknown => SandboxNetns::Unknown,
                 },
+                ips,
             });
         }
         Ok((endpoint, out))
@@ -192,7 +208,7 @@ pub fn is_ready(endpoint: &str, id: &str) -> Result<bool, CriError> {
     block_on(async {
         let (endpoint, mut client) = client(Some(endpoint)).await?;
         match status_of(&mut client, &endpoint, id).await {
-            Ok((ready, _)) => Ok(ready),
+            Ok((ready, _, _)) => Ok(ready),
             Err(CriError::Call { msg, .. }) if msg.contains("not found") => Ok(false),
             Err(e) => Err(e),
         }
@@ -226,7 +242,7 @@ async fn lookup(
         });
     };
     let id = sandbox.id.clone();
-    let (_, netns) = status_of(client, endpoint, &id).await?;
+    let (_, netns, _) = status_of(client, endpoint, &id).await?;
     match netns {
         Netns::Path(p, pid) => Ok(PodNetns {
             sandbox_id: id,

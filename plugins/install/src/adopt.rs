@@ -28,10 +28,6 @@ use serde_json::Value;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-/// The interface the runtime gives a pod's primary network (containerd's
-/// and CRI-O's default; the CRI does not report it).
-pub const IFNAME: &str = "eth0";
-
 /// Whether a sandbox created at `created` (Unix ns) may lack podgate: before
 /// the chain was first seen served, or inside a period it was seen missing
 /// (from the last time it was seen served; still open: up to now).
@@ -183,8 +179,14 @@ impl Repair {
 /// What one scan did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Scan {
-    /// (sandbox id, profile) adopted by this scan.
+    /// (`namespace/name (sandbox id)`, profile) adopted by this scan.
     pub adopted: Vec<(String, String)>,
+    /// Candidates stopped while this scan judged them, and what was done
+    /// (undone, or nothing applied), one line each.
+    pub stopped_meanwhile: Vec<String>,
+    /// Why adoption did not run (the runtime does not serve the chain, or
+    /// the history does not say it does).
+    pub skipped: Option<String>,
     /// Ready sandboxes (own netns, namespace not excluded) that may have
     /// been wired without the tunnel guard; None: no guard in the chain,
     /// or IPsec not required now.
@@ -233,9 +235,23 @@ impl Adopter {
                 return out;
             }
         };
-        let served = probe.ready().is_ok()
+        let ready = probe.ready();
+        let served = ready.is_ok()
             && h.first_loaded.is_some()
             && h.missing.iter().all(|m| m.seen_loaded_again.is_some());
+        if self.adopt && !served {
+            out.skipped = Some(match ready {
+                Err(why) => format!("the runtime does not serve podgate's chain: {why}"),
+                Ok(_) if h.first_loaded.is_none() => format!(
+                    "{} does not record the runtime serving podgate's chain yet",
+                    crate::history::FILE
+                ),
+                Ok(_) => format!(
+                    "{} records the chain missing since it was last seen served",
+                    crate::history::FILE
+                ),
+            });
+        }
         let guard = guard_required(probe);
         let entry = if served && self.adopt {
             match router_entry(probe) {
@@ -266,10 +282,8 @@ impl Adopter {
                 if self.done.contains(&sb.id) {
                     continue;
                 }
-                match self.one(entry, &endpoint, sb) {
-                    Ok(Some(profile)) => out.adopted.push((sb.id.clone(), profile)),
-                    Ok(None) => {}
-                    Err(e) => out.errors.push(e),
+                if let Err(e) = self.one(entry, &endpoint, sb, &mut out) {
+                    out.errors.push(e);
                 }
             }
         }
@@ -283,20 +297,22 @@ impl Adopter {
         out
     }
 
-    /// One candidate: Ok(Some(profile)) when adopted and still running.
-    /// Judged (remembered) unless the failure may pass (I/O, try again).
+    /// One candidate, into `out` when adopted (and still running) or
+    /// stopped meanwhile. Judged (remembered) unless the failure may pass
+    /// (I/O, try again).
     fn one(
         &mut self,
         entry: &Value,
         endpoint: &str,
         sb: &ReadySandbox,
-    ) -> Result<Option<String>, String> {
+        out: &mut Scan,
+    ) -> Result<(), String> {
         let pod = format!("{}/{} (sandbox {})", sb.namespace, sb.name, sb.id);
         let SandboxNetns::Path(netns) = &sb.netns else {
             // Host network: never (an assign rule matching it would switch
             // on the node's own forwarding); unknown: nothing to enter.
             self.done.insert(sb.id.clone());
-            return Ok(None);
+            return Ok(());
         };
         let sandbox = Sandbox {
             id: sb.id.clone(),
@@ -304,13 +320,18 @@ impl Adopter {
             name: sb.name.clone(),
             annotations: sb.annotations.clone(),
             netns: netns.clone(),
+            ips: sb.ips.clone(),
         };
-        match adopt::adopt(entry, IFNAME, &sandbox) {
+        match adopt::adopt(entry, &sandbox) {
             Ok(Adoption::NotSelected | Adoption::Recorded) => {
                 self.done.insert(sb.id.clone());
-                Ok(None)
+                Ok(())
             }
-            Ok(Adoption::Applied { profile, source }) => {
+            Ok(Adoption::Applied {
+                profile,
+                source,
+                ifname,
+            }) => {
                 self.done.insert(sb.id.clone());
                 // Stopped meanwhile: its DEL may have come before the record.
                 match podgate_cri::is_ready(endpoint, &sb.id) {
@@ -318,12 +339,15 @@ impl Adopter {
                         log(format!(
                             "adopted {pod}: profile {profile:?} (selected by {source}); it was created without podgate's chain"
                         ));
-                        Ok(Some(profile))
+                        out.adopted.push((pod, profile));
+                        Ok(())
                     }
-                    Ok(false) => match adopt::undo(entry, IFNAME, &sandbox) {
+                    Ok(false) => match adopt::undo(entry, &ifname, &sandbox) {
                         Ok(()) => {
-                            log(format!("{pod} stopped while it was adopted: undone"));
-                            Ok(None)
+                            let line = format!("{pod}: stopped while it was adopted: undone");
+                            log(&line);
+                            out.stopped_meanwhile.push(line);
+                            Ok(())
                         }
                         Err(e) => Err(format!(
                             "{pod} stopped while it was adopted; undoing: {} (the stale sweep removes the record)",
@@ -341,9 +365,18 @@ impl Adopter {
                 if !passing {
                     self.done.insert(sb.id.clone());
                 }
-                if e.code == podgate_cni::code::UNKNOWN_CONTAINER {
-                    // Stopped between the listing and now.
-                    return Ok(None);
+                // Stopped between the listing and now: ADD refused (and
+                // rolled back) when its netns or interface was gone.
+                let gone = e.code == podgate_cni::code::UNKNOWN_CONTAINER
+                    || matches!(podgate_cri::is_ready(endpoint, &sb.id), Ok(false));
+                if gone {
+                    let line = format!(
+                        "{pod}: stopped before it was adopted: nothing applied ({})",
+                        e.msg
+                    );
+                    log(&line);
+                    out.stopped_meanwhile.push(line);
+                    return Ok(());
                 }
                 Err(format!("not adopting {pod}: {}", e.msg))
             }

@@ -5,6 +5,9 @@
 //! `podgate install --check`) and never writes them: that is the
 //! installer's job, in a container of its own.
 //!
+//! With `--once` it does one adoption scan and one sweep on the calling
+//! thread, prints what they did and exits (no HTTP, no worker).
+//!
 //! Two threads: the worker (collections and sweeps, which enter pod netns
 //! and read netlink, so they stay off the server's thread) and the
 //! current-thread tokio runtime serving HTTP and waiting for SIGTERM/SIGINT.
@@ -34,8 +37,17 @@ pub struct AgentArgs {
     /// address may also come unbracketed, the part after the last colon
     /// being the port, as `$(HOST_IP):9750` expands). No default: give the
     /// node's own address, not 0.0.0.0.
-    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_address)]
-    pub metrics_address: SocketAddr,
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_address, required_unless_present = "once")]
+    pub metrics_address: Option<SocketAddr>,
+    /// One adoption scan (and the unguarded count, and `--repair-unguarded`
+    /// if given) and one stale sweep (unless `--sweep-secs 0`), then exit:
+    /// what was adopted, undone and swept is printed on stdout. Exit 0 when
+    /// the scan ran and every candidate was judged; 1 when it could not run
+    /// (the runtime does not serve podgate's chain, no runtime) or a
+    /// candidate failed. Serves no metrics; adoptions still count in the
+    /// agent's state dir.
+    #[arg(long, conflicts_with = "metrics_address")]
+    pub once: bool,
     /// How often the counters are drained and the gauges (records, drift,
     /// IPsec, chain) are read.
     #[arg(long, default_value_t = 15, value_name = "SECONDS")]
@@ -180,6 +192,55 @@ fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> Option
     scan.unguarded
 }
 
+/// `--once`: one adoption scan (counted as the daemon counts) and one
+/// sweep, each outcome a line on stdout; Err when the scan could not run,
+/// a candidate failed or the sweep failed.
+fn once(
+    probe: &ChainProbe,
+    mut spool: Spool,
+    adopter: Option<Adopter>,
+    sweep: Option<&Sweep>,
+) -> Result<(), Error> {
+    let mut failed = Vec::new();
+    match adopter {
+        None => failed.push("no runtime (--runtime-endpoint none): no sandboxes to adopt".into()),
+        Some(mut a) => {
+            let scan = a.scan(probe);
+            for (pod, profile) in &scan.adopted {
+                println!("adopted {pod}: profile {profile:?}");
+                if let Err(e) = spool.count_adopted(profile) {
+                    failed.push(format!("counting an adoption: {e}"));
+                }
+            }
+            for line in &scan.stopped_meanwhile {
+                println!("{line}");
+            }
+            if let Some(n) = scan.unguarded {
+                println!("unguarded sandboxes: {n}");
+            }
+            for id in &scan.stopped {
+                println!("stopped unguarded sandbox {id}");
+            }
+            if scan.adopted.is_empty() && scan.skipped.is_none() && scan.errors.is_empty() {
+                println!("adoption: nothing to adopt");
+            }
+            failed.extend(scan.skipped.map(|why| format!("not adopting: {why}")));
+            failed.extend(scan.errors);
+        }
+    }
+    if let Some(s) = sweep {
+        let swept = s.sweep();
+        for r in &swept.removed {
+            println!("swept {r}");
+        }
+        failed.extend(swept.failures.into_iter().map(|f| format!("sweep: {f}")));
+    }
+    match failed.is_empty() {
+        true => Ok(()),
+        false => Err(Error::Agent(failed.join("; "))),
+    }
+}
+
 /// Resolves on SIGTERM or SIGINT.
 async fn terminated(mut term: tokio::signal::unix::Signal, mut int: tokio::signal::unix::Signal) {
     let name = tokio::select! {
@@ -214,7 +275,12 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
             repair,
         ))
     };
-    let addr = args.metrics_address;
+    if args.once {
+        return once(&probe, spool, adopter, sweep.as_ref());
+    }
+    let addr = args
+        .metrics_address
+        .ok_or_else(|| Error::Agent("--metrics-address is required without --once".into()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

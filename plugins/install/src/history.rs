@@ -1,11 +1,16 @@
-//! When the runtime served pods with podgate's chain, as the agent saw it:
+//! When the runtime served pods with podgate's chain, as the installer's
+//! watch (`install --watch`, its one writer) saw it:
 //! the time evidence for sandboxes that started without the chain (a
 //! sandbox created before the chain was first seen loaded, or inside a
 //! period it was seen missing, may lack podgate; one created while it was
 //! loaded went through it).
 //!
 //! Kept in `<state dir>/runtime-chain.json` (format version 1, written
-//! atomically on every change) so that it survives the agent's restarts.
+//! atomically on every change) so that it survives the installer's restarts.
+//! The node agent only reads it (adoption, unguarded sandboxes): the watch
+//! asks the runtime on every conf dir change and rechecks within 0.5 s
+//! while the chain is not loaded, so its times bound a change far tighter
+//! than the agent's collection interval would.
 //! It is per boot: sandboxes do not survive a reboot, so a record of another
 //! boot (by `/proc/sys/kernel/random/boot_id`) is started afresh. Times are
 //! Unix nanoseconds, as CRI's `createdAt`.
@@ -24,7 +29,7 @@ const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 pub struct History {
     pub version: u32,
     pub boot_id: String,
-    /// When the agent first saw the runtime's loaded network carry podgate's
+    /// When the installer first saw the runtime's loaded network carry podgate's
     /// entries; None: not yet this boot.
     pub first_loaded: Option<u64>,
     /// Periods after `first_loaded` in which it was seen missing.
@@ -52,7 +57,7 @@ impl History {
         }
     }
 
-    /// Takes in one observation at `now`; `last_seen` is when this agent
+    /// Takes in one observation at `now`; `last_seen` is when this watch
     /// last saw the chain loaded (None after a restart: the record's own
     /// last known loaded time is used). Whether the record changed.
     pub fn observe(&mut self, loaded: bool, now: u64, last_seen: Option<u64>) -> bool {
@@ -160,7 +165,7 @@ mod tests {
                 seen_loaded_again: Some(40)
             }]
         );
-        // After a restart the agent knows no last-seen time of its own: the
+        // After a restart the watch knows no last-seen time of its own: the
         // period may have begun when the record last saw it loaded.
         assert!(h.observe(false, 50, None));
         assert_eq!(h.missing[1].last_seen_loaded, 40);

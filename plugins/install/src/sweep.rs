@@ -36,16 +36,24 @@ impl Sweep {
             return;
         }
         self.next = now + self.every;
-        match podgate_router::lifecycle::sweep_stale(&self.state_dir) {
-            Ok(s) => {
-                for r in &s.removed {
-                    log(format!("sweep {}: removed {r}", self.state_dir.display()));
-                }
-                for f in &s.failures {
-                    log(format!("warning: sweep {}: {f}", self.state_dir.display()));
-                }
+        self.sweep();
+    }
+
+    /// One sweep now, logged: what was removed, and what failed.
+    pub fn sweep(&self) -> podgate_router::lifecycle::Swept {
+        let dir = self.state_dir.display();
+        let swept = podgate_router::lifecycle::sweep_stale(&self.state_dir).unwrap_or_else(|e| {
+            podgate_router::lifecycle::Swept {
+                removed: Vec::new(),
+                failures: vec![e.to_string()],
             }
-            Err(e) => log(format!("warning: sweep {}: {e}", self.state_dir.display())),
+        });
+        for r in &swept.removed {
+            log(format!("sweep {dir}: removed {r}"));
         }
+        for f in &swept.failures {
+            log(format!("warning: sweep {dir}: {f}"));
+        }
+        swept
     }
 }

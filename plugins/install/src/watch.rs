@@ -30,7 +30,7 @@ pub struct WatchOpts {
     pub uninstall_on_exit: bool,
     /// Where readiness asks what the runtime loaded.
     pub runtime: Runtime,
-    /// Where the agent records when it saw the runtime serve the chain
+    /// Where this watch (the one writer) records when it saw the runtime serve the chain
     /// (None with `--runtime-endpoint none`: it sees nothing of the runtime).
     pub history: Option<HistoryFile>,
 }
@@ -269,7 +269,7 @@ struct Passes {
     last: Last,
     rechains: VecDeque<Instant>,
     warned: Option<Instant>,
-    /// The record of when the runtime served the chain, and when this agent
+    /// The record of when the runtime served the chain, and when this watch
     /// last saw it do so.
     history: Option<(HistoryFile, History)>,
     last_seen: Option<u64>,

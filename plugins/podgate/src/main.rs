@@ -153,11 +153,18 @@ Exit codes: 0 everything holds; 2 drift, a netns gone or a corrupt record; 1 err
     /// into other conflists).
     Uninstall(podgate_install::UninstallArgs),
     /// The node agent: Prometheus metrics and /healthz on --metrics-address,
-    /// drift checks of live attachments, the sweep of dead pods' records.
+    /// drift checks of live attachments, the sweep of dead pods' records,
+    /// adoption of sandboxes that started without the chain (--once: one
+    /// scan and one sweep, then exit).
     /// Reads the CNI dirs, never writes them; stops on SIGTERM/SIGINT.
     #[command(
-        after_help = "Example (the DaemonSet's agent container; HOST_IP from the downward API status.hostIP):
+        after_help = "Examples (the DaemonSet's agent container; HOST_IP from the downward API status.hostIP):
   podgate agent --metrics-address $(HOST_IP):9750
+  podgate agent --once                        (one adoption scan and one sweep, then exit)
+
+With --once: what was adopted, undone and swept is printed on stdout; exit 0 when the scan ran
+and every candidate was judged, 1 when it could not run (the runtime does not serve podgate's
+chain) or a candidate failed.
 
 Endpoints: GET /metrics (Prometheus text format 0.0.4), GET /healthz (200 while collections and sweeps run)."
     )]
@@ -220,6 +227,27 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_agent_needs_a_metrics_address_unless_it_runs_once() {
+        let once = Cli::try_parse_from(["podgate", "agent", "--once"]).unwrap();
+        let Cmd::Agent(a) = once.cmd else { panic!() };
+        assert!(a.once && a.metrics_address.is_none());
+        assert!(Cli::try_parse_from(["podgate", "agent"]).is_err());
+        assert!(Cli::try_parse_from([
+            "podgate",
+            "agent",
+            "--once",
+            "--metrics-address",
+            "10.0.0.5:9750"
+        ])
+        .is_err());
+        let daemon =
+            Cli::try_parse_from(["podgate", "agent", "--metrics-address", "10.0.0.5:9750"])
+                .unwrap();
+        let Cmd::Agent(d) = daemon.cmd else { panic!() };
+        assert!(!d.once);
     }
 
     #[test]

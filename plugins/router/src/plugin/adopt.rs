@@ -19,6 +19,7 @@ use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// A running sandbox, as the runtime lists it.
@@ -29,6 +30,9 @@ pub struct Sandbox {
     pub name: String,
     pub annotations: BTreeMap<String, String>,
     pub netns: PathBuf,
+    /// Its addresses as the runtime reports them (CRI `PodSandboxStatus`
+    /// `network.ip` and `additionalIps`): what finds its pod interface.
+    pub ips: Vec<IpAddr>,
 }
 
 /// What adoption did with one sandbox.
@@ -38,8 +42,13 @@ pub enum Adoption {
     NotSelected,
     /// podgate already has a record of this attachment: untouched.
     Recorded,
-    /// The profile is applied and recorded (`adopted`).
-    Applied { profile: String, source: String },
+    /// The profile is applied and recorded (`adopted`) on the pod's
+    /// interface `ifname`.
+    Applied {
+        profile: String,
+        source: String,
+        ifname: String,
+    },
 }
 
 /// The request ADD would have had for `sb` on `ifname`, with `entry`
@@ -47,25 +56,8 @@ pub enum Adoption {
 /// set as the runtime sets them). Reads the interface's addresses in the
 /// sandbox's netns: a netns that is gone is CNI code 3 (unknown container).
 pub fn request(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<Request, CniError> {
-    podgate_cni::env::validate_container_id(&sb.id)?;
     podgate_cni::env::validate_ifname(ifname)?;
-    let mut conf = object_of(entry)?;
-    let declared = conf
-        .get("capabilities")
-        .and_then(|c| c.get(ANNOTATIONS_CAPABILITY))
-        .and_then(Value::as_bool)
-        == Some(true);
-    if declared {
-        let ann: Map<String, Value> = sb
-            .annotations
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect();
-        conf.insert(
-            "runtimeConfig".into(),
-            json!({ ANNOTATIONS_CAPABILITY: ann }),
-        );
-    }
+    let mut conf = conf_of(entry, sb)?;
     let version = conf
         .get("cniVersion")
         .and_then(Value::as_str)
@@ -83,26 +75,54 @@ pub fn request(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<Request, Cni
     let (conf, version) = parsed(conf)?;
     Ok(Request {
         command: Command::Add,
-        env: Env {
-            container_id: sb.id.clone(),
-            netns: Some(sb.netns.clone()),
-            ifname: ifname.to_string(),
-            args: vec![
-                ("IgnoreUnknown".into(), "1".into()),
-                ("K8S_POD_NAMESPACE".into(), sb.namespace.clone()),
-                ("K8S_POD_NAME".into(), sb.name.clone()),
-                ("K8S_POD_INFRA_CONTAINER_ID".into(), sb.id.clone()),
-            ],
-            path: Vec::new(),
-        },
+        env: env_of(sb, ifname),
         conf,
         version,
     })
 }
 
-/// The interface's global addresses in the sandbox's netns (what the
-/// primary's result listed).
-fn addresses_of(sb: &Sandbox, ifname: &str) -> Result<Vec<ipnet::IpNet>, CniError> {
+/// `entry` with the sandbox's annotations as the annotation capability,
+/// only when the entry declares it (as libcni passes it).
+fn conf_of(entry: &Value, sb: &Sandbox) -> Result<Map<String, Value>, CniError> {
+    podgate_cni::env::validate_container_id(&sb.id)?;
+    let mut conf = object_of(entry)?;
+    let declared = conf
+        .get("capabilities")
+        .and_then(|c| c.get(ANNOTATIONS_CAPABILITY))
+        .and_then(Value::as_bool)
+        == Some(true);
+    if declared {
+        let ann: Map<String, Value> = sb
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        conf.insert(
+            "runtimeConfig".into(),
+            json!({ ANNOTATIONS_CAPABILITY: ann }),
+        );
+    }
+    Ok(conf)
+}
+
+/// The environment ADD would have had: the kubelet's CNI_ARGS.
+fn env_of(sb: &Sandbox, ifname: &str) -> Env {
+    Env {
+        container_id: sb.id.clone(),
+        netns: Some(sb.netns.clone()),
+        ifname: ifname.to_string(),
+        args: vec![
+            ("IgnoreUnknown".into(), "1".into()),
+            ("K8S_POD_NAMESPACE".into(), sb.namespace.clone()),
+            ("K8S_POD_NAME".into(), sb.name.clone()),
+            ("K8S_POD_INFRA_CONTAINER_ID".into(), sb.id.clone()),
+        ],
+        path: Vec::new(),
+    }
+}
+
+/// The sandbox's netns, open; gone: CNI code 3 (unknown container).
+fn netns_of(sb: &Sandbox) -> Result<(NetNs, RouteSocket), CniError> {
     let ns = NetNs::open(&sb.netns).map_err(|e| {
         let c = if e.is_not_found() {
             code::UNKNOWN_CONTAINER
@@ -111,16 +131,67 @@ fn addresses_of(sb: &Sandbox, ifname: &str) -> Result<Vec<ipnet::IpNet>, CniErro
         };
         CniError::new(c, e.to_string())
     })?;
-    let err = |e: podgate_kit::Error| {
-        CniError::new(
-            code::UNKNOWN_CONTAINER,
-            format!("sandbox {} netns {}: {e}", sb.id, sb.netns.display()),
-        )
+    let sock = RouteSocket::in_netns(&ns).map_err(|e| gone(sb, e))?;
+    Ok((ns, sock))
+}
+
+fn gone(sb: &Sandbox, e: podgate_kit::Error) -> CniError {
+    CniError::new(
+        code::UNKNOWN_CONTAINER,
+        format!("sandbox {} netns {}: {e}", sb.id, sb.netns.display()),
+    )
+}
+
+/// The sandbox's pod interface: the one interface in its netns holding an
+/// address the runtime reports for the sandbox ([`Sandbox::ips`]). None or
+/// several: refused (code 4), never guessed.
+pub fn interface_of(sb: &Sandbox) -> Result<String, CniError> {
+    let (_ns, mut sock) = netns_of(sb)?;
+    let links = link::list(&mut sock).map_err(|e| gone(sb, e))?;
+    let held: Vec<(String, IpAddr)> = link::addresses(&mut sock)
+        .map_err(|e| gone(sb, e))?
+        .into_iter()
+        .filter_map(|a| Some((link::name_of(&links, a.index)?.to_string(), a.addr.addr())))
+        .collect();
+    pick_interface(&held, &sb.ips)
+        .map_err(|m| CniError::new(code::INVALID_ENV, format!("sandbox {}: {m}", sb.id)))
+}
+
+/// Of the (interface, address) pairs of a netns, the one interface holding
+/// any of `ips`; Err saying why not when none or several do.
+pub fn pick_interface(held: &[(String, IpAddr)], ips: &[IpAddr]) -> Result<String, String> {
+    if ips.is_empty() {
+        return Err("the runtime reports no address for it: its pod interface is not known".into());
+    }
+    let names: std::collections::BTreeSet<&str> = held
+        .iter()
+        .filter(|(_, a)| ips.contains(a))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let list = || {
+        ips.iter()
+            .map(IpAddr::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     };
-    let mut sock = RouteSocket::in_netns(&ns).map_err(err)?;
-    let index = link::index_of(&mut sock, ifname).map_err(err)?;
+    match names.len() {
+        1 => Ok(names.into_iter().collect::<String>()),
+        0 => Err(format!("no interface in its netns holds {}", list())),
+        _ => Err(format!(
+            "several interfaces in its netns hold {}: {}; not guessing which is the pod's",
+            list(),
+            names.into_iter().collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// The interface's global addresses in the sandbox's netns (what the
+/// primary's result listed).
+fn addresses_of(sb: &Sandbox, ifname: &str) -> Result<Vec<ipnet::IpNet>, CniError> {
+    let (_ns, mut sock) = netns_of(sb)?;
+    let index = link::index_of(&mut sock, ifname).map_err(|e| gone(sb, e))?;
     let ips: Vec<_> = link::addresses(&mut sock)
-        .map_err(err)?
+        .map_err(|e| gone(sb, e))?
         .into_iter()
         .filter(|a| a.index == index)
         .map(|a| a.addr)
@@ -139,15 +210,25 @@ fn addresses_of(sb: &Sandbox, ifname: &str) -> Result<Vec<ipnet::IpNet>, CniErro
     Ok(ips)
 }
 
-/// Policy's verdict on `sb` first (no profile: untouched, nothing read
-/// beyond its addresses), then whether a record exists (untouched), then
-/// ADD itself. Refusals are ADD's, with its codes.
-pub fn adopt(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<Adoption, CniError> {
-    let req = request(entry, ifname, sb)?;
-    let cfg = load(&req.conf)?;
-    let Some(sel) = selection(&cfg, &req)? else {
+/// Policy's verdict on `sb` first (its metadata and annotations: no profile,
+/// untouched, nothing read in its netns), then its pod interface
+/// ([`interface_of`]), then whether a record exists (untouched), then ADD
+/// itself. Refusals are ADD's, with its codes.
+pub fn adopt(entry: &Value, sb: &Sandbox) -> Result<Adoption, CniError> {
+    let (conf, version) = parsed(conf_of(entry, sb)?)?;
+    // Policy reads CNI_ARGS and the capability only, not the interface.
+    let policy = Request {
+        command: Command::Add,
+        env: env_of(sb, ""),
+        conf,
+        version,
+    };
+    let cfg = load(&policy.conf)?;
+    let Some(sel) = selection(&cfg, &policy)? else {
         return Ok(Adoption::NotSelected);
     };
+    let ifname = interface_of(sb)?;
+    let req = request(entry, &ifname, sb)?;
     let store = store(&cfg)?;
     match record::read(&store, &key_of(&req)) {
         // An adoption killed half-way (the agent died) left its pending
@@ -162,6 +243,7 @@ pub fn adopt(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<Adoption, CniE
     Ok(Adoption::Applied {
         profile: sel.profile,
         source: sel.source.to_string(),
+        ifname,
     })
 }
 
@@ -274,6 +356,7 @@ mod tests {
             name: "openvpn-0".into(),
             annotations: BTreeMap::new(),
             netns: path,
+            ips: vec!["10.77.0.5".parse().unwrap()],
         }
     }
 
@@ -283,9 +366,10 @@ mod tests {
         NetNs::open(&node.path()).unwrap().run(f).unwrap()
     }
 
-    #[test]
-    fn a_selected_sandbox_is_adopted_once_undone_when_stopped_and_refused_once_its_netns_is_gone() {
-        let state = std::env::temp_dir().join(format!("podgate-adopt-{}", std::process::id()));
+    /// A fresh state dir and podgate-router's entry keeping its records
+    /// there: profile `p` (forwarding) for namespace `vpn`.
+    fn fixture(tag: &str) -> (PathBuf, Value) {
+        let state = std::env::temp_dir().join(format!("podgate-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&state);
         let entry = json!({
             "type": "podgate-router", "name": "n", "cniVersion": "1.0.0",
@@ -293,6 +377,12 @@ mod tests {
             "profiles": {"p": {"sysctls": {"net.ipv4.ip_forward": "1"}}},
             "assign": [{"namespace": "vpn", "profile": "p"}]
         });
+        (state, entry)
+    }
+
+    #[test]
+    fn a_selected_sandbox_is_adopted_once_undone_when_stopped_and_refused_once_its_netns_is_gone() {
+        let (state, entry) = fixture("adopt");
         let node = PodNs::new("node", false);
         let pod = PodNs::new("pod", true);
         let records = || {
@@ -307,15 +397,16 @@ mod tests {
         on_node(&node, || {
             let sb = sandbox("vpn", pod.path());
             assert_eq!(
-                adopt(&entry, "eth0", &sandbox("default", pod.path())).unwrap(),
+                adopt(&entry, &sandbox("default", pod.path())).unwrap(),
                 Adoption::NotSelected
             );
             assert_eq!(records(), 0);
             assert_eq!(
-                adopt(&entry, "eth0", &sb).unwrap(),
+                adopt(&entry, &sb).unwrap(),
                 Adoption::Applied {
                     profile: "p".into(),
-                    source: "assign[0]".into()
+                    source: "assign[0]".into(),
+                    ifname: "eth0".into()
                 }
             );
             assert_eq!(pod.forwarding(), "1");
@@ -324,14 +415,14 @@ mod tests {
             let rec = record::read(&st, &key).unwrap().unwrap();
             assert!(rec.adopted && rec.status == record::Status::Applied);
             assert_eq!(rec.pod_ips[0].to_string(), "10.77.0.5/24");
-            assert_eq!(adopt(&entry, "eth0", &sb).unwrap(), Adoption::Recorded);
+            assert_eq!(adopt(&entry, &sb).unwrap(), Adoption::Recorded);
             // An adoption killed half-way left its record pending: the next
             // scan's adoption replaces it and finishes.
             let mut half = rec.clone();
             half.status = record::Status::Pending;
             record::write(&st, &half).unwrap();
             assert!(matches!(
-                adopt(&entry, "eth0", &sb).unwrap(),
+                adopt(&entry, &sb).unwrap(),
                 Adoption::Applied { .. }
             ));
             let again = record::read(&st, &key).unwrap().unwrap();
@@ -345,9 +436,84 @@ mod tests {
         let gone = pod.path();
         drop(pod);
         on_node(&node, || {
-            let e = adopt(&entry, "eth0", &sandbox("vpn", gone)).unwrap_err();
+            let e = adopt(&entry, &sandbox("vpn", gone)).unwrap_err();
             assert_eq!(e.code, code::UNKNOWN_CONTAINER, "{}", e.msg);
             assert_eq!(records(), 0);
+        });
+        let _ = std::fs::remove_dir_all(&state);
+    }
+
+    #[test]
+    fn the_pod_interface_is_the_one_holding_the_runtimes_address_and_never_a_guess() {
+        let held = |v: &[(&str, &str)]| -> Vec<(String, IpAddr)> {
+            v.iter()
+                .map(|(n, a)| (n.to_string(), a.parse().unwrap()))
+                .collect()
+        };
+        let ips = |v: &[&str]| -> Vec<IpAddr> { v.iter().map(|a| a.parse().unwrap()).collect() };
+        let netns = held(&[
+            ("lo", "127.0.0.1"),
+            ("net1", "10.77.0.5"),
+            ("net1", "fd00::5"),
+            ("eth9", "192.168.9.2"),
+        ]);
+        assert_eq!(
+            pick_interface(&netns, &ips(&["10.77.0.5"])).unwrap(),
+            "net1"
+        );
+        assert_eq!(
+            pick_interface(&netns, &ips(&["10.77.0.5", "fd00::5"])).unwrap(),
+            "net1",
+            "additional IPs on the same interface"
+        );
+        let none = pick_interface(&netns, &ips(&["10.1.1.1"])).unwrap_err();
+        assert!(
+            none.contains("no interface") && none.contains("10.1.1.1"),
+            "{none}"
+        );
+        let several = pick_interface(&netns, &ips(&["10.77.0.5", "192.168.9.2"])).unwrap_err();
+        assert!(several.contains("eth9, net1"), "{several}");
+        let twice = held(&[("eth0", "10.77.0.5"), ("net1", "10.77.0.5")]);
+        assert!(pick_interface(&twice, &ips(&["10.77.0.5"])).is_err());
+        assert!(pick_interface(&netns, &[])
+            .unwrap_err()
+            .contains("no address"));
+    }
+
+    #[test]
+    fn a_sandbox_whose_pod_interface_is_not_eth0_is_adopted_on_it_and_an_ambiguous_one_refused() {
+        let (state, entry) = fixture("adopt-if");
+        let node = PodNs::new("ifnode", false);
+        let pod = PodNs::new("ifpod", false);
+        ip(&[
+            "-n", &pod.0, "link", "add", "net1", "type", "veth", "peer", "name", "peer1",
+        ]);
+        ip(&["-n", &pod.0, "addr", "add", "10.77.0.5/24", "dev", "net1"]);
+        ip(&[
+            "-n", &pod.0, "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+        ]);
+        ip(&["-n", &pod.0, "addr", "add", "10.66.0.5/24", "dev", "eth0"]);
+        on_node(&node, || {
+            let sb = sandbox("vpn", pod.path());
+            assert_eq!(interface_of(&sb).unwrap(), "net1");
+            assert!(matches!(
+                adopt(&entry, &sb).unwrap(),
+                Adoption::Applied { ifname, .. } if ifname == "net1"
+            ));
+            let key = podgate_kit::state::Key::new("n", &sb.id, "net1");
+            let st = podgate_kit::state::StateStore::open(&state).unwrap();
+            let rec = record::read(&st, &key).unwrap().unwrap();
+            assert_eq!(rec.pod_ips[0].to_string(), "10.77.0.5/24");
+            assert_eq!(pod.forwarding(), "1");
+            undo(&entry, "net1", &sb).unwrap();
+            assert_eq!(pod.forwarding(), "0");
+            // The runtime's address on two interfaces: refused, nothing applied.
+            ip(&["-n", &pod.0, "addr", "add", "10.77.0.5/24", "dev", "eth0"]);
+            let e = adopt(&entry, &sb).unwrap_err();
+            assert_eq!(e.code, code::INVALID_ENV, "{}", e.msg);
+            assert!(e.msg.contains("eth0, net1"), "{}", e.msg);
+            assert!(record::read(&st, &key).unwrap().is_none());
+            assert_eq!(pod.forwarding(), "0");
         });
         let _ = std::fs::remove_dir_all(&state);
     }
