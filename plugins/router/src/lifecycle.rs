@@ -4,6 +4,7 @@
 //! daemon's periodic sweep all go through here, with the state lock held.
 
 use crate::apply;
+use crate::claims;
 use crate::kernel::Live;
 use crate::record::{self, Depth, Here, Listing, Liveness, Record};
 use podgate_kit::netlink::RouteSocket;
@@ -66,6 +67,74 @@ impl Census {
             unreadable: Vec::new(),
         };
         Census::judged(listing, here, depth)
+    }
+
+    /// A census of the records the claims index names for `want`, and of
+    /// `own`'s record: the other records hold no claim `want` covers, so
+    /// only a caller whose plan checks nothing else may use it. If one of
+    /// those records is strict, every strict record is read too (removing
+    /// it may put node-wide strict settings back). `None`: the index cannot
+    /// answer and the caller reads every record: `own`'s record cannot be
+    /// read, or strict settings are at stake and a record the index does
+    /// not know could not be read (`unknown`, from [`claims::Index::catch_up`]):
+    /// fail closed, as [`Census::last_strict`] does for a full census.
+    pub fn indexed(
+        store: &StateStore,
+        index: &claims::Index,
+        unknown: usize,
+        want: claims::Wanted<'_>,
+        own: &Key,
+        here: &Here,
+        depth: impl Fn(&Record) -> Depth,
+    ) -> Option<Census> {
+        let mut records = index.records(store, &want, own);
+        match record::read(store, own) {
+            Ok(Some(r)) => records.push(r),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        let strict = want.strict || records.iter().any(Record::is_strict);
+        if strict && !want.strict {
+            let all = claims::Wanted {
+                strict: true,
+                ..claims::Wanted::default()
+            };
+            for r in index.records(store, &all, own) {
+                if !records.iter().any(|x| x.key == r.key) {
+                    records.push(r);
+                }
+            }
+        }
+        if strict && unknown > 0 {
+            return None;
+        }
+        Some(Census::of(records, here, depth))
+    }
+
+    /// The census removing the strict record `own` needs (node-wide
+    /// strict settings go back only if no other live strict pod remains):
+    /// the strict records and the owners of `own`'s pools the claims index
+    /// names, the index caught up first from `names` (the listing taken
+    /// under the node-wide lock); every record if the index cannot answer.
+    pub fn for_strict(
+        store: &StateStore,
+        names: &Names,
+        here: &Here,
+        own: &Record,
+        depth: impl Fn(&Record) -> Depth,
+    ) -> Result<Census, podgate_kit::Error> {
+        let mut index = claims::Index::load(store)?;
+        let caught = index.catch_up(store, names)?;
+        let pools = own.claim().pools;
+        let want = claims::Wanted {
+            pools: &pools,
+            tables: false,
+            strict: true,
+        };
+        match Census::indexed(store, &index, caught.unknown, want, &own.key, here, &depth) {
+            Some(c) => Ok(c),
+            None => Census::take_in(store, names, here, depth),
+        }
     }
 
     /// For a census taken before the node-wide lock: re-read, under it, the
@@ -352,6 +421,13 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
         ..Here::now()
     };
     let census = Census::take_in(&store, &names, &here, |_| Depth::Precise)?;
+    // Every record was just read: the claims index is made to hold what
+    // they claim (what an index-unaware writer changed is repaired).
+    let repaired = claims::reconcile(&store, &census.listing.records)?;
+    if repaired > 0 {
+        out.removed
+            .push(format!("{repaired} claims index entries repaired"));
+    }
     if census.stale.is_empty() {
         return Ok(out);
     }

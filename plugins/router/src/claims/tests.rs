@@ -36,6 +36,13 @@ fn index_files(s: &StateStore) -> Vec<String> {
     v
 }
 
+fn pools(p: &[IpNet]) -> Wanted<'_> {
+    Wanted {
+        pools: p,
+        ..Wanted::default()
+    }
+}
+
 fn records_of(s: &StateStore) -> Listing {
     record::list_in(s, &s.names().unwrap()).unwrap()
 }
@@ -47,13 +54,13 @@ fn an_upgrade_without_an_index_rebuilds_it_from_the_records_once() {
     let s = store("upgrade", &[&a, &b]);
     let mut index = Index::load(&s).unwrap();
     assert!(index.entries.is_empty());
-    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap(), 2);
+    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 2);
     let want = from_records(&records_of(&s).records);
     assert!(!want.is_empty(), "the golden records claim pools");
     assert_eq!(trusted(&s).unwrap(), want);
     // Known now: the next ADD reads no record to catch up.
     let mut again = Index::load(&s).unwrap();
-    assert_eq!(again.catch_up(&s, &s.names().unwrap()).unwrap(), 0);
+    assert_eq!(again.catch_up(&s, &s.names().unwrap()).unwrap().added, 0);
 }
 
 #[test]
@@ -73,17 +80,17 @@ fn owners_are_the_records_that_still_claim_an_overlapping_pool() {
     let index = Index::load(&s).unwrap();
     let wider: IpNet = format!("{}/8", pool.network()).parse().unwrap();
     let other = Key::new("goldennet", "new", "eth0");
-    let owners = index.owners(&s, &[wider], &other);
+    let owners = index.records(&s, &pools(&[wider]), &other);
     assert_eq!(
         owners.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
         vec![a.key.clone()]
     );
     assert!(
-        index.owners(&s, &[pool], &a.key).is_empty(),
+        index.records(&s, &pools(&[pool]), &a.key).is_empty(),
         "not its own owner"
     );
     let disjoint: IpNet = "192.0.2.0/24".parse().unwrap();
-    assert!(index.owners(&s, &[disjoint], &other).is_empty());
+    assert!(index.records(&s, &pools(&[disjoint]), &other).is_empty());
     assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
 }
 
@@ -101,7 +108,7 @@ fn removing_a_record_removes_its_entries_and_prune_removes_orphans() {
         .all(|f| !f.ends_with(&a.key.file_name())));
     prune(&s, &s.names().unwrap()).unwrap();
     let left = index_files(&s);
-    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(left.len(), 3, "{left:?}");
     assert!(
         left.iter().all(|f| f.ends_with(&b.key.file_name())),
         "{left:?}"
@@ -134,6 +141,178 @@ fn a_record_written_without_the_index_after_a_rollback_is_indexed_by_the_next_ad
     let b = with_key(golden("v0-vpn-routed.json"), "b");
     s.write(&b.key, &b).unwrap();
     let mut index = Index::load(&s).unwrap();
-    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap(), 1);
+    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 1);
     assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+}
+
+/// The previous release's reading of one index name (its `Entry::parse`,
+/// `plugins/router/src/claims.rs` at 266959f): `k=<file>` or
+/// `p=<pool>=<file>`, every other name skipped.
+fn previous_release_parse(name: &str) -> Option<(Option<IpNet>, String)> {
+    if let Some(rec) = name.strip_prefix("k=") {
+        return Some((None, rec.to_string()));
+    }
+    let (pool, rec) = name.strip_prefix("p=")?.split_once('=')?;
+    Some((Some(pool.replace('_', "/").parse().ok()?), rec.to_string()))
+}
+
+#[test]
+fn a_strict_record_is_indexed_by_its_table_and_strict_slot_and_read_only_for_those() {
+    let strict = with_key(golden("v1-strict.json"), "s");
+    let pooled = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("strict", &[&strict, &pooled]);
+    let mut index = Index::load(&s).unwrap();
+    index.catch_up(&s, &s.names().unwrap()).unwrap();
+    let table = strict
+        .claim()
+        .table
+        .expect("the golden strict record has a table");
+    let file = strict.key.file_name();
+    let files = index_files(&s);
+    for want in [
+        format!("t={table}={file}"),
+        format!("s={file}"),
+        format!("c={file}"),
+    ] {
+        assert!(files.contains(&want), "{want} missing: {files:?}");
+    }
+    let other = Key::new("goldennet", "new", "eth0");
+    let read = |w: Wanted| -> Vec<Key> {
+        Index::load(&s)
+            .unwrap()
+            .records(&s, &w, &other)
+            .into_iter()
+            .map(|r| r.key)
+            .collect()
+    };
+    let tables = Wanted {
+        tables: true,
+        ..Wanted::default()
+    };
+    let slots = Wanted {
+        strict: true,
+        ..Wanted::default()
+    };
+    assert_eq!(read(tables), vec![strict.key.clone()]);
+    assert_eq!(read(slots), vec![strict.key.clone()]);
+    assert!(read(Wanted::default()).is_empty());
+    // The record no longer strict (rewritten under its name): its entries
+    // are not trusted.
+    let mut plain = strict.clone();
+    plain.routing = None;
+    s.write(&plain.key, &plain).unwrap();
+    assert!(read(tables).is_empty() && read(slots).is_empty());
+    assert!(trusted(&s)
+        .unwrap()
+        .iter()
+        .all(|(c, k)| *k != strict.key || matches!(c, ClaimedField::Pool(_))));
+}
+
+#[test]
+fn the_previous_release_reads_the_same_pools_from_this_releases_index() {
+    let strict = with_key(golden("v1-strict.json"), "s");
+    let pooled = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("prevread", &[&strict, &pooled]);
+    claim(&s, &strict).unwrap();
+    claim(&s, &pooled).unwrap();
+    let mut known = BTreeSet::new();
+    let mut claimed = BTreeSet::new();
+    for name in index_files(&s) {
+        match previous_release_parse(&name) {
+            Some((None, file)) => {
+                known.insert(file);
+            }
+            Some((Some(pool), file)) => {
+                claimed.insert((pool, file));
+            }
+            None => {}
+        }
+    }
+    let want: BTreeSet<(IpNet, String)> = [&strict, &pooled]
+        .iter()
+        .flat_map(|r| r.claim().pools.into_iter().map(|p| (p, r.key.file_name())))
+        .collect();
+    assert_eq!(claimed, want, "the pools the previous release trusts");
+    assert_eq!(
+        known,
+        [strict.key.file_name(), pooled.key.file_name()].into(),
+        "both records known to the previous release: it reads neither again"
+    );
+}
+
+#[test]
+fn an_index_written_by_the_previous_release_is_completed_with_tables_and_strict_slots() {
+    let strict = with_key(golden("v1-strict.json"), "s");
+    let pooled = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("previndex", &[&strict, &pooled]);
+    // What the previous release wrote for them: pools and `k=` only.
+    std::fs::create_dir_all(dir(&s)).unwrap();
+    for r in [&strict, &pooled] {
+        for e in entries_of(r) {
+            if matches!(e, Entry::Pool(..) | Entry::Known(_)) {
+                std::fs::write(dir(&s).join(e.name()), "").unwrap();
+            }
+        }
+    }
+    let mut index = Index::load(&s).unwrap();
+    assert_eq!(
+        index.catch_up(&s, &s.names().unwrap()).unwrap(),
+        CaughtUp {
+            added: 2,
+            unknown: 0
+        },
+        "no record is complete in the previous release's index"
+    );
+    assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+}
+
+#[test]
+fn a_record_that_cannot_be_read_stays_unknown_and_is_counted() {
+    let a = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("unknown", &[&a]);
+    let future = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v2-future.json");
+    std::fs::copy(future, s.dir().join("goldennet+future+eth0.json")).unwrap();
+    std::fs::write(s.dir().join("goldennet+torn+eth0.json"), "{").unwrap();
+    let caught = Index::load(&s)
+        .unwrap()
+        .catch_up(&s, &s.names().unwrap())
+        .unwrap();
+    assert_eq!(
+        caught,
+        CaughtUp {
+            added: 1,
+            unknown: 2
+        }
+    );
+}
+
+#[test]
+fn reconcile_repairs_a_record_the_previous_release_rewrote_under_the_same_name() {
+    let a = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("reconcile", &[&a]);
+    claim(&s, &a).unwrap();
+    // After a rollback: the previous release deleted the attachment (its
+    // `p=` and `k=` entries with it, the `c=` entry it does not know
+    // stayed) and added it again as a strict pod under the same name.
+    std::fs::remove_file(dir(&s).join(format!("k={}", a.key.file_name()))).unwrap();
+    for p in a.claim().pools {
+        std::fs::remove_file(dir(&s).join(Entry::Pool(p, a.key.file_name()).name())).unwrap();
+    }
+    let mut strict = golden("v1-strict.json");
+    strict.key = a.key.clone();
+    s.write(&strict.key, &strict).unwrap();
+    // The `c=` entry says the index holds its claims: an ADD does not read
+    // it again, and its table and strict slot are missing.
+    let mut index = Index::load(&s).unwrap();
+    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 0);
+    assert_ne!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+    // GC and the agent's sweep read every record and repair it.
+    let records = records_of(&s).records;
+    assert!(reconcile(&s, &records).unwrap() > 0);
+    assert_eq!(trusted(&s).unwrap(), from_records(&records));
+    assert_eq!(
+        reconcile(&s, &records).unwrap(),
+        0,
+        "nothing left to repair"
+    );
 }

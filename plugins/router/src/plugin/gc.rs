@@ -144,11 +144,23 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             json!({"newer": census.listing.newer.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>()}),
         );
     }
-    // Claims index entries of records that are gone (a killed ADD or DEL).
+    // Claims index entries of records that are gone (a killed ADD or DEL),
+    // and the index made to hold what the remaining records claim.
     match store.names() {
         Ok(names) => {
-            if let Err(e) = crate::claims::prune(&store, &names) {
-                failures.push(e.to_string());
+            let remaining: Vec<Record> = census
+                .listing
+                .records
+                .iter()
+                .filter(|r| names.contains(&r.key.file_name()))
+                .cloned()
+                .collect();
+            let pruned = crate::claims::prune(&store, &names)
+                .and_then(|()| crate::claims::reconcile(&store, &remaining));
+            match pruned {
+                Ok(0) => {}
+                Ok(n) => log.warn("claims index repaired", json!({"entries": n})),
+                Err(e) => failures.push(e.to_string()),
             }
         }
         Err(e) => failures.push(e.to_string()),
