@@ -556,11 +556,16 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         ]),
         "podgate inspect shows the index's claims and their owners"
     );
+    // A third pod asks for the other strict pod's table: refused at every
+    // step.
     let mut taken = strict.clone();
     taken["routing"]["table"] = json!(20000);
+    let pod3 = Netns::new("lc-pod-scrash3");
+    wire_routed_pod(&rig.node, &pod3, "pgs2", "10.40.0.5");
+    let ips3 = json!([{"address": "10.40.0.5/32", "interface": 1}]);
     let also = |what: &str| {
         index_matches_records(&rig, what);
-        let run = rig.router_in("ADD", "c3", &taken, None, &pod2, &ips2);
+        let run = rig.router_in("ADD", "c3", &taken, None, &pod3, &ips3);
         assert!(
             run.code != Some(0) && run.stdout.contains("table 20000 is already used by pod c2"),
             "{what}: a table another strict pod holds is refused: {run:?}"
