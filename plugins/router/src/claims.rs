@@ -329,24 +329,19 @@ pub fn prune(store: &StateStore, names: &Names) -> Result<(), Error> {
 /// knew (the previous release re-adding an attachment under the same name
 /// after a rollback, with other claims). Returns how many entries changed.
 pub fn reconcile(store: &StateStore, records: &[Record]) -> Result<usize, Error> {
-    let present = Index::load(store)?.entries;
+    let present: BTreeSet<Entry> = Index::load(store)?.entries.into_iter().collect();
+    let by_file: std::collections::BTreeMap<String, &Record> =
+        records.iter().map(|r| (r.key.file_name(), r)).collect();
     let mut changed = 0;
-    let wrong: Vec<&Entry> = present
-        .iter()
-        .filter(|e| {
-            records
-                .iter()
-                .find(|r| r.key.file_name() == e.record_file())
-                .is_some_and(|r| !e.holds(r))
-        })
-        .collect();
-    for e in &wrong {
-        remove_entry(store, e)?;
-        changed += 1;
+    for e in &present {
+        if by_file.get(e.record_file()).is_some_and(|r| !e.holds(r)) {
+            remove_entry(store, e)?;
+            changed += 1;
+        }
     }
     for r in records {
         let missing = entries_of(r)
-            .into_iter()
+            .iter()
             .filter(|e| !present.contains(e))
             .count();
         if missing > 0 {

@@ -167,14 +167,14 @@ fn add_node_side(
             if let Some((ix, unknown)) = &index {
                 // Entries are only taken away meanwhile (by removals under
                 // this lock), and one whose record is gone is not trusted.
-                if let Some(c) = Census::indexed(store, ix, *unknown, want, key, &here, &depth) {
+                if let Some(c) = Census::indexed(store, ix, *unknown, want, key, &here, depth) {
                     return Ok(c);
                 }
             }
         }
         match names {
-            Some(n) => Census::take_in(store, n, &here, &depth),
-            None => Census::take(store, &here, &depth),
+            Some(n) => Census::take_in(store, n, &here, depth),
+            None => Census::take(store, &here, depth),
         }
         .map_err(io_err)
     };
