@@ -7,11 +7,14 @@
 //!   points, then DEL again. After each, the node's and the pod's routes,
 //!   rules and nf_tables, the pod's sysctls and the state dir equal the
 //!   snapshot taken before the ADD; the same for a strict pod (node-wide
-//!   sysctls, the moved local rule, the per-pod table); beside the killed
-//!   pod, another attachment holds a pool: after each kill the claims index
-//!   equals the records' claims and an overlapping pool is refused;
-//! * node scale: an ADD makes the same file and netlink calls (`strace -c`)
-//!   with 25 and with 250 attachments on the node;
+//!   sysctls, the moved local rule, the per-pod table) beside another
+//!   strict pod and an attachment routing a pool, whose node-wide settings
+//!   stay; beside the killed pod, another attachment holds a pool (or a
+//!   route table): after each kill the claims index equals the records'
+//!   claims and an overlapping pool (or the taken table) is refused;
+//! * node scale: an ADD routing a pool, and a strict pod's ADD and DEL,
+//!   make the same file and netlink calls (`strace -c`) with 25 and with
+//!   250 attachments on the node;
 //! * a reboot: records from a "previous boot" (fresh node and pod netns at
 //!   the same paths, state dir kept) neither block the new pod's pool claim
 //!   nor count toward maxStrictPods, and are cleared; a missed DEL's return
