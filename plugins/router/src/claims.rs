@@ -238,8 +238,9 @@ impl Index {
 
     /// The records other than `except`'s that hold a claim `want` covers,
     /// each once: only entries whose record exists and still holds that
-    /// claim count.
-    pub fn records(&self, store: &StateStore, want: &Wanted, except: &Key) -> Vec<Record> {
+    /// claim count. Also returns how many named records exist but could
+    /// not be read (what they hold is not known either way).
+    pub fn records(&self, store: &StateStore, want: &Wanted, except: &Key) -> (Vec<Record>, usize) {
         let own = except.file_name();
         let mut named: Vec<&Entry> = self
             .entries
@@ -248,6 +249,7 @@ impl Index {
             .collect();
         named.sort_unstable_by(|a, b| a.record_file().cmp(b.record_file()));
         let mut out: Vec<Record> = Vec::new();
+        let mut unreadable = 0;
         let mut read: Option<(&str, Option<Record>)> = None;
         for e in named {
             let file = e.record_file();
@@ -255,8 +257,14 @@ impl Index {
                 continue;
             }
             if read.as_ref().is_none_or(|(f, _)| *f != file) {
-                let rec = Key::from_file_name(file)
-                    .and_then(|key| record::read(store, &key).ok().flatten());
+                let rec = match Key::from_file_name(file).map(|key| record::read(store, &key)) {
+                    Some(Ok(rec)) => rec,
+                    Some(Err(_)) => {
+                        unreadable += 1;
+                        None
+                    }
+                    None => None,
+                };
                 read = Some((file, rec));
             }
             if let Some((_, Some(rec))) = &read {
@@ -265,7 +273,7 @@ impl Index {
                 }
             }
         }
-        out
+        (out, unreadable)
     }
 }
 

@@ -75,9 +75,10 @@ impl Census {
     /// those records is strict, every strict record is read too (removing
     /// it may put node-wide strict settings back). `None`: the index cannot
     /// answer and the caller reads every record: `own`'s record cannot be
-    /// read, or strict settings are at stake and a record the index does
-    /// not know could not be read (`unknown`, from [`claims::Index::catch_up`]):
-    /// fail closed, as [`Census::last_strict`] does for a full census.
+    /// read, or strict settings are at stake and a record could not be
+    /// read, one the index names or one it does not know (`unknown`, from
+    /// [`claims::Index::catch_up`]): fail closed, as
+    /// [`Census::last_strict`] does for a full census.
     pub fn indexed(
         store: &StateStore,
         index: &claims::Index,
@@ -87,7 +88,7 @@ impl Census {
         here: &Here,
         depth: impl Fn(&Record) -> Depth,
     ) -> Option<Census> {
-        let mut records = index.records(store, &want, own);
+        let (mut records, mut unreadable) = index.records(store, &want, own);
         match record::read(store, own) {
             Ok(Some(r)) => records.push(r),
             Ok(None) => {}
@@ -99,13 +100,15 @@ impl Census {
                 strict: true,
                 ..claims::Wanted::default()
             };
-            for r in index.records(store, &all, own) {
+            let (more, u) = index.records(store, &all, own);
+            unreadable += u;
+            for r in more {
                 if !records.iter().any(|x| x.key == r.key) {
                     records.push(r);
                 }
             }
         }
-        if strict && unknown > 0 {
+        if strict && unknown + unreadable > 0 {
             return None;
         }
         Some(Census::of(records, here, depth))

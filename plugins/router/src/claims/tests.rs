@@ -80,17 +80,17 @@ fn owners_are_the_records_that_still_claim_an_overlapping_pool() {
     let index = Index::load(&s).unwrap();
     let wider: IpNet = format!("{}/8", pool.network()).parse().unwrap();
     let other = Key::new("goldennet", "new", "eth0");
-    let owners = index.records(&s, &pools(&[wider]), &other);
+    let (owners, _) = index.records(&s, &pools(&[wider]), &other);
     assert_eq!(
         owners.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
         vec![a.key.clone()]
     );
     assert!(
-        index.records(&s, &pools(&[pool]), &a.key).is_empty(),
+        index.records(&s, &pools(&[pool]), &a.key).0.is_empty(),
         "not its own owner"
     );
     let disjoint: IpNet = "192.0.2.0/24".parse().unwrap();
-    assert!(index.records(&s, &pools(&[disjoint]), &other).is_empty());
+    assert!(index.records(&s, &pools(&[disjoint]), &other).0.is_empty());
     assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
 }
 
@@ -181,6 +181,7 @@ fn a_strict_record_is_indexed_by_its_table_and_strict_slot_and_read_only_for_tho
         Index::load(&s)
             .unwrap()
             .records(&s, &w, &other)
+            .0
             .into_iter()
             .map(|r| r.key)
             .collect()
@@ -315,4 +316,68 @@ fn reconcile_repairs_a_record_the_previous_release_rewrote_under_the_same_name()
         0,
         "nothing left to repair"
     );
+}
+
+/// `Census::indexed` for `want` with every record judged live.
+fn indexed_census(s: &StateStore, want: Wanted, own: &Key) -> Option<crate::lifecycle::Census> {
+    let mut index = Index::load(s).unwrap();
+    let caught = index.catch_up(s, &s.names().unwrap()).unwrap();
+    let here = record::Here {
+        boot_id: None,
+        node: None,
+    };
+    crate::lifecycle::Census::indexed(s, &index, caught.unknown, want, own, &here, |_| {
+        record::Depth::Boot
+    })
+}
+
+#[test]
+fn a_strict_census_from_the_index_counts_the_other_strict_pods() {
+    let one = with_key(golden("v1-strict.json"), "s1");
+    let two = with_key(golden("v1-strict.json"), "s2");
+    let pooled = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("lastcensus", &[&one, &two, &pooled]);
+    let slots = Wanted {
+        strict: true,
+        ..Wanted::default()
+    };
+    let c = indexed_census(&s, slots, &one.key).expect("the index answers");
+    assert!(!c.last_strict(&one.key), "s2 is still there");
+    let read: Vec<Key> = c.listing.records.iter().map(|r| r.key.clone()).collect();
+    assert!(
+        !read.contains(&pooled.key),
+        "a record holding no strict slot is not read: {read:?}"
+    );
+    remove(&s, &two.key).unwrap();
+    let c = indexed_census(&s, slots, &one.key).expect("the index answers");
+    assert!(c.last_strict(&one.key), "no other strict pod");
+}
+
+#[test]
+fn a_strict_census_falls_back_to_every_record_when_one_cannot_be_read() {
+    let one = with_key(golden("v1-strict.json"), "s1");
+    let two = with_key(golden("v1-strict.json"), "s2");
+    let s = store("failclosed", &[&one, &two]);
+    let slots = Wanted {
+        strict: true,
+        ..Wanted::default()
+    };
+    assert!(indexed_census(&s, slots, &one.key).is_some());
+    // A record the index names as strict, now unreadable (torn, or
+    // rewritten by a newer release): what it holds is not known.
+    std::fs::write(s.dir().join(two.key.file_name()), "{").unwrap();
+    assert!(indexed_census(&s, slots, &one.key).is_none());
+    // A record the index does not know, unreadable: the same.
+    let s = store("failclosed2", &[&one]);
+    std::fs::write(s.dir().join("goldennet+torn+eth0.json"), "{").unwrap();
+    assert!(indexed_census(&s, slots, &one.key).is_none());
+    // Without strict settings at stake it does not matter: an ADD routing
+    // a pool reads the owners the index names.
+    let a = with_key(golden("v1-vpn-full.json"), "a");
+    s.write(&a.key, &a).unwrap();
+    let p = a.claim().pools;
+    let other = Key::new("goldennet", "new", "eth0");
+    let c = indexed_census(&s, pools(&p), &other).expect("pools only");
+    let read: Vec<Key> = c.listing.records.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(read, vec![a.key.clone()]);
 }
