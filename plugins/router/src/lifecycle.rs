@@ -293,6 +293,9 @@ pub fn remove_record(
 pub struct Swept {
     pub removed: Vec<String>,
     pub failures: Vec<String>,
+    /// Claims index entries written or removed to match the records
+    /// (the node agent's sweep).
+    pub index_repaired: usize,
 }
 
 /// Remove what stale records (dead pods) left on the node, and the records.
@@ -426,11 +429,7 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     let census = Census::take_in(&store, &names, &here, |_| Depth::Precise)?;
     // Every record was just read: the claims index is made to hold what
     // they claim (what an index-unaware writer changed is repaired).
-    let repaired = claims::reconcile(&store, &census.listing.records)?;
-    if repaired > 0 {
-        out.removed
-            .push(format!("{repaired} claims index entries repaired"));
-    }
+    out.index_repaired = claims::reconcile(&store, &census.listing.records)?;
     if census.stale.is_empty() {
         return Ok(out);
     }
