@@ -71,9 +71,10 @@ impl Census {
 
     /// A census of the records the claims index names for `want`, and of
     /// `own`'s record: the other records hold no claim `want` covers, so
-    /// only a caller whose plan checks nothing else may use it. If one of
-    /// those records is strict, every strict record is read too (removing
-    /// it may put node-wide strict settings back). `None`: the index cannot
+    /// only a caller whose plan checks nothing else may use it. The
+    /// records read bring in what removing them (if stale) needs: every
+    /// strict record for a strict one, the owners of their pools. `None`:
+    /// the index cannot
     /// answer and the caller reads every record: `own`'s record cannot be
     /// read, or strict settings are at stake and a record could not be
     /// read, one the index names or one it does not know (`unknown`, from
@@ -94,19 +95,36 @@ impl Census {
             Ok(None) => {}
             Err(_) => return None,
         }
-        let strict = want.strict || records.iter().any(Record::is_strict);
-        if strict && !want.strict {
-            let all = claims::Wanted {
-                strict: true,
-                ..claims::Wanted::default()
+        // What else the records read bring in, until nothing new: a strict
+        // one needs every strict record (removing it may put node-wide
+        // strict settings back), a stale one the owners of its pools (it
+        // is removed with what no live record also describes).
+        let mut asked: Vec<ipnet::IpNet> = want.pools.to_vec();
+        let mut strict = want.strict;
+        loop {
+            let more_strict = !strict && records.iter().any(Record::is_strict);
+            let pools: Vec<ipnet::IpNet> = records
+                .iter()
+                .flat_map(|r| r.claim().pools)
+                .filter(|p| !asked.contains(p))
+                .collect();
+            if !more_strict && pools.is_empty() {
+                break;
+            }
+            let next = claims::Wanted {
+                pools: &pools,
+                tables: false,
+                strict: more_strict,
             };
-            let (more, u) = index.records(store, &all, own);
+            let (more, u) = index.records(store, &next, own);
             unreadable += u;
             for r in more {
                 if !records.iter().any(|x| x.key == r.key) {
                     records.push(r);
                 }
             }
+            strict |= more_strict;
+            asked.extend(pools);
         }
         if strict && unknown + unreadable > 0 {
             return None;

@@ -381,3 +381,30 @@ fn a_strict_census_falls_back_to_every_record_when_one_cannot_be_read() {
     let read: Vec<Key> = c.listing.records.iter().map(|r| r.key.clone()).collect();
     assert_eq!(read, vec![a.key.clone()]);
 }
+
+#[test]
+fn a_census_from_the_index_reads_the_owners_of_the_pools_of_what_it_read() {
+    // A strict pod that also routes a pool, and another attachment routing
+    // the same pool (it re-claimed it after the strict pod died): removing
+    // the strict pod's record must see the other one's route.
+    let mut strict = with_key(golden("v1-vpn-full.json"), "s1");
+    strict.routing = golden("v1-strict.json").routing;
+    let reclaimed = with_key(golden("v1-vpn-full.json"), "a");
+    let mut unrelated = with_key(golden("v1-vpn-full.json"), "b");
+    unrelated.node_routes[0].dst = "10.77.0.0/24".parse().unwrap();
+    let s = store("pooled", &[&strict, &reclaimed, &unrelated]);
+    let slots = Wanted {
+        strict: true,
+        ..Wanted::default()
+    };
+    let own = Key::new("goldennet", "new", "eth0");
+    let c = indexed_census(&s, slots, &own).expect("the index answers");
+    let mut read: Vec<String> = c
+        .listing
+        .records
+        .iter()
+        .map(|r| r.key.container_id.clone())
+        .collect();
+    read.sort();
+    assert_eq!(read, ["a", "s1"], "not b, whose pool is another");
+}
