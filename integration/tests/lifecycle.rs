@@ -7,11 +7,12 @@
 //!   points, then DEL again. After each, the node's and the pod's routes,
 //!   rules and nf_tables, the pod's sysctls and the state dir equal the
 //!   snapshot taken before the ADD; the same for a strict pod (node-wide
-//!   sysctls, the moved local rule, the per-pod table) beside another
-//!   strict pod and an attachment routing a pool, whose node-wide settings
-//!   stay; beside the killed pod, another attachment holds a pool (or a
-//!   route table): after each kill the claims index equals the records'
-//!   claims and an overlapping pool (or the taken table) is refused;
+//!   sysctls, the moved local rule, the per-pod table) beside an
+//!   attachment routing a pool and one holding a route table; beside the
+//!   killed pod, another attachment holds a pool (or a route table): after
+//!   each kill the claims index equals the records' claims and an
+//!   overlapping pool (or the taken table) is refused; a strict pod's DEL
+//!   leaves the node-wide settings to another strict pod;
 //! * node scale: an ADD routing a pool, and a strict pod's ADD and DEL,
 //!   make the same file and netlink calls (`strace -c`) with 25 and with
 //!   250 attachments on the node;
@@ -382,8 +383,8 @@ fn full_profile() -> Value {
 
 /// The container ID of the attachment that stays while others come and go.
 const OTHER: &str = "c2";
-/// A second one that stays (the strict kill-point test: a pool beside
-/// another strict pod).
+/// A second one that stays (the strict kill-point test: a pool beside a
+/// route table).
 const OTHER_POOL: &str = "c4";
 
 fn index_matches_records(rig: &Rig, what: &str) {
@@ -536,31 +537,30 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         "sysctls": {"net.ipv4.ip_forward": "1"},
         "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}
     });
-    // Beside it: an attachment routing a pool, and another strict pod (its
-    // own netns, table 20000), which stay. The node-wide strict settings
-    // are in place before every ADD of the killed pod and must stay after
-    // its DEL or GC (the other strict pod is found through the index).
+    // Beside it, staying: an attachment routing a pool, and a pod behind a
+    // standard boundary holding table 20000 (the killed pod stays the
+    // node's first and last strict pod, so every kill point also covers
+    // the node-wide settings).
     let pod2 = Netns::new("lc-pod-scrash2");
     wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
     let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
     let pool = json!({"returnRoutes": [{"dst": "10.50.0.0/24"}]});
+    let mut standard = strict.clone();
+    standard["routing"]["mode"] = json!("standard");
     rig.router_in("ADD", OTHER_POOL, &pool, None, &pod2, &ips2)
         .ok();
-    rig.router_in("ADD", OTHER, &strict, None, &pod2, &ips2)
+    rig.router_in("ADD", OTHER, &standard, None, &pod2, &ips2)
         .ok();
-    let claims = rig.inspect()["claims"].clone();
     let owner = |cid: &str| json!({"network": "lcnet", "containerID": cid, "ifname": "eth0"});
     assert_eq!(
-        claims,
+        rig.inspect()["claims"],
         json!([
             {"pool": "10.50.0.0/24", "owner": owner(OTHER_POOL), "trusted": true},
-            {"table": 20000, "owner": owner(OTHER), "trusted": true},
-            {"strict": true, "owner": owner(OTHER), "trusted": true}
+            {"table": 20000, "owner": owner(OTHER), "trusted": true}
         ]),
         "podgate inspect shows the index's claims and their owners"
     );
-    // A third pod asks for the other strict pod's table: refused at every
-    // step.
+    // A third pod asks for that table: refused at every step.
     let mut taken = strict.clone();
     taken["routing"]["table"] = json!(20000);
     let pod3 = Netns::new("lc-pod-scrash3");
@@ -571,12 +571,36 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         let run = rig.router_in("ADD", "c3", &taken, None, &pod3, &ips3);
         assert!(
             run.code != Some(0) && run.stdout.contains("table 20000 is already used by pod c2"),
-            "{what}: a table another strict pod holds is refused: {run:?}"
+            "{what}: a table another pod holds is refused: {run:?}"
         );
     };
     let (add, del, _) = crash_points(&rig, &strict, &also);
-    for cid in [OTHER, OTHER_POOL] {
-        let profile = if cid == OTHER { &strict } else { &pool };
+
+    // Another strict pod (found through the index's `s=` entry): the
+    // killed pod's DEL leaves the node-wide settings to it, and its own
+    // DEL puts them back.
+    let strict_sysctls = || {
+        STRICT_NODE_SYSCTLS
+            .map(|n| format!("{n}={}", rig.node.sysctl_get(n)))
+            .join(" ")
+    };
+    let alone = strict_sysctls();
+    rig.router_in("ADD", "c5", &strict, None, &pod3, &ips3).ok();
+    assert_eq!(
+        rig.inspect()["claims"].as_array().map(Vec::len),
+        Some(4),
+        "the second strict pod's table and slot: {}",
+        rig.inspect()["claims"]
+    );
+    let shared = strict_sysctls();
+    assert_ne!(shared, alone, "strict settings in place");
+    rig.router("ADD", "c1", &strict, None).ok();
+    rig.router("DEL", "c1", &strict, None).ok();
+    assert_eq!(strict_sysctls(), shared, "c5 still needs them");
+    index_matches_records(&rig, "c1 gone beside c5");
+    rig.router_in("DEL", "c5", &strict, None, &pod3, &ips3).ok();
+    assert_eq!(strict_sysctls(), alone, "back after the last strict pod");
+    for (cid, profile) in [(OTHER, &standard), (OTHER_POOL, &pool)] {
         rig.router_in("DEL", cid, profile, None, &pod2, &ips2).ok();
     }
     index_matches_records(&rig, "all deleted");
@@ -585,17 +609,6 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         "DEL left {:?}",
         state_files_in(&rig.state_dir())
     );
-    for (name, v) in [
-        ("net.ipv4.tcp_early_demux", "1"),
-        ("net.ipv4.udp_early_demux", "1"),
-        ("net.ipv4.conf.pgup0.rp_filter", "1"),
-    ] {
-        assert_eq!(
-            rig.node.sysctl_get(name),
-            v,
-            "{name} back after the last strict pod"
-        );
-    }
     println!(
         "strict crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
         2 * add + del
