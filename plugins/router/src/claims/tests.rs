@@ -209,51 +209,67 @@ fn a_strict_record_is_indexed_by_its_table_and_strict_slot_and_read_only_for_tho
         .all(|(c, k)| *k != strict.key || matches!(c, ClaimedField::Pool(_))));
 }
 
+/// A golden index listing (`tests/claims/<name>`), one entry a line.
+fn golden_index(name: &str) -> BTreeSet<String> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/claims")
+        .join(name);
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// The golden records the golden index listings name: `v1-vpn-full.json`
+/// as `goldennet/a/eth0` (a pool), `v1-strict.json` as `ptpnet/s/eth0`
+/// (table 20000, strict).
+fn golden_pair() -> [Record; 2] {
+    [
+        with_key(golden("v1-vpn-full.json"), "a"),
+        with_key(golden("v1-strict.json"), "s"),
+    ]
+}
+
+#[test]
+fn this_release_writes_the_golden_index_names() {
+    let [a, st] = golden_pair();
+    let s = store("golden-names", &[&a, &st]);
+    claim(&s, &a).unwrap();
+    claim(&s, &st).unwrap();
+    let got: BTreeSet<String> = index_files(&s).into_iter().collect();
+    assert_eq!(got, golden_index("this-release.txt"));
+}
+
 #[test]
 fn the_previous_release_reads_the_same_pools_from_this_releases_index() {
-    let strict = with_key(golden("v1-strict.json"), "s");
-    let pooled = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("prevread", &[&strict, &pooled]);
-    claim(&s, &strict).unwrap();
-    claim(&s, &pooled).unwrap();
-    let mut known = BTreeSet::new();
-    let mut claimed = BTreeSet::new();
-    for name in index_files(&s) {
-        match previous_release_parse(&name) {
-            Some((None, file)) => {
-                known.insert(file);
-            }
-            Some((Some(pool), file)) => {
-                claimed.insert((pool, file));
-            }
-            None => {}
-        }
-    }
-    let want: BTreeSet<(IpNet, String)> = [&strict, &pooled]
-        .iter()
-        .flat_map(|r| r.claim().pools.into_iter().map(|p| (p, r.key.file_name())))
-        .collect();
-    assert_eq!(claimed, want, "the pools the previous release trusts");
+    let parsed = |names: &BTreeSet<String>| -> BTreeSet<(Option<IpNet>, String)> {
+        names
+            .iter()
+            .filter_map(|n| previous_release_parse(n))
+            .collect()
+    };
+    let ours = golden_index("this-release.txt");
+    let theirs = golden_index("previous-release.txt");
     assert_eq!(
-        known,
-        [strict.key.file_name(), pooled.key.file_name()].into(),
-        "both records known to the previous release: it reads neither again"
+        parsed(&ours),
+        parsed(&theirs),
+        "the pools and known records the previous release reads"
+    );
+    assert_eq!(
+        parsed(&ours).len(),
+        theirs.len(),
+        "it skips every name of a new kind"
     );
 }
 
 #[test]
 fn an_index_written_by_the_previous_release_is_completed_with_tables_and_strict_slots() {
-    let strict = with_key(golden("v1-strict.json"), "s");
-    let pooled = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("previndex", &[&strict, &pooled]);
-    // What the previous release wrote for them: pools and `k=` only.
+    let [a, st] = golden_pair();
+    let s = store("previndex", &[&a, &st]);
     std::fs::create_dir_all(dir(&s)).unwrap();
-    for r in [&strict, &pooled] {
-        for e in entries_of(r) {
-            if matches!(e, Entry::Pool(..) | Entry::Known(_)) {
-                std::fs::write(dir(&s).join(e.name()), "").unwrap();
-            }
-        }
+    for name in golden_index("previous-release.txt") {
+        std::fs::write(dir(&s).join(name), "").unwrap();
     }
     let mut index = Index::load(&s).unwrap();
     assert_eq!(
@@ -264,6 +280,8 @@ fn an_index_written_by_the_previous_release_is_completed_with_tables_and_strict_
         },
         "no record is complete in the previous release's index"
     );
+    let got: BTreeSet<String> = index_files(&s).into_iter().collect();
+    assert_eq!(got, golden_index("this-release.txt"));
     assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
 }
 
