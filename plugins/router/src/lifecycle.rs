@@ -73,12 +73,12 @@ impl Census {
     /// `own`'s record: the other records hold no claim `want` covers, so
     /// only a caller whose plan checks nothing else may use it. The
     /// records read bring in what removing them (if stale) needs: every
-    /// strict record for a strict one, the owners of their pools. `None`:
-    /// the index cannot
-    /// answer and the caller reads every record: `own`'s record cannot be
-    /// read, or strict settings are at stake and a record could not be
-    /// read, one the index names or one it does not know (`unknown`, from
-    /// [`claims::Index::catch_up`]): fail closed, as
+    /// strict record for a strict one, the owners of their pools.
+    ///
+    /// `None`: the index cannot answer and the caller reads every record:
+    /// `own`'s record cannot be read, or strict settings are at stake and
+    /// a record could not be read, one the index names or one it does not
+    /// know (`unknown`, from [`claims::Index::catch_up`]): fail closed, as
     /// [`Census::last_strict`] does for a full census.
     pub fn indexed(
         store: &StateStore,
