@@ -295,8 +295,9 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
 }
 
 /// The claims index (`claims.v1/` in the state dir) holds exactly the
-/// claims the records describe: every record is known to it and each of
-/// its pools names it. Entries whose record is gone are allowed (a kill
+/// claims the records describe: every record is known to it (`k=` for the
+/// previous release, `c=`) and each of its pools, its route table and its
+/// strict slot names it. Entries whose record is gone are allowed (a kill
 /// between the index and the record): the router does not trust them.
 pub fn claims_index_matches_records(dir: &Path, what: &str) {
     let mut want = std::collections::BTreeSet::new();
@@ -316,6 +317,13 @@ pub fn claims_index_matches_records(dir: &Path, what: &str) {
             let dst = r.get("dst").and_then(Value::as_str).unwrap();
             want.insert(format!("p={}={name}", dst.replace('/', "_")));
         }
+        let routing = v.get("routing");
+        if let Some(t) = routing.and_then(|r| r.get("table")).and_then(Value::as_u64) {
+            want.insert(format!("t={t}={name}"));
+        }
+        if routing.and_then(|r| r.get("mode")).and_then(Value::as_str) == Some("strict") {
+            want.insert(format!("s={name}"));
+        }
         records.push(name);
     }
     let entries: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("claims.v1"))
@@ -327,14 +335,16 @@ pub fn claims_index_matches_records(dir: &Path, what: &str) {
     let got: std::collections::BTreeSet<String> = entries
         .iter()
         .filter(|e| records.iter().any(|r| e.ends_with(&format!("={r}"))))
-        .filter(|e| e.starts_with("p="))
+        .filter(|e| ["p=", "t=", "s="].iter().any(|k| e.starts_with(k)))
         .cloned()
         .collect();
     assert_eq!(got, want, "{what}: claims index (all entries: {entries:?})");
     for r in &records {
-        assert!(
-            entries.contains(&format!("k={r}")),
-            "{what}: record {r} not known to the index: {entries:?}"
-        );
+        for marker in ["k", "c"] {
+            assert!(
+                entries.contains(&format!("{marker}={r}")),
+                "{what}: record {r} not known ({marker}=) to the index: {entries:?}"
+            );
+        }
     }
 }

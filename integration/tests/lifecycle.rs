@@ -7,11 +7,15 @@
 //!   points, then DEL again. After each, the node's and the pod's routes,
 //!   rules and nf_tables, the pod's sysctls and the state dir equal the
 //!   snapshot taken before the ADD; the same for a strict pod (node-wide
-//!   sysctls, the moved local rule, the per-pod table); beside the killed
-//!   pod, another attachment holds a pool: after each kill the claims index
-//!   equals the records' claims and an overlapping pool is refused;
-//! * node scale: an ADD makes the same file and netlink calls (`strace -c`)
-//!   with 25 and with 250 attachments on the node;
+//!   sysctls, the moved local rule, the per-pod table) beside an
+//!   attachment routing a pool and one holding a route table; beside the
+//!   killed pod, another attachment holds a pool (or a route table): after
+//!   each kill the claims index equals the records' claims and an
+//!   overlapping pool (or the taken table) is refused; a strict pod's DEL
+//!   leaves the node-wide settings to another strict pod;
+//! * node scale: an ADD routing a pool, and a strict pod's ADD and DEL,
+//!   make the same file and netlink calls (`strace -c`) with 25 and with
+//!   250 attachments on the node;
 //! * a reboot: records from a "previous boot" (fresh node and pod netns at
 //!   the same paths, state dir kept) neither block the new pod's pool claim
 //!   nor count toward maxStrictPods, and are cleared; a missed DEL's return
@@ -184,6 +188,23 @@ impl Rig {
         }
     }
 
+    /// A node with a routed primary and an uplink for strict pods
+    /// ([`wire_routed`]), its pod `10.40.0.3/32` behind `pgs0`.
+    fn routed(tag: &str) -> Rig {
+        let node = Netns::new(&format!("lc-node-{tag}"));
+        let pod = Netns::new(&format!("lc-pod-{tag}"));
+        wire_routed(&node, &pod);
+        Rig {
+            node,
+            pod,
+            dir: TempDir::new(&format!("lifecycle-{tag}")),
+            network: "lcnet".into(),
+            ips: json!([{"address": "10.40.0.3/32", "interface": 1}]),
+            host_if: "pgs0".into(),
+            node_sysctls: Vec::new(),
+        }
+    }
+
     /// Node and pod "reboot": fresh namespaces at the same paths, wired the
     /// same way; the state dir stays.
     fn reboot(&self) {
@@ -223,7 +244,10 @@ impl Rig {
         });
         if gc {
             // The other attachments (`OTHER`) stay.
-            c["cni.dev/valid-attachments"] = json!([{"containerID": OTHER, "ifname": "eth0"}]);
+            c["cni.dev/valid-attachments"] = json!([
+                {"containerID": OTHER, "ifname": "eth0"},
+                {"containerID": OTHER_POOL, "ifname": "eth0"}
+            ]);
             c.as_object_mut().unwrap().remove("prevResult");
         }
         serde_json::to_vec(&c).unwrap()
@@ -359,6 +383,9 @@ fn full_profile() -> Value {
 
 /// The container ID of the attachment that stays while others come and go.
 const OTHER: &str = "c2";
+/// A second one that stays (the strict kill-point test: a pool beside a
+/// route table).
+const OTHER_POOL: &str = "c4";
 
 fn index_matches_records(rig: &Rig, what: &str) {
     claims_index_matches_records(&rig.state_dir(), what);
@@ -487,27 +514,17 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         strace_available(),
         "strace is needed (integration/install-deps.sh)"
     );
-    let node = Netns::new("lc-node-scrash");
-    let pod = Netns::new("lc-pod-scrash");
-    wire_routed(&node, &pod);
-    let rig = Rig {
-        node,
-        pod,
-        dir: TempDir::new("lifecycle-scrash"),
-        network: "lcnet".into(),
-        ips: json!([{"address": "10.40.0.3/32", "interface": 1}]),
-        host_if: "pgs0".into(),
-        // The strict settings, plus the proxy ARP podgate turns on on the
-        // pod's host-side interface (issue 17).
-        node_sysctls: STRICT_NODE_SYSCTLS
-            .iter()
-            .copied()
-            .chain([
-                "net.ipv4.conf.pgs0.proxy_arp",
-                "net.ipv4.neigh.pgs0.proxy_delay",
-            ])
-            .collect(),
-    };
+    let mut rig = Rig::routed("scrash");
+    // The strict settings, plus the proxy ARP podgate turns on on the
+    // pod's host-side interface (issue 17).
+    rig.node_sysctls = STRICT_NODE_SYSCTLS
+        .iter()
+        .copied()
+        .chain([
+            "net.ipv4.conf.pgs0.proxy_arp",
+            "net.ipv4.neigh.pgs0.proxy_delay",
+        ])
+        .collect();
     // Values the strict settings change, so a leak shows.
     for (name, v) in [
         ("net.ipv4.tcp_early_demux", "1"),
@@ -520,7 +537,78 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
         "sysctls": {"net.ipv4.ip_forward": "1"},
         "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}
     });
-    let (add, del, _) = crash_points(&rig, &strict, &|what| index_matches_records(&rig, what));
+    // Beside it, staying: an attachment routing a pool, and a pod behind a
+    // standard boundary holding table 20000 (the killed pod stays the
+    // node's first and last strict pod, so every kill point also covers
+    // the node-wide settings).
+    let pod2 = Netns::new("lc-pod-scrash2");
+    wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
+    let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
+    let pool = json!({"returnRoutes": [{"dst": "10.50.0.0/24"}]});
+    let mut standard = strict.clone();
+    standard["routing"]["mode"] = json!("standard");
+    rig.router_in("ADD", OTHER_POOL, &pool, None, &pod2, &ips2)
+        .ok();
+    rig.router_in("ADD", OTHER, &standard, None, &pod2, &ips2)
+        .ok();
+    let owner = |cid: &str| json!({"network": "lcnet", "containerID": cid, "ifname": "eth0"});
+    assert_eq!(
+        rig.inspect()["claims"],
+        json!([
+            {"pool": "10.50.0.0/24", "owner": owner(OTHER_POOL), "trusted": true},
+            {"table": 20000, "owner": owner(OTHER), "trusted": true}
+        ]),
+        "podgate inspect shows the index's claims and their owners"
+    );
+    // A third pod asks for that table: refused at every step.
+    let mut taken = strict.clone();
+    taken["routing"]["table"] = json!(20000);
+    let pod3 = Netns::new("lc-pod-scrash3");
+    wire_routed_pod(&rig.node, &pod3, "pgs2", "10.40.0.5");
+    let ips3 = json!([{"address": "10.40.0.5/32", "interface": 1}]);
+    let also = |what: &str| {
+        index_matches_records(&rig, what);
+        let run = rig.router_in("ADD", "c3", &taken, None, &pod3, &ips3);
+        assert!(
+            run.code != Some(0) && run.stdout.contains("table 20000 is already used by pod c2"),
+            "{what}: a table another pod holds is refused: {run:?}"
+        );
+    };
+    let (add, del, _) = crash_points(&rig, &strict, &also);
+
+    // Another strict pod (found through the index's `s=` entry): the
+    // killed pod's DEL leaves the node-wide settings to it, and its own
+    // DEL puts them back.
+    let strict_sysctls = || {
+        STRICT_NODE_SYSCTLS
+            .map(|n| format!("{n}={}", rig.node.sysctl_get(n)))
+            .join(" ")
+    };
+    let alone = strict_sysctls();
+    rig.router_in("ADD", "c5", &strict, None, &pod3, &ips3).ok();
+    assert_eq!(
+        rig.inspect()["claims"].as_array().map(Vec::len),
+        Some(4),
+        "the second strict pod's table and slot: {}",
+        rig.inspect()["claims"]
+    );
+    let shared = strict_sysctls();
+    assert_ne!(shared, alone, "strict settings in place");
+    rig.router("ADD", "c1", &strict, None).ok();
+    rig.router("DEL", "c1", &strict, None).ok();
+    assert_eq!(strict_sysctls(), shared, "c5 still needs them");
+    index_matches_records(&rig, "c1 gone beside c5");
+    rig.router_in("DEL", "c5", &strict, None, &pod3, &ips3).ok();
+    assert_eq!(strict_sysctls(), alone, "back after the last strict pod");
+    for (cid, profile) in [(OTHER, &standard), (OTHER_POOL, &pool)] {
+        rig.router_in("DEL", cid, profile, None, &pod2, &ips2).ok();
+    }
+    index_matches_records(&rig, "all deleted");
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "DEL left {:?}",
+        state_files_in(&rig.state_dir())
+    );
     println!(
         "strict crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
         2 * add + del
@@ -596,11 +684,18 @@ fn wire_routed(node: &Netns, pod: &Netns) {
     node.exec_ok(&["ip", "addr", "add", "192.0.2.1/24", "dev", "pgup0"]);
     node.exec_ok(&["ip", "link", "set", "pgup0", "up"]);
     node.exec_ok(&["ip", "link", "set", "pgup1", "up"]);
+    wire_routed_pod(node, pod, "pgs0", "10.40.0.3");
+}
+
+/// Another pod of a routed primary: its `eth0` holds `ip`/32, the node
+/// routes it through `host_if`.
+fn wire_routed_pod(node: &Netns, pod: &Netns, host_if: &str, ip: &str) {
+    pod.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
     node.exec_ok(&[
         "ip",
         "link",
         "add",
-        "pgs0",
+        host_if,
         "type",
         "veth",
         "peer",
@@ -609,36 +704,17 @@ fn wire_routed(node: &Netns, pod: &Netns) {
         "netns",
         pod.name(),
     ]);
-    node.exec_ok(&["ip", "link", "set", "pgs0", "up"]);
-    node.exec_ok(&[
-        "ip",
-        "route",
-        "add",
-        "10.40.0.3/32",
-        "dev",
-        "pgs0",
-        "scope",
-        "link",
-    ]);
-    pod.exec_ok(&["ip", "addr", "add", "10.40.0.3/32", "dev", "eth0"]);
+    node.exec_ok(&["ip", "link", "set", host_if, "up"]);
+    let host = format!("{ip}/32");
+    node.exec_ok(&["ip", "route", "add", &host, "dev", host_if, "scope", "link"]);
+    pod.exec_ok(&["ip", "addr", "add", &host, "dev", "eth0"]);
     pod.exec_ok(&["ip", "link", "set", "eth0", "up"]);
 }
 
 #[test]
 fn strict_pods_of_a_previous_boot_do_not_count() {
     require_root();
-    let node = Netns::new("lc-node-strict");
-    let pod = Netns::new("lc-pod-strict");
-    wire_routed(&node, &pod);
-    let rig = Rig {
-        node,
-        pod,
-        dir: TempDir::new("lifecycle-strict"),
-        network: "lcnet".into(),
-        ips: json!([{"address": "10.40.0.3/32", "interface": 1}]),
-        host_if: "pgs0".into(),
-        node_sysctls: Vec::new(),
-    };
+    let rig = Rig::routed("strict");
     let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
     // Drives the router with maxStrictPods 1 for `pod` (its eth0 has `ip`/32
     // and its host side `host_if`).
@@ -679,33 +755,7 @@ fn strict_pods_of_a_previous_boot_do_not_count() {
     assert_eq!(first(&rig, "ADD", "s1").0, Some(0));
     // The limit holds while s1 lives: a second strict pod is refused.
     let other = Netns::new("lc-pod-strict2");
-    other.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
-    rig.node.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        "pgs1",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        other.name(),
-    ]);
-    rig.node.exec_ok(&["ip", "link", "set", "pgs1", "up"]);
-    rig.node.exec_ok(&[
-        "ip",
-        "route",
-        "add",
-        "10.40.0.4/32",
-        "dev",
-        "pgs1",
-        "scope",
-        "link",
-    ]);
-    other.exec_ok(&["ip", "addr", "add", "10.40.0.4/32", "dev", "eth0"]);
-    other.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+    wire_routed_pod(&rig.node, &other, "pgs1", "10.40.0.4");
     let (code, out) = max_one(&rig, "ADD", "s-other", &other, "10.40.0.4", "pgs1");
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("maxStrictPods"), "{out}");
@@ -981,6 +1031,69 @@ fn strace_counts(path: &std::path::Path) -> std::collections::BTreeMap<String, u
         .collect()
 }
 
+/// `strace -c` arguments counting file, descriptor and network calls
+/// (following threads) into `out`.
+fn counting(out: &std::path::Path) -> Vec<String> {
+    ["-c", "-f", "-e", "trace=%file,%desc,%network", "-o"]
+        .map(String::from)
+        .into_iter()
+        .chain([out.display().to_string()])
+        .collect()
+}
+
+/// Attachment `i` of the node-scale tests (the node-scale bench's pod):
+/// its own interface name in the rig's pod netns, a routed pool of its
+/// own and masquerade.
+fn add_scale_attachment(rig: &Rig, i: usize, strace: &[String]) -> Run {
+    let ifname = format!("sc{i}");
+    let profile = json!({
+        "masquerade": [{"source": "10.8.0.0/24"}],
+        "returnRoutes": [{"dst": format!("10.{}.{}.0/24", 100 + i / 256, i % 256)}]
+    });
+    let mut conf: Value = serde_json::from_slice(&rig.conf(profile, false)).unwrap();
+    conf["prevResult"]["interfaces"][1]["name"] = json!(ifname);
+    let mut env = rig.env("ADD", &format!("scale-{i}"));
+    for (k, v) in &mut env {
+        if k == "CNI_IFNAME" {
+            v.clone_from(&ifname);
+        }
+    }
+    rig.spawn(strace, env, &serde_json::to_vec(&conf).unwrap())
+}
+
+/// The calls of one run at 25 and at 250 attachments are the same, except
+/// for buffers of listings that hold every attachment: `recvfrom`, up to
+/// `dumps` more at 250 (a node route dump the plan reads holds the 225
+/// return routes added meanwhile), and `getdents64`, up to 2 more (the
+/// names of the state dir and of the claims index; names, not records, are
+/// read).
+fn assert_same_calls(
+    what: &str,
+    at25: &std::collections::BTreeMap<String, u64>,
+    at250: &std::collections::BTreeMap<String, u64>,
+    dumps: u64,
+) {
+    assert!(
+        at25.get("openat").is_some_and(|n| *n > 0),
+        "{what}: no file syscalls counted: {at25:?}"
+    );
+    let [mut at25, mut at250] = [at25.clone(), at250.clone()];
+    for (call, slack) in [("recvfrom", dumps), ("getdents64", 2)] {
+        let (n25, n250) = (
+            at25.remove(call).unwrap_or(0),
+            at250.remove(call).unwrap_or(0),
+        );
+        assert!(
+            n25 <= n250 && n250 <= n25 + slack,
+            "{what}: {call}: {n25} at 25 attachments, {n250} at 250"
+        );
+    }
+    assert_eq!(
+        at25, at250,
+        "{what}: syscalls with 25 attachments (left) and with 250 (right)"
+    );
+}
+
 #[test]
 fn an_add_makes_the_same_file_and_netlink_syscalls_at_25_and_at_250_attachments() {
     require_root();
@@ -989,58 +1102,58 @@ fn an_add_makes_the_same_file_and_netlink_syscalls_at_25_and_at_250_attachments(
         "strace is needed (integration/install-deps.sh)"
     );
     let rig = Rig::new("scale", Netns::new("lc-pod-scale"), "lcnet");
-    // Each attachment: its own interface name in the one pod netns, a
-    // routed pool of its own and masquerade (the node-scale bench's pod).
-    let add = |i: usize, strace: &[String]| {
-        let ifname = format!("sc{i}");
-        let profile = json!({
-            "masquerade": [{"source": "10.8.0.0/24"}],
-            "returnRoutes": [{"dst": format!("10.{}.{}.0/24", 100 + i / 256, i % 256)}]
-        });
-        let mut conf: Value = serde_json::from_slice(&rig.conf(profile, false)).unwrap();
-        conf["prevResult"]["interfaces"][1]["name"] = json!(ifname);
-        let mut env = rig.env("ADD", &format!("scale-{i}"));
-        for (k, v) in &mut env {
-            if k == "CNI_IFNAME" {
-                v.clone_from(&ifname);
-            }
-        }
-        rig.spawn(strace, env, &serde_json::to_vec(&conf).unwrap())
-    };
     let mut counts = Vec::new();
     for i in 0..=250 {
         if i == 25 || i == 250 {
             let out = rig.dir.path().join(format!("strace-{i}"));
-            let args = ["-c", "-f", "-e", "trace=%file,%desc,%network", "-o"]
-                .map(String::from)
-                .into_iter()
-                .chain([out.display().to_string()])
-                .collect::<Vec<_>>();
-            add(i, &args).ok();
+            add_scale_attachment(&rig, i, &counting(&out)).ok();
             counts.push(strace_counts(&out));
         } else {
-            add(i, &[]).ok();
+            add_scale_attachment(&rig, i, &[]).ok();
         }
     }
+    // The plan checks the pool against the node's routes: one dump.
+    assert_same_calls("ADD", &counts[0], &counts[1], 1);
+}
+
+#[test]
+fn a_strict_add_and_del_make_the_same_file_and_netlink_syscalls_at_25_and_at_250_attachments() {
+    require_root();
     assert!(
-        counts[0].get("openat").is_some_and(|n| *n > 0),
-        "no file syscalls counted: {:?}",
-        counts[0]
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
     );
-    // The node's route dump (the plan checks the pool against the node's
-    // routes) grows with the 225 return routes added meanwhile: one more
-    // receive buffer at most. Every other call is the same.
-    let [mut at25, mut at250] = [counts[0].clone(), counts[1].clone()];
-    let (r25, r250) = (
-        at25.remove("recvfrom").unwrap_or(0),
-        at250.remove("recvfrom").unwrap_or(0),
-    );
-    assert!(
-        r25 <= r250 && r250 <= r25 + 1,
-        "recvfrom: {r25} at 25 attachments, {r250} at 250"
-    );
-    assert_eq!(
-        at25, at250,
-        "syscalls of an ADD with 25 attachments (left) and with 250 (right)"
-    );
+    let rig = Rig::routed("sscale");
+    // The strict pod: its own netns behind pgs1; the other attachments
+    // (a pool and masquerade each) in the rig's pod.
+    let pod = Netns::new("lc-pod-sscale2");
+    wire_routed_pod(&rig.node, &pod, "pgs1", "10.40.0.4");
+    let ips = json!([{"address": "10.40.0.4/32", "interface": 1}]);
+    let strict = json!({
+        "sysctls": {"net.ipv4.ip_forward": "1"},
+        "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}
+    });
+    let rules = rig.node.exec_ok(&["ip", "rule"]);
+    let mut adds = Vec::new();
+    let mut dels = Vec::new();
+    for i in 0..=250 {
+        if i == 25 || i == 250 {
+            let conf = rig.conf_for(strict.clone(), false, &pod, &ips);
+            let cid = format!("strict-{i}");
+            for (cmd, counts) in [("ADD", &mut adds), ("DEL", &mut dels)] {
+                let out = rig.dir.path().join(format!("strace-{cmd}-{i}"));
+                rig.spawn(&counting(&out), rig.env_for(cmd, &cid, &pod), &conf)
+                    .ok();
+                counts.push(strace_counts(&out));
+            }
+            // The last strict pod gone: the node-wide settings went back.
+            assert_eq!(rig.node.exec_ok(&["ip", "rule"]), rules, "at {i}");
+        }
+        if i < 250 {
+            add_scale_attachment(&rig, i, &[]).ok();
+        }
+    }
+    // Picking a free table reads the node's routes, IPv4 and IPv6: two dumps.
+    assert_same_calls("strict ADD", &adds[0], &adds[1], 2);
+    assert_same_calls("strict DEL", &dels[0], &dels[1], 0);
 }

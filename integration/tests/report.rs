@@ -186,6 +186,18 @@ fn report_has_every_part_and_no_key_material() {
     assert_eq!(ids, vec!["gw", "rt"], "{inspect}");
     assert!(inspect["attachments"][0]["state"] == "holds", "{inspect}");
     assert!(read("records/inspect.txt").contains("status:      holds"));
+    // The claims index, as `podgate inspect` shows it.
+    assert_eq!(
+        inspect["claims"],
+        json!([{"pool": "10.8.3.0/24", "owner": {"network": NET, "containerID": "rt", "ifname": "eth0"}, "trusted": true}]),
+        "{inspect}"
+    );
+    assert!(
+        read("records/inspect.txt")
+            .contains(&format!("claim: pool 10.8.3.0/24 -> {NET}/rt/eth0\n")),
+        "{}",
+        read("records/inspect.txt")
+    );
     assert!(read("ipsec/status.txt").contains("NOT READY"));
     assert!(read("ipsec/status.json").contains("\"verdict\""));
     assert!(

@@ -44,12 +44,18 @@ impl Sweep {
         let dir = self.state_dir.display();
         let swept = podgate_router::lifecycle::sweep_stale(&self.state_dir).unwrap_or_else(|e| {
             podgate_router::lifecycle::Swept {
-                removed: Vec::new(),
                 failures: vec![e.to_string()],
+                ..Default::default()
             }
         });
         for r in &swept.removed {
             log(format!("sweep {dir}: removed {r}"));
+        }
+        if swept.index_repaired > 0 {
+            log(format!(
+                "sweep {dir}: claims index: {} entries repaired to match the records",
+                swept.index_repaired
+            ));
         }
         for f in &swept.failures {
             log(format!("warning: sweep {dir}: {f}"));

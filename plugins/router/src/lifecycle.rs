@@ -4,6 +4,7 @@
 //! daemon's periodic sweep all go through here, with the state lock held.
 
 use crate::apply;
+use crate::claims;
 use crate::kernel::Live;
 use crate::record::{self, Depth, Here, Listing, Liveness, Record};
 use podgate_kit::netlink::RouteSocket;
@@ -66,6 +67,95 @@ impl Census {
             unreadable: Vec::new(),
         };
         Census::judged(listing, here, depth)
+    }
+
+    /// A census of the records the claims index names for `want`, and of
+    /// `own`'s record: the other records hold no claim `want` covers, so
+    /// only a caller whose plan checks nothing else may use it. The
+    /// records read bring in what removing them (if stale) needs: every
+    /// strict record for a strict one, the owners of their pools.
+    ///
+    /// `None`: the index cannot answer and the caller reads every record:
+    /// `own`'s record cannot be read, or strict settings are at stake and
+    /// a record could not be read, one the index names or one it does not
+    /// know (`unknown`, from [`claims::Index::catch_up`]): fail closed, as
+    /// [`Census::last_strict`] does for a full census.
+    pub fn indexed(
+        store: &StateStore,
+        index: &claims::Index,
+        unknown: usize,
+        want: claims::Wanted<'_>,
+        own: &Key,
+        here: &Here,
+        depth: impl Fn(&Record) -> Depth,
+    ) -> Option<Census> {
+        let (mut records, mut unreadable) = index.records(store, &want, own);
+        match record::read(store, own) {
+            Ok(Some(r)) => records.push(r),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        // What else the records read bring in, until nothing new: a strict
+        // one needs every strict record (removing it may put node-wide
+        // strict settings back), a stale one the owners of its pools (it
+        // is removed with what no live record also describes).
+        let mut asked: Vec<ipnet::IpNet> = want.pools.to_vec();
+        let mut strict = want.strict;
+        loop {
+            let more_strict = !strict && records.iter().any(Record::is_strict);
+            let pools: Vec<ipnet::IpNet> = records
+                .iter()
+                .flat_map(|r| r.claim().pools)
+                .filter(|p| !asked.contains(p))
+                .collect();
+            if !more_strict && pools.is_empty() {
+                break;
+            }
+            let next = claims::Wanted {
+                pools: &pools,
+                tables: false,
+                strict: more_strict,
+            };
+            let (more, u) = index.records(store, &next, own);
+            unreadable += u;
+            for r in more {
+                if !records.iter().any(|x| x.key == r.key) {
+                    records.push(r);
+                }
+            }
+            strict |= more_strict;
+            asked.extend(pools);
+        }
+        if strict && unknown + unreadable > 0 {
+            return None;
+        }
+        Some(Census::of(records, here, depth))
+    }
+
+    /// The census removing the strict record `own` needs (node-wide
+    /// strict settings go back only if no other live strict pod remains):
+    /// the strict records and the owners of `own`'s pools the claims index
+    /// names, the index caught up first from `names` (the listing taken
+    /// under the node-wide lock); every record if the index cannot answer.
+    pub fn for_strict(
+        store: &StateStore,
+        names: &Names,
+        here: &Here,
+        own: &Record,
+        depth: impl Fn(&Record) -> Depth,
+    ) -> Result<Census, podgate_kit::Error> {
+        let mut index = claims::Index::load(store)?;
+        let caught = index.catch_up(store, names)?;
+        let pools = own.claim().pools;
+        let want = claims::Wanted {
+            pools: &pools,
+            tables: false,
+            strict: true,
+        };
+        match Census::indexed(store, &index, caught.unknown, want, &own.key, here, &depth) {
+            Some(c) => Ok(c),
+            None => Census::take_in(store, names, here, depth),
+        }
     }
 
     /// For a census taken before the node-wide lock: re-read, under it, the
@@ -221,6 +311,9 @@ pub fn remove_record(
 pub struct Swept {
     pub removed: Vec<String>,
     pub failures: Vec<String>,
+    /// Claims index entries written or removed to match the records
+    /// (the node agent's sweep).
+    pub index_repaired: usize,
 }
 
 /// Remove what stale records (dead pods) left on the node, and the records.
@@ -352,6 +445,9 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
         ..Here::now()
     };
     let census = Census::take_in(&store, &names, &here, |_| Depth::Precise)?;
+    // Every record was just read: the claims index is made to hold what
+    // they claim (what an index-unaware writer changed is repaired).
+    out.index_repaired = claims::reconcile(&store, &census.listing.records)?;
     if census.stale.is_empty() {
         return Ok(out);
     }

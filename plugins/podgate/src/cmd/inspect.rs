@@ -11,7 +11,7 @@ use clap::Args;
 use podgate_kit::link::{self, Link};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::route::{RouteProtocol, RouteSpec};
-use podgate_router::claims::{self, PoolClaim};
+use podgate_router::claims::{self, IndexClaim};
 use podgate_router::record::{Here, Status};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -87,8 +87,9 @@ struct Inspect {
     attachments: Vec<Attachment>,
     /// Records that could not be read.
     corrupt: Vec<String>,
-    /// The claims index: each routed pool and the record it names.
-    claims: Vec<PoolClaim>,
+    /// The claims index: each routed pool, route table and strict slot
+    /// with the record it names.
+    claims: Vec<IndexClaim>,
 }
 
 pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
@@ -143,8 +144,8 @@ pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
     }
     progress.done();
     let problem = out.iter().any(|a| a.state != State::Holds) || !corrupt.is_empty();
-    let pool_claims = match podgate_kit::state::StateStore::existing(&target.state_dir) {
-        Some(store) => claims::pool_claims(&store).map_err(|e| Error::Msg(e.to_string()))?,
+    let index_claims = match podgate_kit::state::StateStore::existing(&target.state_dir) {
+        Some(store) => claims::index_claims(&store).map_err(|e| Error::Msg(e.to_string()))?,
         None => Vec::new(),
     };
     if json {
@@ -152,7 +153,7 @@ pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
             state_dir: target.state_dir.display().to_string(),
             attachments: out,
             corrupt,
-            claims: pool_claims,
+            claims: index_claims,
         })?;
     } else {
         let mut s = String::new();
@@ -165,16 +166,16 @@ pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
         for c in &corrupt {
             s += &format!("corrupt record: {c}\n");
         }
-        for c in &pool_claims {
+        for c in &index_claims {
             let owner = c.owner.as_ref().map_or("-".to_string(), |k| {
                 format!("{}/{}/{}", k.network, k.container_id, k.ifname)
             });
             let ignored = if c.trusted {
                 ""
             } else {
-                " (ignored: no record claims it)"
+                " (ignored: no record holds it)"
             };
-            s += &format!("pool claim: {} -> {owner}{ignored}\n", c.pool);
+            s += &format!("claim: {} -> {owner}{ignored}\n", c.claim);
         }
         output::text(s)?;
     }

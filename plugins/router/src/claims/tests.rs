@@ -36,6 +36,13 @@ fn index_files(s: &StateStore) -> Vec<String> {
     v
 }
 
+fn pools(p: &[IpNet]) -> Wanted<'_> {
+    Wanted {
+        pools: p,
+        ..Wanted::default()
+    }
+}
+
 fn records_of(s: &StateStore) -> Listing {
     record::list_in(s, &s.names().unwrap()).unwrap()
 }
@@ -47,13 +54,13 @@ fn an_upgrade_without_an_index_rebuilds_it_from_the_records_once() {
     let s = store("upgrade", &[&a, &b]);
     let mut index = Index::load(&s).unwrap();
     assert!(index.entries.is_empty());
-    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap(), 2);
+    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 2);
     let want = from_records(&records_of(&s).records);
     assert!(!want.is_empty(), "the golden records claim pools");
     assert_eq!(trusted(&s).unwrap(), want);
     // Known now: the next ADD reads no record to catch up.
     let mut again = Index::load(&s).unwrap();
-    assert_eq!(again.catch_up(&s, &s.names().unwrap()).unwrap(), 0);
+    assert_eq!(again.catch_up(&s, &s.names().unwrap()).unwrap().added, 0);
 }
 
 #[test]
@@ -73,17 +80,17 @@ fn owners_are_the_records_that_still_claim_an_overlapping_pool() {
     let index = Index::load(&s).unwrap();
     let wider: IpNet = format!("{}/8", pool.network()).parse().unwrap();
     let other = Key::new("goldennet", "new", "eth0");
-    let owners = index.owners(&s, &[wider], &other);
+    let (owners, _) = index.records(&s, &pools(&[wider]), &other);
     assert_eq!(
         owners.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
         vec![a.key.clone()]
     );
     assert!(
-        index.owners(&s, &[pool], &a.key).is_empty(),
+        index.records(&s, &pools(&[pool]), &a.key).0.is_empty(),
         "not its own owner"
     );
     let disjoint: IpNet = "192.0.2.0/24".parse().unwrap();
-    assert!(index.owners(&s, &[disjoint], &other).is_empty());
+    assert!(index.records(&s, &pools(&[disjoint]), &other).0.is_empty());
     assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
 }
 
@@ -101,7 +108,7 @@ fn removing_a_record_removes_its_entries_and_prune_removes_orphans() {
         .all(|f| !f.ends_with(&a.key.file_name())));
     prune(&s, &s.names().unwrap()).unwrap();
     let left = index_files(&s);
-    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(left.len(), 3, "{left:?}");
     assert!(
         left.iter().all(|f| f.ends_with(&b.key.file_name())),
         "{left:?}"
@@ -134,6 +141,288 @@ fn a_record_written_without_the_index_after_a_rollback_is_indexed_by_the_next_ad
     let b = with_key(golden("v0-vpn-routed.json"), "b");
     s.write(&b.key, &b).unwrap();
     let mut index = Index::load(&s).unwrap();
-    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap(), 1);
+    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 1);
     assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+}
+
+/// The previous release's reading of one index name (its `Entry::parse`,
+/// `plugins/router/src/claims.rs` at 266959f): `k=<file>` or
+/// `p=<pool>=<file>`, every other name skipped.
+fn previous_release_parse(name: &str) -> Option<(Option<IpNet>, String)> {
+    if let Some(rec) = name.strip_prefix("k=") {
+        return Some((None, rec.to_string()));
+    }
+    let (pool, rec) = name.strip_prefix("p=")?.split_once('=')?;
+    Some((Some(pool.replace('_', "/").parse().ok()?), rec.to_string()))
+}
+
+#[test]
+fn a_strict_record_is_indexed_by_its_table_and_strict_slot_and_read_only_for_those() {
+    let strict = with_key(golden("v1-strict.json"), "s");
+    let pooled = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("strict", &[&strict, &pooled]);
+    let mut index = Index::load(&s).unwrap();
+    index.catch_up(&s, &s.names().unwrap()).unwrap();
+    let table = strict
+        .claim()
+        .table
+        .expect("the golden strict record has a table");
+    let file = strict.key.file_name();
+    let files = index_files(&s);
+    for want in [
+        format!("t={table}={file}"),
+        format!("s={file}"),
+        format!("c={file}"),
+    ] {
+        assert!(files.contains(&want), "{want} missing: {files:?}");
+    }
+    let other = Key::new("goldennet", "new", "eth0");
+    let read = |w: Wanted| -> Vec<Key> {
+        Index::load(&s)
+            .unwrap()
+            .records(&s, &w, &other)
+            .0
+            .into_iter()
+            .map(|r| r.key)
+            .collect()
+    };
+    let tables = Wanted {
+        tables: true,
+        ..Wanted::default()
+    };
+    let slots = Wanted {
+        strict: true,
+        ..Wanted::default()
+    };
+    assert_eq!(read(tables), vec![strict.key.clone()]);
+    assert_eq!(read(slots), vec![strict.key.clone()]);
+    assert!(read(Wanted::default()).is_empty());
+    // The record no longer strict (rewritten under its name): its entries
+    // are not trusted.
+    let mut plain = strict.clone();
+    plain.routing = None;
+    s.write(&plain.key, &plain).unwrap();
+    assert!(read(tables).is_empty() && read(slots).is_empty());
+    assert!(trusted(&s)
+        .unwrap()
+        .iter()
+        .all(|(c, k)| *k != strict.key || matches!(c, ClaimedField::Pool(_))));
+}
+
+/// A golden index listing (`tests/claims/<name>`), one entry a line.
+fn golden_index(name: &str) -> BTreeSet<String> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/claims")
+        .join(name);
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// The golden records the golden index listings name: `v1-vpn-full.json`
+/// as `goldennet/a/eth0` (a pool), `v1-strict.json` as `ptpnet/s/eth0`
+/// (table 20000, strict).
+fn golden_pair() -> [Record; 2] {
+    [
+        with_key(golden("v1-vpn-full.json"), "a"),
+        with_key(golden("v1-strict.json"), "s"),
+    ]
+}
+
+#[test]
+fn this_release_writes_the_golden_index_names() {
+    let [a, st] = golden_pair();
+    let s = store("golden-names", &[&a, &st]);
+    claim(&s, &a).unwrap();
+    claim(&s, &st).unwrap();
+    let got: BTreeSet<String> = index_files(&s).into_iter().collect();
+    assert_eq!(got, golden_index("this-release.txt"));
+}
+
+#[test]
+fn the_previous_release_reads_the_same_pools_from_this_releases_index() {
+    let parsed = |names: &BTreeSet<String>| -> BTreeSet<(Option<IpNet>, String)> {
+        names
+            .iter()
+            .filter_map(|n| previous_release_parse(n))
+            .collect()
+    };
+    let ours = golden_index("this-release.txt");
+    let theirs = golden_index("previous-release.txt");
+    assert_eq!(
+        parsed(&ours),
+        parsed(&theirs),
+        "the pools and known records the previous release reads"
+    );
+    assert_eq!(
+        parsed(&ours).len(),
+        theirs.len(),
+        "it skips every name of a new kind"
+    );
+}
+
+#[test]
+fn an_index_written_by_the_previous_release_is_completed_with_tables_and_strict_slots() {
+    let [a, st] = golden_pair();
+    let s = store("previndex", &[&a, &st]);
+    std::fs::create_dir_all(dir(&s)).unwrap();
+    for name in golden_index("previous-release.txt") {
+        std::fs::write(dir(&s).join(name), "").unwrap();
+    }
+    let mut index = Index::load(&s).unwrap();
+    assert_eq!(
+        index.catch_up(&s, &s.names().unwrap()).unwrap(),
+        CaughtUp {
+            added: 2,
+            unknown: 0
+        },
+        "no record is complete in the previous release's index"
+    );
+    let got: BTreeSet<String> = index_files(&s).into_iter().collect();
+    assert_eq!(got, golden_index("this-release.txt"));
+    assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+}
+
+#[test]
+fn a_record_that_cannot_be_read_stays_unknown_and_is_counted() {
+    let a = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("unknown", &[&a]);
+    let future = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v2-future.json");
+    std::fs::copy(future, s.dir().join("goldennet+future+eth0.json")).unwrap();
+    std::fs::write(s.dir().join("goldennet+torn+eth0.json"), "{").unwrap();
+    let caught = Index::load(&s)
+        .unwrap()
+        .catch_up(&s, &s.names().unwrap())
+        .unwrap();
+    assert_eq!(
+        caught,
+        CaughtUp {
+            added: 1,
+            unknown: 2
+        }
+    );
+}
+
+#[test]
+fn reconcile_repairs_a_record_the_previous_release_rewrote_under_the_same_name() {
+    let a = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("reconcile", &[&a]);
+    claim(&s, &a).unwrap();
+    // After a rollback: the previous release deleted the attachment (its
+    // `p=` and `k=` entries with it, the `c=` entry it does not know
+    // stayed) and added it again as a strict pod under the same name.
+    std::fs::remove_file(dir(&s).join(format!("k={}", a.key.file_name()))).unwrap();
+    for p in a.claim().pools {
+        std::fs::remove_file(dir(&s).join(Entry::Pool(p, a.key.file_name()).name())).unwrap();
+    }
+    let mut strict = golden("v1-strict.json");
+    strict.key = a.key.clone();
+    s.write(&strict.key, &strict).unwrap();
+    // The `c=` entry says the index holds its claims: an ADD does not read
+    // it again, and its table and strict slot are missing.
+    let mut index = Index::load(&s).unwrap();
+    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 0);
+    assert_ne!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+    // GC and the agent's sweep read every record and repair it.
+    let records = records_of(&s).records;
+    assert!(reconcile(&s, &records).unwrap() > 0);
+    assert_eq!(trusted(&s).unwrap(), from_records(&records));
+    assert_eq!(
+        reconcile(&s, &records).unwrap(),
+        0,
+        "nothing left to repair"
+    );
+}
+
+/// `Census::indexed` for `want` with every record judged live.
+fn indexed_census(s: &StateStore, want: Wanted, own: &Key) -> Option<crate::lifecycle::Census> {
+    let mut index = Index::load(s).unwrap();
+    let caught = index.catch_up(s, &s.names().unwrap()).unwrap();
+    let here = record::Here {
+        boot_id: None,
+        node: None,
+    };
+    crate::lifecycle::Census::indexed(s, &index, caught.unknown, want, own, &here, |_| {
+        record::Depth::Boot
+    })
+}
+
+#[test]
+fn a_strict_census_from_the_index_counts_the_other_strict_pods() {
+    let one = with_key(golden("v1-strict.json"), "s1");
+    let two = with_key(golden("v1-strict.json"), "s2");
+    let pooled = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("lastcensus", &[&one, &two, &pooled]);
+    let slots = Wanted {
+        strict: true,
+        ..Wanted::default()
+    };
+    let c = indexed_census(&s, slots, &one.key).expect("the index answers");
+    assert!(!c.last_strict(&one.key), "s2 is still there");
+    let read: Vec<Key> = c.listing.records.iter().map(|r| r.key.clone()).collect();
+    assert!(
+        !read.contains(&pooled.key),
+        "a record holding no strict slot is not read: {read:?}"
+    );
+    remove(&s, &two.key).unwrap();
+    let c = indexed_census(&s, slots, &one.key).expect("the index answers");
+    assert!(c.last_strict(&one.key), "no other strict pod");
+}
+
+#[test]
+fn a_strict_census_falls_back_to_every_record_when_one_cannot_be_read() {
+    let one = with_key(golden("v1-strict.json"), "s1");
+    let two = with_key(golden("v1-strict.json"), "s2");
+    let s = store("failclosed", &[&one, &two]);
+    let slots = Wanted {
+        strict: true,
+        ..Wanted::default()
+    };
+    assert!(indexed_census(&s, slots, &one.key).is_some());
+    // A record the index names as strict, now unreadable (torn, or
+    // rewritten by a newer release): what it holds is not known.
+    std::fs::write(s.dir().join(two.key.file_name()), "{").unwrap();
+    assert!(indexed_census(&s, slots, &one.key).is_none());
+    // A record the index does not know, unreadable: the same.
+    let s = store("failclosed2", &[&one]);
+    std::fs::write(s.dir().join("goldennet+torn+eth0.json"), "{").unwrap();
+    assert!(indexed_census(&s, slots, &one.key).is_none());
+    // Without strict settings at stake it does not matter: an ADD routing
+    // a pool reads the owners the index names.
+    let a = with_key(golden("v1-vpn-full.json"), "a");
+    s.write(&a.key, &a).unwrap();
+    let p = a.claim().pools;
+    let other = Key::new("goldennet", "new", "eth0");
+    let c = indexed_census(&s, pools(&p), &other).expect("pools only");
+    let read: Vec<Key> = c.listing.records.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(read, vec![a.key.clone()]);
+}
+
+#[test]
+fn a_census_from_the_index_reads_the_owners_of_the_pools_of_what_it_read() {
+    // A strict pod that also routes a pool, and another attachment routing
+    // the same pool (it re-claimed it after the strict pod died): removing
+    // the strict pod's record must see the other one's route.
+    let mut strict = with_key(golden("v1-vpn-full.json"), "s1");
+    strict.routing = golden("v1-strict.json").routing;
+    let reclaimed = with_key(golden("v1-vpn-full.json"), "a");
+    let mut unrelated = with_key(golden("v1-vpn-full.json"), "b");
+    unrelated.node_routes[0].dst = "10.77.0.0/24".parse().unwrap();
+    let s = store("pooled", &[&strict, &reclaimed, &unrelated]);
+    let slots = Wanted {
+        strict: true,
+        ..Wanted::default()
+    };
+    let own = Key::new("goldennet", "new", "eth0");
+    let c = indexed_census(&s, slots, &own).expect("the index answers");
+    let mut read: Vec<String> = c
+        .listing
+        .records
+        .iter()
+        .map(|r| r.key.container_id.clone())
+        .collect();
+    read.sort();
+    assert_eq!(read, ["a", "s1"], "not b, whose pool is another");
 }

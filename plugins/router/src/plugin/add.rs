@@ -144,31 +144,32 @@ fn add_node_side(
             Depth::Boot
         }
     };
-    // A plan whose only claims are return-route pools asks the claims
-    // index for the records that own a pool overlapping its own (and
-    // reads its own record) instead of reading every record; records the
-    // index does not know yet are indexed first (`names`: the listing
-    // taken under the lock). None: judge every record (an own record that
-    // cannot be read, a strict owner whose node-wide settings depend on
-    // every other record).
-    let from_index = |names: Option<&Names>| -> Result<Option<Vec<Record>>, CniError> {
-        let mut index = claims::Index::load(store).map_err(io_err)?;
-        if let Some(names) = names {
-            index.catch_up(store, names).map_err(io_err)?;
-        }
-        let mut recs = index.owners(store, &sel.return_routes, key);
-        match record::read(store, key) {
-            Ok(Some(own)) => recs.push(own),
-            Ok(None) => {}
-            Err(_) => return Ok(None),
-        }
-        Ok((!recs.iter().any(Record::is_strict)).then_some(recs))
+    // A plan that checks claims asks the claims index for the records
+    // holding one it checks (pools overlapping its own; with a routing
+    // boundary every table, and strict slots for a strict pod) and reads
+    // its own record, instead of reading every record; records the index
+    // does not hold completely yet are indexed first (under the lock).
+    // Otherwise, or when the index cannot answer (`Census::indexed`),
+    // every record is judged.
+    let want = claims::Wanted {
+        pools: &sel.return_routes,
+        tables: routing.is_some(),
+        strict,
     };
-    let indexed = needs.claims && routing.is_none();
-    let judge = |names: Option<&Names>| -> Result<Census, CniError> {
-        if indexed {
-            if let Some(recs) = from_index(names)? {
-                return Ok(Census::of(recs, &here, depth));
+    let mut index: Option<(claims::Index, usize)> = None;
+    let mut judge = |names: Option<&Names>| -> Result<Census, CniError> {
+        if needs.claims {
+            if let Some(names) = names {
+                let mut ix = claims::Index::load(store).map_err(io_err)?;
+                let caught = ix.catch_up(store, names).map_err(io_err)?;
+                index = Some((ix, caught.unknown));
+            }
+            if let Some((ix, unknown)) = &index {
+                // Entries are only taken away meanwhile (by removals under
+                // this lock), and one whose record is gone is not trusted.
+                if let Some(c) = Census::indexed(store, ix, *unknown, want, key, &here, depth) {
+                    return Ok(c);
+                }
             }
         }
         match names {
@@ -339,13 +340,16 @@ fn roll_back(
     };
     let here = Here::now();
     let last = if rec.is_strict() {
-        match Census::take(store, &here, |r| {
-            if r.is_strict() {
-                Depth::Precise
-            } else {
-                Depth::Boot
-            }
-        }) {
+        let census = store.names().and_then(|names| {
+            Census::for_strict(store, &names, &here, rec, |r| {
+                if r.is_strict() {
+                    Depth::Precise
+                } else {
+                    Depth::Boot
+                }
+            })
+        });
+        match census {
             Ok(c) => c.last_strict(&rec.key),
             Err(e) => {
                 // Fail closed: keep node-wide settings.

@@ -5,7 +5,7 @@ use crate::apply;
 use crate::config::RouterConfig;
 use crate::kernel::Live;
 use crate::lifecycle::{self, Census};
-use crate::record::{self, Depth, Here, ReadError};
+use crate::record::{self, Depth, Here, ReadError, Record};
 use podgate_cni::log::Logger;
 use podgate_cni::{CniError, Request};
 use podgate_kit::netlink::RouteSocket;
@@ -99,17 +99,22 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
     let reuse = (!apply::has_node_side(&rec) && !rec.is_strict())
         .then_some(ns.as_ref())
         .flatten();
-    let census = if rec.is_strict() || rec.liveness_opened(&here, Depth::Path, reuse).is_stale() {
-        Census::take_in(&store, &names, &here, |r| {
-            if r.is_strict() {
-                Depth::Precise
-            } else if r.node_routes.is_empty() {
-                Depth::Boot
-            } else {
-                Depth::Path
-            }
-        })
-        .map_err(io_err)?
+    let stale = rec.liveness_opened(&here, Depth::Path, reuse).is_stale();
+    let depth = |r: &Record| {
+        if r.is_strict() {
+            Depth::Precise
+        } else if r.node_routes.is_empty() {
+            Depth::Boot
+        } else {
+            Depth::Path
+        }
+    };
+    // A live strict pod asks the claims index for the other strict
+    // records (and its pools' owners) instead of reading every record.
+    let census = if stale {
+        Census::take_in(&store, &names, &here, depth).map_err(io_err)?
+    } else if rec.is_strict() {
+        Census::for_strict(&store, &names, &here, &rec, depth).map_err(io_err)?
     } else {
         Census::none()
     };

@@ -115,24 +115,24 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             _ => keep_unreadable = true,
         }
     }
+    // Records are created and removed only under the node-wide lock,
+    // which this GC holds (an ADD finishing outside it renames its
+    // pending record to the applied one, same node side): the records
+    // left are the census's whose files are still listed, without
+    // reading each file again.
+    let names = store.names().map_err(io_err)?;
+    let remaining: Vec<Record> = census
+        .listing
+        .records
+        .iter()
+        .filter(|r| names.contains(&r.key.file_name()))
+        .cloned()
+        .collect();
     // Ownership sweep: podgate's node routes and rules that no remaining
     // record accounts for. Not while some record cannot be judged (a
     // newer release's, an unreadable one still valid): its objects would
     // look unaccounted for.
     if census.listing.newer.is_empty() && !keep_unreadable {
-        // Records are created and removed only under the node-wide lock,
-        // which this GC holds (an ADD finishing outside it renames its
-        // pending record to the applied one, same node side): the records
-        // left are the census's whose files are still listed, without
-        // reading each file again.
-        let names = store.names().map_err(io_err)?;
-        let remaining: Vec<Record> = census
-            .listing
-            .records
-            .iter()
-            .filter(|r| names.contains(&r.key.file_name()))
-            .cloned()
-            .collect();
         let (removed, f) = apply::sweep_node(&mut node, &remaining, None);
         if !removed.is_empty() {
             log.info("removed by ownership", json!({"removed": removed}));
@@ -144,13 +144,13 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             json!({"newer": census.listing.newer.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>()}),
         );
     }
-    // Claims index entries of records that are gone (a killed ADD or DEL).
-    match store.names() {
-        Ok(names) => {
-            if let Err(e) = crate::claims::prune(&store, &names) {
-                failures.push(e.to_string());
-            }
-        }
+    // Claims index entries of records that are gone (a killed ADD or DEL),
+    // and the index made to hold what the remaining records claim.
+    let indexed = crate::claims::prune(&store, &names)
+        .and_then(|()| crate::claims::reconcile(&store, &remaining));
+    match indexed {
+        Ok(0) => {}
+        Ok(n) => log.info("claims index repaired", json!({"entries": n})),
         Err(e) => failures.push(e.to_string()),
     }
     if failures.is_empty() {
