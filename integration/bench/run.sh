@@ -195,7 +195,7 @@ step "series: $runs runs each (+$warmup warm-up), ADD/DEL alternating"
     fail "series (a plugin call failed or did not apply)"
 
 if wanted guard; then
-    step "podgate-tunnel-guard: 10 vs 4,000 xfrm policies (guard.sh, $guard_runs runs)"
+    step "podgate-tunnel-guard: 10, 4,000 and 10,000 xfrm policies (guard.sh, $guard_runs runs)"
     hf=1
     [ "$mode" = short ] && hf=0
     GUARD_BIN="$rel/podgate-tunnel-guard" GUARD_JSON="$out/guard.json" GUARD_HYPERFINE="$hf" \
