@@ -1180,11 +1180,12 @@ SCALE_TARGET = f"node scale: median ADD of the last 25 attachments <= {SCALE_GAT
 
 
 def scale_verdicts(sc, mode, verdict):
-    """Targets of scale.py's run. The ADD ratio has a target (1.15x) and a
-    gate (both modes, 1.5x: a claim check reading every record is 1.8x at
-    100 attachments): wall-clock medians, with the CPU (user+sys) ratio
-    beside them; the gate fails the run only when both exceed it, so a burst
-    of load on a shared machine during one group alone does not."""
+    """Targets of scale.py's run. The ADD ratio has a target (1.15x) and,
+    in the short mode (CI, 100 attachments), a gate at 1.5x (a claim check
+    reading every record is 1.8x there): wall-clock medians, with the CPU
+    (user+sys) ratio beside them; the gate fails the run only when both
+    exceed it, so a burst of load on a shared machine during one group
+    alone does not."""
     n, q = sc["pods"], sc["seq"]
     print(f"  node scale, {n} ADDs one after another (routed pool + masquerade each): median of the first "
           f"{sc['edge']} {q['first_ms']:.3f} ms (CPU {q['first_cpu_ms']:.3f}), last {sc['edge']} {q['last_ms']:.3f} ms "
@@ -1194,7 +1195,7 @@ def scale_verdicts(sc, mode, verdict):
     verdict(f"node scale: median ADD of the last 25 of {n} attachments <= 1.15x the first 25's",
             q["ratio"] <= 1.15, detail)
     verdict(SCALE_TARGET.replace("attachments", f"of {n} attachments"),
-            q["ratio"] <= SCALE_GATE or q["cpu_ratio"] <= SCALE_GATE, detail, gate=True)
+            q["ratio"] <= SCALE_GATE or q["cpu_ratio"] <= SCALE_GATE, detail, gate=mode == "short")
     none, old = sc["none"], sc.get("none_before")
     if old:
         verdict(f"node scale: ADD with none no slower than {sc.get('before') or 'the earlier release'} (interleaved)",
@@ -1461,7 +1462,8 @@ def cmd_report(args):
     if scale:
         scale_verdicts(scale, args.mode, verdict)
     elif args.scale:
-        verdict(SCALE_TARGET, False, "not measured in this run (scale.py skipped or failed)", gate=True)
+        verdict(SCALE_TARGET, False, "not measured in this run (scale.py skipped or failed)",
+                gate=args.mode == "short")
     if soak:
         print(f"  soak: {soak['cycles']} ADD/DEL cycles (seed {soak['seed']}): ADD p50 {soak['add_p50_ms']:.2f} ms "
               f"p99 {soak['add_p99_ms']:.2f} ms; RSS (VmHWM) first/last ADD of the full profile {soak['rss_first_kib']}/{soak['rss_last_kib']} KiB, max {soak.get('rss_max_kib')} KiB")

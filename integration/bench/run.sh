@@ -34,11 +34,11 @@
 # (integration/tests/soak.rs) and the fuzz targets. Method and the latest full run: integration/bench/README.md.
 #
 # Output: a table and one verdict line per target on stdout, and
-# target/bench/results.json. Timing fails the run in two cases only (both
-# modes): the router's masquerade ADD net of process start slower than 0.8x
-# tuning's, and the median ADD of the last 25 node-scale attachments over
-# 1.5x the first 25's (wall and CPU both; the target, 1.15x, prints MISSED
-# like the other targets). A broken
+# target/bench/results.json. Timing fails the run in two cases only: the
+# router's masquerade ADD net of process start slower than 0.8x tuning's
+# (both modes), and in the short mode the median ADD of the last 25 of 100
+# node-scale attachments over 1.5x the first 25's (wall and CPU both; the
+# target, 1.15x, prints MISSED like the other targets). A broken
 # plugin, a node left changed, a soak leftover or a fuzz crash fail it too.
 # Everything runs in network namespaces made here (pg-bench-*) and removed
 # on exit, whatever happens; the host's networking is never touched.
