@@ -1056,9 +1056,10 @@ def cmd_concurrency(args):
     for i, pod in enumerate(pods):
         conf = router_conf(tmp, pod.prev_result())
         # Each pod its own pool (a pool has one owner), chosen by annotation;
-        # every pod masquerades, every third also gets a node return route.
+        # every pod masquerades, every --routed-every'th (default third)
+        # also gets a node return route.
         pool = f"10.8.{i}.0/24"
-        kind = "vpn-full" if i % 3 == 0 else "vpn-gateway"
+        kind = "vpn-full" if i % args.routed_every == 0 else "vpn-gateway"
         ann = {"podgate.dev/profile": kind, "podgate.dev/masquerade": pool}
         if kind == "vpn-full":
             ann["podgate.dev/return-routes"] = pool
@@ -1072,7 +1073,7 @@ def cmd_concurrency(args):
     # One ADD's CPU (user+sys), each profile, measured here alone: the floor
     # is what n of them cost spread over every core.
     sp = Spawner(tmp)
-    single = {"vpn-full": Series(), "vpn-gateway": Series()}
+    single = {kinds[i]: Series() for i in (0, 1)}
     for k in range(args.single_runs + 2):
         for i in (0, 1):
             single[kinds[i]].add(sp, adds[i], f"single ADD {kinds[i]}", k >= 2)
@@ -1174,13 +1175,71 @@ def load(path):
 
 
 GUARD_TARGET = "router masquerade ADD net of process start <= 0.8x tuning net (gross-regression guard)"
+SCALE_GATE = 1.6
+SCALE_TARGET = f"node scale: median ADD of the last 25 attachments <= {SCALE_GATE}x the first 25's (gross-regression guard)"
+
+
+def scale_verdicts(sc, mode, verdict):
+    """Targets of scale.py's run. The ADD ratio has a target (1.15x) and,
+    in the short mode (CI, 100 attachments), a gate at 1.6x (a claim check
+    reading every record is 1.8x there): wall-clock medians, with the CPU
+    (user+sys) ratio beside them; the gate fails the run only when both
+    exceed it, so a burst of load on a shared machine during one group
+    alone does not."""
+    n, q = sc["pods"], sc["seq"]
+    print(f"  node scale, {n} ADDs one after another (routed pool + masquerade each): median of the first "
+          f"{sc['edge']} {q['first_ms']:.3f} ms (CPU {q['first_cpu_ms']:.3f}), last {sc['edge']} {q['last_ms']:.3f} ms "
+          f"(CPU {q['last_cpu_ms']:.3f}): {q['ratio']:.2f}x wall, {q['cpu_ratio']:.2f}x CPU")
+    detail = (f"{q['last_ms']:.3f} / {q['first_ms']:.3f} ms = {q['ratio']:.2f}x wall; "
+              f"CPU {q['last_cpu_ms']:.3f} / {q['first_cpu_ms']:.3f} ms = {q['cpu_ratio']:.2f}x")
+    verdict(f"node scale: median ADD of the last 25 of {n} attachments <= 1.15x the first 25's",
+            q["ratio"] <= 1.15, detail)
+    verdict(SCALE_TARGET.replace("attachments", f"of {n} attachments"),
+            q["ratio"] <= SCALE_GATE or q["cpu_ratio"] <= SCALE_GATE, detail, gate=mode == "short")
+    none, old = sc["none"], sc.get("none_before")
+    if old:
+        verdict(f"node scale: ADD with none no slower than {sc.get('before') or 'the earlier release'} (interleaved)",
+                none["median_ms"] <= old["median_ms"],
+                f"{none['median_ms']:.3f} vs {old['median_ms']:.3f} ms = {none['median_ms'] / old['median_ms']:.2f}x; "
+                f"CPU {none['cpu_median_ms']:.3f} vs {old['cpu_median_ms']:.3f} ms")
+    elif mode == "full":
+        verdict("node scale: ADD with none no slower than the earlier release (interleaved)", False,
+                "not measured: no --before-bin-dir in this run")
+    for key, target, limit in (("gc", "CNI GC", 200), ("sweep", "the agent's stale sweep", 200)):
+        g = sc.get(key)
+        if g:
+            cpu = f", CPU {g['cpu_ms']:.1f} ms" if "cpu_ms" in g else ""
+            verdict(f"{target} of {g['stale']} stale of {g['of']} attachments <= {limit} ms, the live ones untouched",
+                    g["ms"] <= limit and not sc["problems"], f"{g['ms']:.1f} ms{cpu}")
+    for key in ("agent_small", "agent"):
+        a = sc.get(key)
+        if not a:
+            continue
+        print(f"  agent with {a['attachments']} attachments: one collection cycle CPU median "
+              f"{a['cycle_cpu_median_ms']:.2f} ms (max {a['cycle_cpu_max_ms']:.2f}; stat ticks, mean "
+              f"{a['cycle_cpu_ticks_mean_ms']:.1f} ms; wall about {a['cycle_wall_median_ms']:.0f} ms), scrape "
+              f"median {a['scrape_median_ms']:.2f} ms (max {a['scrape_max_ms']:.2f}), VmRSS {a['rss_kib']} KiB, "
+              f"VmHWM {a['hwm_kib']} KiB")
+    a, sm = sc.get("agent"), sc.get("agent_small")
+    if a:
+        ratio = f"; {a['cycle_cpu_median_ms'] / sm['cycle_cpu_median_ms']:.1f}x the cycle with {sm['attachments']}" \
+            if sm else ""
+        verdict(f"agent: one collection cycle with {a['attachments']} attachments <= 100 ms CPU",
+                a["cycle_cpu_median_ms"] <= 100, f"{a['cycle_cpu_median_ms']:.2f} ms{ratio}")
+        verdict(f"agent: a scrape with {a['attachments']} attachments <= 30 ms", a["scrape_median_ms"] <= 30,
+                f"median {a['scrape_median_ms']:.2f} ms, max {a['scrape_max_ms']:.2f} ms")
+        verdict(f"agent: RSS with {a['attachments']} attachments <= 32 MiB", a["hwm_kib"] <= 32 * 1024,
+                f"VmHWM {a['hwm_kib'] / 1024:.1f} MiB, VmRSS {a['rss_kib'] / 1024:.1f} MiB")
+    verdict(f"node scale: {n} attachments ADDed, collected and DELed leave the node as before",
+            not sc["problems"], "equal" if not sc["problems"] else "; ".join(sc["problems"])[:300], gate=True)
 
 
 def cmd_report(args):
     series = load(args.series) or {}
     s = series.get("series", {})
     guard = load(args.guard)
-    conc = load(args.concurrency)
+    concs = [c for c in (load(args.concurrency), load(args.burst_scale)) if c]
+    scale = load(args.scale)
     soak = load(args.soak)
     fuzz = load(args.fuzz)
 
@@ -1237,13 +1296,18 @@ def cmd_report(args):
     for key, label in order:
         row(label, s.get(key))
     if guard:
-        for k in ("small", "big"):
+        for k in ("small", "big", "xl"):
             g = guard.get(k)
             if g:
                 row(f"podgate-tunnel-guard ADD, {g['policies']} xfrm policies", g)
-    if conc:
-        row(f"burst: {conc['pods']} ADDs at once (per process)", conc["add"])
-        row(f"burst: {conc['pods']} DELs at once (per process)", conc["del"])
+    for conc in concs:
+        what = "routed pool + masquerade each" if conc.get("with_return_routes") == conc["pods"] else "per process"
+        row(f"burst: {conc['pods']} ADDs at once ({what})", conc["add"])
+        row(f"burst: {conc['pods']} DELs at once ({what})", conc["del"])
+    if scale:
+        row("node scale: router ADD with none", scale["none"])
+        if scale.get("none_before"):
+            row(f"node scale: ADD with none, {scale.get('before') or 'earlier release'}", scale["none_before"])
 
     print()
     print(f"Whole-process latency, static release build, {series.get('runs', '?')} runs per series "
@@ -1361,15 +1425,19 @@ def cmd_report(args):
         verdict("router peak RSS <= 8 MiB (/usr/bin/time -v, every profile, ADD and DEL)", peak <= 8192,
                 f"{peak / 1024:.2f} MiB ({peak} KiB)")
     if guard and guard.get("big"):
-        b, sm = guard["big"], guard.get("small")
-        verdict(f"guard ADD with {b['policies']} policies median <= 5 ms", b["median_ms"] <= 5,
-                f"{b['median_ms']:.3f} ms (p95 {b['p95_ms']:.3f} ms)")
-        if sm:
-            print(f"  ratio guard ADD {b['policies']} / {sm['policies']} policies: "
-                  f"{b['median_ms'] / sm['median_ms']:.2f}x")
+        sm = guard.get("small")
+        for b in (guard["big"], guard.get("xl")):
+            if not b:
+                continue
+            verdict(f"guard ADD with {b['policies']} policies median <= 5 ms", b["median_ms"] <= 5,
+                    f"{b['median_ms']:.3f} ms (p95 {b['p95_ms']:.3f} ms)")
+            if sm:
+                print(f"  ratio guard ADD {b['policies']} / {sm['policies']} policies: "
+                      f"{b['median_ms'] / sm['median_ms']:.2f}x")
     elif args.guard:
-        verdict("guard ADD with 4,000 policies median <= 5 ms", False, "not measured in this run (guard.sh skipped or failed)")
-    if conc:
+        verdict("guard ADD with 4,000 and 10,000 policies median <= 5 ms", False,
+                "not measured in this run (guard.sh skipped or failed)")
+    for conc in concs:
         a, d = conc["add"], conc["del"]
         for name, ph in (("ADD", a), ("DEL", d)):
             lk = ph["lock"]
@@ -1391,6 +1459,11 @@ def cmd_report(args):
         verdict(f"{conc['pods']} concurrent ADD then DEL leave node routes/rules/nft/state dir and pods as before",
                 conc["node_unchanged"] and conc["pods_restored"] and not conc["problems"],
                 "equal" if not conc["problems"] else "; ".join(conc["problems"])[:300])
+    if scale:
+        scale_verdicts(scale, args.mode, verdict)
+    elif args.scale:
+        verdict(SCALE_TARGET, False, "not measured in this run (scale.py skipped or failed)",
+                gate=args.mode == "short")
     if soak:
         print(f"  soak: {soak['cycles']} ADD/DEL cycles (seed {soak['seed']}): ADD p50 {soak['add_p50_ms']:.2f} ms "
               f"p99 {soak['add_p99_ms']:.2f} ms; RSS (VmHWM) first/last ADD of the full profile {soak['rss_first_kib']}/{soak['rss_last_kib']} KiB, max {soak.get('rss_max_kib')} KiB")
@@ -1414,7 +1487,8 @@ def cmd_report(args):
         "series": s,
         "runs": series.get("runs"),
         "guard": guard,
-        "concurrency": conc,
+        "concurrency": concs,
+        "scale": scale,
         "soak": soak,
         "fuzz": fuzz,
         "verdicts": verdicts,
@@ -1449,12 +1523,13 @@ def main():
     c.add_argument("--pods", type=int, default=110)
     c.add_argument("--single-runs", type=int, default=10, help="sequential ADDs per profile for the CPU floor")
     c.add_argument("--rounds", type=int, default=1)
+    c.add_argument("--routed-every", type=int, default=3, help="every Nth pod also a return route (1: all)")
     c.add_argument("--tag", default=str(os.getpid()))
     c.add_argument("--out", required=True)
     ph = sub.add_parser("phases")
     ph.add_argument("traces", nargs="+", help="strace -f -ttt -T -o FILE outputs of router ADDs")
     r = sub.add_parser("report")
-    for k in ("series", "guard", "concurrency", "soak", "fuzz"):
+    for k in ("series", "guard", "concurrency", "burst-scale", "scale", "soak", "fuzz"):
         r.add_argument(f"--{k}")
     r.add_argument("--mode", default="full")
     r.add_argument("--command", default="")

@@ -2,10 +2,13 @@
 # podgate benchmarks and long-running checks: the one runner (root only).
 #
 #   integration/bench/run.sh            full: 300 runs per series, 110 pods x 3
-#                                        rounds, 2,000-cycle soak, fuzz 60 s/target
+#                                        rounds, node scale with 250 attachments
+#                                        and a 250-pod burst, 2,000-cycle soak,
+#                                        fuzz 60 s/target
 #   integration/bench/run.sh --short    CI (integration/test.sh when CI=true):
-#                                        40 runs, 110 pods x 1, 100-cycle soak,
-#                                        fuzz only if time is left; < 3 min
+#                                        40 runs, 110 pods x 1, node scale with
+#                                        100 attachments, 100-cycle soak, fuzz
+#                                        only if time is left; < 4 min
 #
 # In one run, side by side: whole-process median/p95 and peak RSS of
 # podgate-router ADD/DEL (vpn-gateway: ip_forward=1 + masquerade 10.8.0.0/24;
@@ -17,25 +20,32 @@
 # ADD net of process start), the router's ADDs and, in the full mode, the
 # router before issue 26's removals (commit 1c58541, built as it shipped);
 # `nsenter --net + nft -f` of the same masquerade rule and `nft delete table`
-# against the router's DEL in the same netns, podgate-tunnel-guard ADD with 10
-# and 4,000 XFRM policies (guard.sh). Each plugin is driven directly with
+# against the router's DEL in the same netns, podgate-tunnel-guard ADD with 10,
+# 4,000 and 10,000 XFRM policies (guard.sh). Each plugin is driven directly with
 # env + stdin against a real veth'd pod netns, static release build. Then:
 # the burst, 110 pods (all masquerade, a third with return routes) ADDed at
 # once and DELed at once: p50/p99/max against the CPU floor (110 x one ADD's
 # user+sys / cores), node-lock hold times from the router's log, node must
-# end as it started; the soak test (integration/tests/soak.rs) and the fuzz
-# targets. Method and the latest full run: integration/bench/README.md.
+# end as it started; node scale (scale.py): ADD after ADD of 250 attachments
+# (routed pool + masquerade each), the median of the last 25 against the first
+# 25, ADD with none against the router before the removals, the agent's
+# collection CPU, scrape time and RSS with them, CNI GC and the agent's sweep
+# of 125 stale, and (full) the same 250 ADDed at once; the soak test
+# (integration/tests/soak.rs) and the fuzz targets. Method and the latest full run: integration/bench/README.md.
 #
 # Output: a table and one verdict line per target on stdout, and
-# target/bench/results.json. Timing fails the run in one case only: the
-# router's masquerade ADD net of process start slower than 0.8x tuning's (a
-# gross-regression guard, both modes); other targets print MISSED. A broken
+# target/bench/results.json. Timing fails the run in two cases only: the
+# router's masquerade ADD net of process start slower than 0.8x tuning's
+# (both modes), and in the short mode the median ADD of the last 25 of 100
+# node-scale attachments over 1.6x the first 25's (wall and CPU both; the
+# target, 1.15x, prints MISSED like the other targets). A broken
 # plugin, a node left changed, a soak leftover or a fuzz crash fail it too.
 # Everything runs in network namespaces made here (pg-bench-*) and removed
 # on exit, whatever happens; the host's networking is never touched.
 #
-# Environment: BENCH_RUNS, BENCH_PODS, BENCH_ROUNDS, PODGATE_SOAK_CYCLES,
-# FUZZ_SECONDS (per target; 0 skips fuzzing), BENCH_SKIP="guard concurrency soak fuzz",
+# Environment: BENCH_RUNS, BENCH_PODS, BENCH_ROUNDS, BENCH_SCALE_PODS,
+# PODGATE_SOAK_CYCLES, FUZZ_SECONDS (per target; 0 skips fuzzing),
+# BENCH_SKIP="guard concurrency scale soak fuzz",
 # BENCH_BEFORE (1: measure the router before the removals; default 1 full, 0 short).
 set -euo pipefail
 
@@ -44,7 +54,7 @@ case "${1:-}" in
     --short) mode=short ;;
     "") ;;
     -h | --help)
-        sed -n '2,39p' "$0"
+        sed -n '2,48p' "$0"
         exit 0
         ;;
     *)
@@ -80,11 +90,13 @@ skip=" ${BENCH_SKIP:-} "
 if [ "$mode" = short ]; then
     runs="${BENCH_RUNS:-40}" warmup=5 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-1}"
     guard_runs="${BENCH_RUNS:-50}" cycles="${PODGATE_SOAK_CYCLES:-100}" phase_runs=10
-    budget=170 # seconds for everything, build included
+    scale_pods="${BENCH_SCALE_PODS:-100}" agent_cycles=3
+    budget=170 # seconds for everything, build included, node scale excepted
     with_before="${BENCH_BEFORE:-0}"
 else
     runs="${BENCH_RUNS:-300}" warmup=20 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-3}"
     guard_runs="${BENCH_RUNS:-300}" cycles="${PODGATE_SOAK_CYCLES:-2000}" phase_runs=50
+    scale_pods="${BENCH_SCALE_PODS:-250}" agent_cycles=10
     budget=0
     with_before="${BENCH_BEFORE:-1}"
 fi
@@ -125,7 +137,7 @@ fail() {
 wanted() { [[ "$skip" != *" $1 "* ]]; }
 
 mkdir -p "$out"
-rm -f "$out"/{series,guard,concurrency,soak,fuzz}.json
+rm -f "$out"/{series,guard,concurrency,burst-scale,scale,soak,fuzz}.json
 echo "podgate bench ($mode) on $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 step "release build (static, as shipped)"
@@ -184,7 +196,7 @@ step "series: $runs runs each (+$warmup warm-up), ADD/DEL alternating"
     fail "series (a plugin call failed or did not apply)"
 
 if wanted guard; then
-    step "podgate-tunnel-guard: 10 vs 4,000 xfrm policies (guard.sh, $guard_runs runs)"
+    step "podgate-tunnel-guard: 10, 4,000 and 10,000 xfrm policies (guard.sh, $guard_runs runs)"
     hf=1
     [ "$mode" = short ] && hf=0
     GUARD_BIN="$rel/podgate-tunnel-guard" GUARD_JSON="$out/guard.json" GUARD_HYPERFINE="$hf" \
@@ -196,6 +208,21 @@ if wanted concurrency; then
     "$python" "$here/driver.py" concurrency --bin-dir "$rel" --pods "$pods" --rounds "$rounds" \
         --tag "$tag" --out "$out/concurrency.json" ||
         fail "concurrency (a call failed, or the node/pods did not end as they started)"
+fi
+
+if wanted scale; then
+    step "node scale: $scale_pods attachments (routed pool + masquerade each), agent, GC and sweep of half"
+    scale_started=$(date +%s)
+    "$python" "$here/scale.py" --bin-dir "${BENCH_SCALE_BIN_DIR:-$rel}" "${before_args[@]}" ${before_args:+--before-label "the router before the removals ($before_commit)"} \
+        --pods "$scale_pods" --agent-cycles "$agent_cycles" --tag "$tag" --out "$out/scale.json" ||
+        fail "node scale (a call failed, or the node did not end as it started)"
+    if [ "$mode" = full ] && wanted concurrency; then
+        "$python" "$here/driver.py" concurrency --bin-dir "$rel" --pods "$scale_pods" --rounds 1 --routed-every 1 \
+            --tag "$tag" --out "$out/burst-scale.json" ||
+            fail "burst of $scale_pods (a call failed, or the node/pods did not end as they started)"
+    fi
+    # The short mode's budget is for the rest: node scale is its own cost.
+    budget=$((budget + $(date +%s) - scale_started))
 fi
 
 if wanted soak; then
@@ -247,8 +274,9 @@ cmd="integration/bench/run.sh"
 [ "$mode" = short ] && cmd="$cmd --short"
 "$python" "$here/driver.py" report --mode "$mode" --command "$cmd" \
     --series "$out/series.json" --guard "$out/guard.json" --concurrency "$out/concurrency.json" \
+    --burst-scale "$out/burst-scale.json" --scale "$out/scale.json" \
     --soak "$out/soak.json" --fuzz "$out/fuzz.json" --out "$out/results.json" ||
-    fail "report: the router's masquerade ADD is slower than 0.8x tuning's, net of process start (or not measured)"
+    fail "report: a gate failed: masquerade ADD over 0.8x tuning's net of process start, or node-scale ADD ratio over 1.6x (or not measured)"
 
 echo
 echo "run.sh $mode: done in $(elapsed)s"

@@ -2,7 +2,8 @@
 //! and CRI-O do not call CNI GC yet, so records of pods that died without a
 //! DEL (a reboot, a missed DEL) would otherwise stay until the next ADD, DEL
 //! or GC on the node. Runs podgate-router's own sweep; failures are logged,
-//! never fatal to the agent.
+//! never fatal to the agent. Each sweep ends with one line saying how long
+//! it took (what the node-scale bench reads).
 
 use super::log;
 use std::path::PathBuf;
@@ -42,6 +43,7 @@ impl Sweep {
     /// One sweep now, logged: what was removed, and what failed.
     pub fn sweep(&self) -> podgate_router::lifecycle::Swept {
         let dir = self.state_dir.display();
+        let started = Instant::now();
         let swept = podgate_router::lifecycle::sweep_stale(&self.state_dir).unwrap_or_else(|e| {
             podgate_router::lifecycle::Swept {
                 failures: vec![e.to_string()],
@@ -60,6 +62,12 @@ impl Sweep {
         for f in &swept.failures {
             log(format!("warning: sweep {dir}: {f}"));
         }
+        log(format!(
+            "sweep {dir}: done in {:.1} ms ({} removed, {} failed)",
+            started.elapsed().as_secs_f64() * 1000.0,
+            swept.removed.len(),
+            swept.failures.len()
+        ));
         swept
     }
 }

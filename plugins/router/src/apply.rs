@@ -569,10 +569,20 @@ pub fn sweep_node(
 /// the pod side read on one trip into `ns` ([`check_pod`]), the node
 /// side from this thread ([`check_node`]).
 pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<String>, ApplyError> {
+    check_with(rec, &mut Live::on(node), ns)
+}
+
+/// [`check`] with the node side through `node`: many records checked in a
+/// row share one [`crate::kernel::Listed`] view of the node.
+pub fn check_with(
+    rec: &Record,
+    node: &mut impl Kernel,
+    ns: &NetNs,
+) -> Result<Vec<String>, ApplyError> {
     let names: Vec<String> = rec.sysctls.iter().map(|s| s.name.clone()).collect();
     let mut pod = PodHandles::open(ns, wants_of(rec, &names, false))?;
     let mut drift = check_pod(&mut Live::pod(&mut pod), rec)?;
-    drift.extend(check_node(&mut Live::on(node), rec)?);
+    drift.extend(check_node(node, rec)?);
     Ok(drift)
 }
 

@@ -347,6 +347,107 @@ impl Kernel for Live<'_> {
     }
 }
 
+/// `K` with its route and rule dumps taken once per family and reused until
+/// a change goes through it: checking many records against one namespace
+/// (the agent's drift check of every attachment, `podgate inspect`) then
+/// dumps the node's routes once, not once a record, which made a
+/// collection grow with the square of the attachments.
+pub struct ListedOnce<K> {
+    inner: K,
+    /// IPv4, IPv6.
+    routes: [Option<Vec<RouteEntry>>; 2],
+    rules: [Option<Vec<RuleSpec>>; 2],
+}
+
+impl<K: Kernel> ListedOnce<K> {
+    pub fn new(inner: K) -> ListedOnce<K> {
+        ListedOnce {
+            inner,
+            routes: [None, None],
+            rules: [None, None],
+        }
+    }
+
+    /// A change goes through: what was listed may be out of date.
+    fn changed(&mut self) -> &mut K {
+        self.routes = [None, None];
+        self.rules = [None, None];
+        &mut self.inner
+    }
+}
+
+/// The IPv4 or the IPv6 slot.
+fn family<T>(slots: &mut [Option<Vec<T>>; 2], v6: bool) -> &mut Option<Vec<T>> {
+    let [four, six] = slots;
+    if v6 {
+        six
+    } else {
+        four
+    }
+}
+
+impl<K: Kernel> Kernel for ListedOnce<K> {
+    fn route_add(&mut self, r: &RouteSpec, replace: bool) -> Result<(), Error> {
+        self.changed().route_add(r, replace)
+    }
+    fn route_del(&mut self, r: &RouteSpec) -> Result<bool, Error> {
+        self.changed().route_del(r)
+    }
+    fn route_list(&mut self, v6: bool) -> Result<Vec<RouteEntry>, Error> {
+        let slot = family(&mut self.routes, v6);
+        if slot.is_none() {
+            *slot = Some(self.inner.route_list(v6)?);
+        }
+        Ok(slot.clone().unwrap_or_default())
+    }
+    fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error> {
+        let slot = family(&mut self.rules, v6);
+        if slot.is_none() {
+            *slot = Some(self.inner.rule_list(v6)?);
+        }
+        Ok(slot.clone().unwrap_or_default())
+    }
+    fn rule_add(&mut self, r: &RuleSpec) -> Result<(), Error> {
+        self.changed().rule_add(r)
+    }
+    fn rule_del(&mut self, r: &RuleSpec) -> Result<bool, Error> {
+        self.changed().rule_del(r)
+    }
+    fn sysctl_read(&mut self, name: &str) -> Result<String, Error> {
+        self.inner.sysctl_read(name)
+    }
+    fn sysctl_ensure(&mut self, name: &str, value: &str) -> Result<Option<String>, Error> {
+        self.inner.sysctl_ensure(name, value)
+    }
+    fn sysctl_write(&mut self, name: &str, value: &str) -> Result<(), Error> {
+        self.inner.sysctl_write(name, value)
+    }
+    fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error> {
+        self.inner.nft_replace(table, rules, tag)
+    }
+    fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
+        self.inner.nft_delete(table)
+    }
+    fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
+        self.inner.nft_list_masquerade(table)
+    }
+    fn nft_list_mss(&mut self, table: &str) -> Result<Option<Vec<ListedMss>>, Error> {
+        self.inner.nft_list_mss(table)
+    }
+    fn address_list(&mut self, v6: bool) -> Result<Vec<IpNet>, Error> {
+        self.inner.address_list(v6)
+    }
+    fn link_list(&mut self) -> Result<Vec<Link>, Error> {
+        self.inner.link_list()
+    }
+    fn nft_find_snat(&mut self) -> Result<Vec<SnatFinding>, Error> {
+        self.inner.nft_find_snat()
+    }
+    fn netns(&self) -> &str {
+        self.inner.netns()
+    }
+}
+
 #[cfg(test)]
 pub mod fake {
     //! In-memory kernel for unit tests (youki's fake netlink client is the
@@ -561,5 +662,37 @@ pub mod fake {
         fn netns(&self) -> &str {
             NETNS
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::Fake;
+    use super::{Kernel, ListedOnce};
+    use podgate_kit::route::RouteSpec;
+
+    fn lists(k: &ListedOnce<Fake>) -> usize {
+        k.inner
+            .calls
+            .iter()
+            .filter(|c| c.contains(" list "))
+            .count()
+    }
+
+    #[test]
+    fn a_listed_view_dumps_each_family_once_until_a_change_goes_through_it() {
+        let mut k = ListedOnce::new(Fake::default());
+        let r = RouteSpec::new("10.100.0.0/24".parse().unwrap());
+        k.inner.routes.push(r.clone());
+        for _ in 0..3 {
+            assert_eq!(k.route_list(false).unwrap().len(), 1);
+            assert!(k.route_list(true).unwrap().is_empty());
+            assert!(k.rule_list(false).unwrap().is_empty());
+        }
+        assert_eq!(lists(&k), 3);
+        // A change through the view: the next listing is fresh.
+        k.route_del(&r).unwrap();
+        assert!(k.route_list(false).unwrap().is_empty());
+        assert_eq!(lists(&k), 4);
     }
 }

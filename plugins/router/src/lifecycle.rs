@@ -334,7 +334,7 @@ pub fn clear_stale(
             Liveness::Live => "",
         };
         if f.is_empty() {
-            match crate::claims::remove(store, &rec.key) {
+            match store.remove(&rec.key) {
                 Ok(_) => out.removed.push(format!(
                     "stale record {}/{}/{} ({reason})",
                     rec.key.network, rec.key.container_id, rec.key.ifname
@@ -343,6 +343,17 @@ pub fn clear_stale(
             }
         } else {
             out.failures.extend(f);
+        }
+    }
+    // The removed records' claims index entries, in one pass over the index
+    // after them (entries go after their record, as a DEL removes them): a
+    // pass per record made a sweep grow with stale records x attachments.
+    if !out.removed.is_empty() {
+        if let Err(e) = store
+            .names()
+            .and_then(|names| crate::claims::prune(store, &names))
+        {
+            out.failures.push(e.to_string());
         }
     }
     out

@@ -10,6 +10,7 @@
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_router::apply;
+use podgate_router::kernel::{ListedOnce, Live};
 use podgate_router::record::{self, Record, RecordStatus};
 use podgate_tunnel_guard::{evaluate, GuardConfig, Outcome, Verdict};
 use std::collections::BTreeMap;
@@ -72,14 +73,16 @@ pub fn drifted(records: &[Record]) -> Result<(u64, u64), String> {
     if records.is_empty() {
         return Ok((0, 0));
     }
-    let mut node = RouteSocket::new().map_err(|e| format!("node netlink: {e}"))?;
+    let mut sock = RouteSocket::new().map_err(|e| format!("node netlink: {e}"))?;
+    // The node's routes and rules dumped once for every record.
+    let mut node = ListedOnce::new(Live::on(&mut sock));
     let (mut drifted, mut unchecked) = (0, 0);
     for rec in records {
         let checked = rec
             .netns
             .as_deref()
             .and_then(|p| NetNs::open(p).ok())
-            .and_then(|ns| apply::check(rec, &mut node, &ns).ok());
+            .and_then(|ns| apply::check_with(rec, &mut node, &ns).ok());
         match checked {
             Some(d) if d.is_empty() => {}
             Some(_) => drifted += 1,

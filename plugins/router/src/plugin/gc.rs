@@ -89,11 +89,14 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
         let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
         let f = lifecycle::remove_record(rec, &census, &mut node, ns.as_ref(), &store, &here);
         if f.is_empty() {
-            let _ = crate::claims::remove(&store, &rec.key);
-            log.info(
-                "collected",
-                json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname, "status": rec.status}),
-            );
+            // Its claims index entries go in the one prune below.
+            match store.remove(&rec.key) {
+                Ok(_) => log.info(
+                    "collected",
+                    json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname, "status": rec.status}),
+                ),
+                Err(e) => failures.push(e.to_string()),
+            }
         } else {
             failures.extend(f);
         }
@@ -144,8 +147,9 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             json!({"newer": census.listing.newer.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>()}),
         );
     }
-    // Claims index entries of records that are gone (a killed ADD or DEL),
-    // and the index made to hold what the remaining records claim.
+    // Claims index entries of records that are gone (collected above, or
+    // left by a killed ADD or DEL), and the index made to hold what the
+    // remaining records claim.
     let indexed = crate::claims::prune(&store, &names)
         .and_then(|()| crate::claims::reconcile(&store, &remaining));
     match indexed {
