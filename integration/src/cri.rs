@@ -148,10 +148,7 @@ impl Cri {
     pub fn pull_image(&mut self, image: &str) -> Result<String, String> {
         self.rt
             .block_on(self.images.pull_image(PullImageRequest {
-                image: Some(ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
+                image: image_spec(image),
                 auth: None,
                 sandbox_config: None,
             }))
@@ -163,10 +160,7 @@ impl Cri {
     pub fn image_status(&mut self, image: &str) -> Option<Image> {
         self.rt
             .block_on(self.images.image_status(ImageStatusRequest {
-                image: Some(ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
+                image: image_spec(image),
                 verbose: false,
             }))
             .unwrap_or_else(|s| panic!("ImageStatus {image}: {s}"))
@@ -327,6 +321,14 @@ impl Cri {
             .unwrap_or(0);
         (state, pid)
     }
+}
+
+/// An image as CRI requests name it.
+fn image_spec(image: &str) -> Option<ImageSpec> {
+    Some(ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    })
 }
 
 pub fn in_netns(netns: &Path, args: &[&str]) -> Output {

@@ -18,8 +18,7 @@ use crate::{http_get, output_text, run_ok, Netns, TempDir};
 pub const REGISTRY_BIN: &str = "/usr/local/libexec/podgate-it/docker-registry";
 const PORT: u16 = 5000;
 const START_TIMEOUT: Duration = Duration::from_secs(20);
-/// The lock `integration/image/build.sh` holds while it builds: its builds
-/// retag podman's images and prune untagged ones.
+/// `integration/image/build.sh`'s lock.
 const IMAGE_LOCK: &str = "/run/lock/podgate-image-build.lock";
 
 /// The registry process (killed by its PID on drop) and its files.
@@ -111,13 +110,9 @@ impl Registry {
 
     /// Loads the docker-archive `archive` into podman (it names `image`)
     /// and pushes `image` to `<this registry>/<repository>` with `podman
-    /// push`, run inside the registry's netns. Under build.sh's lock: a
-    /// build elsewhere would retag `image` (or prune it) in between.
+    /// push`, run inside the registry's netns.
     pub fn push_archive(&self, archive: &Path, image: &str, repository: &str) -> Pushed {
-        fs::create_dir_all(Path::new(IMAGE_LOCK).parent().unwrap()).unwrap();
-        let lock =
-            File::create(IMAGE_LOCK).unwrap_or_else(|e| panic!("{IMAGE_LOCK}: {e} (run as root)"));
-        lock.lock().unwrap();
+        let _lock = image_lock();
         let loaded = run_ok(
             Command::new("podman")
                 .args(["load", "--input"])
@@ -129,32 +124,88 @@ impl Registry {
             "{} does not hold {image}: {loaded}",
             archive.display()
         );
-        let id = run_ok(
-            Command::new("podman")
-                .args(["image", "inspect", "--format", "{{.Id}}", image])
-                .stdin(Stdio::null()),
-        );
+        let manifest = self.podman_push(&["push", image], repository);
+        Pushed {
+            manifest,
+            id: image_id(image),
+        }
+    }
+
+    /// The local images `images` (one per architecture) as one manifest
+    /// list, pushed with every image to `<this registry>/<repository>`
+    /// (`podman manifest create`, `add`, `push --all`); the list's digest.
+    pub fn push_manifest_list(&self, images: &[&str], repository: &str) -> String {
+        let _lock = image_lock();
+        let list = format!("localhost/podgate-it-list:{}", crate::random_suffix());
+        run_ok(Command::new("podman").args(["manifest", "create", &list]));
+        let _remove = ManifestList(list.clone());
+        for image in images {
+            run_ok(Command::new("podman").args([
+                "manifest",
+                "add",
+                &list,
+                &format!("containers-storage:{image}"),
+            ]));
+        }
+        self.podman_push(&["manifest", "push", "--all", &list], repository)
+    }
+
+    /// `podman <args> --tls-verify=false --digestfile F
+    /// docker://<this registry>/<repository>` inside the registry's netns;
+    /// the digest podman wrote.
+    fn podman_push(&self, args: &[&str], repository: &str) -> String {
         let digest_file = self.dir.path().join("pushed.digest");
+        let _ = fs::remove_file(&digest_file);
         let out = Command::new("nsenter")
             .arg(format!("--net={}", self.netns.display()))
-            .args(["podman", "push", "--tls-verify=false", "--digestfile"])
+            .arg("podman")
+            .args(args)
+            .args(["--tls-verify=false", "--digestfile"])
             .arg(&digest_file)
-            .arg(image)
             .arg(format!("docker://{}/{repository}", self.host()))
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        drop(lock);
         assert!(
             out.status.success(),
-            "podman push {image}: {}\n{}",
+            "podman {args:?}: {}\n{}",
             output_text(&out),
             self.log()
         );
-        Pushed {
-            manifest: fs::read_to_string(&digest_file).unwrap().trim().to_string(),
-            id: format!("sha256:{}", id.trim()),
-        }
+        fs::read_to_string(&digest_file).unwrap().trim().to_string()
+    }
+}
+
+/// `sha256:<hex>`: a local image's ID (its config's digest).
+pub fn image_id(image: &str) -> String {
+    let id = run_ok(
+        Command::new("podman")
+            .args(["image", "inspect", "--format", "{{.Id}}", image])
+            .stdin(Stdio::null()),
+    );
+    format!("sha256:{}", id.trim())
+}
+
+/// The lock `integration/image/build.sh` holds while it builds (its builds
+/// retag podman's images and prune untagged ones), held while a push reads
+/// podman's images.
+fn image_lock() -> File {
+    fs::create_dir_all(Path::new(IMAGE_LOCK).parent().unwrap()).unwrap();
+    let lock =
+        File::create(IMAGE_LOCK).unwrap_or_else(|e| panic!("{IMAGE_LOCK}: {e} (run as root)"));
+    lock.lock().unwrap();
+    lock
+}
+
+/// A local manifest list, removed on drop.
+struct ManifestList(String);
+
+impl Drop for ManifestList {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["manifest", "rm", &self.0])
+            .stdin(Stdio::null())
+            .output();
     }
 }
 

@@ -63,18 +63,6 @@ fn configmaps(docs: &[Value]) -> BTreeMap<String, BTreeMap<String, String>> {
         .collect()
 }
 
-/// The image every container of `ds` runs (one image per DaemonSet).
-fn image_of(ds: &Value) -> String {
-    let images: Vec<&str> = ds["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["image"].as_str().unwrap())
-        .collect();
-    assert!(images.windows(2).all(|w| w[0] == w[1]), "{images:?}");
-    images[0].to_string()
-}
-
 // ------------------------------------------------------------------ images
 
 /// podgate's image under `name`, built from the Dockerfile by
@@ -171,7 +159,7 @@ impl Node {
         )
         .unwrap();
         let docs = manifests();
-        let image = image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
+        let image = kubelet::image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
         let c = Containerd::start_with(node, layout);
         let cri = Cri::connect(&c);
         Node {

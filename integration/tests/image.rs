@@ -5,6 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::containerd::Containerd;
+use podgate_integration::cri::Cri;
+use podgate_integration::kubelet;
+use podgate_integration::registry::{self, Registry};
 use podgate_integration::{output_text, require_root, workspace_root, Netns, TempDir, TestNode};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -196,6 +199,37 @@ fn containerd_imports_the_saved_amd64_image_under_its_name() {
         "{} not among containerd's images:\n{names}",
         image.tag
     );
+}
+
+/// The multi-arch path of conf/kubernetes/README.md "Building the image":
+/// the two architectures' images as one manifest list, pushed (`podman
+/// manifest push --all`) to a real registry in a node netns under the name
+/// conf/kubernetes/podgate.yaml runs; containerd pulls that name through a
+/// mirror entry and gets this machine's (amd64) image of the list.
+#[test]
+fn both_architectures_pushed_under_the_manifests_name_pull_as_the_amd64_image() {
+    let (amd64, arm64) = (built("amd64"), built("arm64"));
+    let docs = kubelet::read_manifests(&[workspace_root().join("conf/kubernetes/podgate.yaml")]);
+    let name = kubelet::image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
+    let (host, repository) = registry::split_image_name(&name);
+    let containerd = Containerd::start(TestNode::new("image-pull"));
+    let ns = &containerd.node().ns;
+    let ip = "10.250.0.1";
+    ns.exec_ok(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
+    let registry = Registry::start(ns, ip);
+    let list = registry.push_manifest_list(&[&amd64.tag, &arm64.tag], repository);
+    containerd.mirror(host, &registry.url());
+    let mut cri = Cri::connect(&containerd);
+    assert!(cri.image_status(&name).is_none(), "{name} before the pull");
+    let pulled = cri
+        .pull_image(&name)
+        .unwrap_or_else(|e| panic!("PullImage {name}: {e}\n{}", registry.log()));
+    assert_eq!(pulled, registry::image_id(&amd64.tag));
+    assert_ne!(pulled, registry::image_id(&arm64.tag));
+    let status = cri.image_status(&name).unwrap();
+    let (repo, _tag) = name.rsplit_once(':').unwrap();
+    let by_digest = format!("{repo}@{list}");
+    assert!(status.repo_digests.contains(&by_digest), "{status:?}");
 }
 
 #[test]
