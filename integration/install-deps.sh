@@ -83,4 +83,22 @@ if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
     quiet rustup target add aarch64-unknown-linux-gnu
 fi
 
+# tests/daemonset.rs: Debian's docker-registry (a real registry, distribution
+# 2.8) serves podgate's image to containerd inside a node netns. Its binary
+# only, from the package: installing the package would enable its service
+# and, where an init system runs, start it on this machine's own network
+# (0.0.0.0:5000). The tests start the binary themselves, inside a netns.
+registry_bin=/usr/local/libexec/podgate-it/docker-registry
+if [ ! -x "$registry_bin" ]; then
+    deb_dir="$(mktemp -d)"
+    chmod 0755 "$deb_dir"
+    if ! (cd "$deb_dir" && apt-get download docker-registry) >"$log" 2>&1; then
+        quiet apt-get update
+        (cd "$deb_dir" && quiet apt-get download docker-registry)
+    fi
+    quiet dpkg-deb -x "$deb_dir"/docker-registry_*.deb "$deb_dir/root"
+    install -D -m 0755 "$deb_dir/root/usr/bin/docker-registry" "$registry_bin"
+    rm -rf "$deb_dir"
+fi
+
 quiet bash "$here/runner/build.sh"

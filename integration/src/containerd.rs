@@ -6,7 +6,8 @@
 //! * everything private: root, state, runc root, `opt`, gRPC/ttrpc sockets,
 //!   CNI `bin_dir`/`conf_dir` (the [`TestNode`]'s `cni-bin/` and `net.d/`);
 //! * a pause image built here (a static C `pause`, an OCI layout, `ctr
-//!   images import`): nothing is pulled;
+//!   images import`); images are pulled only from a registry a test runs
+//!   in the node netns ([`Containerd::mirror`], [`crate::registry`]);
 //! * stopped by its PID on every exit path (Drop, also while unwinding):
 //!   containerd, then every sandbox process and shim it left, then every
 //!   mount under its dirs, the shims' sockets and the pods' cgroups.
@@ -109,7 +110,7 @@ impl Containerd {
             cgroup_parent: format!("/podgate-it-{}-{}", std::process::id(), random_suffix()),
             node,
         };
-        for d in ["root", "state", "runc", "opt"] {
+        for d in ["root", "state", "runc", "opt", "certs.d"] {
             fs::create_dir_all(c.dir().join(d)).unwrap();
         }
         fs::write(c.config_path(), c.config()).unwrap();
@@ -136,6 +137,24 @@ impl Containerd {
                 .arg(archive)
                 .stdin(Stdio::null()),
         );
+    }
+
+    /// Pulls of images named `registry/...` (`ghcr.io`, as an image name
+    /// says it) go to `endpoint` (`http://10.250.0.1:5000`): a mirror entry
+    /// in the CRI's registry hosts dir (`config_path`, read at every pull).
+    /// The endpoint is the server as well, so that no pull falls back to the
+    /// real registry (outside the namespaces a test made).
+    pub fn mirror(&self, registry: &str, endpoint: &str) {
+        let dir = self.dir().join("certs.d").join(registry);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(
+            dir.join("hosts.toml"),
+            format!(
+                "server = \"{endpoint}\"\n\n\
+                 [host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+            ),
+        )
+        .unwrap();
     }
 
     /// `<node>/containerd`: every file of this containerd.
@@ -222,6 +241,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "{d}/runc"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{d}/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{bin}"
     conf_dir = "{conf}"

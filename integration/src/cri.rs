@@ -6,13 +6,14 @@
 
 use crate::containerd::Containerd;
 use crate::output_text;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerConfig, ContainerStatusRequest, CreateContainerRequest, ExecSyncRequest,
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption,
-    PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest, PortMapping,
-    RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
-    StopContainerRequest, StopPodSandboxRequest,
+    ContainerConfig, ContainerStatusRequest, CreateContainerRequest, ExecSyncRequest, Image,
+    ImageSpec, ImageStatusRequest, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
+    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest,
+    PortMapping, PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest,
+    RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
 };
 use serde_json::Value;
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ const CRI_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Cri {
     rt: tokio::runtime::Runtime,
     client: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
 }
 
 /// A pod as the kubelet describes it.
@@ -136,8 +138,34 @@ impl Cri {
             .expect("connecting to containerd's CRI socket");
         Cri {
             rt,
-            client: RuntimeServiceClient::new(channel),
+            client: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
         }
+    }
+
+    /// PullImage, as the kubelet asks for a container's image; the image
+    /// reference (ID) the runtime returns, or its error message.
+    pub fn pull_image(&mut self, image: &str) -> Result<String, String> {
+        self.rt
+            .block_on(self.images.pull_image(PullImageRequest {
+                image: image_spec(image),
+                auth: None,
+                sandbox_config: None,
+            }))
+            .map(|r| r.into_inner().image_ref)
+            .map_err(|s| s.message().to_string())
+    }
+
+    /// ImageStatus: the image the runtime has under `image`, if any.
+    pub fn image_status(&mut self, image: &str) -> Option<Image> {
+        self.rt
+            .block_on(self.images.image_status(ImageStatusRequest {
+                image: image_spec(image),
+                verbose: false,
+            }))
+            .unwrap_or_else(|s| panic!("ImageStatus {image}: {s}"))
+            .into_inner()
+            .image
     }
 
     /// RunPodSandbox; the sandbox ID, or the runtime's error message.
@@ -293,6 +321,14 @@ impl Cri {
             .unwrap_or(0);
         (state, pid)
     }
+}
+
+/// An image as CRI requests name it.
+fn image_spec(image: &str) -> Option<ImageSpec> {
+    Some(ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    })
 }
 
 pub fn in_netns(netns: &Path, args: &[&str]) -> Output {

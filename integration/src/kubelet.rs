@@ -48,6 +48,22 @@ fn strings(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The image every container of DaemonSet `ds` runs (one image per
+/// DaemonSet, asserted).
+pub fn image_of(ds: &Value) -> String {
+    let images: Vec<&str> = ds["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("a pod template with containers")
+        .iter()
+        .map(|c| c["image"].as_str().expect("a container's image"))
+        .collect();
+    assert!(
+        !images.is_empty() && images.windows(2).all(|w| w[0] == w[1]),
+        "{images:?}"
+    );
+    images[0].to_string()
+}
+
 /// `$(NAME)` replaced by the env value; `$$` escapes; unknown names stay
 /// as written (the kubelet's rules).
 pub fn expand(s: &str, env: &BTreeMap<String, String>) -> String {

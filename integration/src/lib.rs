@@ -19,6 +19,8 @@
 //!   OpenVPN client outside, for client pools that cross nodes.
 //! * [`containerd::Containerd`]: a real containerd (CRI) running inside a
 //!   node's netns, with a locally built pause image.
+//! * [`registry::Registry`]: a real registry (Debian's `docker-registry`)
+//!   in a node's netns, that podman pushes to and containerd pulls from.
 //!
 //! Tests using it must run as root; call [`require_root`] first.
 
@@ -31,6 +33,7 @@ pub mod cri;
 pub mod kubelet;
 mod netns;
 mod node;
+pub mod registry;
 mod snapshot;
 mod tcp;
 mod udp;

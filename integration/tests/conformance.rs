@@ -456,6 +456,14 @@ fn hostile_input_gets_a_code_and_changes_nothing() {
             4,
         ),
         (
+            // nsfs too: only the namespace's type tells them apart (also
+            // where NS_GET_NSTYPE is missing: qemu-user, kernels < 4.11).
+            "netns is a mount namespace",
+            env("/proc/self/ns/mnt", "eth0"),
+            with(&profile_conf, "1.0.0", json!({"prevResult": prev})),
+            4,
+        ),
+        (
             "netns missing",
             env("/var/run/netns/pg-missing-xyz", "eth0"),
             with(&profile_conf, "1.0.0", json!({"prevResult": prev})),
@@ -516,6 +524,10 @@ fn hostile_input_gets_a_code_and_changes_nothing() {
             !e["msg"].as_str().unwrap().contains('\n'),
             "{what}: one-line reason: {e}"
         );
+        if what.starts_with("netns is a ") {
+            let msg = e["msg"].as_str().unwrap();
+            assert!(msg.contains("is not a network namespace"), "{what}: {e}");
+        }
     }
     let after = pod.exec_ok(&[
         "sh",

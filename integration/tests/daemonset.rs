@@ -13,6 +13,7 @@
 use podgate_integration::containerd::{unescape_mountinfo, Containerd, Layout, NODE_NETNS_DIR};
 use podgate_integration::cri::{Cri, Pod};
 use podgate_integration::kubelet::{self, Container, Kubelet};
+use podgate_integration::registry::{self, Registry};
 use podgate_integration::{
     http_get, output_text, require_root, workspace_root, Snapshot, TestNode, SYSTEM_CNI_DIR,
 };
@@ -60,18 +61,6 @@ fn configmaps(docs: &[Value]) -> BTreeMap<String, BTreeMap<String, String>> {
             (d["metadata"]["name"].as_str().unwrap().to_string(), data)
         })
         .collect()
-}
-
-/// The image every container of `ds` runs (one image per DaemonSet).
-fn image_of(ds: &Value) -> String {
-    let images: Vec<&str> = ds["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["image"].as_str().unwrap())
-        .collect();
-    assert!(images.windows(2).all(|w| w[0] == w[1]), "{images:?}");
-    images[0].to_string()
 }
 
 // ------------------------------------------------------------------ images
@@ -170,7 +159,7 @@ impl Node {
         )
         .unwrap();
         let docs = manifests();
-        let image = image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
+        let image = kubelet::image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
         let c = Containerd::start_with(node, layout);
         let cri = Cri::connect(&c);
         Node {
@@ -181,6 +170,42 @@ impl Node {
             image,
             _serial: serial,
         }
+    }
+
+    /// The image the way it reaches an operator's node: pushed (`podman
+    /// push`) to a registry, here a real one in the node netns, and pulled
+    /// by containerd under the manifest's name (the CRI's PullImage, as the
+    /// kubelet asks for it) through a mirror entry for the name's registry.
+    /// The pulled image is the pushed one: same ID, same manifest digest.
+    fn pull_through_registry(&mut self, archive: &Path) {
+        let started = Instant::now();
+        let image = self.image.clone();
+        let (host, repository) = registry::split_image_name(&image);
+        let registry = Registry::start(&self.c.node().ns, HOST_IP);
+        let pushed = registry.push_archive(archive, &image, repository);
+        self.c.mirror(host, &registry.url());
+        assert!(
+            self.cri.image_status(&image).is_none(),
+            "containerd has {image} before the pull"
+        );
+        let image_ref = self.cri.pull_image(&image).unwrap_or_else(|e| {
+            panic!(
+                "PullImage {image}: {e}
+{}",
+                registry.log()
+            )
+        });
+        assert_eq!(image_ref, pushed.id);
+        let pulled = self.cri.image_status(&image).unwrap();
+        assert_eq!(pulled.id, pushed.id);
+        assert!(pulled.repo_tags.contains(&image), "{pulled:?}");
+        let (name, _tag) = image.rsplit_once(':').unwrap();
+        let by_digest = format!("{name}@{}", pushed.manifest);
+        assert!(pulled.repo_digests.contains(&by_digest), "{pulled:?}");
+        eprintln!(
+            "{image} pushed and pulled in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
 
     fn kubelet(&self, pod: &str, configmaps: bool) -> Kubelet {
@@ -436,15 +461,16 @@ fn writable_mounts_of(pid: u32, host_dir: &Path) -> Vec<String> {
 
 // ------------------------------------------------------------------- tests
 
-/// Install from the image with the manifest's pod template: unready until
-/// the ConfigMap exists (saying so), then ready; the plugins in the host's
-/// bin dir are the image's bytes; a VPN pod created afterwards gets
-/// forwarding and masquerade; least privilege as seen in /proc.
+/// Install from the image, pulled from a registry under the manifest's
+/// name, with the manifest's pod template: unready until the ConfigMap
+/// exists (saying so), then ready; the plugins in the host's bin dir are
+/// the image's bytes; a VPN pod created afterwards gets forwarding and
+/// masquerade; least privilege as seen in /proc.
 #[test]
 fn the_daemonset_from_the_manifest_installs_the_images_plugins_and_a_vpn_pod_is_wired_by_them() {
     let mut n = Node::start("ds-install");
     let commit = "0000000000000000000000000000000000000001";
-    n.c.import(&image(&n.image, commit));
+    n.pull_through_registry(&image(&n.image, commit));
 
     // Applied before podgate-config.yaml: the optional ConfigMap volume is
     // an empty dir, the installer unready and saying why.

@@ -5,6 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::containerd::Containerd;
+use podgate_integration::cri::Cri;
+use podgate_integration::kubelet;
+use podgate_integration::registry::{self, Registry};
 use podgate_integration::{output_text, require_root, workspace_root, Netns, TempDir, TestNode};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -198,6 +201,37 @@ fn containerd_imports_the_saved_amd64_image_under_its_name() {
     );
 }
 
+/// The multi-arch path of conf/kubernetes/README.md "Building the image":
+/// the two architectures' images as one manifest list, pushed (`podman
+/// manifest push --all`) to a real registry in a node netns under the name
+/// conf/kubernetes/podgate.yaml runs; containerd pulls that name through a
+/// mirror entry and gets this machine's (amd64) image of the list.
+#[test]
+fn both_architectures_pushed_under_the_manifests_name_pull_as_the_amd64_image() {
+    let (amd64, arm64) = (built("amd64"), built("arm64"));
+    let docs = kubelet::read_manifests(&[workspace_root().join("conf/kubernetes/podgate.yaml")]);
+    let name = kubelet::image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
+    let (host, repository) = registry::split_image_name(&name);
+    let containerd = Containerd::start(TestNode::new("image-pull"));
+    let ns = &containerd.node().ns;
+    let ip = "10.250.0.1";
+    ns.exec_ok(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
+    let registry = Registry::start(ns, ip);
+    let list = registry.push_manifest_list(&[&amd64.tag, &arm64.tag], repository);
+    containerd.mirror(host, &registry.url());
+    let mut cri = Cri::connect(&containerd);
+    assert!(cri.image_status(&name).is_none(), "{name} before the pull");
+    let pulled = cri
+        .pull_image(&name)
+        .unwrap_or_else(|e| panic!("PullImage {name}: {e}\n{}", registry.log()));
+    assert_eq!(pulled, registry::image_id(&amd64.tag));
+    assert_ne!(pulled, registry::image_id(&arm64.tag));
+    let status = cri.image_status(&name).unwrap();
+    let (repo, _tag) = name.rsplit_once(':').unwrap();
+    let by_digest = format!("{repo}@{list}");
+    assert!(status.repo_digests.contains(&by_digest), "{status:?}");
+}
+
 #[test]
 fn the_arm64_image_ships_static_aarch64_binaries_that_name_the_commit_under_qemu() {
     let image = built("arm64");
@@ -220,28 +254,19 @@ fn the_arm64_image_ships_static_aarch64_binaries_that_name_the_commit_under_qemu
     assert_names_version_and_commit(&version);
 }
 
-/// The arm64 router and tunnel-guard, run by qemu-user, through the same
-/// conformance cases (VERSION, bad input, pass-through of prevResult) as the
-/// machine's own binaries: those tests, with `PODGATE_BIN_DIR` at the
-/// image's binaries and `PODGATE_BIN_RUNNER` set to qemu. (The return-route
-/// case, router.rs `a_return_route_is_added_checked_and_deleted`, does not
-/// run under qemu-user 7.2: the router's check that CNI_NETNS is a network
-/// namespace fails there, "is not a network namespace".)
-#[test]
-fn the_arm64_plugins_pass_the_conformance_cases_under_qemu() {
+/// Runs the named cases of the integration test `test` with the arm64
+/// image's plugins in `PODGATE_BIN_DIR` and qemu-user as
+/// `PODGATE_BIN_RUNNER` (the runner's wrapper scripts put qemu in front of
+/// every plugin call), and asserts that every case ran and passed.
+fn run_under_qemu(test: &str, cases: &[&str]) {
     let image = built("arm64");
     let dir = TempDir::new("image-arm64-qemu");
     extract_binaries(&image.tag, dir.path());
-    let cases = [
-        "every_verb_every_version",
-        "pass_through_echoes_the_text_or_converts_the_shape",
-        "hostile_input_gets_a_code_and_changes_nothing",
-    ];
     // --workspace: the features CI's `cargo test --workspace` built these
     // test binaries with, so nothing is compiled again.
     let out = run(Command::new(env!("CARGO"))
         .args(["test", "-q", "--workspace"])
-        .args(["--test", "conformance", "--", "--exact"])
+        .args(["--test", test, "--", "--exact"])
         .args(cases)
         .current_dir(workspace_root())
         .env("PODGATE_BIN_DIR", dir.path())
@@ -255,4 +280,31 @@ fn the_arm64_plugins_pass_the_conformance_cases_under_qemu() {
         .filter_map(|l| l.split(' ').next()?.parse::<usize>().ok())
         .sum();
     assert_eq!(passed, cases.len(), "{text}");
+}
+
+/// The arm64 router and tunnel-guard, run by qemu-user, through the same
+/// conformance cases (VERSION, bad input, pass-through of prevResult) as the
+/// machine's own binaries. Bad input includes a CNI_NETNS that is a regular
+/// file and one that is a mount namespace: qemu-user does not translate
+/// `NS_GET_NSTYPE`, so these are refused by the router's fallback check.
+#[test]
+fn the_arm64_plugins_pass_the_conformance_cases_under_qemu() {
+    run_under_qemu(
+        "conformance",
+        &[
+            "every_verb_every_version",
+            "pass_through_echoes_the_text_or_converts_the_shape",
+            "hostile_input_gets_a_code_and_changes_nothing",
+        ],
+    );
+}
+
+/// The arm64 router under qemu-user adds a return route on the node for the
+/// pod's pool, CHECK passes, and DEL removes it again (router.rs: the route
+/// is read back from the node netns after ADD and after DEL, and no state
+/// record is left). rtnetlink is translated by qemu-user; masquerade and
+/// XFRM are not run under it.
+#[test]
+fn the_arm64_router_adds_checks_and_deletes_a_return_route_under_qemu() {
+    run_under_qemu("router", &["a_return_route_is_added_checked_and_deleted"]);
 }

@@ -45,23 +45,27 @@ impl NetNs {
         if magic != NSFS_MAGIC {
             return Err(Error::NotNetns { path: path.into() });
         }
-        // A mount or pid namespace file is nsfs too; only a network one will do.
-        // SAFETY: ioctl on an fd we own, no memory passed.
-        let kind = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE as _) };
-        if kind != libc::CLONE_NEWNET {
-            return Err(Error::NotNetns { path: path.into() });
-        }
         let md = file.metadata().map_err(|source| Error::Netns {
             path: path.into(),
             op: "stat",
             source,
         })?;
-        Ok(NetNs {
+        let ns = NetNs {
             file,
             path: path.into(),
             dev: md.dev(),
             ino: md.ino(),
-        })
+        };
+        // A mount or pid namespace file is nsfs too; only a network one will do.
+        // SAFETY: ioctl on an fd we own, no memory passed.
+        let kind = unsafe { libc::ioctl(ns.file.as_raw_fd(), NS_GET_NSTYPE as _) };
+        let kind = if kind < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(kind)
+        };
+        check_nstype(kind, || ns.open_in(|| ()), path)?;
+        Ok(ns)
     }
 
     /// The calling thread's namespace.
@@ -135,6 +139,47 @@ impl NetNs {
     }
 }
 
+/// `Ok` if the nsfs file at `path` is a network namespace, given what
+/// `NS_GET_NSTYPE` answered (`kind`). Only when the ioctl itself is not
+/// supported (kernels before 4.11 answer ENOTTY; qemu-user, which does not
+/// translate it, ENOSYS; EINVAL for an unknown request) does the kernel's
+/// other type check decide: `enter` moves the thread into the namespace with
+/// `setns(fd, CLONE_NEWNET)` and back, which the kernel refuses with EINVAL
+/// for any other kind of namespace. (The fd's `/proc/self/fd` link would not
+/// do: for a bind-mounted namespace, `/var/run/netns/x` as runtimes pass it,
+/// it names the mount point, not `net:[<inode>]`.) Every other outcome is a
+/// refusal.
+fn check_nstype(
+    kind: std::io::Result<libc::c_int>,
+    enter: impl FnOnce() -> Result<()>,
+    path: &Path,
+) -> Result<()> {
+    let not_netns = || Error::NotNetns { path: path.into() };
+    match kind {
+        Ok(libc::CLONE_NEWNET) => Ok(()),
+        Ok(_) => Err(not_netns()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOTTY | libc::ENOSYS | libc::EINVAL)
+            ) =>
+        {
+            match enter() {
+                Ok(()) => Ok(()),
+                Err(Error::Netns { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                    Err(not_netns())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Err(source) => Err(Error::Netns {
+            path: path.into(),
+            op: "ioctl(NS_GET_NSTYPE)",
+            source,
+        }),
+    }
+}
+
 /// Moves the thread back into `home` when dropped: after the closure of
 /// [`NetNs::open_in`] returns or while it unwinds.
 struct ComeBack<'a> {
@@ -201,7 +246,12 @@ pub fn current_cookie() -> Result<Option<u64>> {
 }
 
 /// The netns cookie of the namespace socket `sock` is bound to (the one it
-/// was created in). `Ok(None)` on kernels that lack `SO_NETNS_COOKIE`.
+/// was created in). `Ok(None)` where it cannot be read: kernels that lack
+/// `SO_NETNS_COOKIE` answer ENOPROTOOPT; qemu-user (an arm64 binary run on
+/// another machine) passes the option on with an `int`-sized buffer, which
+/// the kernel answers with EINVAL (it does for nothing else: the 8 bytes
+/// given here are the option's size). Identities then compare device and
+/// inode only, as on those kernels.
 pub fn cookie_of(sock: std::os::fd::BorrowedFd<'_>) -> Result<Option<u64>> {
     let mut cookie: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
@@ -217,7 +267,7 @@ pub fn cookie_of(sock: std::os::fd::BorrowedFd<'_>) -> Result<Option<u64>> {
     };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENOPROTOOPT) {
+        if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT | libc::EINVAL)) {
             return Ok(None);
         }
         return Err(Error::Netns {
@@ -284,6 +334,104 @@ mod tests {
         let e = NetNs::open(Path::new("/nonexistent/netns")).unwrap_err();
         assert!(e.is_not_found());
         assert!(!Path::new("/nonexistent/netns").exists());
+    }
+
+    /// `check_nstype` for the file at `path` when `NS_GET_NSTYPE` answered
+    /// `kind`, with the real `setns` into it (and back) as the fallback.
+    fn checked(path: &str, kind: std::io::Result<libc::c_int>) -> Result<()> {
+        let ns = NetNs {
+            file: File::open(path).unwrap(),
+            path: PathBuf::from(path),
+            dev: 0,
+            ino: 0,
+        };
+        check_nstype(kind, || ns.open_in(|| ()), Path::new(path))
+    }
+
+    /// `ip netns add pg-kit-<pid>`: a bind-mounted namespace, deleted on drop.
+    struct NamedNetns(String);
+
+    impl NamedNetns {
+        fn add() -> NamedNetns {
+            let name = format!("pg-kit-{}", std::process::id());
+            let ok = std::process::Command::new("ip")
+                .args(["netns", "add", &name])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "ip netns add {name}");
+            NamedNetns(format!("/var/run/netns/{name}"))
+        }
+    }
+
+    impl Drop for NamedNetns {
+        fn drop(&mut self) {
+            let name = self.0.trim_start_matches("/var/run/netns/");
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", name])
+                .status();
+        }
+    }
+
+    fn failed(errno: i32) -> std::io::Result<libc::c_int> {
+        Err(std::io::Error::from_raw_os_error(errno))
+    }
+
+    #[test]
+    fn without_ns_get_nstype_a_network_namespace_is_told_by_entering_it() {
+        let home = NetNs::current().unwrap();
+        let bound = NamedNetns::add();
+        for errno in [libc::ENOTTY, libc::ENOSYS, libc::EINVAL] {
+            checked("/proc/self/ns/net", failed(errno)).unwrap();
+            // A bind-mounted one (/var/run/netns/x, as runtimes pass it).
+            checked(&bound.0, failed(errno)).unwrap();
+            assert!(NetNs::current().unwrap().same_as(&home));
+        }
+    }
+
+    #[test]
+    fn without_ns_get_nstype_anything_but_a_network_namespace_is_refused() {
+        let home = NetNs::current().unwrap();
+        for errno in [libc::ENOTTY, libc::ENOSYS, libc::EINVAL] {
+            for p in ["/proc/self/ns/mnt", "/proc/self/ns/uts", "/etc/hostname"] {
+                let e = checked(p, failed(errno)).unwrap_err();
+                assert!(
+                    matches!(e, Error::NotNetns { .. }),
+                    "{p}, errno {errno}: {e}"
+                );
+            }
+            // Entering fails for another reason: refused, with that reason.
+            let e = check_nstype(
+                failed(errno),
+                || {
+                    Err(Error::Netns {
+                        path: PathBuf::from("x"),
+                        op: "setns",
+                        source: std::io::Error::from_raw_os_error(libc::EPERM),
+                    })
+                },
+                Path::new("x"),
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("setns"), "{e}");
+            assert!(NetNs::current().unwrap().same_as(&home));
+        }
+    }
+
+    #[test]
+    fn ns_get_nstype_decides_when_it_answers_and_its_other_failures_are_refusals() {
+        checked("/proc/self/ns/net", Ok(libc::CLONE_NEWNET)).unwrap();
+        // Not entered when the ioctl names another type.
+        let e = checked("/proc/self/ns/net", Ok(libc::CLONE_NEWNS)).unwrap_err();
+        assert!(matches!(e, Error::NotNetns { .. }), "{e}");
+        for errno in [libc::EBADF, libc::EPERM, libc::EFAULT] {
+            let e = checked("/proc/self/ns/net", failed(errno)).unwrap_err();
+            assert!(
+                matches!(&e, Error::Netns { op: "ioctl(NS_GET_NSTYPE)", source, .. }
+                    if source.raw_os_error() == Some(errno)),
+                "errno {errno}: {e}"
+            );
+        }
     }
 
     #[test]
