@@ -48,9 +48,11 @@ pub const FILE: &str = "claims.v2";
 pub const V1_DIR: &str = "claims.v1";
 /// The first line of [`FILE`].
 const HEADER: &str = "podgate claims v2";
-/// Where [`FILE`] is written before the rename (a dot name: no listing of
-/// records reads it).
-const TMP: &str = ".claims.v2.tmp";
+/// Where [`FILE`] is written before the rename: a dot name (no listing of
+/// records reads it) of the state store's temp files, so that the sweep of
+/// orphaned temp files under the node-wide lock (ADD, DEL, GC) removes one
+/// a killed writer left.
+const TMP: &str = ".tmp-claims.v2";
 const COMPLETE: &str = "c=";
 const POOL: &str = "p=";
 const TABLE: &str = "t=";
