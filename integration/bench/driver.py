@@ -689,12 +689,12 @@ def claims_entries(state_dir):
 def state_left(state_dir):
     """Files podgate-router left in its state dir, as paths relative to it:
     everything but the lock file, the claims index's file listed as the
-    entries it still holds (`claims.v2:<entry>`). Empty directories are not
+    entries it still holds (`claims.v2/<entry>`). Empty directories are not
     leftovers (a build before the index file keeps its index as the
     directory `claims.v1/`); files inside them are."""
     if not os.path.isdir(state_dir):
         return []
-    left = [f"{CLAIMS}:{e}" for e in claims_entries(state_dir)]
+    left = [f"{CLAIMS}/{e}" for e in claims_entries(state_dir)]
     for root, _dirs, files in os.walk(state_dir):
         for f in files:
             rel = os.path.relpath(os.path.join(root, f), state_dir)

@@ -258,8 +258,9 @@ pub fn state_files(node: &TestNode) -> Vec<String> {
 /// Files under a podgate state dir (`stateDir`), sorted, relative to it,
 /// without the store's permanent lock file and with the claims index
 /// (`claims.v2`) as its entries of records that are not there, one
-/// `claims.v2:<entry>` each (an entry of a record that is there is part of
-/// that record's state; one whose record is gone leaked).
+/// `claims.v2/<entry>` each, as if it were a directory (an entry of a
+/// record that is there is part of that record's state; one whose record
+/// is gone leaked).
 pub fn state_files_in(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     walk(root, root, &mut out);
@@ -270,7 +271,7 @@ pub fn state_files_in(root: &Path) -> Vec<String> {
         claims_entries(root)
             .into_iter()
             .filter(|e| !records.iter().any(|r| e.ends_with(&format!("={r}"))))
-            .map(|e| format!("{CLAIMS}:{e}")),
+            .map(|e| format!("{CLAIMS}/{e}")),
     );
     out.sort();
     out
