@@ -669,17 +669,36 @@ def cmd_phases(args):
         print(f"  {name:<44} {f'{pct(sorted(v), 50):.3f} ms' if v else '-'}")
 
 
+CLAIMS = "claims.v2"
+
+
+def claims_entries(state_dir):
+    """The entries of podgate-router's claims index (`claims.v2` in the
+    state dir: a header line, then one entry a line), sorted; none without
+    the file."""
+    try:
+        with open(os.path.join(state_dir, CLAIMS)) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    if not lines or lines[0] != "podgate claims v2":
+        sys.exit(f"driver: {state_dir}/{CLAIMS}: not a claims index: {lines[:1]}")
+    return sorted(lines[1:])
+
+
 def state_left(state_dir):
     """Files podgate-router left in its state dir, as paths relative to it:
-    everything but the lock file. Empty directories are not leftovers (the
-    claims index keeps its `claims.v1/` directory); files inside them are."""
+    everything but the lock file, the claims index's file listed as the
+    entries it still holds (`claims.v2/<entry>`). Empty directories are not
+    leftovers (a build before the index file keeps its index as the
+    directory `claims.v1/`); files inside them are."""
     if not os.path.isdir(state_dir):
         return []
-    left = []
+    left = [f"{CLAIMS}/{e}" for e in claims_entries(state_dir)]
     for root, _dirs, files in os.walk(state_dir):
         for f in files:
             rel = os.path.relpath(os.path.join(root, f), state_dir)
-            if rel != ".lock":
+            if rel not in (".lock", CLAIMS):
                 left.append(rel)
     return sorted(left)
 

@@ -131,8 +131,7 @@ class Attachments:
         return sorted(f for f in os.listdir(self.state) if f.endswith(".json")) if os.path.isdir(self.state) else []
 
     def claims(self):
-        c = os.path.join(self.state, "claims.v1")
-        return sorted(os.listdir(c)) if os.path.isdir(c) else []
+        return d.claims_entries(self.state)
 
 
 def median(v):

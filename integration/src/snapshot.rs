@@ -256,24 +256,44 @@ pub fn state_files(node: &TestNode) -> Vec<String> {
 }
 
 /// Files under a podgate state dir (`stateDir`), sorted, relative to it,
-/// without the store's permanent lock file and without the claims index's
-/// entries of records that are there (part of those records' state; an
-/// entry whose record is gone is listed: it leaked).
+/// without the store's permanent lock file and with the claims index
+/// (`claims.v2`) as its entries of records that are not there, one
+/// `claims.v2/<entry>` each, as if it were a directory (an entry of a
+/// record that is there is part of that record's state; one whose record
+/// is gone leaked).
 pub fn state_files_in(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     walk(root, root, &mut out);
     // The store's lock file is permanent by design; records are what leak.
-    out.retain(|f| f != ".lock");
+    out.retain(|f| f != ".lock" && f != CLAIMS);
     let records: Vec<String> = out.iter().filter(|f| !f.contains('/')).cloned().collect();
-    out.retain(|f| {
-        let Some(entry) = f.strip_prefix("claims.v1/") else {
-            return true;
-        };
-        let record = entry.rsplit('=').next().unwrap_or_default();
-        !records.iter().any(|r| r == record)
-    });
+    out.extend(
+        claims_entries(root)
+            .into_iter()
+            .filter(|e| !records.iter().any(|r| e.ends_with(&format!("={r}"))))
+            .map(|e| format!("{CLAIMS}/{e}")),
+    );
     out.sort();
     out
+}
+
+/// The claims index's file in a state dir.
+const CLAIMS: &str = "claims.v2";
+
+/// The entries of a state dir's claims index (its lines after the header;
+/// none without the file).
+fn claims_entries(dir: &Path) -> std::collections::BTreeSet<String> {
+    let Ok(text) = std::fs::read_to_string(dir.join(CLAIMS)) else {
+        return Default::default();
+    };
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("podgate claims v2"),
+        "{}: the claims index's header",
+        dir.display()
+    );
+    lines.map(String::from).collect()
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
@@ -294,11 +314,12 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
     }
 }
 
-/// The claims index (`claims.v1/` in the state dir) holds exactly the
-/// claims the records describe: every record is known to it (`k=` for the
-/// previous release, `c=`) and each of its pools, its route table and its
-/// strict slot names it. Entries whose record is gone are allowed (a kill
-/// between the index and the record): the router does not trust them.
+/// The claims index (`claims.v2` in the state dir) holds exactly the
+/// claims the records describe: every record is known to it (`c=`) and
+/// each of its pools, its route table and its strict slot names it; the
+/// last release's `claims.v1/` is gone. Entries whose record is gone are
+/// allowed (a kill between the index and the record): the router does
+/// not trust them.
 pub fn claims_index_matches_records(dir: &Path, what: &str) {
     let mut want = std::collections::BTreeSet::new();
     let mut records = Vec::new();
@@ -326,12 +347,11 @@ pub fn claims_index_matches_records(dir: &Path, what: &str) {
         }
         records.push(name);
     }
-    let entries: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("claims.v1"))
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let entries = claims_entries(dir);
+    assert!(
+        !dir.join("claims.v1").exists(),
+        "{what}: the last release's claims.v1/ is left"
+    );
     let got: std::collections::BTreeSet<String> = entries
         .iter()
         .filter(|e| records.iter().any(|r| e.ends_with(&format!("={r}"))))
@@ -340,11 +360,9 @@ pub fn claims_index_matches_records(dir: &Path, what: &str) {
         .collect();
     assert_eq!(got, want, "{what}: claims index (all entries: {entries:?})");
     for r in &records {
-        for marker in ["k", "c"] {
-            assert!(
-                entries.contains(&format!("{marker}={r}")),
-                "{what}: record {r} not known ({marker}=) to the index: {entries:?}"
-            );
-        }
+        assert!(
+            entries.contains(&format!("c={r}")),
+            "{what}: record {r} not known (c=) to the index: {entries:?}"
+        );
     }
 }

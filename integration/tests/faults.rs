@@ -373,21 +373,21 @@ fn full_state_dir_rolls_back_the_add() {
     let run = rig.router_with_state(full, "ADD", 0, "ctr-0", "10.8.3.0/24");
     let e = run.cni_error(5);
     let msg = e["msg"].as_str().unwrap();
-    // The write-ahead record is the first write: it fails before anything
-    // is applied.
+    // The claims index, written ahead of the write-ahead record, is the
+    // first write: it fails before anything is applied.
     assert!(msg.contains("No space left on device"), "{msg}");
     assert!(!msg.contains("rollback left"), "rollback incomplete: {msg}");
     // Nothing the ADD would apply is there.
     assert_eq!(rig.pod_state(0), ("0".to_string(), String::new()));
     assert_same(&node_before, &snapshot(&rig.node));
     assert_same(&pod_before, &snapshot(&rig.pods[0]));
-    // No record, and no half-written temp file, was left behind (the
-    // claims index's directory may stay, emptied: its entries are listed
-    // with it).
+    // No record, no claims index entry (it is written ahead of the
+    // record: the index is never replaced here) and no half-written temp
+    // file was left behind.
     let inside = state_ls(&run);
     let unexpected: Vec<&String> = inside
         .iter()
-        .filter(|f| !matches!(f.as_str(), ".lock" | "fill" | "claims.v1"))
+        .filter(|f| !matches!(f.as_str(), ".lock" | "fill"))
         .collect();
     assert!(unexpected.is_empty(), "a record was written: {inside:?}");
     // The runtime's DEL after the failed ADD succeeds and leaves nothing.

@@ -1,47 +1,62 @@
-//! `claims.v1/` in the state dir: which record claims which return-route
+//! `claims.v2` in the state dir: which record claims which return-route
 //! pool, route table and strict slot, so that an ADD checks its claims
 //! against the records that hold a claim of that kind instead of reading
 //! every record.
 //!
-//! The index is names only (empty files, no content to tear):
-//! `p=<pool>=<record file>` says the record claims the pool (`/` written
-//! as `_`), `t=<table>=<record file>` that it holds a route table (routing
-//! boundary), `s=<record file>` that it is a strict pod; `k=<record file>`
-//! says the index holds that record's pools, `c=<record file>` that it
-//! holds all of its claims (pools, table, strict slot). The previous
-//! release knows only `p=` and `k=` and skips names it does not parse.
-//! All are written under the node-wide lock before the record
-//! (write-ahead, the `k=` and `c=` markers last) and removed after it, so
-//! a kill at any step leaves at worst an entry whose record is gone or no
-//! longer holds that claim: an entry is trusted only when its record
-//! exists and holds that claim.
-//! A record without its `c=` entry (written before the index existed or
-//! by the previous release, which writes only `p=` and `k=`, e.g. after a
-//! rollback, or by another writer) is read and indexed by the next ADD
-//! that checks claims: an upgrade rebuilds the index from the records
-//! once, under the lock. The version is in the directory's name; releases
-//! that do not know it ignore it (records are the `*.json` files at the
-//! top of the state dir).
+//! One text file: a first line naming the format (`podgate claims v2`),
+//! then one entry a line: `p=<pool>=<record file>` says the record claims
+//! the pool (`/` written as `_`), `t=<table>=<record file>` that it holds
+//! a route table (routing boundary), `s=<record file>` that it is a strict
+//! pod, `c=<record file>` that the index holds all of its claims (pools,
+//! table, strict slot). A line it does not parse is skipped (a later
+//! kind); a file with another first line, or not text, is an empty index
+//! (every record is then read and indexed again: fail safe).
+//!
+//! The file is rewritten whole under the node-wide lock (a temp file, then
+//! renamed over it: readers see the old or the new index, never a torn
+//! one): a record's entries before the record is written (write-ahead),
+//! removed after it is removed, so a kill at any step leaves at worst an
+//! entry whose record is gone or no longer holds that claim: an entry is
+//! trusted only when its record exists and holds that claim.
+//! A record without its `c=` entry (written before the index existed, by
+//! an earlier release after a rollback, or by another writer) is read and
+//! indexed by the next ADD that checks claims: an upgrade rebuilds the
+//! index from the records once, under the lock.
+//!
+//! The last release keeps its index as names in `claims.v1/` and rebuilds
+//! it from the records when that directory is absent; releases before it
+//! keep none. This release ignores `claims.v1/`'s names and removes the
+//! directory once `claims.v2` is written; finding it again means the last
+//! release ran since (a rollback) and may have changed records this index
+//! names, so the ADD that finds it trusts no entry, rebuilds the index
+//! from the records, then removes it. Neither name is a record (`*.json`
+//! at the top of the state dir) to any release.
 
 use crate::record::{self, Record};
 use ipnet::IpNet;
+use podgate_kit::fs::{self as kfs, WriteMode};
 use podgate_kit::state::{Key, Names, StateStore};
 use podgate_kit::Error;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-/// The index's directory in the state dir; the version is part of the name.
-pub const DIR: &str = "claims.v1";
+/// The index's file in the state dir; the version is part of the name.
+pub const FILE: &str = "claims.v2";
+/// The last release's index (a directory of names), removed once
+/// [`FILE`] is written.
+pub const V1_DIR: &str = "claims.v1";
+/// The first line of [`FILE`].
+const HEADER: &str = "podgate claims v2";
+/// Where [`FILE`] is written before the rename: a dot name (no listing of
+/// records reads it) of the state store's temp files, so that the sweep of
+/// orphaned temp files under the node-wide lock (ADD, DEL, GC) removes one
+/// a killed writer left.
+const TMP: &str = ".tmp-claims.v2";
 const COMPLETE: &str = "c=";
-const KNOWN: &str = "k=";
 const POOL: &str = "p=";
 const TABLE: &str = "t=";
 const STRICT: &str = "s=";
-
-fn dir(store: &StateStore) -> PathBuf {
-    store.dir().join(DIR)
-}
 
 fn err(path: &Path, op: &'static str, source: std::io::Error) -> Error {
     Error::State {
@@ -51,43 +66,35 @@ fn err(path: &Path, op: &'static str, source: std::io::Error) -> Error {
     }
 }
 
-/// One name of the index, parsed. The order is the removal order,
-/// reversed: claims first, then the markers.
+/// One entry of the index, parsed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Entry {
     /// The index holds all claims of this record (by its file name).
     Complete(String),
-    /// The index holds the pools of this record (what the previous
-    /// release reads).
-    Known(String),
     Pool(IpNet, String),
     Table(u32, String),
     Strict(String),
 }
 
 impl Entry {
-    fn parse(name: &str) -> Option<Entry> {
-        if let Some(rec) = name.strip_prefix(COMPLETE) {
+    fn parse(line: &str) -> Option<Entry> {
+        if let Some(rec) = line.strip_prefix(COMPLETE) {
             return Some(Entry::Complete(rec.to_string()));
         }
-        if let Some(rec) = name.strip_prefix(KNOWN) {
-            return Some(Entry::Known(rec.to_string()));
-        }
-        if let Some(rec) = name.strip_prefix(STRICT) {
+        if let Some(rec) = line.strip_prefix(STRICT) {
             return Some(Entry::Strict(rec.to_string()));
         }
-        if let Some((table, rec)) = name.strip_prefix(TABLE).and_then(|n| n.split_once('=')) {
+        if let Some((table, rec)) = line.strip_prefix(TABLE).and_then(|n| n.split_once('=')) {
             return Some(Entry::Table(table.parse().ok()?, rec.to_string()));
         }
-        let (pool, rec) = name.strip_prefix(POOL)?.split_once('=')?;
+        let (pool, rec) = line.strip_prefix(POOL)?.split_once('=')?;
         let pool = pool.replace('_', "/").parse().ok()?;
         Some(Entry::Pool(pool, rec.to_string()))
     }
 
-    fn name(&self) -> String {
+    fn line(&self) -> String {
         match self {
             Entry::Complete(r) => format!("{COMPLETE}{r}"),
-            Entry::Known(r) => format!("{KNOWN}{r}"),
             Entry::Pool(p, r) => format!("{POOL}{}={r}", p.to_string().replace('/', "_")),
             Entry::Table(t, r) => format!("{TABLE}{t}={r}"),
             Entry::Strict(r) => format!("{STRICT}{r}"),
@@ -96,30 +103,26 @@ impl Entry {
 
     fn record_file(&self) -> &str {
         match self {
-            Entry::Complete(r)
-            | Entry::Known(r)
-            | Entry::Pool(_, r)
-            | Entry::Table(_, r)
-            | Entry::Strict(r) => r,
+            Entry::Complete(r) | Entry::Pool(_, r) | Entry::Table(_, r) | Entry::Strict(r) => r,
         }
     }
 
-    /// The claim this entry names (None: a marker).
+    /// The claim this entry names (None: the marker).
     fn claimed(&self) -> Option<ClaimedField> {
         match self {
             Entry::Pool(p, _) => Some(ClaimedField::Pool(*p)),
             Entry::Table(t, _) => Some(ClaimedField::Table(*t)),
             Entry::Strict(_) => Some(ClaimedField::Strict(true)),
-            Entry::Complete(_) | Entry::Known(_) => None,
+            Entry::Complete(_) => None,
         }
     }
 
     /// The claim this entry names, if it is one: does `rec` hold it?
-    /// Markers hold whenever their record exists.
+    /// The marker holds whenever its record exists.
     fn holds(&self, rec: &Record) -> bool {
         let c = rec.claim();
         match self {
-            Entry::Complete(_) | Entry::Known(_) => true,
+            Entry::Complete(_) => true,
             Entry::Pool(p, _) => c.pools.contains(p),
             Entry::Table(t, _) => c.table == Some(*t),
             Entry::Strict(_) => c.strict,
@@ -127,8 +130,7 @@ impl Entry {
     }
 }
 
-/// Every entry the index holds for `rec`, claims first, markers last
-/// (the order they are written in).
+/// Every entry the index holds for `rec`: its claims and the marker.
 fn entries_of(rec: &Record) -> Vec<Entry> {
     let file = rec.key.file_name();
     let c = rec.claim();
@@ -141,9 +143,21 @@ fn entries_of(rec: &Record) -> Vec<Entry> {
     if c.strict {
         out.push(Entry::Strict(file.clone()));
     }
-    out.push(Entry::Known(file.clone()));
     out.push(Entry::Complete(file));
     out
+}
+
+/// The entries of an index file's text; another first line or bytes that
+/// are not text: none.
+fn parse(bytes: &[u8]) -> BTreeSet<Entry> {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return BTreeSet::new();
+    };
+    let mut lines = text.lines();
+    if lines.next() != Some(HEADER) {
+        return BTreeSet::new();
+    }
+    lines.filter_map(Entry::parse).collect()
 }
 
 /// Which claims a request checks: the records holding any of them are
@@ -164,7 +178,7 @@ impl Wanted<'_> {
             Entry::Pool(p, _) => self.pools.iter().any(|q| crate::model::overlaps(p, q)),
             Entry::Table(..) => self.tables,
             Entry::Strict(_) => self.strict,
-            Entry::Complete(_) | Entry::Known(_) => false,
+            Entry::Complete(_) => false,
         }
     }
 }
@@ -179,33 +193,43 @@ pub struct CaughtUp {
     pub unknown: usize,
 }
 
-/// The index as one listing read it.
+/// The index as read from its file, and what this request changed.
 #[derive(Debug, Default)]
 pub struct Index {
-    entries: Vec<Entry>,
+    entries: BTreeSet<Entry>,
+    /// Entries differ from the file's.
+    changed: bool,
+    /// `claims.v1/` was found: removed after the next save.
+    v1: bool,
 }
 
 impl Index {
-    /// List the index (empty if it does not exist yet).
+    /// Read the index (empty if it does not exist yet).
     pub fn load(store: &StateStore) -> Result<Index, Error> {
-        let d = dir(store);
-        let rd = match std::fs::read_dir(&d) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Index::default()),
-            Err(e) => return Err(err(&d, "list", e)),
-        };
-        let mut entries = Vec::new();
-        for e in rd {
-            let name = e.map_err(|e| err(&d, "list", e))?.file_name();
-            entries.extend(Entry::parse(&name.to_string_lossy()));
+        let path = store.dir().join(FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Index {
+                entries: parse(&bytes),
+                ..Index::default()
+            }),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Index::default()),
+            Err(e) => Err(err(&path, "read", e)),
         }
-        Ok(Index { entries })
     }
 
-    /// Index the records in `names` (a listing of the state dir) whose
-    /// claims the index does not hold completely yet; a record that cannot
-    /// be read stays unknown (its claims are not known either way).
+    /// Index the records in `names` (a listing of the state dir, taken
+    /// under the node-wide lock) whose claims the index does not hold
+    /// completely yet, and save it if that changed it; a record that
+    /// cannot be read stays unknown (its claims are not known either
+    /// way). With `claims.v1/` among `names` the last release ran since
+    /// the index was written: no entry is trusted, every record is read,
+    /// and `claims.v1/` is removed once the index is saved.
     pub fn catch_up(&mut self, store: &StateStore, names: &Names) -> Result<CaughtUp, Error> {
+        if names.contains(V1_DIR) {
+            self.entries.clear();
+            self.changed = true;
+            self.v1 = true;
+        }
         let complete: BTreeSet<String> = self
             .entries
             .iter()
@@ -225,15 +249,64 @@ impl Index {
             };
             match record::read(store, &key) {
                 Ok(Some(rec)) => {
-                    claim(store, &rec)?;
-                    self.entries.extend(entries_of(&rec));
+                    self.insert(&rec);
                     out.added += 1;
                 }
                 Ok(None) => {}
                 Err(_) => out.unknown += 1,
             }
         }
+        self.save(store)?;
         Ok(out)
+    }
+
+    /// Add `rec`'s entries (in memory).
+    fn insert(&mut self, rec: &Record) {
+        for e in entries_of(rec) {
+            self.changed |= self.entries.insert(e);
+        }
+    }
+
+    /// Drop the entries `gone` says (in memory).
+    fn drop_where(&mut self, gone: impl Fn(&Entry) -> bool) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|e| !gone(e));
+        let dropped = before - self.entries.len();
+        self.changed |= dropped > 0;
+        dropped
+    }
+
+    /// Write the index if this request changed it (the whole file, renamed
+    /// over the old one), then remove `claims.v1/` if it was found.
+    pub fn save(&mut self, store: &StateStore) -> Result<(), Error> {
+        if self.changed {
+            let mut body = format!("{HEADER}\n");
+            for e in &self.entries {
+                body.push_str(&e.line());
+                body.push('\n');
+            }
+            // The state store's durability: no fsync (see its `write`).
+            let how = WriteMode {
+                mode: 0o600,
+                exact_mode: false,
+                durable: false,
+            };
+            let (path, tmp) = (store.dir().join(FILE), store.dir().join(TMP));
+            kfs::atomic_write(&path, &tmp, body.as_bytes(), how)?;
+            self.changed = false;
+        }
+        if self.v1 {
+            remove_v1(&store.dir().join(V1_DIR))?;
+            self.v1 = false;
+        }
+        Ok(())
+    }
+
+    /// Write-ahead, under the node-wide lock, before `rec` is written: its
+    /// claims and that the index holds them, saved.
+    pub fn claim(&mut self, store: &StateStore, rec: &Record) -> Result<(), Error> {
+        self.insert(rec);
+        self.save(store)
     }
 
     /// The records other than `except`'s that hold a claim `want` covers,
@@ -277,41 +350,44 @@ impl Index {
     }
 }
 
-fn create(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .map(drop)
-}
-
-/// Write-ahead, under the node-wide lock, before `rec` is written: its
-/// claims, then that the index holds them.
-pub fn claim(store: &StateStore, rec: &Record) -> Result<(), Error> {
-    let d = dir(store);
-    for e in entries_of(rec) {
-        let path = d.join(e.name());
-        match create(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                match std::fs::create_dir(&d) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(err(&d, "create", e)),
-                }
-                create(&path).map_err(|e| err(&path, "create", e))?;
-            }
-            Err(e) => return Err(err(&path, "create", e)),
+/// Remove the last release's index: its markers first (a kill meanwhile
+/// must not leave a `k=` marker whose pools are gone: the last release
+/// would trust it), then the rest with the directory.
+fn remove_v1(dir: &Path) -> Result<(), Error> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(dir, "list", e)),
+    };
+    let mut markers: Vec<PathBuf> = Vec::new();
+    for e in rd {
+        let name = e.map_err(|e| err(dir, "list", e))?.file_name();
+        let n = name.to_string_lossy();
+        if n.starts_with("k=") || n.starts_with(COMPLETE) {
+            markers.push(dir.join(&name));
         }
     }
-    Ok(())
+    for m in markers {
+        match std::fs::remove_file(&m) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(err(&m, "remove", e)),
+        }
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(err(dir, "remove", e)),
+    }
 }
 
-/// Remove the index's entries for `key` (its claims first, then the
-/// markers). Called after its record is removed.
+/// [`Index::claim`] on the index as saved (load, add, save).
+pub fn claim(store: &StateStore, rec: &Record) -> Result<(), Error> {
+    Index::load(store)?.claim(store, rec)
+}
+
+/// Remove the index's entries for `key`. Called after its record is
+/// removed.
 pub fn release(store: &StateStore, key: &Key) -> Result<(), Error> {
     let file = key.file_name();
     remove_where(store, |e| e.record_file() == file)
@@ -327,60 +403,38 @@ pub fn remove(store: &StateStore, key: &Key) -> Result<bool, Error> {
 /// Remove the entries of records not in `names` (a listing of the state
 /// dir taken under the node-wide lock): what a killed ADD or DEL left.
 pub fn prune(store: &StateStore, names: &Names) -> Result<(), Error> {
-    remove_where(store, |e| !names.contains(e.record_file()))
+    let present: BTreeSet<String> = names
+        .iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    remove_where(store, |e| !present.contains(e.record_file()))
 }
 
 /// Make the index hold exactly what `records` (every readable record,
 /// read under the node-wide lock by GC or the node agent's sweep) claim:
 /// entries a record does not hold are removed, missing ones written. This
 /// repairs what an index-unaware writer did to a record the index already
-/// knew (the previous release re-adding an attachment under the same name
+/// knew (an earlier release re-adding an attachment under the same name
 /// after a rollback, with other claims). Returns how many entries changed.
 pub fn reconcile(store: &StateStore, records: &[Record]) -> Result<usize, Error> {
-    let present: BTreeSet<Entry> = Index::load(store)?.entries.into_iter().collect();
-    let by_file: std::collections::BTreeMap<String, &Record> =
+    let mut index = Index::load(store)?;
+    let by_file: BTreeMap<String, &Record> =
         records.iter().map(|r| (r.key.file_name(), r)).collect();
-    let mut changed = 0;
-    for e in &present {
-        if by_file.get(e.record_file()).is_some_and(|r| !e.holds(r)) {
-            remove_entry(store, e)?;
-            changed += 1;
-        }
-    }
+    let mut changed =
+        index.drop_where(|e| by_file.get(e.record_file()).is_some_and(|r| !e.holds(r)));
+    let before = index.entries.len();
     for r in records {
-        let missing = entries_of(r)
-            .iter()
-            .filter(|e| !present.contains(e))
-            .count();
-        if missing > 0 {
-            claim(store, r)?;
-            changed += missing;
-        }
+        index.insert(r);
     }
+    changed += index.entries.len() - before;
+    index.save(store)?;
     Ok(changed)
 }
 
-fn remove_entry(store: &StateStore, e: &Entry) -> Result<(), Error> {
-    let path = dir(store).join(e.name());
-    match std::fs::remove_file(&path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(err(&path, "remove", e)),
-    }
-}
-
 fn remove_where(store: &StateStore, gone: impl Fn(&Entry) -> bool) -> Result<(), Error> {
-    let mut doomed: Vec<Entry> = Index::load(store)?
-        .entries
-        .into_iter()
-        .filter(|e| gone(e))
-        .collect();
-    // Claims before the markers (markers sort first: reverse).
-    doomed.sort_by(|a, b| b.cmp(a));
-    for e in &doomed {
-        remove_entry(store, e)?;
-    }
-    Ok(())
+    let mut index = Index::load(store)?;
+    index.drop_where(gone);
+    index.save(store)
 }
 
 /// One claim entry of the index, for `podgate inspect`.

@@ -25,15 +25,18 @@ fn with_key(mut r: Record, cid: &str) -> Record {
     r
 }
 
+/// The entries of `claims.v2`, one a line after the header (empty: no
+/// file).
 fn index_files(s: &StateStore) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir(s))
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
+    let mut v: Vec<String> = std::fs::read_to_string(s.dir().join(FILE))
+        .map(|t| t.lines().skip(1).map(String::from).collect())
         .unwrap_or_default();
     v.sort();
     v
+}
+
+fn v1_dir(s: &StateStore) -> PathBuf {
+    s.dir().join(V1_DIR)
 }
 
 fn pools(p: &[IpNet]) -> Wanted<'_> {
@@ -108,7 +111,7 @@ fn removing_a_record_removes_its_entries_and_prune_removes_orphans() {
         .all(|f| !f.ends_with(&a.key.file_name())));
     prune(&s, &s.names().unwrap()).unwrap();
     let left = index_files(&s);
-    assert_eq!(left.len(), 3, "{left:?}");
+    assert_eq!(left.len(), 2, "{left:?}");
     assert!(
         left.iter().all(|f| f.ends_with(&b.key.file_name())),
         "{left:?}"
@@ -122,14 +125,19 @@ fn todays_record_listing_ignores_the_index_so_a_rollback_reads_the_same_records(
     let s = store("rollback", &[&a]);
     let before = records_of(&s);
     claim(&s, &a).unwrap();
+    // A temp file a killed writer of the index left.
+    std::fs::write(s.dir().join(TMP), "podgate claims v2\n").unwrap();
     let after = records_of(&s);
     assert_eq!(after.records, before.records);
     assert!(after.unreadable.is_empty() && after.newer.is_empty());
     assert_eq!(
         s.sweep_temp().unwrap(),
-        0,
-        "index entries are not temp files"
+        1,
+        "the orphaned temp file is swept, the index is not"
     );
+    assert!(s.dir().join(FILE).exists() && !s.dir().join(TMP).exists());
+    // Every release's catch-up skips dot names and names no record.
+    assert!(Key::from_file_name(FILE).is_none() && TMP.starts_with('.'));
 }
 
 #[test]
@@ -145,15 +153,95 @@ fn a_record_written_without_the_index_after_a_rollback_is_indexed_by_the_next_ad
     assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
 }
 
-/// The previous release's reading of one index name (its `Entry::parse`,
-/// `plugins/router/src/claims.rs` at 266959f): `k=<file>` or
-/// `p=<pool>=<file>`, every other name skipped.
+/// The last release's reading of one name of its index (its
+/// `Entry::parse`, `plugins/router/src/claims.rs` at 266959f): `k=<file>`
+/// or `p=<pool>=<file>`, every other name skipped.
 fn previous_release_parse(name: &str) -> Option<(Option<IpNet>, String)> {
     if let Some(rec) = name.strip_prefix("k=") {
         return Some((None, rec.to_string()));
     }
     let (pool, rec) = name.strip_prefix("p=")?.split_once('=')?;
     Some((Some(pool.replace('_', "/").parse().ok()?), rec.to_string()))
+}
+
+/// The last release's index, as it reads it (`claims.v1/` absent: empty).
+fn previous_release_index(s: &StateStore) -> BTreeSet<(Option<IpNet>, String)> {
+    std::fs::read_dir(v1_dir(s))
+        .map(|rd| {
+            rd.filter_map(|e| previous_release_parse(&e.unwrap().file_name().to_string_lossy()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the last release's index must hold for `records`: each pool and
+/// a `k=` marker per record.
+fn previous_release_want(records: &[Record]) -> BTreeSet<(Option<IpNet>, String)> {
+    records
+        .iter()
+        .flat_map(|r| {
+            let file = r.key.file_name();
+            r.claim()
+                .pools
+                .into_iter()
+                .map(Some)
+                .chain([None])
+                .map(move |p| (p, file.clone()))
+        })
+        .collect()
+}
+
+/// The last release's ADD of `rec` as far as its index goes (its
+/// `Index::catch_up` and `claim` at 266959f): every record without a `k=`
+/// name in `claims.v1/` is indexed (its `p=` names, then `k=`; the
+/// directory is made when absent), then `rec`'s names, then its record.
+fn previous_release_add(s: &StateStore, rec: &Record) {
+    let known: BTreeSet<String> = previous_release_index(s)
+        .into_iter()
+        .filter(|(p, _)| p.is_none())
+        .map(|(_, f)| f)
+        .collect();
+    let mut todo: Vec<Record> = records_of(s)
+        .records
+        .into_iter()
+        .filter(|r| !known.contains(&r.key.file_name()))
+        .collect();
+    todo.push(rec.clone());
+    std::fs::create_dir_all(v1_dir(s)).unwrap();
+    for r in &todo {
+        let file = r.key.file_name();
+        for p in r.claim().pools {
+            let name = format!("p={}={file}", p.to_string().replace('/', "_"));
+            std::fs::write(v1_dir(s).join(name), "").unwrap();
+        }
+        std::fs::write(v1_dir(s).join(format!("k={file}")), "").unwrap();
+    }
+    s.write(&rec.key, rec).unwrap();
+}
+
+/// The last release's DEL of `key` (index-wise): the record, then its
+/// names in `claims.v1/`.
+fn previous_release_del(s: &StateStore, key: &Key) {
+    s.remove(key).unwrap();
+    let file = key.file_name();
+    if let Ok(rd) = std::fs::read_dir(v1_dir(s)) {
+        for e in rd {
+            let name = e.unwrap().file_name();
+            if previous_release_parse(&name.to_string_lossy()).is_some_and(|(_, f)| f == file) {
+                std::fs::remove_file(v1_dir(s).join(name)).unwrap();
+            }
+        }
+    }
+}
+
+/// This release's ADD of `rec` as far as the index goes: load, catch up
+/// from the state dir's names, claim, write the record.
+fn this_release_add(s: &StateStore, rec: &Record) -> CaughtUp {
+    let mut index = Index::load(s).unwrap();
+    let caught = index.catch_up(s, &s.names().unwrap()).unwrap();
+    index.claim(s, rec).unwrap();
+    s.write(&rec.key, rec).unwrap();
+    caught
 }
 
 #[test]
@@ -209,19 +297,23 @@ fn a_strict_record_is_indexed_by_its_table_and_strict_slot_and_read_only_for_tho
         .all(|(c, k)| *k != strict.key || matches!(c, ClaimedField::Pool(_))));
 }
 
-/// A golden index listing (`tests/claims/<name>`), one entry a line.
+/// A golden index listing of the last release (`tests/claims/<name>`),
+/// one name a line.
 fn golden_index(name: &str) -> BTreeSet<String> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/claims")
-        .join(name);
-    std::fs::read_to_string(p)
+    std::fs::read_to_string(golden_claims(name))
         .unwrap()
         .lines()
         .map(String::from)
         .collect()
 }
 
-/// The golden records the golden index listings name: `v1-vpn-full.json`
+fn golden_claims(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/claims")
+        .join(name)
+}
+
+/// The golden records the golden index files name: `v1-vpn-full.json`
 /// as `goldennet/a/eth0` (a pool), `v1-strict.json` as `ptpnet/s/eth0`
 /// (table 20000, strict).
 fn golden_pair() -> [Record; 2] {
@@ -232,45 +324,32 @@ fn golden_pair() -> [Record; 2] {
 }
 
 #[test]
-fn this_release_writes_the_golden_index_names() {
+fn this_release_writes_the_golden_index_file() {
     let [a, st] = golden_pair();
-    let s = store("golden-names", &[&a, &st]);
+    let s = store("golden-file", &[&a, &st]);
     claim(&s, &a).unwrap();
     claim(&s, &st).unwrap();
-    let got: BTreeSet<String> = index_files(&s).into_iter().collect();
-    assert_eq!(got, golden_index("this-release.txt"));
+    assert_eq!(
+        std::fs::read_to_string(s.dir().join(FILE)).unwrap(),
+        std::fs::read_to_string(golden_claims("claims.v2")).unwrap()
+    );
+    assert!(!v1_dir(&s).exists(), "no claims.v1/ is written");
 }
 
 #[test]
-fn the_previous_release_reads_the_same_pools_from_this_releases_index() {
-    let parsed = |names: &BTreeSet<String>| -> BTreeSet<(Option<IpNet>, String)> {
-        names
-            .iter()
-            .filter_map(|n| previous_release_parse(n))
-            .collect()
-    };
-    let ours = golden_index("this-release.txt");
-    let theirs = golden_index("previous-release.txt");
-    assert_eq!(
-        parsed(&ours),
-        parsed(&theirs),
-        "the pools and known records the previous release reads"
-    );
-    assert_eq!(
-        parsed(&ours).len(),
-        theirs.len(),
-        "it skips every name of a new kind"
-    );
-}
-
-#[test]
-fn an_index_written_by_the_previous_release_is_completed_with_tables_and_strict_slots() {
+fn an_upgrade_from_the_last_releases_index_rebuilds_it_from_the_records_and_removes_claims_v1() {
     let [a, st] = golden_pair();
-    let s = store("previndex", &[&a, &st]);
-    std::fs::create_dir_all(dir(&s)).unwrap();
-    for name in golden_index("previous-release.txt") {
-        std::fs::write(dir(&s).join(name), "").unwrap();
+    let s = store("upgrade-v1", &[&a, &st]);
+    std::fs::create_dir_all(v1_dir(&s)).unwrap();
+    let names = golden_index("previous-release.txt");
+    for name in &names {
+        std::fs::write(v1_dir(&s).join(name), "").unwrap();
     }
+    assert_eq!(
+        previous_release_index(&s),
+        previous_release_want(&[a.clone(), st.clone()]),
+        "the golden listing is the last release's index of the golden pair"
+    );
     let mut index = Index::load(&s).unwrap();
     assert_eq!(
         index.catch_up(&s, &s.names().unwrap()).unwrap(),
@@ -278,11 +357,97 @@ fn an_index_written_by_the_previous_release_is_completed_with_tables_and_strict_
             added: 2,
             unknown: 0
         },
-        "no record is complete in the previous release's index"
+        "claims.v1/'s names are not trusted: every record is read"
     );
-    let got: BTreeSet<String> = index_files(&s).into_iter().collect();
-    assert_eq!(got, golden_index("this-release.txt"));
+    assert_eq!(
+        std::fs::read_to_string(s.dir().join(FILE)).unwrap(),
+        std::fs::read_to_string(golden_claims("claims.v2")).unwrap()
+    );
+    assert!(
+        !v1_dir(&s).exists(),
+        "claims.v1/ removed once claims.v2 is written"
+    );
     assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+}
+
+#[test]
+fn after_this_release_ran_a_rollback_finds_no_claims_v1_and_the_last_release_indexes_every_record()
+{
+    let [a, st] = golden_pair();
+    let s = store("rollback-v1", &[]);
+    previous_release_add(&s, &a);
+    assert!(v1_dir(&s).exists());
+    // Upgrade: this release adds the strict pod.
+    this_release_add(&s, &st);
+    assert!(!v1_dir(&s).exists());
+    // Rollback: the last release adds another pooled attachment; with no
+    // claims.v1/ it indexes every record first, this release's included.
+    let mut b = with_key(golden("v1-vpn-full.json"), "b");
+    b.node_routes[0].dst = "10.77.0.0/24".parse().unwrap();
+    previous_release_add(&s, &b);
+    let records = records_of(&s).records;
+    assert_eq!(records.len(), 3);
+    assert_eq!(previous_release_index(&s), previous_release_want(&records));
+}
+
+#[test]
+fn a_roll_forward_after_a_rollback_trusts_no_entry_indexes_every_record_and_removes_claims_v1() {
+    let a = with_key(golden("v1-vpn-full.json"), "a");
+    let s = store("rollforward", &[]);
+    this_release_add(&s, &a);
+    assert!(index_files(&s).contains(&format!("c={}", a.key.file_name())));
+    // Rollback: the last release deletes the attachment and adds it again
+    // under the same name as a strict pod (this release's `c=` entry for
+    // it stays in claims.v2, which the last release does not know).
+    previous_release_del(&s, &a.key);
+    let mut strict = golden("v1-strict.json");
+    strict.key = a.key.clone();
+    previous_release_add(&s, &strict);
+    assert!(v1_dir(&s).exists());
+    // Roll forward: claims.v1/ says the last release ran since.
+    let other = with_key(golden("v1-vpn-full.json"), "b");
+    assert_eq!(
+        this_release_add(&s, &other).added,
+        1,
+        "the strict record read again"
+    );
+    assert!(!v1_dir(&s).exists());
+    assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+    let table = strict.claim().table.unwrap();
+    assert!(index_files(&s).contains(&format!("t={table}={}", a.key.file_name())));
+}
+
+#[test]
+fn an_index_file_of_another_format_counts_as_empty_and_unknown_lines_are_skipped() {
+    let [a, st] = golden_pair();
+    let s = store("format", &[&a, &st]);
+    let golden = std::fs::read_to_string(golden_claims("claims.v2")).unwrap();
+    let entries = golden.lines().count() - 1;
+    // A later kind of entry among today's: skipped, the rest read.
+    std::fs::write(
+        s.dir().join(FILE),
+        format!("{golden}x=later={}\n", a.key.file_name()),
+    )
+    .unwrap();
+    assert_eq!(Index::load(&s).unwrap().entries.len(), entries);
+    let mut index = Index::load(&s).unwrap();
+    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 0);
+    assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+    // Another header, or not text: no entry, every record read again.
+    let other = golden.replacen(HEADER, "podgate claims v3", 1);
+    let mut torn = golden.clone().into_bytes();
+    torn.extend([0xff, 0xfe, b'\n']);
+    for body in [other.into_bytes(), torn, Vec::new()] {
+        std::fs::write(s.dir().join(FILE), &body).unwrap();
+        let mut index = Index::load(&s).unwrap();
+        assert!(index.entries.is_empty());
+        assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 2);
+        assert_eq!(
+            std::fs::read_to_string(s.dir().join(FILE)).unwrap(),
+            golden,
+            "rewritten from the records"
+        );
+    }
 }
 
 #[test]
@@ -306,17 +471,12 @@ fn a_record_that_cannot_be_read_stays_unknown_and_is_counted() {
 }
 
 #[test]
-fn reconcile_repairs_a_record_the_previous_release_rewrote_under_the_same_name() {
+fn reconcile_repairs_a_record_an_earlier_release_rewrote_under_the_same_name() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
     let s = store("reconcile", &[&a]);
     claim(&s, &a).unwrap();
-    // After a rollback: the previous release deleted the attachment (its
-    // `p=` and `k=` entries with it, the `c=` entry it does not know
-    // stayed) and added it again as a strict pod under the same name.
-    std::fs::remove_file(dir(&s).join(format!("k={}", a.key.file_name()))).unwrap();
-    for p in a.claim().pools {
-        std::fs::remove_file(dir(&s).join(Entry::Pool(p, a.key.file_name()).name())).unwrap();
-    }
+    // After a rollback to a release that keeps no index: it deleted the
+    // attachment and added it again as a strict pod under the same name.
     let mut strict = golden("v1-strict.json");
     strict.key = a.key.clone();
     s.write(&strict.key, &strict).unwrap();
@@ -329,6 +489,11 @@ fn reconcile_repairs_a_record_the_previous_release_rewrote_under_the_same_name()
     let records = records_of(&s).records;
     assert!(reconcile(&s, &records).unwrap() > 0);
     assert_eq!(trusted(&s).unwrap(), from_records(&records));
+    assert!(
+        !index_files(&s).iter().any(|e| e.starts_with("p=")),
+        "the pool it no longer claims is gone: {:?}",
+        index_files(&s)
+    );
     assert_eq!(
         reconcile(&s, &records).unwrap(),
         0,

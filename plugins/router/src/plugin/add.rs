@@ -163,10 +163,12 @@ fn add_node_side(
                 let mut ix = claims::Index::load(store).map_err(io_err)?;
                 let caught = ix.catch_up(store, names).map_err(io_err)?;
                 index = Some((ix, caught.unknown));
+            } else if let Some((ix, _)) = &mut index {
+                // Records went away meanwhile (removals under this lock)
+                // and their entries with them: the index as saved now.
+                *ix = claims::Index::load(store).map_err(io_err)?;
             }
             if let Some((ix, unknown)) = &index {
-                // Entries are only taken away meanwhile (by removals under
-                // this lock), and one whose record is gone is not trusted.
                 if let Some(c) = Census::indexed(store, ix, *unknown, want, key, &here, depth) {
                     return Ok(c);
                 }
@@ -297,7 +299,13 @@ fn add_node_side(
             log.warn("claims index entries left", json!({"error": e.to_string()}));
         }
     };
-    if let Err(e) = claims::claim(store, &rec) {
+    // The index this ADD read (caught up) gets its entries and is written
+    // once; without one (no claims checked), the index as saved.
+    let claimed = match index.as_mut() {
+        Some((ix, _)) => ix.claim(store, &rec),
+        None => claims::claim(store, &rec),
+    };
+    if let Err(e) = claimed {
         release();
         return Err(io_err(e));
     }
