@@ -559,9 +559,18 @@ fn strace_available() -> bool {
 
 /// The calls the kill points and pauses are counted on: entering a netns,
 /// opening and writing files (records, claims, sysctls), renaming them
-/// into place, netlink (routes, addresses, nf_tables), connecting to CRI.
-const CALLS: [&str; 7] = [
-    "setns", "openat", "write", "rename", "sendto", "sendmsg", "connect",
+/// into place (the claims index by exchange, the old one then unlinked),
+/// netlink (routes, addresses, nf_tables), connecting to CRI.
+const CALLS: [&str; 9] = [
+    "setns",
+    "openat",
+    "write",
+    "rename",
+    "renameat2",
+    "unlink",
+    "sendto",
+    "sendmsg",
+    "connect",
 ];
 
 /// One traced call: its name, its ordinal among calls of that name (from

@@ -391,7 +391,17 @@ fn index_matches_records(rig: &Rig, what: &str) {
     claims_index_matches_records(&rig.state_dir(), what);
 }
 
-const CALLS: [&str; 5] = ["sendto", "sendmsg", "write", "rename", "openat"];
+/// The calls a kill point is put before: netlink, file writes, renames
+/// into place (the claims index by exchange, the old one then unlinked).
+const CALLS: [&str; 7] = [
+    "sendto",
+    "sendmsg",
+    "write",
+    "rename",
+    "renameat2",
+    "unlink",
+    "openat",
+];
 
 /// Every crash point of ADD (then DEL, and then GC) and of DEL (then DEL
 /// again) for `profile`; returns (ADD points, DEL points, saw a pending

@@ -13,7 +13,7 @@
 //! (every record is then read and indexed again: fail safe).
 //!
 //! The file is rewritten whole under the node-wide lock (a temp file, then
-//! renamed over it: readers see the old or the new index, never a torn
+//! exchanged with it: readers see the old or the new index, never a torn
 //! one): a record's entries before the record is written (write-ahead),
 //! removed after it is removed, so a kill at any step leaves at worst an
 //! entry whose record is gone or no longer holds that claim: an entry is
@@ -34,7 +34,7 @@
 
 use crate::record::{self, Record};
 use ipnet::IpNet;
-use podgate_kit::fs::{self as kfs, WriteMode};
+use podgate_kit::fs as kfs;
 use podgate_kit::state::{Key, Names, StateStore};
 use podgate_kit::Error;
 use std::collections::{BTreeMap, BTreeSet};
@@ -276,8 +276,8 @@ impl Index {
         dropped
     }
 
-    /// Write the index if this request changed it (the whole file, renamed
-    /// over the old one), then remove `claims.v1/` if it was found.
+    /// Write the index if this request changed it (the whole file, exchanged
+    /// with the old one), then remove `claims.v1/` if it was found.
     pub fn save(&mut self, store: &StateStore) -> Result<(), Error> {
         if self.changed {
             let mut body = format!("{HEADER}\n");
@@ -285,14 +285,11 @@ impl Index {
                 body.push_str(&e.line());
                 body.push('\n');
             }
-            // The state store's durability: no fsync (see its `write`).
-            let how = WriteMode {
-                mode: 0o600,
-                exact_mode: false,
-                durable: false,
-            };
+            // No fsync, as the state store's records; an exchange, not a
+            // rename over it (ext4 would write the data out first): what a
+            // power cut leaves is rebuilt from the records (per boot anyway).
             let (path, tmp) = (store.dir().join(FILE), store.dir().join(TMP));
-            kfs::atomic_write(&path, &tmp, body.as_bytes(), how)?;
+            kfs::swap_write(&path, &tmp, body.as_bytes(), 0o600)?;
             self.changed = false;
         }
         if self.v1 {
