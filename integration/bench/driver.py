@@ -1206,11 +1206,18 @@ def scale_verdicts(sc, mode, verdict):
     exceed it, so a burst of load on a shared machine during one group
     alone does not."""
     n, q = sc["pods"], sc["seq"]
-    print(f"  node scale, {n} ADDs one after another (routed pool + masquerade each): median of the first "
+    print(f"  node scale, {n} ADDs one after another (routed pool + masquerade each), state dirs on "
+          f"{sc.get('state_fs', 'unknown')}: median of the first "
           f"{sc['edge']} {q['first_ms']:.3f} ms (CPU {q['first_cpu_ms']:.3f}), last {sc['edge']} {q['last_ms']:.3f} ms "
           f"(CPU {q['last_cpu_ms']:.3f}): {q['ratio']:.2f}x wall, {q['cpu_ratio']:.2f}x CPU")
     detail = (f"{q['last_ms']:.3f} / {q['first_ms']:.3f} ms = {q['ratio']:.2f}x wall; "
               f"CPU {q['last_cpu_ms']:.3f} / {q['first_cpu_ms']:.3f} ms = {q['cpu_ratio']:.2f}x")
+    c = sc.get("churn")
+    if c:
+        print(f"  churn control, {n} ADD+DEL of one pod (as many file creations and deletions, one attachment): "
+              f"last {sc['edge']} / first {sc['edge']} {c['last_ms']:.3f} / {c['first_ms']:.3f} ms = "
+              f"{c['ratio']:.2f}x wall, {c['cpu_ratio']:.2f}x CPU")
+        detail += f" (churn control {c['ratio']:.2f}x wall, {c['cpu_ratio']:.2f}x CPU; state on {sc.get('state_fs')})"
     verdict(f"node scale: median ADD of the last 25 of {n} attachments <= 1.15x the first 25's",
             q["ratio"] <= 1.15, detail)
     verdict(SCALE_TARGET.replace("attachments", f"of {n} attachments"),

@@ -46,7 +46,9 @@
 # Environment: BENCH_RUNS, BENCH_PODS, BENCH_ROUNDS, BENCH_SCALE_PODS,
 # PODGATE_SOAK_CYCLES, FUZZ_SECONDS (per target; 0 skips fuzzing),
 # BENCH_SKIP="guard concurrency scale soak fuzz",
-# BENCH_BEFORE (1: measure the router before the removals; default 1 full, 0 short).
+# BENCH_BEFORE (1: measure the router before the removals; default 1 full, 0 short),
+# BENCH_SCALE_STATE_ROOT (where node scale makes its state dirs: e.g. a tmpfs;
+# default the system's temp dir).
 set -euo pipefail
 
 mode=full
@@ -214,7 +216,8 @@ if wanted scale; then
     step "node scale: $scale_pods attachments (routed pool + masquerade each), agent, GC and sweep of half"
     scale_started=$(date +%s)
     "$python" "$here/scale.py" --bin-dir "${BENCH_SCALE_BIN_DIR:-$rel}" "${before_args[@]}" ${before_args:+--before-label "the router before the removals ($before_commit)"} \
-        --pods "$scale_pods" --agent-cycles "$agent_cycles" --tag "$tag" --out "$out/scale.json" ||
+        --pods "$scale_pods" --agent-cycles "$agent_cycles" --tag "$tag" --out "$out/scale.json" \
+        ${BENCH_SCALE_STATE_ROOT:+--state-root "$BENCH_SCALE_STATE_ROOT"} ||
         fail "node scale (a call failed, or the node did not end as it started)"
     if [ "$mode" = full ] && wanted concurrency; then
         "$python" "$here/driver.py" concurrency --bin-dir "$rel" --pods "$scale_pods" --rounds 1 --routed-every 1 \

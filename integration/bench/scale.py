@@ -8,6 +8,12 @@ In order, on that node:
   1. ADD with none: the router's ADD of pod 0 on an empty node, interleaved
      with the router of an earlier release (--before-bin-dir) in its own
      state dir, ADD/DEL alternating.
+  1b. The churn control: N rounds of ADD then DEL of pod 0 alone (timed
+     ADDs), median of the first 25 and the last 25: the same file
+     creations and deletions as step 2 and more, with one attachment. A
+     filesystem that slows file creation after recent deletions (ext4
+     without a journal skips inodes freed in the last minutes) shows here
+     as in step 2; growth with the attachments shows only in step 2.
   2. ADD after ADD of the N pods through the router: median (wall and
      user+sys CPU) of the first 25 and the last 25 and their ratio; the
      agent (`podgate agent`) measured after the 25th ADD and after the Nth.
@@ -384,9 +390,36 @@ def sweep_ms(log):
 # -------------------------------------------------------------------- main
 
 
+def edges(ms, cpu):
+    """Medians (wall and CPU) of the first and the last EDGE calls, and their ratios."""
+    e = {
+        "first_ms": median(ms[:EDGE]), "last_ms": median(ms[-EDGE:]),
+        "first_cpu_ms": median(cpu[:EDGE]), "last_cpu_ms": median(cpu[-EDGE:]),
+    }
+    e["ratio"] = round(e["last_ms"] / e["first_ms"], 3)
+    e["cpu_ratio"] = round(e["last_cpu_ms"] / e["first_cpu_ms"], 3)
+    return e
+
+
+def filesystem_of(path):
+    """The filesystem holding `path`, e.g. "tmpfs" or "ext4 /dev/vda (no
+    journal)": ext4 without a journal delays reusing freed inodes, which
+    makes file creation slower after many recent deletions."""
+    out = subprocess.run(["findmnt", "-no", "FSTYPE,SOURCE", "--target", path],
+                         capture_output=True, text=True).stdout.split()
+    if not out:
+        return "unknown"
+    fstype, source = out[0], (out[1] if len(out) > 1 else "")
+    if fstype != "ext4":
+        return fstype
+    dev = os.path.basename(source)
+    journal = any(j.startswith(f"{dev}-") for j in os.listdir("/proc/fs/jbd2")) if os.path.isdir("/proc/fs/jbd2") else False
+    return f"ext4 {source} ({'journal' if journal else 'no journal'})"
+
+
 def cmd(args):
     n = args.pods
-    tmp = tempfile.mkdtemp(prefix="podgate-bench-scale-")
+    tmp = tempfile.mkdtemp(prefix="podgate-bench-scale-", dir=args.state_root)
     atexit.register(shutil.rmtree, tmp, True)
     router = os.path.join(os.path.abspath(args.bin_dir), "podgate-router")
     podgate = os.path.join(os.path.abspath(args.bin_dir), "podgate")
@@ -396,7 +429,8 @@ def cmd(args):
     pods = [node.pod(i) for i in range(n)]
     print(f"  {n} pod netns on one bridge: set up in {time.monotonic() - t:.1f}s", flush=True)
     sp = d.Spawner(tmp)
-    res = {"pods": n, "edge": EDGE, "problems": []}
+    res = {"pods": n, "edge": EDGE, "problems": [], "state_fs": filesystem_of(tmp)}
+    print(f"  state dirs on {res['state_fs']} ({tmp})", flush=True)
     snap0 = d.node_snapshot(os.path.join(tmp, "now", "state"))
 
     # 1. ADD with none, side by side with the earlier release.
@@ -412,6 +446,17 @@ def cmd(args):
         res["none_before"] = d.summary(steps[2][0].ms, cpu=steps[2][0].cpu)
         res["before"] = args.before_label
 
+    # 1b. The churn control: pod 0 added and deleted N times.
+    ms, cpu = [], []
+    for r in range(n):
+        ms.append(sp.must(now.call("ADD", pods[0], 0), f"control ADD {r}"))
+        cpu.append(sp.last_cpu)
+        sp.must(now.call("DEL", pods[0], 0), f"control DEL {r}")
+    res["churn"] = edges(ms, cpu)
+    c = res["churn"]
+    print(f"  churn control, {n} ADD+DEL of one pod: median first {EDGE} {c['first_ms']} ms, last {EDGE} "
+          f"{c['last_ms']} ms = {c['ratio']}x (CPU {c['cpu_ratio']}x)", flush=True)
+
     # 2. ADD after ADD; the agent after the 25th and after the last.
     ms, cpu = [], []
     for i in range(n):
@@ -420,13 +465,8 @@ def cmd(args):
         if i + 1 == EDGE and args.agent_cycles:
             res["agent_small"] = measure_agent(podgate, tmp, now.state, EDGE, args.agent_cycles, args.scrapes)
             print(f"  agent with {EDGE} attachments: cycle CPU {res['agent_small']['cycle_cpu_median_ms']} ms", flush=True)
-    res["seq"] = {
-        "first_ms": median(ms[:EDGE]), "last_ms": median(ms[-EDGE:]),
-        "first_cpu_ms": median(cpu[:EDGE]), "last_cpu_ms": median(cpu[-EDGE:]),
-    }
+    res["seq"] = edges(ms, cpu)
     s = res["seq"]
-    s["ratio"] = round(s["last_ms"] / s["first_ms"], 3)
-    s["cpu_ratio"] = round(s["last_cpu_ms"] / s["first_cpu_ms"], 3)
     print(f"  {n} ADDs: median first {EDGE} {s['first_ms']} ms, last {EDGE} {s['last_ms']} ms = {s['ratio']}x "
           f"(CPU {s['first_cpu_ms']} / {s['last_cpu_ms']} ms = {s['cpu_ratio']}x)", flush=True)
     if len(now.records()) != n or len(return_routes()) != n:
@@ -495,6 +535,7 @@ def main():
     ap.add_argument("--none-runs", type=int, default=50, help="ADD-with-none rounds")
     ap.add_argument("--agent-cycles", type=int, default=10, help="collection cycles measured (0: no agent, no sweep)")
     ap.add_argument("--scrapes", type=int, default=20)
+    ap.add_argument("--state-root", help="where the state dirs are made (default: the system's temp dir)")
     ap.add_argument("--tag", default=str(os.getpid()))
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
