@@ -92,13 +92,13 @@ skip=" ${BENCH_SKIP:-} "
 if [ "$mode" = short ]; then
     runs="${BENCH_RUNS:-40}" warmup=5 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-1}"
     guard_runs="${BENCH_RUNS:-50}" cycles="${PODGATE_SOAK_CYCLES:-100}" phase_runs=10
-    scale_pods="${BENCH_SCALE_PODS:-100}" agent_cycles=3
+    scale_pods="${BENCH_SCALE_PODS:-100}" agent_cycles=3 probe_runs=20
     budget=170 # seconds for everything, build included, node scale excepted
     with_before="${BENCH_BEFORE:-0}"
 else
     runs="${BENCH_RUNS:-300}" warmup=20 pods="${BENCH_PODS:-110}" rounds="${BENCH_ROUNDS:-3}"
     guard_runs="${BENCH_RUNS:-300}" cycles="${PODGATE_SOAK_CYCLES:-2000}" phase_runs=50
-    scale_pods="${BENCH_SCALE_PODS:-250}" agent_cycles=10
+    scale_pods="${BENCH_SCALE_PODS:-250}" agent_cycles=10 probe_runs=50
     budget=0
     with_before="${BENCH_BEFORE:-1}"
 fi
@@ -216,7 +216,7 @@ if wanted scale; then
     step "node scale: $scale_pods attachments (routed pool + masquerade each), agent, GC and sweep of half"
     scale_started=$(date +%s)
     "$python" "$here/scale.py" --bin-dir "${BENCH_SCALE_BIN_DIR:-$rel}" "${before_args[@]}" ${before_args:+--before-label "the router before the removals ($before_commit)"} \
-        --pods "$scale_pods" --agent-cycles "$agent_cycles" --tag "$tag" --out "$out/scale.json" \
+        --pods "$scale_pods" --agent-cycles "$agent_cycles" --probe-runs "$probe_runs" --tag "$tag" --out "$out/scale.json" \
         ${BENCH_SCALE_STATE_ROOT:+--state-root "$BENCH_SCALE_STATE_ROOT"} ||
         fail "node scale (a call failed, or the node did not end as it started)"
     if [ "$mode" = full ] && wanted concurrency; then

@@ -17,6 +17,13 @@ In order, on that node:
   2. ADD after ADD of the N pods through the router: median (wall and
      user+sys CPU) of the first 25 and the last 25 and their ratio; the
      agent (`podgate agent`) measured after the 25th ADD and after the Nth.
+  2b. ADD at N attachments against ADD with none, interleaved: a probe
+     pod on this node (its N attachments in place) and one on a second,
+     empty node netns with a state dir of its own, ADD then DEL each,
+     alternating (which goes first alternates too), --probe-runs rounds:
+     the medians and their ratio. Side by side, so the machine's drift
+     (a shared VM's speed changes within seconds) hits both alike, which
+     the first/last 25 of step 2, a second apart, cannot promise.
   3. The agent with N attachments, in the node netns, --metrics-address on
      the node's bridge address: CPU of one collection cycle (its worker
      thread's /proc/<pid>/task/<tid>/schedstat run time, cross-checked with
@@ -62,9 +69,9 @@ def pool(i):
 class Node:
     """The node netns (this process moves into it) with its bridge."""
 
-    def __init__(self, tag):
+    def __init__(self, tag, role="snode"):
         self.tag = tag
-        self.ns = d.netns_add("snode", tag)
+        self.ns = d.netns_add(role, tag)
         d.sysctl_in(self.ns, "net.ipv4.ip_forward", "1")
         d.sysctl_in(self.ns, "net.ipv6.conf.default.disable_ipv6", "1")
         d.sysctl_in(self.ns, "net.ipv6.conf.all.disable_ipv6", "1")
@@ -401,6 +408,36 @@ def edges(ms, cpu):
     return e
 
 
+def probe(node, now, router, tmp, sp, n, args):
+    """ADD (then DEL) of one more pod on `node` (its n attachments in
+    place, state dir of `now`) and of one pod on an empty node of its own,
+    alternating; the pool is n's (free on both nodes)."""
+    empty_node = Node(node.tag, role="enode")  # entered: its pod is made there
+    empty = Attachments(router, tmp, "empty")
+    empty_pod = empty_node.pod(0)
+    d.enter_netns(node.ns)
+    probes = [(empty_node.ns, empty, empty_pod), (node.ns, now, node.pod(n))]
+    series = {node.ns: d.Series(), empty_node.ns: d.Series()}
+    warm = 3
+    try:
+        for r in range(warm + args.probe_runs):
+            for ns, att, pod in (probes if r % 2 else probes[::-1]):
+                d.enter_netns(ns)
+                series[ns].add(sp, att.call("ADD", pod, n), f"probe ADD ({ns})", r >= warm)
+                sp.must(att.call("DEL", pod, n), f"probe DEL ({ns})")
+    finally:
+        d.enter_netns(node.ns)
+    for _, _, pod in probes:
+        pod.close()
+    at_n, none = series[node.ns], series[empty_node.ns]
+    out = {"runs": args.probe_runs, "at_n": d.summary(at_n.ms, cpu=at_n.cpu),
+           "none": d.summary(none.ms, cpu=none.cpu)}
+    out["ratio"] = round(out["at_n"]["median_ms"] / out["none"]["median_ms"], 3)
+    out["cpu_ratio"] = round(out["at_n"]["cpu_median_ms"] / out["none"]["cpu_median_ms"], 3)
+    d.netns_del(empty_node.ns)
+    return out
+
+
 def filesystem_of(path):
     """The filesystem holding `path`, e.g. "tmpfs" or "ext4 /dev/vda (no
     journal)": ext4 without a journal delays reusing freed inodes, which
@@ -472,6 +509,13 @@ def cmd(args):
     if len(now.records()) != n or len(return_routes()) != n:
         res["problems"].append(f"after {n} ADDs: {len(now.records())} records, {len(return_routes())} return routes")
 
+    # 2b. ADD at n against ADD with none, interleaved (two node netns).
+    if args.probe_runs:
+        res["probe"] = probe(node, now, router, tmp, sp, n, args)
+        q = res["probe"]
+        print(f"  ADD at {n} attachments vs with none, interleaved: {q['at_n']['median_ms']} / "
+              f"{q['none']['median_ms']} ms = {q['ratio']}x (CPU {q['cpu_ratio']}x)", flush=True)
+
     # 3. The agent with n attachments.
     if args.agent_cycles:
         res["agent"] = measure_agent(podgate, tmp, now.state, n, args.agent_cycles, args.scrapes)
@@ -533,6 +577,7 @@ def main():
     ap.add_argument("--before-label", default="", help="what --before-bin-dir is (for the report)")
     ap.add_argument("--pods", type=int, default=250)
     ap.add_argument("--none-runs", type=int, default=50, help="ADD-with-none rounds")
+    ap.add_argument("--probe-runs", type=int, default=50, help="rounds of ADD at N vs with none, interleaved (0: skip)")
     ap.add_argument("--agent-cycles", type=int, default=10, help="collection cycles measured (0: no agent, no sweep)")
     ap.add_argument("--scrapes", type=int, default=20)
     ap.add_argument("--state-root", help="where the state dirs are made (default: the system's temp dir)")

@@ -88,7 +88,8 @@ impl Entry {
             return Some(Entry::Table(table.parse().ok()?, rec.to_string()));
         }
         let (pool, rec) = line.strip_prefix(POOL)?.split_once('=')?;
-        let pool = pool.replace('_', "/").parse().ok()?;
+        let (addr, len) = pool.split_once('_')?;
+        let pool = IpNet::new(addr.parse().ok()?, len.parse().ok()?).ok()?;
         Some(Entry::Pool(pool, rec.to_string()))
     }
 
