@@ -72,12 +72,29 @@ pub fn name_of(links: &[Link], index: u32) -> Option<&str> {
 
 /// Every address on every interface (both families).
 pub fn addresses(sock: &mut RouteSocket) -> Result<Vec<Address>> {
+    dump_addresses(sock, IfAddrMsg::default())
+}
+
+/// Every address of one family on every interface: the kernel walks only
+/// that family's per-interface lists (a node with hundreds of pod
+/// interfaces has an IPv6 list on each even when it holds no address).
+pub fn addresses_of(sock: &mut RouteSocket, v6: bool) -> Result<Vec<Address>> {
+    dump_addresses(
+        sock,
+        IfAddrMsg {
+            family: family_of(v6),
+            ..IfAddrMsg::default()
+        },
+    )
+}
+
+fn dump_addresses(sock: &mut RouteSocket, header: IfAddrMsg) -> Result<Vec<Address>> {
     sock.rows(
         RTM_GETADDR,
         NLM_F_DUMP,
         RTM_NEWADDR,
         "list addresses",
-        |w| IfAddrMsg::default().write(w),
+        |w| header.write(w),
         address_of,
     )
 }

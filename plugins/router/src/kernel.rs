@@ -325,12 +325,9 @@ impl Kernel for Live<'_> {
         self.nft()?.list_mss(table)
     }
     fn address_list(&mut self, v6: bool) -> Result<Vec<IpNet>, Error> {
-        // The kit's address dump asks for both families (AF_UNSPEC) and
-        // has no family parameter yet: the other family is dropped here.
-        Ok(link::addresses(self.sock()?)?
+        Ok(link::addresses_of(self.sock()?, v6)?
             .into_iter()
             .map(|a| a.addr)
-            .filter(|a| a.addr().is_ipv6() == v6)
             .collect())
     }
     fn link_list(&mut self) -> Result<Vec<Link>, Error> {

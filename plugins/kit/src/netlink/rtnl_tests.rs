@@ -588,6 +588,20 @@ fn kernel_round_trip() {
         index: 1,
         addr: net("::1/128")
     }));
+    // One family's dump is the both-family dump's rows of that family.
+    for v6 in [false, true] {
+        let one: Vec<Address> = addrs
+            .iter()
+            .filter(|a| a.addr.addr().is_ipv6() == v6)
+            .cloned()
+            .collect();
+        assert!(
+            !one.is_empty(),
+            "no {} address",
+            if v6 { "IPv6" } else { "IPv4" }
+        );
+        assert_eq!(link::addresses_of(&mut s, v6).unwrap(), one);
+    }
 
     // Routes: every kind of spec the kit writes, listed back by ip and by
     // us; deleted once (true), then gone (false).
