@@ -4,11 +4,12 @@
 //! as text for [`crate::judge`]; nothing here decides.
 
 use crate::agent::{self, AgentStatus};
+use crate::guard;
 use crate::io::{Deadline, IoError};
 use crate::ovsdb::{self, OvsInfo, OvsdbError};
 use crate::protection::{self, Answer, Endpoint, Presence, ProtectionError};
 use crate::{GuardConfig, Required};
-use podgate_kit::xfrm::{self, Dir, XfrmPolicy};
+use podgate_kit::xfrm::{self, Dir, PolicyDump};
 use std::thread::{Builder, Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
@@ -34,8 +35,9 @@ pub struct Observations {
     pub ovsdb: Option<OvsRead>,
     pub armed: Option<Asked>,
     pub startup: Option<Asked>,
-    /// The OUT policies of the calling thread's netns.
-    pub policies: Option<Result<Vec<XfrmPolicy>, String>>,
+    /// The OUT policies of the calling thread's netns: how many, and those
+    /// that could be a guard or a bypass ([`crate::guard::may_guard_or_bypass`]).
+    pub policies: Option<Result<PolicyDump, String>>,
     pub readyz: Option<Result<u16, String>>,
     pub status: Option<Result<AgentStatus, String>>,
     pub elapsed: Duration,
@@ -123,9 +125,11 @@ pub fn observe(cfg: &GuardConfig) -> Observations {
             )
         });
         let budget = dl.remaining().unwrap_or(Duration::from_millis(1));
-        // Only OUT policies can guard or bypass output; skipping the rest early
-        // halves the work on nodes with per-peer in/out policy pairs.
-        obs.policies = Some(xfrm::dump_policies_dir(Dir::Out, budget).map_err(|e| e.to_string()));
+        // Only OUT policies can guard or bypass output, and of those only the
+        // few that could be either are parsed: on a node with thousands of
+        // per-peer policies the kernel's dump is then nearly all of the cost.
+        let dump = xfrm::dump_policies_where(Dir::Out, budget, guard::may_guard_or_bypass);
+        obs.policies = Some(dump.map_err(|e| e.to_string()));
         match join(endpoint) {
             Ok(e) => {
                 obs.dir_check = e.dir_check;

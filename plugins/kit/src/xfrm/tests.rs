@@ -2,20 +2,21 @@
 
 use super::*;
 use crate::netlink::consts::{NLMSG_DONE, NLMSG_ERROR, NLM_F_MULTI};
-use crate::netlink::msg::{nlmsg, split_datagram};
+use crate::netlink::msg::{messages, nlmsg};
 use crate::netlink::{dump_step, ours};
 
 /// One datagram of a policy dump through the same steps as
 /// [`dump`]: framing, sequence and port filter, dump end and errors,
-/// then [`keep_policy`]. True once the dump is complete.
-fn parse_datagram(
+/// then [`keep_policy`] with `keep`. True once the dump is complete.
+fn parse_datagram_where(
     data: &[u8],
     seq: u32,
     port: u32,
     dir: Option<Dir>,
-    out: &mut Vec<XfrmPolicy>,
+    keep: impl Fn(&RawPolicy<'_>) -> bool,
+    out: &mut PolicyDump,
 ) -> Result<bool, XfrmError> {
-    let msgs = split_datagram(data).map_err(malformed)?;
+    let msgs = messages(data).map_err(malformed)?;
     let mut interrupted = false;
     let mut failed = None;
     let done = dump_step::<Xfrm>(
@@ -24,7 +25,7 @@ fn parse_datagram(
         &mut interrupted,
         |msg| {
             if failed.is_none() {
-                failed = keep_policy(&msg, dir, out).err();
+                failed = keep_policy(msg, dir, &keep, out).err();
             }
         },
     )?;
@@ -32,6 +33,20 @@ fn parse_datagram(
         Some(e) => Err(e),
         None => Ok(done),
     }
+}
+
+/// [`parse_datagram_where`] keeping every policy.
+fn parse_datagram(
+    data: &[u8],
+    seq: u32,
+    port: u32,
+    dir: Option<Dir>,
+    out: &mut Vec<XfrmPolicy>,
+) -> Result<bool, XfrmError> {
+    let mut dump = PolicyDump::from(std::mem::take(out));
+    let done = parse_datagram_where(data, seq, port, dir, |_| true, &mut dump);
+    *out = dump.kept;
+    done
 }
 
 /// A policy as the kernel would encode it.
