@@ -188,6 +188,10 @@ pub fn describe(p: &XfrmPolicy) -> String {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod dump_tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 pub(crate) mod tests {
     use super::*;
     use ipnet::IpNet;

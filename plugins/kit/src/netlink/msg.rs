@@ -341,7 +341,10 @@ mod tests {
         payload.extend(attr(NLMSGERR_ATTR_MSG, b"no\0"));
         let d = nlmsg(NLMSG_ERROR, NLM_F_ACK_TLVS | NLM_F_CAPPED, 5, 0, &payload);
         let msg = split_datagram(&d).unwrap().remove(0);
-        assert_eq!(parse_error(msg.view()).unwrap(), (libc::EPERM, Some("no".into())));
+        assert_eq!(
+            parse_error(msg.view()).unwrap(),
+            (libc::EPERM, Some("no".into()))
+        );
         // An ACK, and an error reply too short to hold its code.
         let d = nlmsg(NLMSG_ERROR, NLM_F_CAPPED, 5, 0, &[0; 20]);
         let msg = split_datagram(&d).unwrap().remove(0);

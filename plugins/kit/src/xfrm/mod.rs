@@ -307,7 +307,7 @@ fn dump_request(seq: u32) -> Vec<u8> {
 
 /// One row of the dump: a policy of direction `dir` (if given) is counted,
 /// and parsed into `out` when `keep` selects it. The direction is checked
-/// before anything else is read.
+/// before anything else is read; a row too short to hold one is an error.
 fn keep_policy(
     msg: MsgRef<'_>,
     dir: Option<Dir>,
@@ -317,8 +317,10 @@ fn keep_policy(
     if msg.ty != XFRM_MSG_NEWPOLICY {
         return Ok(());
     }
-    let policy_dir = msg.payload.get(DIR_OFFSET).copied().map(Dir::from);
-    if dir.is_some() && policy_dir != dir {
+    let Some(&policy_dir) = msg.payload.get(DIR_OFFSET) else {
+        return Err(malformed(format!("policy of {} bytes", msg.payload.len())));
+    };
+    if dir.is_some_and(|d| d != Dir::from(policy_dir)) {
         return Ok(());
     }
     out.count += 1;
