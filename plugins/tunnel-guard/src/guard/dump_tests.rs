@@ -5,7 +5,7 @@
 use super::tests::policy;
 use super::*;
 use podgate_kit::xfrm::{self, Mark, PolicyDump, PROTO_AH, PROTO_ESP};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const MARK: u32 = 759_815;
 const AF_INET6: u16 = 10;
@@ -258,20 +258,14 @@ fn in_new_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T 
     .unwrap()
 }
 
+/// `ip -batch` of `lines` (from a file: thousands of policies in one process).
 fn ip_batch(lines: &str) {
-    let mut child = Command::new("ip")
-        .args(["-batch", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(lines.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "ip -batch");
+    let path =
+        std::env::temp_dir().join(format!("podgate-guard-xfrm-{}.batch", std::process::id()));
+    std::fs::write(&path, lines).unwrap();
+    let st = Command::new("ip").arg("-batch").arg(&path).status();
+    std::fs::remove_file(&path).unwrap();
+    assert!(st.unwrap().success(), "ip -batch");
 }
 
 #[test]
