@@ -1,8 +1,8 @@
 //! What the guard reads from the node: the agent's protection endpoint and
 //! OVSDB on the caller's thread, the kernel's XFRM policies (of the caller's
 //! netns) on a second, the agent's own socket on two more, all under one
-//! deadline. Errors are kept
-//! as text for [`crate::judge`]; nothing here decides.
+//! deadline. Errors are kept as text for [`crate::judge`]; nothing here
+//! decides.
 
 use crate::agent::{self, AgentStatus};
 use crate::guard;
@@ -123,7 +123,7 @@ pub fn observe(cfg: &GuardConfig) -> Observations {
         // two overlap even while the new thread waits for a CPU. Only OUT
         // policies can guard or bypass output, and of those only the few that
         // could be either are parsed: on a node with thousands of per-peer
-        // policies the kernel's dump is nearly all of the cost.
+        // policies the kernel's side of the dump is most of its cost.
         let policies = spawn(s, move || {
             xfrm::dump_policies_where(Dir::Out, budget, guard::may_guard_or_bypass)
         });
