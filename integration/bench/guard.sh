@@ -14,6 +14,9 @@
 # exit. Not a timed test: run it by hand, or through integration/bench/run.sh.
 #   integration/bench/guard.sh [RUNS]        (default 300)
 # Environment: GUARD_BIN (benchmark another build, skips cargo build),
+# GUARD_BEFORE=path (another build, e.g. the previous release, run alternately
+# with GUARD_BIN in the same loop: its medians are printed beside, a fair
+# comparison on a machine whose speed drifts),
 # GUARD_JSON=path (also write the results as JSON), GUARD_HYPERFINE=0 (skip
 # the hyperfine cross-check, as run.sh --short does), GUARD_TUNNELS=N (OVN
 # tunnel interfaces in OVSDB, default 10; 2000 matches the 2,000-peer policy
@@ -25,6 +28,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 bin="${GUARD_BIN:-$target/release/podgate-tunnel-guard}"  # GUARD_BIN: benchmark another build
+before="${GUARD_BEFORE:-}"
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
 mark=759815
@@ -124,28 +128,32 @@ export CNI_COMMAND=ADD CNI_CONTAINERID=bench CNI_NETNS="/var/run/netns/$ns" CNI_
 
 # Whole-process ADD inside the node netns, spawn to exit, no shell in between
 # (posix_spawn + waitpid from a small Python loop); prints the median and p95
-# in ms. (Peak RSS comes from /usr/bin/time below: the ru_maxrss of a
-# posix_spawn'd child also counts the Python parent's pages.)
+# in ms, then those of GUARD_BEFORE when set (run alternately, in turns of
+# alternating order). (Peak RSS comes from /usr/bin/time below: the
+# ru_maxrss of a posix_spawn'd child also counts the Python parent's pages.)
 spawn_loop() {
-    ip netns exec "$ns" "$python" - "$bin" "$tmp/conf.json" "$runs" <<'PY'
+    ip netns exec "$ns" "$python" - "$tmp/conf.json" "$runs" "$bin" $before <<'PY'
 import os, sys, time
-binp, conf, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ts = []
+conf, runs, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+ts = {b: [] for b in bins}
 for i in range(runs + 20):
-    fd, null = os.open(conf, os.O_RDONLY), os.open("/dev/null", os.O_WRONLY)
-    t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(binp, [binp], os.environ,
-                         file_actions=[(os.POSIX_SPAWN_DUP2, fd, 0), (os.POSIX_SPAWN_DUP2, null, 1)])
-    _, status = os.waitpid(pid, 0)
-    t1 = time.perf_counter_ns()
-    os.close(fd), os.close(null)
-    if status != 0:
-        sys.exit("plugin ADD failed")
-    if i >= 20:  # warm-up
-        ts.append((t1 - t0) / 1e6)
-ts.sort()
-p95 = ts[max(0, -(-95 * len(ts) // 100) - 1)]
-print("%.3f %.3f" % (ts[len(ts) // 2], p95))
+    for binp in bins if i % 2 == 0 else bins[::-1]:
+        fd, null = os.open(conf, os.O_RDONLY), os.open("/dev/null", os.O_WRONLY)
+        t0 = time.perf_counter_ns()
+        pid = os.posix_spawn(binp, [binp], os.environ,
+                             file_actions=[(os.POSIX_SPAWN_DUP2, fd, 0), (os.POSIX_SPAWN_DUP2, null, 1)])
+        _, status = os.waitpid(pid, 0)
+        t1 = time.perf_counter_ns()
+        os.close(fd), os.close(null)
+        if status != 0:
+            sys.exit("plugin ADD failed: " + binp)
+        if i >= 20:  # warm-up
+            ts[binp].append((t1 - t0) / 1e6)
+out = []
+for binp in bins:
+    t = sorted(ts[binp])
+    out += [t[len(t) // 2], t[max(0, -(-95 * len(t) // 100) - 1)]]
+print(" ".join("%.3f" % v for v in out))
 PY
 }
 
@@ -163,6 +171,7 @@ hyperfine_median() {
 # One ADD with a log file: it must pass with a real "ready" verdict (both
 # guards, no bypass, lease, tunnel marks, /armed 200), or the numbers mean nothing.
 verify_ready() {
+    local bin="$1"
     jq --arg log "$tmp/verify.log" '. + {logFile: $log}' "$tmp/conf.json" >"$tmp/verify.json"
     rm -f "$tmp/verify.log"
     ip netns exec "$ns" "$bin" <"$tmp/verify.json" >"$tmp/out.json" || {
@@ -179,9 +188,14 @@ verify_ready() {
     fi
 }
 
+# "median p95 hyperfine [before-median before-p95]"
 measure() {
-    verify_ready
-    echo "$(spawn_loop) $(hyperfine_median)"
+    verify_ready "$bin"
+    [ -z "$before" ] || verify_ready "$before"
+    local loop
+    loop="$(spawn_loop)"
+    read -r m p rest <<<"$loop"
+    echo "$m $p $(hyperfine_median) $rest"
 }
 
 peak_rss_kib() {
@@ -195,26 +209,28 @@ peak_rss_kib() {
 
 peer_policies 0 5 | ip -n "$ns" -batch -
 small_n="$(ip -n "$ns" xfrm policy list | grep -c '^src')"
-read -r small_ms small_p95 small_hf <<<"$(measure)"
+read -r small_ms small_p95 small_hf small_before <<<"$(measure)"
 small_rss="$(peak_rss_kib)"
 
 peer_policies 5 2000 | ip -n "$ns" -batch -
 big_n="$(ip -n "$ns" xfrm policy list | grep -c '^src')"
-read -r big_ms big_p95 big_hf <<<"$(measure)"
+read -r big_ms big_p95 big_hf big_before <<<"$(measure)"
 big_rss="$(peak_rss_kib)"
 
 peer_policies 2000 4999 | ip -n "$ns" -batch -
 xl_n="$(ip -n "$ns" xfrm policy list | grep -c '^src')"
-read -r xl_ms xl_p95 xl_hf <<<"$(measure)"
+read -r xl_ms xl_p95 xl_hf xl_before <<<"$(measure)"
 xl_rss="$(peak_rss_kib)"
 
 echo "podgate-tunnel-guard ADD, whole process (release), median of $runs runs; both guard families, $tunnels OVN tunnel interfaces; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '  %5d xfrm policies: median %.3f ms, p95 %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
-    "$small_n" "$small_ms" "$small_p95" "$small_hf" "$small_rss"
-printf '  %5d xfrm policies: median %.3f ms, p95 %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
-    "$big_n" "$big_ms" "$big_p95" "$big_hf" "$big_rss"
-printf '  %5d xfrm policies: median %.3f ms, p95 %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' \
-    "$xl_n" "$xl_ms" "$xl_p95" "$xl_hf" "$xl_rss"
+size_line() { # n median p95 hyperfine rss [before-median before-p95]
+    printf '  %5d xfrm policies: median %.3f ms, p95 %.3f ms (hyperfine: %s ms), peak RSS %s KiB\n' "$1" "$2" "$3" "$4" "$5"
+    [ -z "${6:-}" ] || printf '        GUARD_BEFORE, alternately: median %.3f ms, p95 %.3f ms (%.2fx)\n' "$6" "$7" \
+        "$(awk -v a="$2" -v b="$6" 'BEGIN {print a / b}')"
+}
+size_line "$small_n" "$small_ms" "$small_p95" "$small_hf" "$small_rss" $small_before
+size_line "$big_n" "$big_ms" "$big_p95" "$big_hf" "$big_rss" $big_before
+size_line "$xl_n" "$xl_ms" "$xl_p95" "$xl_hf" "$xl_rss" $xl_before
 for n_ms in "$big_n $big_ms" "$xl_n $xl_ms"; do
     read -r n ms <<<"$n_ms"
     printf '  ratio %d vs %d policies: %.2fx\n' "$n" "$small_n" "$(awk -v a="$ms" -v b="$small_ms" 'BEGIN {print a / b}')"

@@ -19,7 +19,7 @@
 //! value-only comparison misses: stricter, so fail closed.
 
 use crate::config::Family;
-use podgate_kit::xfrm::{Action, Dir, XfrmPolicy, PROTO_UDP};
+use podgate_kit::xfrm::{Action, Dir, RawPolicy, Selector, Template, XfrmPolicy, PROTO_UDP};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -72,18 +72,44 @@ pub fn is_guard(p: &XfrmPolicy, family: Family, mark: u32) -> bool {
 
 /// See the module docs.
 pub fn is_bypass(p: &XfrmPolicy, mark: u32) -> bool {
-    let s = &p.selector;
+    let esp_required = p.templates.iter().any(Template::requires_esp);
+    bypass_shaped(p.dir, p.action, &p.selector, esp_required)
+        && p.mark.is_none_or(|m| mark & m.mask == m.value & m.mask)
+}
+
+/// A bypass of some mark: everything of [`is_bypass`] but the mark.
+fn bypass_shaped(dir: Dir, action: Action, s: &Selector, esp_required: bool) -> bool {
     let port_admitted = s.dport_mask == 0
         || s.dport == 0
         || TUNNEL_PORTS
             .iter()
             .any(|&port| s.dport == port || s.matches_dport(port));
-    p.dir == Dir::Out
-        && p.action == Action::Allow
+    dir == Dir::Out
+        && action == Action::Allow
         && (s.proto == 0 || s.proto == PROTO_UDP)
         && port_admitted
-        && p.mark.is_none_or(|m| mark & m.mask == m.value & m.mask)
-        && !p.templates.iter().any(|t| t.requires_esp())
+        && !esp_required
+}
+
+/// Whether a policy still in the dump buffer could be a guard of any family
+/// and mark ([`guard_shaped`] starts with these three fields) or a bypass of
+/// any mark ([`bypass_shaped`]): the dump parses only those, the judge
+/// decides on them as on any parsed policy, and the rest are only counted.
+/// The lease mark is read from OVSDB while the dump runs, so it cannot take
+/// part. A selector or template that cannot be read keeps the policy, so its
+/// parse fails the dump.
+pub fn may_guard_or_bypass(p: &RawPolicy<'_>) -> bool {
+    let (dir, action) = (p.dir(), p.action());
+    if dir == Dir::Out && action == Action::Block && p.priority() == GUARD_PRIORITY {
+        return true;
+    }
+    let Ok(selector) = p.selector() else {
+        return true;
+    };
+    let esp_required = p
+        .templates()
+        .any(|t| t.as_ref().is_ok_and(Template::requires_esp));
+    bypass_shaped(dir, action, &selector, esp_required)
 }
 
 pub fn assess(policies: &[XfrmPolicy], family: Family, mark: u32) -> FamilyGuard {
@@ -162,11 +188,15 @@ pub fn describe(p: &XfrmPolicy) -> String {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod dump_tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 pub(crate) mod tests {
     use super::*;
     use ipnet::IpNet;
     use podgate_kit::xfrm::{
-        LifetimeCfg, LifetimeCur, Mark, Mode, PolicyType, Selector, Template, PROTO_AH, PROTO_ESP,
+        LifetimeCfg, LifetimeCur, Mark, Mode, PolicyType, PROTO_AH, PROTO_ESP,
     };
 
     const MARK: u32 = 759_815;

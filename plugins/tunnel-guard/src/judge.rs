@@ -423,12 +423,12 @@ fn check_readback(
     r.reqid = lease.map(|(_, q)| q).filter(|q| *q != 0);
     let policies = match &obs.policies {
         Some(Ok(p)) => {
-            r.policy_count = Some(p.len());
+            r.policy_count = Some(p.count);
             c.pass(
                 "xfrm",
-                format!("{} outbound xfrm policies read back", p.len()),
+                format!("{} outbound xfrm policies read back", p.count),
             );
-            Some(p)
+            Some(&p.kept)
         }
         Some(Err(e)) => {
             c.add("xfrm", gating, format!("xfrm policy dump: {e}{suffix}"));

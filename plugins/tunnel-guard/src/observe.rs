@@ -1,14 +1,16 @@
 //! What the guard reads from the node: the agent's protection endpoint and
-//! OVSDB on one thread, the agent's own socket on two more, the kernel's
-//! XFRM policies on the caller's, all under one deadline. Errors are kept
-//! as text for [`crate::judge`]; nothing here decides.
+//! OVSDB on the caller's thread, the kernel's XFRM policies (of the caller's
+//! netns) on a second, the agent's own socket on two more, all under one
+//! deadline. Errors are kept as text for [`crate::judge`]; nothing here
+//! decides.
 
 use crate::agent::{self, AgentStatus};
+use crate::guard;
 use crate::io::{Deadline, IoError};
 use crate::ovsdb::{self, OvsInfo, OvsdbError};
 use crate::protection::{self, Answer, Endpoint, Presence, ProtectionError};
 use crate::{GuardConfig, Required};
-use podgate_kit::xfrm::{self, Dir, XfrmPolicy};
+use podgate_kit::xfrm::{self, Dir, PolicyDump};
 use std::thread::{Builder, Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
@@ -34,8 +36,9 @@ pub struct Observations {
     pub ovsdb: Option<OvsRead>,
     pub armed: Option<Asked>,
     pub startup: Option<Asked>,
-    /// The OUT policies of the calling thread's netns.
-    pub policies: Option<Result<Vec<XfrmPolicy>, String>>,
+    /// The OUT policies of the calling thread's netns: how many, and those
+    /// that could be a guard or a bypass ([`crate::guard::may_guard_or_bypass`]).
+    pub policies: Option<Result<PolicyDump, String>>,
     pub readyz: Option<Result<u16, String>>,
     pub status: Option<Result<AgentStatus, String>>,
     pub elapsed: Duration,
@@ -112,30 +115,32 @@ pub fn observe(cfg: &GuardConfig) -> Observations {
     let socket = Presence::of(&cfg.protection_socket());
     let dl = Deadline::after(cfg.timeout());
     std::thread::scope(|s| {
-        let (file, socket, dl) = (&file, &socket, &dl);
-        let endpoint = spawn(s, move || {
-            Ok::<_, String>(read_endpoint(cfg, socket, file, dl))
+        let budget = dl.remaining().unwrap_or(Duration::from_millis(1));
+        // The dump is CPU work in the kernel from its first receive to its
+        // last, the endpoint mostly waits on OVSDB and the agent: the dump
+        // gets a thread of its own (which starts in the caller's netns) and
+        // the caller's thread, already running, takes the endpoint, so the
+        // two overlap even while the new thread waits for a CPU. Only OUT
+        // policies can guard or bypass output, and of those only the few that
+        // could be either are parsed: on a node with thousands of per-peer
+        // policies the kernel's side of the dump is most of its cost.
+        let policies = spawn(s, move || {
+            xfrm::dump_policies_where(Dir::Out, budget, guard::may_guard_or_bypass)
         });
+        let dl = &dl;
         let agent = cfg.agent_socket.as_deref().map(|p| {
             (
                 spawn(s, move || agent::readyz(p, dl)),
                 spawn(s, move || agent::status(p, dl)),
             )
         });
-        let budget = dl.remaining().unwrap_or(Duration::from_millis(1));
-        // Only OUT policies can guard or bypass output; skipping the rest early
-        // halves the work on nodes with per-peer in/out policy pairs.
-        obs.policies = Some(xfrm::dump_policies_dir(Dir::Out, budget).map_err(|e| e.to_string()));
-        match join(endpoint) {
-            Ok(e) => {
-                obs.dir_check = e.dir_check;
-                obs.socket_check = e.socket_check;
-                obs.ovsdb = Some(e.ovsdb);
-                obs.armed = e.armed;
-                obs.startup = e.startup;
-            }
-            Err(e) => obs.ovsdb = Some(OvsRead::Failed(e)),
-        }
+        let e = read_endpoint(cfg, &socket, &file, dl);
+        obs.dir_check = e.dir_check;
+        obs.socket_check = e.socket_check;
+        obs.ovsdb = Some(e.ovsdb);
+        obs.armed = e.armed;
+        obs.startup = e.startup;
+        obs.policies = Some(join(policies));
         if let Some((readyz, status)) = agent {
             obs.readyz = Some(join(readyz));
             obs.status = Some(join(status));

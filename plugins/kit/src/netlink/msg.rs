@@ -109,6 +109,16 @@ pub(crate) struct Msg {
 }
 
 impl Msg {
+    pub(crate) fn view(&self) -> MsgRef<'_> {
+        MsgRef {
+            ty: self.ty,
+            flags: self.flags,
+            seq: self.seq,
+            port: self.port,
+            payload: &self.payload,
+        }
+    }
+
     /// The attributes of an nfnetlink data message (after `nfgenmsg`).
     pub(crate) fn nf_attrs(&self) -> &[u8] {
         self.payload.get(4..).unwrap_or_default()
@@ -138,40 +148,66 @@ pub(crate) fn attr_string(b: &[u8]) -> String {
     String::from_utf8_lossy(b.get(..end).unwrap_or_default()).into_owned()
 }
 
-/// Splits a datagram into its messages.
-pub(crate) fn split_datagram(mut data: &[u8]) -> Result<Vec<Msg>, String> {
+/// One netlink message borrowed from the datagram it arrived in: what a dump
+/// visits, so a row that is only looked at is never copied.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MsgRef<'a> {
+    pub(crate) ty: u16,
+    pub(crate) flags: u16,
+    pub(crate) seq: u32,
+    pub(crate) port: u32,
+    /// Everything after the 16-byte `nlmsghdr`.
+    pub(crate) payload: &'a [u8],
+}
+
+impl MsgRef<'_> {
+    pub(crate) fn to_owned(self) -> Msg {
+        Msg {
+            ty: self.ty,
+            flags: self.flags,
+            seq: self.seq,
+            port: self.port,
+            payload: self.payload.to_vec(),
+        }
+    }
+}
+
+/// The messages of a datagram, borrowed from it, in order.
+pub(crate) fn messages(mut data: &[u8]) -> Result<Vec<MsgRef<'_>>, String> {
     let mut out = Vec::new();
     while !data.is_empty() {
         if data.len() < NLMSG_HDRLEN {
             return Err(format!("short netlink header ({} bytes)", data.len()));
         }
         let len = ne_u32(data, 0).unwrap_or(0) as usize;
-        let ty = ne_u16(data, 4).unwrap_or(0);
-        let flags = ne_u16(data, 6).unwrap_or(0);
-        let seq = ne_u32(data, 8).unwrap_or(0);
-        let port = ne_u32(data, 12).unwrap_or(0);
         if len < NLMSG_HDRLEN {
             return Err(format!("nlmsg_len {len} shorter than the header"));
         }
         let payload = data
             .get(NLMSG_HDRLEN..len)
             .ok_or_else(|| format!("nlmsg_len {len} exceeds datagram ({} bytes)", data.len()))?;
-        out.push(Msg {
-            ty,
-            flags,
-            seq,
-            port,
-            payload: payload.to_vec(),
+        out.push(MsgRef {
+            ty: ne_u16(data, 4).unwrap_or(0),
+            flags: ne_u16(data, 6).unwrap_or(0),
+            seq: ne_u32(data, 8).unwrap_or(0),
+            port: ne_u32(data, 12).unwrap_or(0),
+            payload,
         });
         data = data.get(align4(len)..).unwrap_or_default();
     }
     Ok(out)
 }
 
+/// Splits a datagram into its messages, copied out of it.
+#[cfg(test)]
+pub(crate) fn split_datagram(data: &[u8]) -> Result<Vec<Msg>, String> {
+    Ok(messages(data)?.into_iter().map(MsgRef::to_owned).collect())
+}
+
 /// Decodes an `NLMSG_ERROR` payload into (positive errno, extack message).
 /// errno 0 is an ACK.
-pub(crate) fn parse_error(msg: &Msg) -> Result<(i32, Option<String>), String> {
-    let raw = ne_u32(&msg.payload, 0).ok_or("NLMSG_ERROR shorter than its error code")?;
+pub(crate) fn parse_error(msg: MsgRef<'_>) -> Result<(i32, Option<String>), String> {
+    let raw = ne_u32(msg.payload, 0).ok_or("NLMSG_ERROR shorter than its error code")?;
     let errno = i32::from_ne_bytes(raw.to_ne_bytes()).saturating_neg();
     let mut message = None;
     if msg.flags & NLM_F_ACK_TLVS != 0 {
@@ -180,7 +216,7 @@ pub(crate) fn parse_error(msg: &Msg) -> Result<(i32, Option<String>), String> {
         let echoed = if msg.flags & NLM_F_CAPPED != 0 {
             NLMSG_HDRLEN
         } else {
-            align4(ne_u32(&msg.payload, 4).unwrap_or(0) as usize)
+            align4(ne_u32(msg.payload, 4).unwrap_or(0) as usize)
         };
         if let Some(tlvs) = msg.payload.get(4 + echoed..) {
             if let Ok(attrs) = Attrs::parse(tlvs) {
@@ -296,7 +332,7 @@ mod tests {
         let d = nlmsg(NLMSG_ERROR, NLM_F_ACK_TLVS, 5, 0, &payload);
         let msg = split_datagram(&d).unwrap().remove(0);
         assert_eq!(
-            parse_error(&msg).unwrap(),
+            parse_error(msg.view()).unwrap(),
             (libc::EEXIST, Some("exists already".into()))
         );
         // Capped: only the header is echoed.
@@ -305,14 +341,17 @@ mod tests {
         payload.extend(attr(NLMSGERR_ATTR_MSG, b"no\0"));
         let d = nlmsg(NLMSG_ERROR, NLM_F_ACK_TLVS | NLM_F_CAPPED, 5, 0, &payload);
         let msg = split_datagram(&d).unwrap().remove(0);
-        assert_eq!(parse_error(&msg).unwrap(), (libc::EPERM, Some("no".into())));
+        assert_eq!(
+            parse_error(msg.view()).unwrap(),
+            (libc::EPERM, Some("no".into()))
+        );
         // An ACK, and an error reply too short to hold its code.
         let d = nlmsg(NLMSG_ERROR, NLM_F_CAPPED, 5, 0, &[0; 20]);
         let msg = split_datagram(&d).unwrap().remove(0);
-        assert_eq!(parse_error(&msg).unwrap(), (0, None));
+        assert_eq!(parse_error(msg.view()).unwrap(), (0, None));
         let d = nlmsg(NLMSG_ERROR, 0, 5, 0, &[0; 2]);
         let msg = split_datagram(&d).unwrap().remove(0);
-        assert!(parse_error(&msg).is_err());
+        assert!(parse_error(msg.view()).is_err());
     }
 
     #[test]

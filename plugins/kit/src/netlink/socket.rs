@@ -3,7 +3,7 @@
 //! and one timeout, for any family.
 
 use super::consts::*;
-use super::msg::{ne_u16, ne_u32, parse_error, split_datagram, Msg};
+use super::msg::{messages, ne_u16, ne_u32, parse_error, Msg, MsgRef};
 use crate::error::{Error, Result};
 use crate::netns::NetNs;
 use std::io;
@@ -65,11 +65,12 @@ pub const MAX_DUMP_BYTES: usize = 64 * 1024 * 1024;
 /// How many times to restart a dump that the kernel flagged as inconsistent.
 pub const DUMP_ATTEMPTS: u32 = 4;
 
-/// What a dump visitor sees: a row, or the news that the dump restarted (the
+/// What a dump visitor sees: a row (borrowed from the receive buffer: copy
+/// what must outlive the call), or the news that the dump restarted (the
 /// kernel flagged it interrupted) and everything seen so far is void.
-pub(crate) enum DumpEvent {
+pub(crate) enum DumpEvent<'a> {
     Restart,
-    Row(Msg),
+    Row(MsgRef<'a>),
 }
 
 /// A netlink socket of family `F`, bound to the network namespace it was
@@ -213,6 +214,18 @@ impl<F: NetlinkFamily> Socket<F> {
         object: &str,
         seqs: impl Fn(u32) -> bool,
     ) -> Result<Option<Vec<Msg>>> {
+        let msgs = self.recv_borrowed(deadline, object, seqs)?;
+        Ok(msgs.map(|msgs| msgs.into_iter().map(MsgRef::to_owned).collect()))
+    }
+
+    /// [`Socket::recv`] without copying: the messages stay in the receive
+    /// buffer until the next receive.
+    fn recv_borrowed(
+        &mut self,
+        deadline: Option<Instant>,
+        object: &str,
+        seqs: impl Fn(u32) -> bool,
+    ) -> Result<Option<Vec<MsgRef<'_>>>> {
         let base_flags = if deadline.is_none() {
             libc::MSG_DONTWAIT
         } else {
@@ -263,8 +276,7 @@ impl<F: NetlinkFamily> Socket<F> {
                     limit: self.buf.capacity(),
                 });
             }
-            let data = self.buf.as_slice();
-            let msgs = split_datagram(data).map_err(Self::protocol_err(object))?;
+            let msgs = messages(self.buf.as_slice()).map_err(Self::protocol_err(object))?;
             return Ok(Some(ours(msgs, seqs, self.port)));
         }
     }
@@ -289,7 +301,7 @@ impl<F: NetlinkFamily> Socket<F> {
                 match msg.ty {
                     NLMSG_ERROR => {
                         let (errno, message) =
-                            parse_error(&msg).map_err(Self::protocol_err(object))?;
+                            parse_error(msg.view()).map_err(Self::protocol_err(object))?;
                         return match errno {
                             0 => Ok(rows),
                             _ => Err(Self::kernel_err(object, errno, message)),
@@ -321,7 +333,7 @@ impl<F: NetlinkFamily> Socket<F> {
         &mut self,
         object: &str,
         build: impl Fn(u32) -> Vec<u8>,
-        mut visit: impl FnMut(DumpEvent) -> Result<()>,
+        mut visit: impl FnMut(DumpEvent<'_>) -> Result<()>,
     ) -> Result<()> {
         // One deadline for every attempt: the caller's budget is the total.
         let deadline = self.deadline();
@@ -335,7 +347,7 @@ impl<F: NetlinkFamily> Socket<F> {
             let mut failed: Option<Error> = None;
             loop {
                 let msgs = self
-                    .recv(Some(deadline), object, |s| s == seq)?
+                    .recv_borrowed(Some(deadline), object, |s| s == seq)?
                     .unwrap_or_default();
                 let done = dump_step::<F>(msgs, object, &mut interrupted, |msg| {
                     if failed.is_none() {
@@ -387,7 +399,7 @@ impl<F: NetlinkFamily> Socket<F> {
                             limit: MAX_DUMP_BYTES,
                         });
                     }
-                    rows.push(msg);
+                    rows.push(msg.to_owned());
                 }
             }
             Ok(())
@@ -425,7 +437,7 @@ impl<F: NetlinkFamily> Socket<F> {
                 match msg.ty {
                     NLMSG_ERROR => {
                         let (errno, message) =
-                            parse_error(&msg).map_err(Self::protocol_err(whole))?;
+                            parse_error(msg.view()).map_err(Self::protocol_err(whole))?;
                         if errno != 0 {
                             errors.push(Self::kernel_err(&object(msg.seq), errno, message));
                         } else if msg.seq == last {
@@ -447,7 +459,11 @@ impl<F: NetlinkFamily> Socket<F> {
 /// The messages of a datagram that answer one of `seqs` on `port`: a stale
 /// answer to an earlier, abandoned request, or one for another socket, is
 /// dropped.
-pub(crate) fn ours(msgs: Vec<Msg>, seqs: impl Fn(u32) -> bool, port: u32) -> Vec<Msg> {
+pub(crate) fn ours<'a>(
+    msgs: Vec<MsgRef<'a>>,
+    seqs: impl Fn(u32) -> bool,
+    port: u32,
+) -> Vec<MsgRef<'a>> {
     msgs.into_iter()
         .filter(|m| seqs(m.seq) && (m.port == 0 || m.port == port))
         .collect()
@@ -456,18 +472,18 @@ pub(crate) fn ours(msgs: Vec<Msg>, seqs: impl Fn(u32) -> bool, port: u32) -> Vec
 /// One datagram of a dump (already filtered by [`ours`]): rows go to `row`,
 /// `NLM_F_DUMP_INTR` is noted in `interrupted`; returns whether the dump is
 /// complete (`NLMSG_DONE`), or the kernel's error.
-pub(crate) fn dump_step<F: NetlinkFamily>(
-    msgs: Vec<Msg>,
+pub(crate) fn dump_step<'a, F: NetlinkFamily>(
+    msgs: Vec<MsgRef<'a>>,
     object: &str,
     interrupted: &mut bool,
-    mut row: impl FnMut(Msg),
+    mut row: impl FnMut(MsgRef<'a>),
 ) -> Result<bool> {
     for msg in msgs {
         *interrupted |= msg.flags & NLM_F_DUMP_INTR != 0;
         match msg.ty {
             NLMSG_DONE => {
                 // NLMSG_DONE carries the dump's final status.
-                let status = ne_u32(&msg.payload, 0).map(|v| i32::from_ne_bytes(v.to_ne_bytes()));
+                let status = ne_u32(msg.payload, 0).map(|v| i32::from_ne_bytes(v.to_ne_bytes()));
                 if let Some(status) = status.filter(|s| *s < 0) {
                     return Err(Socket::<F>::kernel_err(
                         object,
@@ -479,7 +495,7 @@ pub(crate) fn dump_step<F: NetlinkFamily>(
             }
             NLMSG_ERROR => {
                 let (errno, message) =
-                    parse_error(&msg).map_err(Socket::<F>::protocol_err(object))?;
+                    parse_error(msg).map_err(Socket::<F>::protocol_err(object))?;
                 if errno != 0 {
                     return Err(Socket::<F>::kernel_err(object, errno, message));
                 }
@@ -519,13 +535,13 @@ fn set_timeout(sock: &netlink_sys::Socket, opt: libc::c_int, timeout: Duration) 
 mod tests {
     use super::*;
 
-    fn msg(ty: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> Msg {
-        Msg {
+    fn msg(ty: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> MsgRef<'_> {
+        MsgRef {
             ty,
             flags,
             seq,
             port,
-            payload: payload.to_vec(),
+            payload,
         }
     }
 
@@ -552,7 +568,7 @@ mod tests {
             ],
             "list routes",
             &mut interrupted,
-            |m| rows.push(m.payload),
+            |m| rows.push(m.payload.to_vec()),
         )
         .unwrap();
         assert!(!done && interrupted);

@@ -326,7 +326,7 @@ fn a_kernel_error_reply_carries_its_errno_and_extended_ack_message() {
         port: 0,
         payload,
     };
-    let (errno, message) = parse_error(&msg).unwrap();
+    let (errno, message) = parse_error(msg.view()).unwrap();
     assert_eq!(errno, libc::EINVAL);
     assert_eq!(message.as_deref(), Some("bad thing"));
     let err = NftError::Kernel {
@@ -350,7 +350,7 @@ fn a_kernel_error_reply_carries_its_errno_and_extended_ack_message() {
         port: 0,
         payload: [0u8; 20].to_vec(),
     };
-    assert_eq!(parse_error(&ack).unwrap(), (0, None));
+    assert_eq!(parse_error(ack.view()).unwrap(), (0, None));
     // Too short.
     let short = NlMsg {
         ty: sys::NLMSG_ERROR,
@@ -359,7 +359,7 @@ fn a_kernel_error_reply_carries_its_errno_and_extended_ack_message() {
         port: 0,
         payload: vec![0, 0],
     };
-    assert!(parse_error(&short).is_err());
+    assert!(parse_error(short.view()).is_err());
 }
 
 #[test]
@@ -393,7 +393,7 @@ fn malformed_input_does_not_panic() {
         };
         let _ = decode_rule(&msg);
         let _ = decode_chain(&msg);
-        let _ = parse_error(&msg);
+        let _ = parse_error(msg.view());
     }
 }
 

@@ -10,7 +10,7 @@
 //! is 168 bytes there; 32-bit x86 lays it out differently).
 
 use crate::netlink::consts::{NLMSG_HDRLEN as NLMSG_HDR_LEN, NLM_F_DUMP, NLM_F_REQUEST};
-use crate::netlink::msg::{align4, Msg};
+use crate::netlink::msg::{align4, MsgRef};
 use crate::netlink::{DumpEvent, NetlinkFamily, Socket, Xfrm};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::Serialize;
@@ -238,27 +238,61 @@ pub fn dump_policies() -> Result<Vec<XfrmPolicy>, XfrmError> {
 
 /// As [`dump_policies`], bounded by `timeout` in total.
 pub fn dump_policies_timeout(timeout: Duration) -> Result<Vec<XfrmPolicy>, XfrmError> {
-    dump(timeout, None)
+    Ok(dump(timeout, None, |_| true)?.kept)
 }
 
 /// As [`dump_policies_timeout`], keeping only the policies of direction `dir`.
 /// The direction is checked before a policy is parsed, which matters on nodes
 /// with thousands of per-peer policies.
 pub fn dump_policies_dir(dir: Dir, timeout: Duration) -> Result<Vec<XfrmPolicy>, XfrmError> {
-    dump(timeout, Some(dir))
+    Ok(dump(timeout, Some(dir), |_| true)?.kept)
 }
 
-fn dump(timeout: Duration, dir: Option<Dir>) -> Result<Vec<XfrmPolicy>, XfrmError> {
+/// What [`dump_policies_where`] read: how many policies of the direction
+/// the kernel holds, and those the filter kept, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyDump {
+    pub count: usize,
+    pub kept: Vec<XfrmPolicy>,
+}
+
+impl From<Vec<XfrmPolicy>> for PolicyDump {
+    /// Every policy kept.
+    fn from(kept: Vec<XfrmPolicy>) -> PolicyDump {
+        PolicyDump {
+            count: kept.len(),
+            kept,
+        }
+    }
+}
+
+/// As [`dump_policies_dir`], parsing only the policies `keep` selects while
+/// they are still in the receive buffer ([`RawPolicy`]: no copy, no
+/// allocation); the others are only counted. A policy too malformed to be
+/// read in place fails the dump as it would when parsed.
+pub fn dump_policies_where(
+    dir: Dir,
+    timeout: Duration,
+    keep: impl Fn(&RawPolicy<'_>) -> bool,
+) -> Result<PolicyDump, XfrmError> {
+    dump(timeout, Some(dir), keep)
+}
+
+fn dump(
+    timeout: Duration,
+    dir: Option<Dir>,
+    keep: impl Fn(&RawPolicy<'_>) -> bool,
+) -> Result<PolicyDump, XfrmError> {
     let mut sock = Socket::<Xfrm>::with_timeout(timeout)?;
-    let mut policies = Vec::new();
+    let mut out = PolicyDump::default();
     sock.dump_each("policy dump", dump_request, |event| match event {
         DumpEvent::Restart => {
-            policies.clear();
+            out = PolicyDump::default();
             Ok(())
         }
-        DumpEvent::Row(msg) => keep_policy(&msg, dir, &mut policies),
+        DumpEvent::Row(msg) => keep_policy(msg, dir, &keep, &mut out),
     })?;
-    Ok(policies)
+    Ok(out)
 }
 
 fn dump_request(seq: u32) -> Vec<u8> {
@@ -271,24 +305,37 @@ fn dump_request(seq: u32) -> Vec<u8> {
     m
 }
 
-/// One row of the dump: a policy of direction `dir` (if given) is parsed
-/// into `out`. The direction is checked before parsing.
-fn keep_policy(msg: &Msg, dir: Option<Dir>, out: &mut Vec<XfrmPolicy>) -> Result<(), XfrmError> {
+/// One row of the dump: a policy of direction `dir` (if given) is counted,
+/// and parsed into `out` when `keep` selects it. The direction is checked
+/// before anything else is read; a row too short to hold one is an error.
+fn keep_policy(
+    msg: MsgRef<'_>,
+    dir: Option<Dir>,
+    keep: impl Fn(&RawPolicy<'_>) -> bool,
+    out: &mut PolicyDump,
+) -> Result<(), XfrmError> {
     if msg.ty != XFRM_MSG_NEWPOLICY {
         return Ok(());
     }
-    let policy_dir = msg.payload.get(DIR_OFFSET).copied().map(Dir::from);
-    if dir.is_some() && policy_dir != dir {
+    let Some(&policy_dir) = msg.payload.get(DIR_OFFSET) else {
+        return Err(malformed(format!("policy of {} bytes", msg.payload.len())));
+    };
+    if dir.is_some_and(|d| d != Dir::from(policy_dir)) {
         return Ok(());
     }
-    if out.len() >= MAX_POLICIES {
+    out.count += 1;
+    let raw = RawPolicy::new(msg.payload)?;
+    if !keep(&raw) {
+        return Ok(());
+    }
+    if out.kept.len() >= MAX_POLICIES {
         return Err(XfrmError::TooMany {
             family: XFRM,
             object: "policy dump".into(),
             limit: MAX_POLICIES,
         });
     }
-    out.push(parse_policy(&msg.payload)?);
+    out.kept.push(raw.to_policy()?);
     Ok(())
 }
 
@@ -372,90 +419,147 @@ fn parse_template(b: &[u8], sel_family: u16) -> Option<Template> {
 
 /// Parse the payload of one `XFRM_MSG_NEWPOLICY` (after the netlink header).
 pub fn parse_policy(p: &[u8]) -> Result<XfrmPolicy, XfrmError> {
-    let info = p
-        .get(..USERPOLICY_INFO_LEN)
-        .ok_or_else(|| malformed(format!("policy of {} bytes", p.len())))?;
-    let short = || malformed("short xfrm_userpolicy_info");
-    let selector = parse_selector(info.get(..SELECTOR_LEN).ok_or_else(short)?)?;
-    let family = u16_at(info, 40).ok_or_else(short)?;
-    let q = |i: usize| u64_at(info, SELECTOR_LEN + 8 * i).ok_or_else(short);
-    let lifetime = LifetimeCfg {
-        soft_byte_limit: q(0)?,
-        hard_byte_limit: q(1)?,
-        soft_packet_limit: q(2)?,
-        hard_packet_limit: q(3)?,
-        soft_add_expires_seconds: q(4)?,
-        hard_add_expires_seconds: q(5)?,
-        soft_use_expires_seconds: q(6)?,
-        hard_use_expires_seconds: q(7)?,
-    };
-    let current = LifetimeCur {
-        bytes: q(8)?,
-        packets: q(9)?,
-        add_time: q(10)?,
-        use_time: q(11)?,
-    };
-    let mut pol = XfrmPolicy {
-        dir: Dir::from(u8_at(info, DIR_OFFSET).ok_or_else(short)?),
-        action: Action::from(u8_at(info, 161).ok_or_else(short)?),
-        priority: u32_at(info, 152).ok_or_else(short)?,
-        index: u32_at(info, 156).ok_or_else(short)?,
-        family,
-        selector,
-        lifetime,
-        current,
-        flags: u8_at(info, 162).ok_or_else(short)?,
-        share: u8_at(info, 163).ok_or_else(short)?,
-        ptype: PolicyType::Main,
-        mark: None,
-        if_id: None,
-        templates: Vec::new(),
-    };
+    RawPolicy::new(p)?.to_policy()
+}
 
-    let mut off = align4(USERPOLICY_INFO_LEN);
-    while off + 4 <= p.len() {
-        let len = u16_at(p, off).unwrap_or(0) as usize;
-        let ty = u16_at(p, off + 2).unwrap_or(0) & NLA_TYPE_MASK;
-        if len < 4 {
-            return Err(malformed(format!("attribute length {len}")));
-        }
-        let v = p
-            .get(off + 4..off + len)
-            .ok_or_else(|| malformed(format!("attribute {ty} overruns policy")))?;
-        match ty {
-            XFRMA_TMPL => {
-                if v.len() % USER_TMPL_LEN != 0 {
-                    return Err(malformed(format!("XFRMA_TMPL of {} bytes", v.len())));
+/// One `XFRM_MSG_NEWPOLICY` payload read where it lies: the fixed
+/// `xfrm_userpolicy_info` and its attributes located and bounds-checked,
+/// nothing copied. [`RawPolicy::to_policy`] parses the rest.
+#[derive(Debug, Clone, Copy)]
+pub struct RawPolicy<'a> {
+    info: &'a [u8],
+    /// The `XFRMA_TMPL` payload, a whole number of `xfrm_user_tmpl`.
+    tmpl: &'a [u8],
+    mark: Option<Mark>,
+    if_id: Option<u32>,
+    ptype: PolicyType,
+}
+
+impl<'a> RawPolicy<'a> {
+    /// Checks the sizes of the fixed part and of every attribute, as parsing does.
+    pub fn new(p: &'a [u8]) -> Result<RawPolicy<'a>, XfrmError> {
+        let info = p
+            .get(..USERPOLICY_INFO_LEN)
+            .ok_or_else(|| malformed(format!("policy of {} bytes", p.len())))?;
+        let mut raw = RawPolicy {
+            info,
+            tmpl: &[],
+            mark: None,
+            if_id: None,
+            ptype: PolicyType::Main,
+        };
+        let mut off = align4(USERPOLICY_INFO_LEN);
+        while off + 4 <= p.len() {
+            let len = u16_at(p, off).unwrap_or(0) as usize;
+            let ty = u16_at(p, off + 2).unwrap_or(0) & NLA_TYPE_MASK;
+            if len < 4 {
+                return Err(malformed(format!("attribute length {len}")));
+            }
+            let v = p
+                .get(off + 4..off + len)
+                .ok_or_else(|| malformed(format!("attribute {ty} overruns policy")))?;
+            match ty {
+                XFRMA_TMPL => {
+                    if v.len() % USER_TMPL_LEN != 0 {
+                        return Err(malformed(format!("XFRMA_TMPL of {} bytes", v.len())));
+                    }
+                    raw.tmpl = v;
                 }
-                for t in v.chunks_exact(USER_TMPL_LEN) {
-                    pol.templates.push(
-                        parse_template(t, family)
-                            .ok_or_else(|| malformed("short xfrm_user_tmpl"))?,
-                    );
+                XFRMA_MARK => {
+                    let bad = || malformed("short XFRMA_MARK");
+                    raw.mark = Some(Mark {
+                        value: u32_at(v, 0).ok_or_else(bad)?,
+                        mask: u32_at(v, 4).ok_or_else(bad)?,
+                    });
                 }
+                XFRMA_IF_ID => {
+                    raw.if_id = Some(u32_at(v, 0).ok_or_else(|| malformed("short XFRMA_IF_ID"))?);
+                }
+                XFRMA_POLICY_TYPE => {
+                    raw.ptype = match u8_at(v, 0).ok_or_else(|| malformed("short policy type"))? {
+                        0 => PolicyType::Main,
+                        1 => PolicyType::Sub,
+                        o => PolicyType::Other(o),
+                    };
+                }
+                _ => {}
             }
-            XFRMA_MARK => {
-                let bad = || malformed("short XFRMA_MARK");
-                pol.mark = Some(Mark {
-                    value: u32_at(v, 0).ok_or_else(bad)?,
-                    mask: u32_at(v, 4).ok_or_else(bad)?,
-                });
-            }
-            XFRMA_IF_ID => {
-                pol.if_id = Some(u32_at(v, 0).ok_or_else(|| malformed("short XFRMA_IF_ID"))?);
-            }
-            XFRMA_POLICY_TYPE => {
-                pol.ptype = match u8_at(v, 0).ok_or_else(|| malformed("short policy type"))? {
-                    0 => PolicyType::Main,
-                    1 => PolicyType::Sub,
-                    o => PolicyType::Other(o),
-                };
-            }
-            _ => {}
+            off += align4(len);
         }
-        off += align4(len);
+        Ok(raw)
     }
-    Ok(pol)
+
+    pub fn dir(&self) -> Dir {
+        Dir::from(u8_at(self.info, DIR_OFFSET).unwrap_or_default())
+    }
+
+    pub fn action(&self) -> Action {
+        Action::from(u8_at(self.info, 161).unwrap_or_default())
+    }
+
+    pub fn priority(&self) -> u32 {
+        u32_at(self.info, 152).unwrap_or_default()
+    }
+
+    /// The selector's address family (AF_INET 2, AF_INET6 10).
+    pub fn family(&self) -> u16 {
+        u16_at(self.info, 40).unwrap_or_default()
+    }
+
+    pub fn selector(&self) -> Result<Selector, XfrmError> {
+        parse_selector(self.info.get(..SELECTOR_LEN).unwrap_or_default())
+    }
+
+    pub fn mark(&self) -> Option<Mark> {
+        self.mark
+    }
+
+    /// The templates in order; one is an error only if it cannot be read.
+    pub fn templates(&self) -> impl Iterator<Item = Result<Template, XfrmError>> + 'a {
+        let family = self.family();
+        self.tmpl.chunks_exact(USER_TMPL_LEN).map(move |t| {
+            parse_template(t, family).ok_or_else(|| malformed("short xfrm_user_tmpl"))
+        })
+    }
+
+    /// The whole policy, parsed.
+    pub fn to_policy(&self) -> Result<XfrmPolicy, XfrmError> {
+        let info = self.info;
+        let short = || malformed("short xfrm_userpolicy_info");
+        let q = |i: usize| u64_at(info, SELECTOR_LEN + 8 * i).ok_or_else(short);
+        let lifetime = LifetimeCfg {
+            soft_byte_limit: q(0)?,
+            hard_byte_limit: q(1)?,
+            soft_packet_limit: q(2)?,
+            hard_packet_limit: q(3)?,
+            soft_add_expires_seconds: q(4)?,
+            hard_add_expires_seconds: q(5)?,
+            soft_use_expires_seconds: q(6)?,
+            hard_use_expires_seconds: q(7)?,
+        };
+        let current = LifetimeCur {
+            bytes: q(8)?,
+            packets: q(9)?,
+            add_time: q(10)?,
+            use_time: q(11)?,
+        };
+        Ok(XfrmPolicy {
+            dir: self.dir(),
+            action: self.action(),
+            priority: self.priority(),
+            index: u32_at(info, 156).ok_or_else(short)?,
+            family: self.family(),
+            selector: self.selector()?,
+            lifetime,
+            current,
+            flags: u8_at(info, 162).ok_or_else(short)?,
+            share: u8_at(info, 163).ok_or_else(short)?,
+            ptype: self.ptype,
+            mark: self.mark,
+            if_id: self.if_id,
+            templates: self.templates().collect::<Result<_, _>>()?,
+        })
+    }
 }
 
 #[cfg(test)]

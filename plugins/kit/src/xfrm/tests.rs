@@ -2,20 +2,21 @@
 
 use super::*;
 use crate::netlink::consts::{NLMSG_DONE, NLMSG_ERROR, NLM_F_MULTI};
-use crate::netlink::msg::{nlmsg, split_datagram};
+use crate::netlink::msg::{messages, nlmsg};
 use crate::netlink::{dump_step, ours};
 
 /// One datagram of a policy dump through the same steps as
 /// [`dump`]: framing, sequence and port filter, dump end and errors,
-/// then [`keep_policy`]. True once the dump is complete.
-fn parse_datagram(
+/// then [`keep_policy`] with `keep`. True once the dump is complete.
+fn parse_datagram_where(
     data: &[u8],
     seq: u32,
     port: u32,
     dir: Option<Dir>,
-    out: &mut Vec<XfrmPolicy>,
+    keep: impl Fn(&RawPolicy<'_>) -> bool,
+    out: &mut PolicyDump,
 ) -> Result<bool, XfrmError> {
-    let msgs = split_datagram(data).map_err(malformed)?;
+    let msgs = messages(data).map_err(malformed)?;
     let mut interrupted = false;
     let mut failed = None;
     let done = dump_step::<Xfrm>(
@@ -24,7 +25,7 @@ fn parse_datagram(
         &mut interrupted,
         |msg| {
             if failed.is_none() {
-                failed = keep_policy(&msg, dir, out).err();
+                failed = keep_policy(msg, dir, &keep, out).err();
             }
         },
     )?;
@@ -32,6 +33,20 @@ fn parse_datagram(
         Some(e) => Err(e),
         None => Ok(done),
     }
+}
+
+/// [`parse_datagram_where`] keeping every policy.
+fn parse_datagram(
+    data: &[u8],
+    seq: u32,
+    port: u32,
+    dir: Option<Dir>,
+    out: &mut Vec<XfrmPolicy>,
+) -> Result<bool, XfrmError> {
+    let mut dump = PolicyDump::from(std::mem::take(out));
+    let done = parse_datagram_where(data, seq, port, dir, |_| true, &mut dump);
+    *out = dump.kept;
+    done
 }
 
 /// A policy as the kernel would encode it.
@@ -240,6 +255,68 @@ fn direction_filter_skips_before_parsing() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].dir, Dir::Out);
     assert!(parse_datagram(&d, 1, 0, None, &mut out).is_err());
+}
+
+#[test]
+fn a_filtered_dump_counts_every_policy_of_its_direction_and_parses_only_those_kept() {
+    let esp = tmpl(PROTO_ESP, false, [10, 0, 0, 1], [10, 0, 0, 2]);
+    let kept = Fixture::v4(1, 0, 7).mark(5, 0xff).payload();
+    let mut d = nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 1, 0, &kept);
+    for (dir, priority) in [(1, 8), (1, 9), (0, 7), (2, 7)] {
+        let p = Fixture::v4(dir, 0, priority)
+            .attr(XFRMA_TMPL, &esp)
+            .payload();
+        d.extend(nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 1, 0, &p));
+    }
+    let mut out = PolicyDump::default();
+    let keep = |p: &RawPolicy<'_>| p.priority() == 7;
+    parse_datagram_where(&d, 1, 0, Some(Dir::Out), keep, &mut out).unwrap();
+    assert_eq!(out.count, 3, "every OUT policy is counted");
+    assert_eq!(out.kept, vec![parse_policy(&kept).unwrap()]);
+    // A restarted dump starts counting again.
+    let mut again = PolicyDump::default();
+    parse_datagram_where(&d, 1, 0, None, |_| false, &mut again).unwrap();
+    assert_eq!((again.count, again.kept.len()), (5, 0));
+}
+
+#[test]
+fn a_policy_the_filter_would_skip_still_fails_the_dump_when_its_attributes_are_broken() {
+    let mut broken = Fixture::v4(1, 0, 0).attr(XFRMA_TMPL, &[0u8; 63]).payload();
+    let d = nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 1, 0, &broken);
+    let mut out = PolicyDump::default();
+    assert!(parse_datagram_where(&d, 1, 0, Some(Dir::Out), |_| false, &mut out).is_err());
+    broken.truncate(100);
+    let d = nlmsg(XFRM_MSG_NEWPOLICY, NLM_F_MULTI, 1, 0, &broken);
+    assert!(parse_datagram_where(&d, 1, 0, Some(Dir::Out), |_| false, &mut out).is_err());
+}
+
+#[test]
+fn a_policy_read_in_place_shows_what_its_parse_holds() {
+    let mut tmpls = tmpl(PROTO_AH, false, [10, 0, 0, 1], [10, 0, 0, 2]);
+    tmpls.extend(tmpl(PROTO_ESP, true, [10, 0, 0, 1], [10, 0, 0, 2]));
+    let payloads = [
+        Fixture::v4(1, 1, 2_147_483_647)
+            .mark(759_815, 0xffff_ffff)
+            .payload(),
+        Fixture::v4(1, 0, 10)
+            .selector([10, 0, 0, 1], 32, [10, 0, 0, 2], 32, PROTO_UDP, 6081)
+            .attr(XFRMA_TMPL, &tmpls)
+            .attr(XFRMA_IF_ID, &5u32.to_ne_bytes())
+            .payload(),
+    ];
+    for payload in payloads {
+        let raw = RawPolicy::new(&payload).unwrap();
+        let p = parse_policy(&payload).unwrap();
+        assert_eq!(raw.to_policy().unwrap(), p);
+        assert_eq!(
+            (raw.dir(), raw.action(), raw.priority(), raw.family()),
+            (p.dir, p.action, p.priority, p.family)
+        );
+        assert_eq!(raw.selector().unwrap(), p.selector);
+        assert_eq!(raw.mark(), p.mark);
+        let templates: Vec<Template> = raw.templates().map(Result::unwrap).collect();
+        assert_eq!(templates, p.templates);
+    }
 }
 
 #[test]

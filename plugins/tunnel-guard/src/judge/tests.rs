@@ -6,7 +6,7 @@ use crate::agent::AgentStatus;
 use crate::observe::Asked;
 use crate::ovsdb::{TunnelInterface, TunnelPort};
 use crate::protection::Answer;
-use podgate_kit::xfrm::{Action, Dir, XfrmPolicy, PROTO_UDP};
+use podgate_kit::xfrm::{Action, Dir, PolicyDump, XfrmPolicy, PROTO_UDP};
 
 const MARK: u32 = 759_815;
 const REQID: u32 = 4242;
@@ -98,7 +98,8 @@ fn ready_obs() -> Observations {
         policies: Some(Ok(vec![
             guard(Family::Ipv4, MARK),
             guard(Family::Ipv6, MARK),
-        ])),
+        ]
+        .into())),
         readyz: None,
         status: None,
         elapsed: Duration::from_millis(2),
@@ -146,7 +147,7 @@ fn an_armed_node_with_guards_lease_and_marked_tunnels_is_ready() {
 #[test]
 fn armed_answer_alone_never_passes() {
     let mut o = ready_obs();
-    o.policies = Some(Ok(vec![guard(Family::Ipv4, MARK)]));
+    o.policies = Some(Ok(vec![guard(Family::Ipv4, MARK)].into()));
     let r = judged(&o);
     assert_eq!(failed(&r), [format!("guard ipv6 mark {MARK} missing")]);
     let mut o = ready_obs();
@@ -155,6 +156,7 @@ fn armed_answer_alone_never_passes() {
         .unwrap()
         .as_mut()
         .unwrap()
+        .kept
         .push(plaintext_6081());
     let r = judged(&o);
     assert_eq!(r.verdict, Verdict::NotReady);
@@ -267,7 +269,7 @@ fn preparing(startup: u16) -> Observations {
         ovsdb: Some(OvsRead::Ok(ovs_without_lease())),
         armed: ok(503),
         startup: ok(startup),
-        policies: Some(Ok(Vec::new())),
+        policies: Some(Ok(PolicyDump::default())),
         ..Observations::default()
     }
 }
@@ -296,7 +298,7 @@ fn nothing_present_is_not_required_unless_always() {
         required_file: Some(Presence::Absent),
         socket: Some(Presence::Absent),
         ovsdb: Some(OvsRead::Ok(ovs_without_lease())),
-        policies: Some(Ok(Vec::new())),
+        policies: Some(Ok(PolicyDump::default())),
         ..Observations::default()
     };
     let r = judged(&o);
