@@ -60,25 +60,9 @@ impl RouteSocket {
         body: impl FnOnce(&mut MsgWriter),
     ) -> Result<Vec<Msg>> {
         let object = self.object(what);
-        // Encoded once; each (re)send only gets its sequence number.
-        let mut w = encode(ty, flags, body);
-        // A request is a header and a handful of attributes: a length field
-        // can only overflow for a name far beyond IFNAMSIZ. Refuse it before
-        // the kernel sees a mangled message.
-        if w.overflow {
-            return Err(Socket::<Route>::protocol_err(&object)(
-                "request too large for a netlink length field".into(),
-            ));
-        }
+        let mut w = encoded(ty, flags, body, &object)?;
         if flags & NLM_F_DUMP == NLM_F_DUMP {
-            self.sock.dump(&object, |seq| {
-                let mut m = MsgWriter {
-                    buf: w.buf.clone(),
-                    overflow: false,
-                };
-                m.patch(NLMSG_SEQ_AT, &seq.to_ne_bytes());
-                m.buf
-            })
+            self.sock.dump(&object, |seq| with_seq(&w, seq))
         } else {
             let seq = self.sock.next_seq();
             w.patch(NLMSG_SEQ_AT, &seq.to_ne_bytes());
@@ -99,13 +83,27 @@ impl RouteSocket {
         body: impl FnOnce(&mut MsgWriter),
         decode: impl Fn(&[u8]) -> std::result::Result<Option<T>, String>,
     ) -> Result<Vec<T>> {
+        let object = self.object(what);
+        let decode_row = |ty: u16, payload: &[u8]| {
+            if ty != reply {
+                return Ok(None);
+            }
+            decode(payload).map_err(Socket::<Route>::protocol_err(&object))
+        };
+        if flags & NLM_F_DUMP == NLM_F_DUMP {
+            // Dump rows are decoded where they arrived, not copied first.
+            let w = encoded(ty, flags, body, &object)?;
+            return self.sock.dump_map(
+                &object,
+                |seq| with_seq(&w, seq),
+                |row| decode_row(row.ty, row.payload),
+            );
+        }
         let rows = self.request(ty, flags, what, body)?;
         let mut out = Vec::with_capacity(rows.len());
-        for row in rows.iter().filter(|r| r.ty == reply) {
-            match decode(&row.payload) {
-                Ok(Some(v)) => out.push(v),
-                Ok(None) => {}
-                Err(e) => return Err(Socket::<Route>::protocol_err(&self.object(what))(e)),
+        for row in &rows {
+            if let Some(v) = decode_row(row.ty, &row.payload)? {
+                out.push(v);
             }
         }
         Ok(out)
@@ -114,6 +112,35 @@ impl RouteSocket {
     fn object(&self, what: &str) -> String {
         format!("{what} (netns {})", self.ns)
     }
+}
+
+/// [`encode`], refused when a length field overflowed: a request is a
+/// header and a handful of attributes, so that takes a name far beyond
+/// IFNAMSIZ. Refused before the kernel sees a mangled message.
+fn encoded(
+    ty: u16,
+    flags: u16,
+    body: impl FnOnce(&mut MsgWriter),
+    object: &str,
+) -> Result<MsgWriter> {
+    let w = encode(ty, flags, body);
+    if w.overflow {
+        return Err(Socket::<Route>::protocol_err(object)(
+            "request too large for a netlink length field".into(),
+        ));
+    }
+    Ok(w)
+}
+
+/// The encoded request `w` numbered `seq` (encoded once; each (re)send of
+/// a dump only gets its sequence number).
+fn with_seq(w: &MsgWriter, seq: u32) -> Vec<u8> {
+    let mut m = MsgWriter {
+        buf: w.buf.clone(),
+        overflow: false,
+    };
+    m.patch(NLMSG_SEQ_AT, &seq.to_ne_bytes());
+    m.buf
 }
 
 /// One request message (sequence number 0, patched per send).

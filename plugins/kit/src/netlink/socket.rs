@@ -381,6 +381,18 @@ impl<F: NetlinkFamily> Socket<F> {
         object: &str,
         build: impl Fn(u32) -> Vec<u8>,
     ) -> Result<Vec<Msg>> {
+        self.dump_map(object, build, |msg| Ok(Some(msg.to_owned())))
+    }
+
+    /// [`Socket::dump_each`] collecting what `map` makes of each row
+    /// (`None`: nothing), read in place; at most [`MAX_DUMP_BYTES`] of
+    /// rows are visited.
+    pub(crate) fn dump_map<T>(
+        &mut self,
+        object: &str,
+        build: impl Fn(u32) -> Vec<u8>,
+        mut map: impl FnMut(MsgRef<'_>) -> Result<Option<T>>,
+    ) -> Result<Vec<T>> {
         let mut rows = Vec::new();
         let mut total = 0usize;
         self.dump_each(object, build, |event| {
@@ -399,7 +411,9 @@ impl<F: NetlinkFamily> Socket<F> {
                             limit: MAX_DUMP_BYTES,
                         });
                     }
-                    rows.push(msg.to_owned());
+                    if let Some(row) = map(msg)? {
+                        rows.push(row);
+                    }
                 }
             }
             Ok(())
