@@ -93,13 +93,16 @@ impl Entry {
         Some(Entry::Pool(pool, rec.to_string()))
     }
 
-    fn line(&self) -> String {
-        match self {
-            Entry::Complete(r) => format!("{COMPLETE}{r}"),
-            Entry::Pool(p, r) => format!("{POOL}{}={r}", p.to_string().replace('/', "_")),
-            Entry::Table(t, r) => format!("{TABLE}{t}={r}"),
-            Entry::Strict(r) => format!("{STRICT}{r}"),
-        }
+    /// Append the entry's line (without its newline) to `out`.
+    fn write_line(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        // Writing to a String cannot fail.
+        let _ = match self {
+            Entry::Complete(r) => write!(out, "{COMPLETE}{r}"),
+            Entry::Pool(p, r) => write!(out, "{POOL}{}_{}={r}", p.addr(), p.prefix_len()),
+            Entry::Table(t, r) => write!(out, "{TABLE}{t}={r}"),
+            Entry::Strict(r) => write!(out, "{STRICT}{r}"),
+        };
     }
 
     fn record_file(&self) -> &str {
@@ -231,23 +234,22 @@ impl Index {
             self.changed = true;
             self.v1 = true;
         }
-        let complete: BTreeSet<String> = self
+        let complete: BTreeSet<&str> = self
             .entries
             .iter()
             .filter_map(|e| match e {
-                Entry::Complete(r) => Some(r.clone()),
+                Entry::Complete(r) => Some(r.as_str()),
                 _ => None,
             })
             .collect();
+        let unindexed: Vec<Key> = names
+            .iter()
+            .filter_map(|raw| raw.to_str())
+            .filter(|name| !name.starts_with('.') && !complete.contains(name))
+            .filter_map(Key::from_file_name)
+            .collect();
         let mut out = CaughtUp::default();
-        for raw in names.iter() {
-            let name = raw.to_string_lossy();
-            if name.starts_with('.') || complete.contains(name.as_ref()) {
-                continue;
-            }
-            let Some(key) = Key::from_file_name(&name) else {
-                continue;
-            };
+        for key in unindexed {
             match record::read(store, &key) {
                 Ok(Some(rec)) => {
                     self.insert(&rec);
@@ -283,7 +285,7 @@ impl Index {
         if self.changed {
             let mut body = format!("{HEADER}\n");
             for e in &self.entries {
-                body.push_str(&e.line());
+                e.write_line(&mut body);
                 body.push('\n');
             }
             // No fsync, as the state store's records; an exchange, not a
