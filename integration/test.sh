@@ -24,6 +24,9 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "fuzz targets compile (integration/fuzz, its own workspace; run by the benchmarks)"
+cargo check --manifest-path integration/fuzz/Cargo.toml --bins
+
 step "build plugin binaries"
 cargo build --workspace --bins
 

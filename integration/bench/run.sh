@@ -267,6 +267,7 @@ if wanted fuzz && [ "$fuzz_secs" != 0 ]; then
         case "$rc" in
             0) ;;
             3) echo "fuzz: skipped (see above)" ;;
+            4) fail "fuzz: the fuzz targets do not compile" ;;
             *) fail "fuzz: a target found a crash, hang or oversized allocation (target/fuzz/artifacts)" ;;
         esac
     fi

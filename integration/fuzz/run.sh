@@ -21,7 +21,8 @@
 #   FUZZ_BUILD_TIMEOUT=S  give up (exit 3) if building takes longer than S s
 #   FUZZ_JSON=path        write a summary as JSON
 #   FUZZ_SANITIZER=none   build without ASan (cargo fuzz -s none)
-# Exit: 0 all clean, 1 a target found a failure, 3 could not build/run.
+# Exit: 0 all clean, 1 a target found a failure, 3 could not build/run
+# here (toolchain, time budget), 4 the targets do not compile.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -69,6 +70,12 @@ if [ -n "${FUZZ_BUILD_TIMEOUT:-}" ] && [ "$FUZZ_BUILD_TIMEOUT" -gt 0 ]; then
     fi
 elif ! "${build[@]}" >"$log" 2>&1; then
     tail -20 "$log" >&2
+    # Our own code not compiling is a failure; anything else (toolchain,
+    # sanitizer runtime) is this machine's and only skips.
+    if grep -q 'could not compile `podgate-fuzz`' "$log"; then
+        echo "fuzz: the fuzz targets do not compile (see above)" >&2
+        exit 4
+    fi
     skip "cargo fuzz build failed (see above)"
 fi
 echo "fuzz: built ${#targets[@]} target(s) with -s $sanitizer in $(($(date +%s) - t0))s"

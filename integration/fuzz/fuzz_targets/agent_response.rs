@@ -62,7 +62,7 @@ fuzz_target!(|data: &[u8]| {
         })),
         armed: Some(answer.clone()),
         startup: Some(answer),
-        policies: Some(Ok(Vec::new())),
+        policies: Some(Ok(Vec::new().into())),
         readyz: Some(Ok(200)),
         status: Some(status.map_err(|e| e.to_string())),
         elapsed: Duration::from_millis(1),
