@@ -39,7 +39,9 @@ fn dumps_policies_made_by_iproute2() {
         ip("xfrm policy add dir out src 10.0.0.1/32 dst 10.0.0.2/32 proto udp dport 6081 priority 100 tmpl src 10.0.0.1 dst 10.0.0.2 proto esp reqid 1 mode transport");
         ip("xfrm policy add dir in src 10.0.0.2/32 dst 10.0.0.1/32 proto udp sport 4789 tmpl src 10.0.0.2 dst 10.0.0.1 proto esp reqid 2 mode tunnel level use");
         ip("xfrm policy add dir out src 10.1.0.0/16 dst 10.2.0.0/16 if_id 9");
-        let out = dump_policies_dir(Dir::Out, DEFAULT_TIMEOUT).unwrap();
+        let out = dump_policies_where(Dir::Out, DEFAULT_TIMEOUT, |_| true)
+            .unwrap()
+            .kept;
         assert_eq!(out.len(), 4);
         assert!(out.iter().all(|p| p.dir == Dir::Out));
         dump_policies().unwrap()

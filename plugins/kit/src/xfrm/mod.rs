@@ -233,19 +233,7 @@ pub struct XfrmPolicy {
 /// Dump every policy of the calling thread's netns (main and sub types),
 /// waiting at most [`DEFAULT_TIMEOUT`].
 pub fn dump_policies() -> Result<Vec<XfrmPolicy>, XfrmError> {
-    dump_policies_timeout(DEFAULT_TIMEOUT)
-}
-
-/// As [`dump_policies`], bounded by `timeout` in total.
-pub fn dump_policies_timeout(timeout: Duration) -> Result<Vec<XfrmPolicy>, XfrmError> {
-    Ok(dump(timeout, None, |_| true)?.kept)
-}
-
-/// As [`dump_policies_timeout`], keeping only the policies of direction `dir`.
-/// The direction is checked before a policy is parsed, which matters on nodes
-/// with thousands of per-peer policies.
-pub fn dump_policies_dir(dir: Dir, timeout: Duration) -> Result<Vec<XfrmPolicy>, XfrmError> {
-    Ok(dump(timeout, Some(dir), |_| true)?.kept)
+    Ok(dump(DEFAULT_TIMEOUT, None, |_| true)?.kept)
 }
 
 /// What [`dump_policies_where`] read: how many policies of the direction
@@ -266,7 +254,8 @@ impl From<Vec<XfrmPolicy>> for PolicyDump {
     }
 }
 
-/// As [`dump_policies_dir`], parsing only the policies `keep` selects while
+/// The policies of direction `dir` (checked before anything else is read),
+/// bounded by `timeout` in total, parsing only those `keep` selects while
 /// they are still in the receive buffer ([`RawPolicy`]: no copy, no
 /// allocation); the others are only counted. A policy too malformed to be
 /// read in place fails the dump as it would when parsed.
