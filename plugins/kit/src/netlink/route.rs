@@ -49,9 +49,9 @@ impl RouteSocket {
     }
 
     /// Send one request of type `ty` whose body (family header, attributes)
-    /// `body` writes; return the messages of the answer (dump rows, what
-    /// precedes the ACK, or a GET's one answer), or an error carrying the
-    /// kernel's errno.
+    /// `body` writes; return the messages of the answer (what precedes the
+    /// ACK, or a GET's one answer), or an error carrying the kernel's errno.
+    /// Not a dump: [`Self::rows`] reads dumps.
     pub(crate) fn request(
         &mut self,
         ty: u16,
@@ -61,16 +61,12 @@ impl RouteSocket {
     ) -> Result<Vec<Msg>> {
         let object = self.object(what);
         let mut w = encoded(ty, flags, body, &object)?;
-        if flags & NLM_F_DUMP == NLM_F_DUMP {
-            self.sock.dump(&object, |seq| with_seq(&w, seq))
-        } else {
-            let seq = self.sock.next_seq();
-            w.patch(NLMSG_SEQ_AT, &seq.to_ne_bytes());
-            self.sock.request(&w.buf, seq, &object)
-        }
+        let seq = self.sock.next_seq();
+        w.patch(NLMSG_SEQ_AT, &seq.to_ne_bytes());
+        self.sock.request(&w.buf, seq, &object)
     }
 
-    /// [`Self::request`], then each answer of type `reply` decoded by
+    /// A dump, or [`Self::request`], then each answer of type `reply` decoded by
     /// `decode` (`None`: a row that is not ours to read, e.g. another
     /// address family). A row that does not decode fails the whole request:
     /// half a route table is worse than an error.
