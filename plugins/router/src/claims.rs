@@ -39,6 +39,7 @@ use podgate_kit::state::{Key, Names, StateStore};
 use podgate_kit::Error;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// The index's file in the state dir; the version is part of the name.
@@ -66,102 +67,105 @@ fn err(path: &Path, op: &'static str, source: std::io::Error) -> Error {
     }
 }
 
-/// One entry of the index, parsed.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Entry {
-    /// The index holds all claims of this record (by its file name).
-    Complete(String),
-    Pool(IpNet, String),
-    Table(u32, String),
-    Strict(String),
+/// What one line of the index says, without the record it names: ordered
+/// as the lines are written (markers, pools, tables, strict slots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    /// The index holds all claims of the record.
+    Complete,
+    Pool(IpNet),
+    Table(u32),
+    Strict,
 }
 
-impl Entry {
-    fn parse(line: &str) -> Option<Entry> {
-        if let Some(rec) = line.strip_prefix(COMPLETE) {
-            return Some(Entry::Complete(rec.to_string()));
+impl Kind {
+    /// The kind a line says, and where in the line the record's file name
+    /// starts; None: not a line of this format (a later kind).
+    fn parse(line: &str) -> Option<(Kind, usize)> {
+        if line.starts_with(COMPLETE) {
+            return Some((Kind::Complete, COMPLETE.len()));
         }
-        if let Some(rec) = line.strip_prefix(STRICT) {
-            return Some(Entry::Strict(rec.to_string()));
+        if line.starts_with(STRICT) {
+            return Some((Kind::Strict, STRICT.len()));
         }
-        if let Some((table, rec)) = line.strip_prefix(TABLE).and_then(|n| n.split_once('=')) {
-            return Some(Entry::Table(table.parse().ok()?, rec.to_string()));
+        if let Some((table, _)) = line.strip_prefix(TABLE).and_then(|n| n.split_once('=')) {
+            return Some((
+                Kind::Table(table.parse().ok()?),
+                TABLE.len() + table.len() + 1,
+            ));
         }
-        let (pool, rec) = line.strip_prefix(POOL)?.split_once('=')?;
+        let (pool, _) = line.strip_prefix(POOL)?.split_once('=')?;
         let (addr, len) = pool.split_once('_')?;
-        let pool = IpNet::new(addr.parse().ok()?, len.parse().ok()?).ok()?;
-        Some(Entry::Pool(pool, rec.to_string()))
+        let net = IpNet::new(addr.parse().ok()?, len.parse().ok()?).ok()?;
+        Some((Kind::Pool(net), POOL.len() + pool.len() + 1))
     }
 
-    /// Append the entry's line (without its newline) to `out`.
-    fn write_line(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        // Writing to a String cannot fail.
-        let _ = match self {
-            Entry::Complete(r) => write!(out, "{COMPLETE}{r}"),
-            Entry::Pool(p, r) => write!(out, "{POOL}{}_{}={r}", p.addr(), p.prefix_len()),
-            Entry::Table(t, r) => write!(out, "{TABLE}{t}={r}"),
-            Entry::Strict(r) => write!(out, "{STRICT}{r}"),
-        };
-    }
-
-    fn record_file(&self) -> &str {
+    /// The line naming `file` (without its newline).
+    fn line(self, file: &str) -> String {
         match self {
-            Entry::Complete(r) | Entry::Pool(_, r) | Entry::Table(_, r) | Entry::Strict(r) => r,
+            Kind::Complete => format!("{COMPLETE}{file}"),
+            Kind::Pool(p) => format!("{POOL}{}_{}={file}", p.addr(), p.prefix_len()),
+            Kind::Table(t) => format!("{TABLE}{t}={file}"),
+            Kind::Strict => format!("{STRICT}{file}"),
         }
     }
 
-    /// The claim this entry names (None: the marker).
-    fn claimed(&self) -> Option<ClaimedField> {
+    /// The claim this kind names (None: the marker).
+    fn claimed(self) -> Option<ClaimedField> {
         match self {
-            Entry::Pool(p, _) => Some(ClaimedField::Pool(*p)),
-            Entry::Table(t, _) => Some(ClaimedField::Table(*t)),
-            Entry::Strict(_) => Some(ClaimedField::Strict(true)),
-            Entry::Complete(_) => None,
+            Kind::Pool(p) => Some(ClaimedField::Pool(p)),
+            Kind::Table(t) => Some(ClaimedField::Table(t)),
+            Kind::Strict => Some(ClaimedField::Strict(true)),
+            Kind::Complete => None,
         }
     }
 
-    /// The claim this entry names, if it is one: does `rec` hold it?
-    /// The marker holds whenever its record exists.
-    fn holds(&self, rec: &Record) -> bool {
+    /// Does `rec` hold this claim? The marker holds whenever its record
+    /// exists.
+    fn holds(self, rec: &Record) -> bool {
         let c = rec.claim();
         match self {
-            Entry::Complete(_) => true,
-            Entry::Pool(p, _) => c.pools.contains(p),
-            Entry::Table(t, _) => c.table == Some(*t),
-            Entry::Strict(_) => c.strict,
+            Kind::Complete => true,
+            Kind::Pool(p) => c.pools.contains(&p),
+            Kind::Table(t) => c.table == Some(t),
+            Kind::Strict => c.strict,
         }
     }
 }
 
-/// Every entry the index holds for `rec`: its claims and the marker.
-fn entries_of(rec: &Record) -> Vec<Entry> {
-    let file = rec.key.file_name();
+/// One entry of the index: its kind, and its line and record file name as
+/// byte ranges of [`Index::text`] (the file's text as read, then the lines
+/// this request added): parsing the index allocates nothing per entry, and
+/// writing it copies the lines instead of formatting them again.
+#[derive(Debug, Clone)]
+struct Entry {
+    kind: Kind,
+    line: Range<usize>,
+    /// Where the record's file name starts (it ends with the line).
+    file: usize,
+}
+
+/// Every entry the index holds for `rec`, as kinds: its claims and the
+/// marker.
+fn kinds_of(rec: &Record) -> Vec<Kind> {
     let c = rec.claim();
-    let mut out: Vec<Entry> = c
-        .pools
-        .iter()
-        .map(|p| Entry::Pool(*p, file.clone()))
-        .collect();
-    out.extend(c.table.map(|t| Entry::Table(t, file.clone())));
+    let mut out: Vec<Kind> = c.pools.iter().map(|p| Kind::Pool(*p)).collect();
+    out.extend(c.table.map(Kind::Table));
     if c.strict {
-        out.push(Entry::Strict(file.clone()));
+        out.push(Kind::Strict);
     }
-    out.push(Entry::Complete(file));
+    out.push(Kind::Complete);
     out
 }
 
-/// The entries of an index file's text; another first line or bytes that
-/// are not text: none.
-fn parse(bytes: &[u8]) -> BTreeSet<Entry> {
-    let Ok(text) = std::str::from_utf8(bytes) else {
-        return BTreeSet::new();
-    };
-    let mut lines = text.lines();
-    if lines.next() != Some(HEADER) {
-        return BTreeSet::new();
-    }
-    lines.filter_map(Entry::parse).collect()
+/// The byte range of each line of `text` after its first (the header),
+/// as `str::lines` splits them (`\n`, a `\r` before it dropped).
+fn line_ranges(text: &str) -> impl Iterator<Item = Range<usize>> + '_ {
+    let base = text.as_ptr() as usize;
+    text.lines().skip(1).map(move |l| {
+        let start = l.as_ptr() as usize - base;
+        start..start + l.len()
+    })
 }
 
 /// Which claims a request checks: the records holding any of them are
@@ -177,12 +181,12 @@ pub struct Wanted<'a> {
 }
 
 impl Wanted<'_> {
-    fn covers(&self, e: &Entry) -> bool {
-        match e {
-            Entry::Pool(p, _) => self.pools.iter().any(|q| crate::model::overlaps(p, q)),
-            Entry::Table(..) => self.tables,
-            Entry::Strict(_) => self.strict,
-            Entry::Complete(_) => false,
+    fn covers(&self, k: Kind) -> bool {
+        match k {
+            Kind::Pool(p) => self.pools.iter().any(|q| crate::model::overlaps(&p, q)),
+            Kind::Table(_) => self.tables,
+            Kind::Strict => self.strict,
+            Kind::Complete => false,
         }
     }
 }
@@ -200,7 +204,12 @@ pub struct CaughtUp {
 /// The index as read from its file, and what this request changed.
 #[derive(Debug, Default)]
 pub struct Index {
-    entries: BTreeSet<Entry>,
+    /// The file's text, then each line this request added (a line no
+    /// entry refers to any more stays here unused until the request ends).
+    text: String,
+    /// Sorted by kind, then record file name, each once: the markers
+    /// first, so that "is this record indexed" is a binary search.
+    entries: Vec<Entry>,
     /// Entries differ from the file's.
     changed: bool,
     /// `claims.v1/` was found: removed after the next save.
@@ -212,13 +221,62 @@ impl Index {
     pub fn load(store: &StateStore) -> Result<Index, Error> {
         let path = store.dir().join(FILE);
         match std::fs::read(&path) {
-            Ok(bytes) => Ok(Index {
-                entries: parse(&bytes),
-                ..Index::default()
-            }),
+            Ok(bytes) => Ok(Index::parse(bytes)),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(Index::default()),
             Err(e) => Err(err(&path, "read", e)),
         }
+    }
+
+    /// The entries of an index file's text; another first line or bytes
+    /// that are not text: none. A line that does not parse is skipped (a
+    /// later kind) and not written back; a line is otherwise kept as it
+    /// was read. Written by this release the lines are sorted and unique
+    /// already; otherwise they are sorted and deduplicated here.
+    fn parse(bytes: Vec<u8>) -> Index {
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Index::default();
+        };
+        if text.lines().next() != Some(HEADER) {
+            return Index::default();
+        }
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut sorted = true;
+        for line in line_ranges(&text) {
+            let Some((kind, at)) = Kind::parse(&text[line.clone()]) else {
+                continue;
+            };
+            let e = Entry {
+                kind,
+                file: line.start + at,
+                line,
+            };
+            if let Some(last) = entries.last() {
+                sorted &= key(&text, last) < key(&text, &e);
+            }
+            entries.push(e);
+        }
+        if !sorted {
+            entries.sort_by(|a, b| key(&text, a).cmp(&key(&text, b)));
+            entries.dedup_by(|a, b| key(&text, a) == key(&text, b));
+        }
+        Index {
+            text,
+            entries,
+            ..Index::default()
+        }
+    }
+
+    /// The record file name `e` names.
+    fn file<'a>(&'a self, e: &Entry) -> &'a str {
+        &self.text[e.file..e.line.end]
+    }
+
+    /// Is `file` a record whose claims the index holds completely?
+    fn is_complete(&self, file: &str) -> bool {
+        let markers = self.entries.partition_point(|e| e.kind == Kind::Complete);
+        self.entries
+            .get(..markers)
+            .is_some_and(|m| m.binary_search_by(|e| self.file(e).cmp(file)).is_ok())
     }
 
     /// Index the records in `names` (a listing of the state dir, taken
@@ -234,18 +292,10 @@ impl Index {
             self.changed = true;
             self.v1 = true;
         }
-        let complete: BTreeSet<&str> = self
-            .entries
-            .iter()
-            .filter_map(|e| match e {
-                Entry::Complete(r) => Some(r.as_str()),
-                _ => None,
-            })
-            .collect();
         let unindexed: Vec<Key> = names
             .iter()
             .filter_map(|raw| raw.to_str())
-            .filter(|name| !name.starts_with('.') && !complete.contains(name))
+            .filter(|name| !name.starts_with('.') && !self.is_complete(name))
             .filter_map(Key::from_file_name)
             .collect();
         let mut out = CaughtUp::default();
@@ -265,15 +315,33 @@ impl Index {
 
     /// Add `rec`'s entries (in memory).
     fn insert(&mut self, rec: &Record) {
-        for e in entries_of(rec) {
-            self.changed |= self.entries.insert(e);
+        let file = rec.key.file_name();
+        for kind in kinds_of(rec) {
+            let at = self
+                .entries
+                .binary_search_by(|e| (e.kind, self.file(e)).cmp(&(kind, file.as_str())));
+            if let Err(at) = at {
+                let line = kind.line(&file);
+                let start = self.text.len();
+                self.text.push_str(&line);
+                let end = self.text.len();
+                let e = Entry {
+                    kind,
+                    line: start..end,
+                    file: end - file.len(),
+                };
+                self.entries.insert(at, e);
+                self.changed = true;
+            }
         }
     }
 
-    /// Drop the entries `gone` says (in memory).
-    fn drop_where(&mut self, gone: impl Fn(&Entry) -> bool) -> usize {
+    /// Drop the entries `gone` says of (kind, record file name), in memory.
+    fn drop_where(&mut self, gone: impl Fn(Kind, &str) -> bool) -> usize {
         let before = self.entries.len();
-        self.entries.retain(|e| !gone(e));
+        let text = &self.text;
+        self.entries
+            .retain(|e| !gone(e.kind, &text[e.file..e.line.end]));
         let dropped = before - self.entries.len();
         self.changed |= dropped > 0;
         dropped
@@ -283,9 +351,12 @@ impl Index {
     /// with the old one), then remove `claims.v1/` if it was found.
     pub fn save(&mut self, store: &StateStore) -> Result<(), Error> {
         if self.changed {
-            let mut body = format!("{HEADER}\n");
+            let lines: usize = self.entries.iter().map(|e| e.line.len() + 1).sum();
+            let mut body = String::with_capacity(HEADER.len() + 1 + lines);
+            body.push_str(HEADER);
+            body.push('\n');
             for e in &self.entries {
-                e.write_line(&mut body);
+                body.push_str(&self.text[e.line.clone()]);
                 body.push('\n');
             }
             // No fsync, as the state store's records; an exchange, not a
@@ -315,17 +386,17 @@ impl Index {
     /// not be read (what they hold is not known either way).
     pub fn records(&self, store: &StateStore, want: &Wanted, except: &Key) -> (Vec<Record>, usize) {
         let own = except.file_name();
-        let mut named: Vec<&Entry> = self
+        let mut named: Vec<(Kind, &str)> = self
             .entries
             .iter()
-            .filter(|e| e.record_file() != own && want.covers(e))
+            .map(|e| (e.kind, self.file(e)))
+            .filter(|(kind, file)| *file != own && want.covers(*kind))
             .collect();
-        named.sort_unstable_by(|a, b| a.record_file().cmp(b.record_file()));
+        named.sort_unstable_by(|a, b| a.1.cmp(b.1));
         let mut out: Vec<Record> = Vec::new();
         let mut unreadable = 0;
         let mut read: Option<(&str, Option<Record>)> = None;
-        for e in named {
-            let file = e.record_file();
+        for (kind, file) in named {
             if out.iter().any(|r| r.key.file_name() == file) {
                 continue;
             }
@@ -341,13 +412,18 @@ impl Index {
                 read = Some((file, rec));
             }
             if let Some((_, Some(rec))) = &read {
-                if e.holds(rec) {
+                if kind.holds(rec) {
                     out.push(rec.clone());
                 }
             }
         }
         (out, unreadable)
     }
+}
+
+/// An entry's sort key: its kind, then its record's file name.
+fn key<'a>(text: &'a str, e: &Entry) -> (Kind, &'a str) {
+    (e.kind, &text[e.file..e.line.end])
 }
 
 /// Remove the last release's index: its markers first (a kill meanwhile
@@ -390,7 +466,7 @@ pub fn claim(store: &StateStore, rec: &Record) -> Result<(), Error> {
 /// removed.
 pub fn release(store: &StateStore, key: &Key) -> Result<(), Error> {
     let file = key.file_name();
-    remove_where(store, |e| e.record_file() == file)
+    remove_where(store, |_, f| f == file)
 }
 
 /// Remove `key`'s record, then its index entries.
@@ -407,7 +483,7 @@ pub fn prune(store: &StateStore, names: &Names) -> Result<(), Error> {
         .iter()
         .map(|n| n.to_string_lossy().into_owned())
         .collect();
-    remove_where(store, |e| !present.contains(e.record_file()))
+    remove_where(store, |_, f| !present.contains(f))
 }
 
 /// Make the index hold exactly what `records` (every readable record,
@@ -420,8 +496,7 @@ pub fn reconcile(store: &StateStore, records: &[Record]) -> Result<usize, Error>
     let mut index = Index::load(store)?;
     let by_file: BTreeMap<String, &Record> =
         records.iter().map(|r| (r.key.file_name(), r)).collect();
-    let mut changed =
-        index.drop_where(|e| by_file.get(e.record_file()).is_some_and(|r| !e.holds(r)));
+    let mut changed = index.drop_where(|kind, f| by_file.get(f).is_some_and(|r| !kind.holds(r)));
     let before = index.entries.len();
     for r in records {
         index.insert(r);
@@ -431,7 +506,7 @@ pub fn reconcile(store: &StateStore, records: &[Record]) -> Result<usize, Error>
     Ok(changed)
 }
 
-fn remove_where(store: &StateStore, gone: impl Fn(&Entry) -> bool) -> Result<(), Error> {
+fn remove_where(store: &StateStore, gone: impl Fn(Kind, &str) -> bool) -> Result<(), Error> {
     let mut index = Index::load(store)?;
     index.drop_where(gone);
     index.save(store)
@@ -473,12 +548,15 @@ impl std::fmt::Display for ClaimedField {
 /// Every claim entry of the index, judged (reads each named record).
 pub fn index_claims(store: &StateStore) -> Result<Vec<IndexClaim>, Error> {
     let mut out = Vec::new();
-    for e in Index::load(store)?.entries {
-        let Some(claim) = e.claimed() else { continue };
-        let owner = Key::from_file_name(e.record_file());
+    let index = Index::load(store)?;
+    for e in &index.entries {
+        let Some(claim) = e.kind.claimed() else {
+            continue;
+        };
+        let owner = Key::from_file_name(index.file(e));
         let trusted = owner
             .as_ref()
-            .is_some_and(|k| matches!(record::read(store, k), Ok(Some(rec)) if e.holds(&rec)));
+            .is_some_and(|k| matches!(record::read(store, k), Ok(Some(rec)) if e.kind.holds(&rec)));
         out.push(IndexClaim {
             claim,
             owner,
@@ -504,9 +582,9 @@ pub fn from_records(records: &[Record]) -> BTreeSet<(ClaimedField, Key)> {
     records
         .iter()
         .flat_map(|r| {
-            entries_of(r)
+            kinds_of(r)
                 .into_iter()
-                .filter_map(|e| Some((e.claimed()?, r.key.clone())))
+                .filter_map(|k| Some((k.claimed()?, r.key.clone())))
         })
         .collect()
 }

@@ -591,3 +591,79 @@ fn a_census_from_the_index_reads_the_owners_of_the_pools_of_what_it_read() {
     read.sort();
     assert_eq!(read, ["a", "s1"], "not b, whose pool is another");
 }
+
+#[test]
+fn an_index_file_out_of_order_or_with_repeated_lines_is_read_as_its_set_and_written_sorted() {
+    let [a, st] = golden_pair();
+    let s = store("shuffled", &[&a, &st]);
+    let golden = std::fs::read_to_string(golden_claims("claims.v2")).unwrap();
+    let mut lines: Vec<&str> = golden.lines().skip(1).collect();
+    lines.reverse();
+    let repeated = lines[1];
+    lines.push(repeated);
+    lines.insert(2, "x=later=nothing");
+    std::fs::write(
+        s.dir().join(FILE),
+        format!("{HEADER}\r\n{}\n", lines.join("\n")),
+    )
+    .unwrap();
+    let mut index = Index::load(&s).unwrap();
+    assert_eq!(index.entries.len(), golden.lines().count() - 1);
+    assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 0);
+    assert_eq!(trusted(&s).unwrap(), from_records(&records_of(&s).records));
+    // A change writes the set back in this release's order, once each.
+    release(&s, &Key::new("gone", "c", "eth0")).unwrap();
+    let mut index = Index::load(&s).unwrap();
+    index.changed = true;
+    index.save(&s).unwrap();
+    assert_eq!(std::fs::read_to_string(s.dir().join(FILE)).unwrap(), golden);
+}
+
+#[test]
+fn claims_and_releases_in_any_order_write_what_a_set_of_the_entries_would() {
+    // Records claiming pools of both families, tables and strict slots,
+    // claimed, released and claimed again in a scrambled order: after each
+    // step the file is the header and the model's lines, sorted by kind,
+    // then pool or table, then record file, each once.
+    let [a, st] = golden_pair();
+    let mut recs: Vec<Record> = Vec::new();
+    for i in 0..24u32 {
+        let mut r = with_key(
+            if i % 3 == 0 { st.clone() } else { a.clone() },
+            &format!("c{i}"),
+        );
+        if let Some(route) = r.node_routes.first_mut() {
+            route.dst = if i % 4 == 1 {
+                format!("fd00:{i:x}::/64").parse().unwrap()
+            } else {
+                format!("10.{}.{}.0/24", 9 + i % 3, i).parse().unwrap()
+            };
+        }
+        recs.push(r);
+    }
+    let s = store("model", &[]);
+    let mut model: BTreeSet<(Kind, String)> = BTreeSet::new();
+    let mut x: u32 = 7;
+    for step in 0..200 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let r = &recs[(x >> 8) as usize % recs.len()];
+        let file = r.key.file_name();
+        if (x >> 20).is_multiple_of(3) {
+            release(&s, &r.key).unwrap();
+            model.retain(|(_, f)| *f != file);
+        } else {
+            claim(&s, r).unwrap();
+            model.extend(kinds_of(r).into_iter().map(|k| (k, file.clone())));
+        }
+        let want: String = std::iter::once(HEADER.to_string())
+            .chain(model.iter().map(|(k, f)| k.line(f)))
+            .map(|l| l + "\n")
+            .collect();
+        let got = std::fs::read_to_string(s.dir().join(FILE)).unwrap_or_else(|_| want.clone());
+        assert_eq!(got, want, "step {step}");
+    }
+    assert!(model
+        .iter()
+        .any(|(k, _)| matches!(k, Kind::Pool(IpNet::V6(_)))));
+    assert!(model.iter().any(|(k, _)| matches!(k, Kind::Strict)));
+}
