@@ -1225,6 +1225,12 @@ def scale_verdicts(sc, mode, verdict):
         detail = (f"{a['median_ms']:.3f} / {z['median_ms']:.3f} ms = {p['ratio']:.2f}x wall; CPU "
                   f"{a['cpu_median_ms']:.3f} / {z['cpu_median_ms']:.3f} ms = {p['cpu_ratio']:.2f}x "
                   f"({p['runs']} rounds; state on {sc.get('state_fs', 'unknown')})")
+        f = p.get("floor")
+        if f:
+            parts = ", ".join(f"{k.replace('_', ' ')} {v['none_us']:.0f} -> {v['at_n_us']:.0f} us"
+                              for k, v in f.items() if isinstance(v, dict))
+            print(f"  the reads an ADD makes that grow with the node ({parts}): +{f['growth_us']:.0f} us, "
+                  f"so ADD at {n} >= {f['floor_ratio']:.2f}x ADD with none from them alone")
         verdict(target, p["ratio"] <= 1.15, detail)
         verdict(gate, p["ratio"] <= SCALE_GATE or p["cpu_ratio"] <= SCALE_GATE, detail, gate=mode == "short")
     else:

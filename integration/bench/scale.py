@@ -49,6 +49,8 @@ import os
 import re
 import shutil
 import signal
+import socket
+import struct
 import statistics
 import subprocess
 import sys
@@ -408,6 +410,63 @@ def edges(ms, cpu):
     return e
 
 
+# ------------------------------------------------------- the kernel's floor
+
+RTM_GETADDR, RTM_GETROUTE = 22, 26
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLMSG_DONE, NLMSG_ERROR = 3, 2
+
+
+def dump_us(msg_type, body):
+    """Microseconds of one netlink dump of the current netns (a socket of
+    its own, made before the clock starts): the request sent and every
+    reply received up to NLMSG_DONE, nothing parsed; what the kernel spends
+    producing the listing, as the router's dump pays it."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:
+        s.bind((0, 0))
+        req = struct.pack("=LHHLL", 16 + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body
+        t0 = time.perf_counter()
+        s.send(req)
+        done = False
+        while not done:
+            buf = s.recv(64 * 1024)
+            off = 0
+            while off + 16 <= len(buf):
+                length, kind = struct.unpack_from("=LH", buf, off)
+                if kind in (NLMSG_DONE, NLMSG_ERROR):
+                    done = True
+                    break
+                off += (length + 3) & ~3
+        return (time.perf_counter() - t0) * 1e6
+
+
+def reads_us(state):
+    """The reads an ADD with a return route makes whose size grows with
+    the node (observe.rs, claims.rs): the IPv4 route dump (every table),
+    the IPv4 address dump, and the listing of the state directory."""
+    route = dump_us(RTM_GETROUTE, struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0))
+    addr = dump_us(RTM_GETADDR, struct.pack("=BBBBI", socket.AF_INET, 0, 0, 0, 0))
+    t0 = time.perf_counter()
+    os.listdir(state) if os.path.isdir(state) else None
+    return route, addr, (time.perf_counter() - t0) * 1e6
+
+
+def floor_of(reads_n, reads_0, none_ms):
+    """The medians of each read on both nodes, and the ratio an ADD at N
+    could not go below if only these reads grew (everything else as with
+    none): (ADD with none + the reads' growth) / ADD with none."""
+    out = {}
+    grow = 0.0
+    for i, what in enumerate(("route_dump", "address_dump", "state_listing")):
+        at_n = statistics.median(r[i] for r in reads_n)
+        at_0 = statistics.median(r[i] for r in reads_0)
+        out[what] = {"at_n_us": round(at_n, 1), "none_us": round(at_0, 1)}
+        grow += at_n - at_0
+    out["growth_us"] = round(grow, 1)
+    out["floor_ratio"] = round((none_ms * 1000 + grow) / (none_ms * 1000), 3)
+    return out
+
+
 def probe(node, now, router, tmp, sp, n, args):
     """ADD (then DEL) of one more pod on `node` (its n attachments in
     place, state dir of `now`) and of one pod on an empty node of its own,
@@ -418,6 +477,7 @@ def probe(node, now, router, tmp, sp, n, args):
     d.enter_netns(node.ns)
     probes = [(empty_node.ns, empty, empty_pod), (node.ns, now, node.pod(n))]
     series = {node.ns: d.Series(), empty_node.ns: d.Series()}
+    reads = {node.ns: [], empty_node.ns: []}
     warm = 3
     try:
         for r in range(warm + args.probe_runs):
@@ -425,6 +485,8 @@ def probe(node, now, router, tmp, sp, n, args):
                 d.enter_netns(ns)
                 series[ns].add(sp, att.call("ADD", pod, n), f"probe ADD ({ns})", r >= warm)
                 sp.must(att.call("DEL", pod, n), f"probe DEL ({ns})")
+                if r >= warm:
+                    reads[ns].append(reads_us(att.state))
     finally:
         d.enter_netns(node.ns)
     for _, _, pod in probes:
@@ -434,6 +496,7 @@ def probe(node, now, router, tmp, sp, n, args):
            "none": d.summary(none.ms, cpu=none.cpu)}
     out["ratio"] = round(out["at_n"]["median_ms"] / out["none"]["median_ms"], 3)
     out["cpu_ratio"] = round(out["at_n"]["cpu_median_ms"] / out["none"]["cpu_median_ms"], 3)
+    out["floor"] = floor_of(reads[node.ns], reads[empty_node.ns], out["none"]["median_ms"])
     d.netns_del(empty_node.ns)
     return out
 
@@ -514,7 +577,8 @@ def cmd(args):
         res["probe"] = probe(node, now, router, tmp, sp, n, args)
         q = res["probe"]
         print(f"  ADD at {n} attachments vs with none, interleaved: {q['at_n']['median_ms']} / "
-              f"{q['none']['median_ms']} ms = {q['ratio']}x (CPU {q['cpu_ratio']}x)", flush=True)
+              f"{q['none']['median_ms']} ms = {q['ratio']}x (CPU {q['cpu_ratio']}x); the reads that grow "
+              f"with the node alone: +{q['floor']['growth_us']} us = {q['floor']['floor_ratio']}x", flush=True)
 
     # 3. The agent with n attachments.
     if args.agent_cycles:
