@@ -415,6 +415,8 @@ def edges(ms, cpu):
 RTM_GETADDR, RTM_GETROUTE = 22, 26
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_DONE, NLMSG_ERROR = 3, 2
+SOL_NETLINK, NETLINK_GET_STRICT_CHK = 270, 12
+RT_TABLE_MAIN = 254
 
 
 def dump_us(msg_type, body):
@@ -423,6 +425,7 @@ def dump_us(msg_type, body):
     reply received up to NLMSG_DONE, nothing parsed; what the kernel spends
     producing the listing, as the router's dump pays it."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:
+        s.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)  # as the router's socket
         s.bind((0, 0))
         req = struct.pack("=LHHLL", 16 + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body
         t0 = time.perf_counter()
@@ -442,9 +445,9 @@ def dump_us(msg_type, body):
 
 def reads_us(state):
     """The reads an ADD with a return route makes whose size grows with
-    the node (observe.rs, claims.rs): the IPv4 route dump (every table),
+    the node (observe.rs, claims.rs): the IPv4 route dump (the main table),
     the IPv4 address dump, and the listing of the state directory."""
-    route = dump_us(RTM_GETROUTE, struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0))
+    route = dump_us(RTM_GETROUTE, struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, RT_TABLE_MAIN, 0, 0, 0, 0))
     addr = dump_us(RTM_GETADDR, struct.pack("=BBBBI", socket.AF_INET, 0, 0, 0, 0))
     t0 = time.perf_counter()
     os.listdir(state) if os.path.isdir(state) else None

@@ -351,6 +351,44 @@ pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RouteEntry>> {
     )
 }
 
+/// The routes of `v4`/`v6` in `table` alone. The route socket asks the
+/// kernel to honour dump filters (`NETLINK_GET_STRICT_CHK`, Linux 4.20 and
+/// later), so only that table is walked (a node's local table holds a route
+/// for every address, thousands with kube-proxy in IPVS mode); rows of
+/// other tables, from a kernel that ignores the filter, are dropped here.
+/// A table without a route of the family (the kernel's ENOENT): none.
+pub fn list_table(sock: &mut RouteSocket, v6: bool, table: u32) -> Result<Vec<RouteEntry>> {
+    let rows = sock.rows(
+        RTM_GETROUTE,
+        NLM_F_DUMP,
+        RTM_NEWROUTE,
+        "list routes",
+        |w| write_table_dump(w, v6, table),
+        entry_of,
+    );
+    match rows {
+        Ok(mut rows) => {
+            rows.retain(|e| e.table == table);
+            Ok(rows)
+        }
+        // A table that holds no route of the family does not exist.
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The body of a route dump of `table` alone.
+pub(crate) fn write_table_dump(w: &mut MsgWriter, v6: bool, table: u32) {
+    let header = RtMsg {
+        family: family_of(v6),
+        // Ids above 255 fit only in RTA_TABLE, which overrides the header.
+        table: u8::try_from(table).unwrap_or(RT_TABLE_UNSPEC),
+        ..RtMsg::default()
+    };
+    header.write(w);
+    w.attr_ne_u32(RTA_TABLE, table);
+}
+
 /// Routes of both families.
 pub fn list_all(sock: &mut RouteSocket) -> Result<Vec<RouteEntry>> {
     let mut v = list(sock, false)?;

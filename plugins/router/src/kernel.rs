@@ -23,6 +23,12 @@ pub trait Kernel {
     fn route_del(&mut self, r: &RouteSpec) -> Result<bool, Error>;
     /// Routes of one family in every table.
     fn route_list(&mut self, v6: bool) -> Result<Vec<RouteEntry>, Error>;
+    /// Routes of one family in `table` alone.
+    fn route_list_table(&mut self, v6: bool, table: u32) -> Result<Vec<RouteEntry>, Error> {
+        let mut rows = self.route_list(v6)?;
+        rows.retain(|r| r.table == table);
+        Ok(rows)
+    }
     fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error>;
     fn rule_add(&mut self, r: &RuleSpec) -> Result<(), Error>;
     /// Delete a rule; Ok(false) when it was already gone.
@@ -285,6 +291,9 @@ impl Kernel for Live<'_> {
     fn route_list(&mut self, v6: bool) -> Result<Vec<RouteEntry>, Error> {
         route::list(self.sock()?, v6)
     }
+    fn route_list_table(&mut self, v6: bool, table: u32) -> Result<Vec<RouteEntry>, Error> {
+        route::list_table(self.sock()?, v6, table)
+    }
     fn rule_list(&mut self, v6: bool) -> Result<Vec<RuleSpec>, Error> {
         rule::list(self.sock()?, v6)
     }
@@ -533,6 +542,15 @@ pub mod fake {
             self.routes
                 .retain(|x| !(x.dst == r.dst && x.table == r.table));
             Ok(self.routes.len() != before)
+        }
+        fn route_list_table(&mut self, v6: bool, table: u32) -> Result<Vec<RouteEntry>, Error> {
+            self.call(format!("route list v6={v6} table={table}"))?;
+            Ok(self
+                .routes
+                .iter()
+                .filter(|r| r.dst.addr().is_ipv6() == v6 && r.table == table)
+                .map(RouteEntry::from)
+                .collect())
         }
         fn route_list(&mut self, v6: bool) -> Result<Vec<RouteEntry>, Error> {
             self.call(format!("route list v6={v6}"))?;

@@ -13,6 +13,7 @@ use crate::intent::Selection;
 use crate::kernel::Kernel;
 use crate::model::{Claim, NodeView};
 use podgate_cni::CniError;
+use podgate_kit::route::TABLE_MAIN;
 use std::net::IpAddr;
 
 /// A set of address families.
@@ -57,12 +58,17 @@ impl Families {
 /// unread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
-    /// Node routes, all tables: return routes (a conflicting route, the
-    /// connected route to the pod) in each pool's family; a routing
-    /// boundary (the pod's host route) in its gateway's family, and both
-    /// when it picks a free table (a table is taken if either family has a
-    /// route in it).
+    /// Node routes: return routes (a conflicting route, the connected
+    /// route to the pod) in each pool's family; a routing boundary (the
+    /// pod's host route) in its gateway's family, and both when it picks a
+    /// free table (a table is taken if either family has a route in it).
     pub routes: Families,
+    /// The routes of every table, not the main table's alone: a routing
+    /// boundary checks and picks tables. Return routes look at the main
+    /// table only (where they go), so without a boundary the kernel walks
+    /// only that table, not the local one (a route for every node address,
+    /// thousands with kube-proxy in IPVS mode) or others.
+    pub all_tables: bool,
     /// Node addresses: a return-route pool must not contain one (each
     /// pool's family).
     pub addresses: Families,
@@ -94,6 +100,7 @@ impl Needs {
                 TableChoice::Id(_) => Families::of(r.gateway),
             };
             n.routes = n.routes.union(f);
+            n.all_tables = true;
             n.claims = true;
             n.links = true;
             n.snat = r.mode == RoutingMode::Strict;
@@ -118,10 +125,13 @@ pub fn node_view(
     let err = |what: &str, e: podgate_kit::Error| CniError::apply(format!("{what}: {e}"));
     let mut view = NodeView::default();
     for v6 in needs.routes.v6_flags() {
-        view.routes.extend(
+        let routes = if needs.all_tables {
             k.route_list(v6)
-                .map_err(|e| err("reading node routes", e))?,
-        );
+        } else {
+            k.route_list_table(v6, TABLE_MAIN)
+        };
+        view.routes
+            .extend(routes.map_err(|e| err("reading node routes", e))?);
     }
     for v6 in needs.addresses.v6_flags() {
         view.addresses.extend(

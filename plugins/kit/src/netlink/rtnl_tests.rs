@@ -644,6 +644,37 @@ fn kernel_round_trip() {
         want.metric = r.metric.or(e.metric); // v6 routes get the kernel's default 1024
         assert_eq!(*e, want);
     }
+    // One table's dump is the all-table dump's rows of that table (main,
+    // local, and ids on both sides of 255).
+    for v6 in [false, true] {
+        for table in [route::TABLE_MAIN, 255, 200, 1000] {
+            let want: Vec<RouteEntry> = route::list(&mut s, v6)
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.table == table)
+                .collect();
+            assert_eq!(route::list_table(&mut s, v6, table).unwrap(), want);
+        }
+    }
+    // ... and the kernel filtered it (rows as they arrive, none dropped).
+    for table in [route::TABLE_MAIN, 255, 1000] {
+        let rows = s
+            .rows(
+                RTM_GETROUTE,
+                NLM_F_DUMP,
+                RTM_NEWROUTE,
+                "list routes",
+                |w| route::write_table_dump(w, false, table),
+                route::entry_of,
+            )
+            .unwrap();
+        assert!(
+            !rows.is_empty() && rows.iter().all(|e| e.table == table),
+            "{table}: {rows:?}"
+        );
+    }
+    assert!(!route::list_table(&mut s, false, 1000).unwrap().is_empty());
+    assert!(!route::list_table(&mut s, false, 200).unwrap().is_empty());
     let ours: Vec<&RouteEntry> = listed.iter().filter(|e| e.protocol == 94).collect();
     let ip4 = ip_json(&["-4", "route", "show", "table", "all", "proto", "94"]);
     let ip6 = ip_json(&["-6", "route", "show", "table", "all", "proto", "94"]);

@@ -91,7 +91,10 @@ fn an_ipv4_only_plan_never_reads_ipv6() {
     let cfg = routed();
     let s = sel("r", &["10.9.0.0/24"]);
     let (view, calls, claims) = observe(&cfg, &s);
-    assert_eq!(calls, ["route list v6=false", "address list v6=false"]);
+    assert_eq!(
+        calls,
+        ["route list v6=false table=254", "address list v6=false"]
+    );
     assert!(claims, "return routes check the other pods' pools");
     assert!(view.routes.iter().all(|r| r.dst.addr().is_ipv4()));
     assert!(view.addresses.iter().all(|a| a.addr().is_ipv4()));
@@ -106,7 +109,10 @@ fn an_ipv4_only_plan_never_reads_ipv6() {
 #[test]
 fn an_ipv6_only_plan_never_reads_ipv4() {
     let (_, calls, _) = observe(&routed(), &sel("r", &["fd09::/64"]));
-    assert_eq!(calls, ["route list v6=true", "address list v6=true"]);
+    assert_eq!(
+        calls,
+        ["route list v6=true table=254", "address list v6=true"]
+    );
 }
 
 #[test]
@@ -117,8 +123,8 @@ fn a_dual_stack_plan_reads_both_families() {
     assert_eq!(
         calls,
         [
-            "route list v6=false",
-            "route list v6=true",
+            "route list v6=false table=254",
+            "route list v6=true table=254",
             "address list v6=false",
             "address list v6=true",
         ]
@@ -217,4 +223,55 @@ fn a_failed_read_fails_the_observation_naming_it() {
     k.fail_call(2, libc::EPERM);
     let e = node_view(&mut k, &Needs::of(&cfg, &s), Vec::new).unwrap_err();
     assert!(e.msg.contains("reading node addresses"), "{}", e.msg);
+}
+
+/// Return routes read the main table alone: routes of other tables (a
+/// foreign route to the pool, a more specific connected route to the pod,
+/// the local table's) change nothing a plan decides, the plans built from
+/// the main table and from every table are equal, refusals too.
+#[test]
+fn return_routes_read_the_main_table_alone_and_plan_as_from_every_table() {
+    let cfg = routed();
+    let key = Key::new("n", "c", "eth0");
+    let mut k = node();
+    for (dst, table, oif) in [
+        ("10.9.0.0/24", 100, None),
+        ("10.22.1.5/32", 100, Some(9)),
+        ("10.9.0.1/32", 255, Some(1)),
+        ("fd09::/64", 100, None),
+    ] {
+        let mut r = RouteSpec::new(net(dst));
+        r.table = table;
+        r.oif = oif;
+        r.protocol = 4;
+        k.routes.push(r);
+    }
+    for pools in [&["10.9.0.0/24", "fd09::/64"][..], &["10.70.0.0/24"][..]] {
+        let s = sel("r", pools);
+        let needs = Needs::of(&cfg, &s);
+        assert!(!needs.all_tables);
+        k.calls.clear();
+        let main = node_view(&mut k, &needs, Vec::new).unwrap();
+        assert!(
+            k.calls
+                .iter()
+                .all(|c| !c.starts_with("route list") || c.ends_with("table=254")),
+            "{:?}",
+            k.calls
+        );
+        assert!(main.routes.iter().all(|r| r.table == TABLE_MAIN));
+        let every = node_view(
+            &mut k,
+            &Needs {
+                all_tables: true,
+                ..needs
+            },
+            Vec::new,
+        )
+        .unwrap();
+        assert!(every.routes.len() > main.routes.len());
+        let a = plan::build(&cfg, &s, &key, &prev(), &main).map(|p| p.node_routes);
+        let b = plan::build(&cfg, &s, &key, &prev(), &every).map(|p| p.node_routes);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    }
 }
