@@ -1191,6 +1191,48 @@ fn a_strict_add_and_del_make_the_same_file_and_netlink_syscalls_at_25_and_at_250
 }
 
 #[test]
+fn a_masquerade_only_add_and_del_make_the_same_file_and_netlink_syscalls_at_25_and_at_250_attachments(
+) {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let rig = Rig::new("mscale", Netns::new("lc-pod-mscale"), "lcnet");
+    // A profile checking no claims (the VPN gateway's): it reads no other
+    // record, whatever the node holds.
+    let profile = json!({
+        "sysctls": {"net.ipv4.ip_forward": "1"},
+        "masquerade": [{"source": "10.8.0.0/24"}]
+    });
+    let mut conf: Value = serde_json::from_slice(&rig.conf(profile, false)).unwrap();
+    conf["prevResult"]["interfaces"][1]["name"] = json!("mq0");
+    let conf = serde_json::to_vec(&conf).unwrap();
+    let mut adds = Vec::new();
+    let mut dels = Vec::new();
+    for i in 0..=250 {
+        if i == 25 || i == 250 {
+            for (cmd, counts) in [("ADD", &mut adds), ("DEL", &mut dels)] {
+                let mut env = rig.env(cmd, &format!("masq-{i}"));
+                for (k, v) in &mut env {
+                    if k == "CNI_IFNAME" {
+                        *v = "mq0".into();
+                    }
+                }
+                let out = rig.dir.path().join(format!("strace-{cmd}-{i}"));
+                rig.spawn(&counting(&out), env, &conf).ok();
+                counts.push(strace_counts(&out));
+            }
+        }
+        if i < 250 {
+            add_scale_attachment(&rig, i, &[]).ok();
+        }
+    }
+    assert_same_calls("masquerade-only ADD", &adds[0], &adds[1], 0);
+    assert_same_calls("masquerade-only DEL", &dels[0], &dels[1], 0);
+}
+
+#[test]
 fn syscall_counts_take_a_restarted_or_split_call_once() {
     let dir = TempDir::new("strace-counts");
     let log = dir.path().join("strace");

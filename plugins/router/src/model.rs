@@ -26,6 +26,13 @@ pub struct Claim {
     pub strict: bool,
 }
 
+impl Claim {
+    /// Does it hold anything another attachment could collide with?
+    pub fn holds_any(&self) -> bool {
+        !self.pools.is_empty() || self.table.is_some() || self.strict
+    }
+}
+
 /// What the node looks like, read before planning (no writes).
 #[derive(Debug, Clone, Default)]
 pub struct NodeView {
