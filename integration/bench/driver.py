@@ -1232,6 +1232,12 @@ def scale_verdicts(sc, mode, verdict):
             print(f"  the reads an ADD makes that grow with the node ({parts}): +{f['growth_us']:.0f} us, "
                   f"so ADD at {n} >= {f['floor_ratio']:.2f}x ADD with none from them alone")
         verdict(target, p["ratio"] <= 1.15, detail)
+        m = p.get("masq")
+        if m:
+            verdict(f"node scale: masquerade-only ADD (no claims to check) at {n} attachments <= 1.15x with none "
+                    "(interleaved)", m["ratio"] <= 1.15,
+                    f"{m['at_n']['median_ms']:.3f} / {m['none']['median_ms']:.3f} ms = {m['ratio']:.2f}x wall; CPU "
+                    f"{m['at_n']['cpu_median_ms']:.3f} / {m['none']['cpu_median_ms']:.3f} ms = {m['cpu_ratio']:.2f}x")
         verdict(gate, p["ratio"] <= SCALE_GATE or p["cpu_ratio"] <= SCALE_GATE, detail, gate=mode == "short")
     else:
         verdict(target, False, "not measured (scale.py --probe-runs 0)")

@@ -23,7 +23,10 @@ In order, on that node:
      alternating (which goes first alternates too), --probe-runs rounds:
      the medians and their ratio. Side by side, so the machine's drift
      (a shared VM's speed changes within seconds) hits both alike, which
-     the first/last 25 of step 2, a second apart, cannot promise.
+     the first/last 25 of step 2, a second apart, cannot promise. In the
+     same rounds: the same probe pods ADDed and DELed with the
+     masquerade-only profile (no claims to check), and, after each DEL,
+     the reads that grow with the node timed by themselves (reads_us).
   3. The agent with N attachments, in the node netns, --metrics-address on
      the node's bridge address: CPU of one collection cycle (its worker
      thread's /proc/<pid>/task/<tid>/schedstat run time, cross-checked with
@@ -111,16 +114,24 @@ class Attachments:
                     "sysctls": {"net.ipv4.ip_forward": "1"},
                     "masquerade": [{"source": p}],
                     "returnRoutes": [{"dst": p}],
-                }
+                },
+                # The VPN gateway's profile: it checks no claims.
+                "masq": {
+                    "sysctls": {"net.ipv4.ip_forward": "1"},
+                    "masquerade": [{"source": p}],
+                },
             },
-            "assign": [{"namespace": "bench", "profile": "scale"}],
+            "assign": [{"namespace": "bench", "profile": "scale"}, {"namespace": "masq", "profile": "masq"}],
             "allow": {},
             "prevResult": prev,
         }
 
-    def call(self, cmd, pod, i):
+    def call(self, cmd, pod, i, ns="bench"):
+        """Pod i's call; `ns` "masq": the masquerade-only profile (another
+        container ID)."""
         stdin = d.write_json(os.path.join(self.dir, f"c{i}-{cmd}.json"), self.conf(pod, i))
-        return d.Call([self.router], d.cni_env(cmd, f"scale-{i}", pod, f"s{i}"), stdin)
+        cid = f"scale-{i}" if ns == "bench" else f"{ns}-{i}"
+        return d.Call([self.router], d.cni_env(cmd, cid, pod, f"s{i}", ns=ns), stdin)
 
     def gc(self, live):
         """The CNI GC call naming `live` [(pod, i)] as the valid attachments."""
@@ -480,6 +491,7 @@ def probe(node, now, router, tmp, sp, n, args):
     d.enter_netns(node.ns)
     probes = [(empty_node.ns, empty, empty_pod), (node.ns, now, node.pod(n))]
     series = {node.ns: d.Series(), empty_node.ns: d.Series()}
+    masq = {node.ns: d.Series(), empty_node.ns: d.Series()}
     reads = {node.ns: [], empty_node.ns: []}
     warm = 3
     try:
@@ -488,6 +500,8 @@ def probe(node, now, router, tmp, sp, n, args):
                 d.enter_netns(ns)
                 series[ns].add(sp, att.call("ADD", pod, n), f"probe ADD ({ns})", r >= warm)
                 sp.must(att.call("DEL", pod, n), f"probe DEL ({ns})")
+                masq[ns].add(sp, att.call("ADD", pod, n, ns="masq"), f"masquerade-only probe ADD ({ns})", r >= warm)
+                sp.must(att.call("DEL", pod, n, ns="masq"), f"masquerade-only probe DEL ({ns})")
                 if r >= warm:
                     reads[ns].append(reads_us(att.state))
     finally:
@@ -500,6 +514,10 @@ def probe(node, now, router, tmp, sp, n, args):
     out["ratio"] = round(out["at_n"]["median_ms"] / out["none"]["median_ms"], 3)
     out["cpu_ratio"] = round(out["at_n"]["cpu_median_ms"] / out["none"]["cpu_median_ms"], 3)
     out["floor"] = floor_of(reads[node.ns], reads[empty_node.ns], out["none"]["median_ms"])
+    m_n, m_0 = masq[node.ns], masq[empty_node.ns]
+    out["masq"] = {"at_n": d.summary(m_n.ms, cpu=m_n.cpu), "none": d.summary(m_0.ms, cpu=m_0.cpu)}
+    out["masq"]["ratio"] = round(out["masq"]["at_n"]["median_ms"] / out["masq"]["none"]["median_ms"], 3)
+    out["masq"]["cpu_ratio"] = round(out["masq"]["at_n"]["cpu_median_ms"] / out["masq"]["none"]["cpu_median_ms"], 3)
     d.netns_del(empty_node.ns)
     return out
 
@@ -582,6 +600,9 @@ def cmd(args):
         print(f"  ADD at {n} attachments vs with none, interleaved: {q['at_n']['median_ms']} / "
               f"{q['none']['median_ms']} ms = {q['ratio']}x (CPU {q['cpu_ratio']}x); the reads that grow "
               f"with the node alone: +{q['floor']['growth_us']} us = {q['floor']['floor_ratio']}x", flush=True)
+        m = q["masq"]
+        print(f"  masquerade-only ADD at {n} attachments vs with none, interleaved: {m['at_n']['median_ms']} / "
+              f"{m['none']['median_ms']} ms = {m['ratio']}x (CPU {m['cpu_ratio']}x)", flush=True)
 
     # 3. The agent with n attachments.
     if args.agent_cycles:
