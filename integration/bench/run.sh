@@ -28,7 +28,9 @@
 # user+sys / cores), node-lock hold times from the router's log, node must
 # end as it started; node scale (scale.py): ADD after ADD of 250 attachments
 # (routed pool + masquerade each), the median of the last 25 against the first
-# 25, ADD with none against the router before the removals, the agent's
+# 25, ADD at 250 against ADD with none interleaved (the routed profile and the
+# masquerade-only one, and the kernel reads that grow with the node timed
+# alone), ADD with none against the router before the removals, the agent's
 # collection CPU, scrape time and RSS with them, CNI GC and the agent's sweep
 # of 125 stale, and (full) the same 250 ADDed at once; the soak test
 # (integration/tests/soak.rs) and the fuzz targets. Method and the latest full run: integration/bench/README.md.
@@ -36,9 +38,9 @@
 # Output: a table and one verdict line per target on stdout, and
 # target/bench/results.json. Timing fails the run in two cases only: the
 # router's masquerade ADD net of process start slower than 0.8x tuning's
-# (both modes), and in the short mode the median ADD of the last 25 of 100
-# node-scale attachments over 1.6x the first 25's (wall and CPU both; the
-# target, 1.15x, prints MISSED like the other targets). A broken
+# (both modes), and in the short mode ADD at 100 node-scale attachments over
+# 1.6x ADD with none, interleaved (wall and CPU both; the target, 1.15x,
+# prints MISSED like the other targets). A broken
 # plugin, a node left changed, a soak leftover or a fuzz crash fail it too.
 # Everything runs in network namespaces made here (pg-bench-*) and removed
 # on exit, whatever happens; the host's networking is never touched.
