@@ -1230,6 +1230,28 @@ fn a_masquerade_only_add_and_del_make_the_same_file_and_netlink_syscalls_at_25_a
     }
     assert_same_calls("masquerade-only ADD", &adds[0], &adds[1], 0);
     assert_same_calls("masquerade-only DEL", &dels[0], &dels[1], 0);
+    // It writes no claims index file: its record holds no claim. The next
+    // ADD that checks claims reads that record once and marks it indexed.
+    let index = rig.state_dir().join("claims.v2");
+    let written = || {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&index).unwrap();
+        (m.ino(), m.mtime(), m.mtime_nsec(), m.len())
+    };
+    let before = written();
+    let mut env = rig.env("ADD", "masq-kept");
+    for (k, v) in &mut env {
+        if k == "CNI_IFNAME" {
+            *v = "mq0".into();
+        }
+    }
+    rig.spawn(&[], env, &conf).ok();
+    assert_eq!(written(), before, "the masquerade-only ADD wrote the index");
+    let marker = format!("c={}+masq-kept+mq0.json", rig.network);
+    let entries = || std::fs::read_to_string(&index).unwrap();
+    assert!(!entries().lines().any(|l| l == marker));
+    add_scale_attachment(&rig, 250, &[]).ok();
+    assert!(entries().lines().any(|l| l == marker), "{}", entries());
 }
 
 #[test]

@@ -19,9 +19,10 @@
 //! entry whose record is gone or no longer holds that claim: an entry is
 //! trusted only when its record exists and holds that claim.
 //! A record without its `c=` entry (written before the index existed, by
-//! an earlier release after a rollback, or by another writer) is read and
-//! indexed by the next ADD that checks claims: an upgrade rebuilds the
-//! index from the records once, under the lock.
+//! an earlier release after a rollback, by another writer, or by an ADD
+//! that checks no claims, whose record holds none) is read and indexed by
+//! the next ADD that checks claims: an upgrade rebuilds the index from the
+//! records once, under the lock.
 //!
 //! The last release keeps its index as names in `claims.v1/` and rebuilds
 //! it from the records when that directory is absent; releases before it

@@ -320,10 +320,14 @@ fn add_node_side(
         }
     };
     // The index this ADD read (caught up) gets its entries and is written
-    // once; without one (no claims checked), the index as saved.
+    // once. Without one (no claims checked) the record holds no claim and
+    // the index is left alone: the next ADD that checks claims reads the
+    // record once and marks it indexed, so a masquerade-only ADD and its
+    // DEL write no index file.
     let claimed = match index.as_mut() {
         Some((ix, _)) => ix.claim(store, &rec),
-        None => claims::claim(store, &rec),
+        None if rec.claim().holds_any() => claims::claim(store, &rec),
+        None => Ok(()),
     };
     if let Err(e) = claimed {
         release();
