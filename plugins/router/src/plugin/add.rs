@@ -54,9 +54,6 @@ struct NodeDone {
     lock_held: std::time::Duration,
 }
 
-/// ADD's part under the node-wide lock: stale records, a repeated ADD,
-/// observing the node, the plan (every refusal happens here, before
-/// anything changed), then the pending record and the node side.
 /// The census of an ADD whose plan checks no claims: its own earlier
 /// record alone, when there is none or it holds no claim and nothing on
 /// the node (then nothing of another record can matter). None: the caller
@@ -70,6 +67,9 @@ fn own_census(store: &StateStore, key: &Key, here: &Here) -> Option<Census> {
     Some(Census::of(own, here, |_| Depth::Precise))
 }
 
+/// ADD's part under the node-wide lock: stale records, a repeated ADD,
+/// observing the node, the plan (every refusal happens here, before
+/// anything changed), then the pending record and the node side.
 #[allow(clippy::too_many_arguments)]
 fn add_node_side(
     cfg: &RouterConfig,
