@@ -146,6 +146,18 @@ struct Entry {
     file: usize,
 }
 
+impl Entry {
+    /// The record file name it names, in `text` (its index's).
+    fn file<'a>(&self, text: &'a str) -> &'a str {
+        &text[self.file..self.line.end]
+    }
+
+    /// Its sort key: its kind, then its record's file name.
+    fn key<'a>(&self, text: &'a str) -> (Kind, &'a str) {
+        (self.kind, self.file(text))
+    }
+}
+
 /// Every entry the index holds for `rec`, as kinds: its claims and the
 /// marker.
 fn kinds_of(rec: &Record) -> Vec<Kind> {
@@ -252,13 +264,13 @@ impl Index {
                 line,
             };
             if let Some(last) = entries.last() {
-                sorted &= key(&text, last) < key(&text, &e);
+                sorted &= last.key(&text) < e.key(&text);
             }
             entries.push(e);
         }
         if !sorted {
-            entries.sort_by(|a, b| key(&text, a).cmp(&key(&text, b)));
-            entries.dedup_by(|a, b| key(&text, a) == key(&text, b));
+            entries.sort_by(|a, b| a.key(&text).cmp(&b.key(&text)));
+            entries.dedup_by(|a, b| a.key(&text) == b.key(&text));
         }
         Index {
             text,
@@ -267,17 +279,12 @@ impl Index {
         }
     }
 
-    /// The record file name `e` names.
-    fn file<'a>(&'a self, e: &Entry) -> &'a str {
-        &self.text[e.file..e.line.end]
-    }
-
     /// Is `file` a record whose claims the index holds completely?
     fn is_complete(&self, file: &str) -> bool {
         let markers = self.entries.partition_point(|e| e.kind == Kind::Complete);
         self.entries
             .get(..markers)
-            .is_some_and(|m| m.binary_search_by(|e| self.file(e).cmp(file)).is_ok())
+            .is_some_and(|m| m.binary_search_by(|e| e.file(&self.text).cmp(file)).is_ok())
     }
 
     /// Index the records in `names` (a listing of the state dir, taken
@@ -320,7 +327,7 @@ impl Index {
         for kind in kinds_of(rec) {
             let at = self
                 .entries
-                .binary_search_by(|e| (e.kind, self.file(e)).cmp(&(kind, file.as_str())));
+                .binary_search_by(|e| e.key(&self.text).cmp(&(kind, file.as_str())));
             if let Err(at) = at {
                 let line = kind.line(&file);
                 let start = self.text.len();
@@ -341,8 +348,7 @@ impl Index {
     fn drop_where(&mut self, gone: impl Fn(Kind, &str) -> bool) -> usize {
         let before = self.entries.len();
         let text = &self.text;
-        self.entries
-            .retain(|e| !gone(e.kind, &text[e.file..e.line.end]));
+        self.entries.retain(|e| !gone(e.kind, e.file(text)));
         let dropped = before - self.entries.len();
         self.changed |= dropped > 0;
         dropped
@@ -390,7 +396,7 @@ impl Index {
         let mut named: Vec<(Kind, &str)> = self
             .entries
             .iter()
-            .map(|e| (e.kind, self.file(e)))
+            .map(|e| e.key(&self.text))
             .filter(|(kind, file)| *file != own && want.covers(*kind))
             .collect();
         named.sort_unstable_by(|a, b| a.1.cmp(b.1));
@@ -420,11 +426,6 @@ impl Index {
         }
         (out, unreadable)
     }
-}
-
-/// An entry's sort key: its kind, then its record's file name.
-fn key<'a>(text: &'a str, e: &Entry) -> (Kind, &'a str) {
-    (e.kind, &text[e.file..e.line.end])
 }
 
 /// Remove the last release's index: its markers first (a kill meanwhile
@@ -554,7 +555,7 @@ pub fn index_claims(store: &StateStore) -> Result<Vec<IndexClaim>, Error> {
         let Some(claim) = e.kind.claimed() else {
             continue;
         };
-        let owner = Key::from_file_name(index.file(e));
+        let owner = Key::from_file_name(e.file(&index.text));
         let trusted = owner
             .as_ref()
             .is_some_and(|k| matches!(record::read(store, k), Ok(Some(rec)) if e.kind.holds(&rec)));
