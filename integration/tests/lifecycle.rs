@@ -257,6 +257,17 @@ impl Rig {
         self.env_for(cmd, cid, &self.pod)
     }
 
+    /// [`Rig::env`] for an interface other than eth0 of the rig's pod.
+    fn env_if(&self, cmd: &str, cid: &str, ifname: &str) -> Vec<(String, String)> {
+        let mut env = self.env(cmd, cid);
+        for (k, v) in &mut env {
+            if k == "CNI_IFNAME" {
+                *v = ifname.into();
+            }
+        }
+        env
+    }
+
     fn env_for(&self, cmd: &str, cid: &str, pod: &Netns) -> Vec<(String, String)> {
         vec![
             ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
@@ -1095,12 +1106,7 @@ fn add_scale_attachment(rig: &Rig, i: usize, strace: &[String]) -> Run {
     });
     let mut conf: Value = serde_json::from_slice(&rig.conf(profile, false)).unwrap();
     conf["prevResult"]["interfaces"][1]["name"] = json!(ifname);
-    let mut env = rig.env("ADD", &format!("scale-{i}"));
-    for (k, v) in &mut env {
-        if k == "CNI_IFNAME" {
-            v.clone_from(&ifname);
-        }
-    }
+    let env = rig.env_if("ADD", &format!("scale-{i}"), &ifname);
     rig.spawn(strace, env, &serde_json::to_vec(&conf).unwrap())
 }
 
@@ -1228,12 +1234,7 @@ fn a_masquerade_only_add_and_del_make_the_same_file_and_netlink_syscalls_at_25_a
     for i in 0..=250 {
         if i == 25 || i == 250 {
             for (cmd, counts) in [("ADD", &mut adds), ("DEL", &mut dels)] {
-                let mut env = rig.env(cmd, &format!("masq-{i}"));
-                for (k, v) in &mut env {
-                    if k == "CNI_IFNAME" {
-                        *v = "mq0".into();
-                    }
-                }
+                let env = rig.env_if(cmd, &format!("masq-{i}"), "mq0");
                 let out = rig.dir.path().join(format!("strace-{cmd}-{i}"));
                 rig.spawn(&counting(&out), env, &conf).ok();
                 counts.push(strace_counts(&out));
@@ -1254,13 +1255,8 @@ fn a_masquerade_only_add_and_del_make_the_same_file_and_netlink_syscalls_at_25_a
         (m.ino(), m.mtime(), m.mtime_nsec(), m.len())
     };
     let before = written();
-    let mut env = rig.env("ADD", "masq-kept");
-    for (k, v) in &mut env {
-        if k == "CNI_IFNAME" {
-            *v = "mq0".into();
-        }
-    }
-    rig.spawn(&[], env, &conf).ok();
+    rig.spawn(&[], rig.env_if("ADD", "masq-kept", "mq0"), &conf)
+        .ok();
     assert_eq!(written(), before, "the masquerade-only ADD wrote the index");
     let marker = format!("c={}+masq-kept+mq0.json", rig.network);
     let entries = || std::fs::read_to_string(&index).unwrap();
