@@ -461,7 +461,8 @@ def reads_us(state):
     route = dump_us(RTM_GETROUTE, struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, RT_TABLE_MAIN, 0, 0, 0, 0))
     addr = dump_us(RTM_GETADDR, struct.pack("=BBBBI", socket.AF_INET, 0, 0, 0, 0))
     t0 = time.perf_counter()
-    os.listdir(state) if os.path.isdir(state) else None
+    if os.path.isdir(state):
+        os.listdir(state)
     return route, addr, (time.perf_counter() - t0) * 1e6
 
 
@@ -478,6 +479,15 @@ def floor_of(reads_n, reads_0, none_ms):
         grow += at_n - at_0
     out["growth_us"] = round(grow, 1)
     out["floor_ratio"] = round((none_ms * 1000 + grow) / (none_ms * 1000), 3)
+    return out
+
+
+def side_by_side(at_n, none):
+    """Summaries of the ADDs at N and with none (Series), and the ratios of
+    their medians, wall and CPU."""
+    out = {"at_n": d.summary(at_n.ms, cpu=at_n.cpu), "none": d.summary(none.ms, cpu=none.cpu)}
+    out["ratio"] = round(out["at_n"]["median_ms"] / out["none"]["median_ms"], 3)
+    out["cpu_ratio"] = round(out["at_n"]["cpu_median_ms"] / out["none"]["cpu_median_ms"], 3)
     return out
 
 
@@ -508,16 +518,9 @@ def probe(node, now, router, tmp, sp, n, args):
         d.enter_netns(node.ns)
     for _, _, pod in probes:
         pod.close()
-    at_n, none = series[node.ns], series[empty_node.ns]
-    out = {"runs": args.probe_runs, "at_n": d.summary(at_n.ms, cpu=at_n.cpu),
-           "none": d.summary(none.ms, cpu=none.cpu)}
-    out["ratio"] = round(out["at_n"]["median_ms"] / out["none"]["median_ms"], 3)
-    out["cpu_ratio"] = round(out["at_n"]["cpu_median_ms"] / out["none"]["cpu_median_ms"], 3)
+    out = dict(side_by_side(series[node.ns], series[empty_node.ns]), runs=args.probe_runs)
     out["floor"] = floor_of(reads[node.ns], reads[empty_node.ns], out["none"]["median_ms"])
-    m_n, m_0 = masq[node.ns], masq[empty_node.ns]
-    out["masq"] = {"at_n": d.summary(m_n.ms, cpu=m_n.cpu), "none": d.summary(m_0.ms, cpu=m_0.cpu)}
-    out["masq"]["ratio"] = round(out["masq"]["at_n"]["median_ms"] / out["masq"]["none"]["median_ms"], 3)
-    out["masq"]["cpu_ratio"] = round(out["masq"]["at_n"]["cpu_median_ms"] / out["masq"]["none"]["cpu_median_ms"], 3)
+    out["masq"] = side_by_side(masq[node.ns], masq[empty_node.ns])
     d.netns_del(empty_node.ns)
     return out
 
