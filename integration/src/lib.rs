@@ -43,7 +43,7 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::Once;
 
 pub use netns::Netns;
@@ -310,6 +310,86 @@ pub(crate) fn run_ok(cmd: &mut Command) -> String {
         output_text(&out)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Spawns `cmd` with stdin and stdout piped (stderr as the caller set it,
+/// inherited unless set), writes `input` to its stdin, closes it and
+/// waits: how a runtime feeds a CNI plugin its config. A child that exits
+/// or stops reading early is not an error here (some tests send input a
+/// plugin refuses); its output tells what happened.
+pub fn run_with_stdin(cmd: &mut Command, input: &[u8]) -> Run {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    if let Some(mut sin) = child.stdin.take() {
+        let _ = sin.write_all(input);
+    }
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for {cmd:?}: {e}"));
+    Run::from(out)
+}
+
+/// How a plugin run by [`run_with_stdin`] ended, and what it printed.
+pub struct Run {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Run {
+        use std::os::unix::process::ExitStatusExt;
+        Run {
+            code: out.status.code(),
+            signal: out.status.signal(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?} signal {:?}\nstdout: {}\nstderr: {}",
+            self.code, self.signal, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Run {
+    /// Exited 0.
+    pub fn ok(&self) -> &Self {
+        assert_eq!(self.code, Some(0), "{self:?}");
+        self
+    }
+
+    /// Killed by SIGKILL (a kill point).
+    pub fn killed(&self) -> bool {
+        self.signal == Some(libc::SIGKILL)
+    }
+
+    /// Failed with exit 1 and exactly one CNI error JSON on stdout, of
+    /// this code and with a message.
+    pub fn cni_error(&self, code: u64) -> serde_json::Value {
+        assert_eq!(self.code, Some(1), "{self:?}");
+        let v: serde_json::Value = serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {self:?}"));
+        assert_eq!(v.get("code").and_then(|c| c.as_u64()), Some(code), "{v}");
+        assert!(
+            v.get("msg")
+                .and_then(|m| m.as_str())
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+        v
+    }
 }
 
 /// A temporary directory removed (recursively) on drop.

@@ -3,9 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{bin_command, bin_dir, bin_runner, require_root, Netns, TempDir};
+use podgate_integration::{
+    bin_command, bin_dir, bin_runner, require_root, run_with_stdin, Netns, TempDir,
+};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -63,22 +64,13 @@ fn call(plugin: &str, env: &[(&str, &str)], stdin: &[u8]) -> Out {
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {plugin}: {e} (run cargo build --bins first)"));
-    {
-        let mut sin = child.stdin.take().unwrap();
-        // A plugin may stop reading early (e.g. oversized input); that is fine.
-        let _ = sin.write_all(stdin);
-    }
-    let out = child.wait_with_output().unwrap();
+    // A plugin may stop reading early (e.g. oversized input); that is fine.
+    let run = run_with_stdin(&mut cmd, stdin);
     Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: run.code.unwrap_or(-1),
+        stdout: run.stdout,
+        stderr: run.stderr,
     }
 }
 
@@ -559,24 +551,21 @@ fn missing_capability_is_named() {
         json!({"prevResult": prev_result("1.0.0", pod.path())}),
     );
     pod.sysctl_set("net.ipv4.ip_forward", "0");
-    let mut child = Command::new("setpriv")
-        .args(["--bounding-set", "-net_admin", "--inh-caps", "-net_admin"])
-        .arg(bin_dir().join("podgate-router"))
-        .env_clear()
-        .envs([
-            ("CNI_COMMAND", "ADD"),
-            ("CNI_CONTAINERID", "caps-1"),
-            ("CNI_NETNS", pod.path().to_str().unwrap()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_ARGS", "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web"),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(&stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = run_with_stdin(
+        Command::new("setpriv")
+            .args(["--bounding-set", "-net_admin", "--inh-caps", "-net_admin"])
+            .arg(bin_dir().join("podgate-router"))
+            .env_clear()
+            .envs([
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "caps-1"),
+                ("CNI_NETNS", pod.path().to_str().unwrap()),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_ARGS", "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web"),
+            ]),
+        &stdin,
+    );
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["code"], 50, "{v}");
     assert!(v["msg"].as_str().unwrap().contains("CAP_NET_ADMIN"), "{v}");
     assert_eq!(

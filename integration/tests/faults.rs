@@ -27,10 +27,12 @@
 mod common_ipsec;
 
 use common_ipsec::{GuardNode, TIMEOUT_MS};
-use podgate_integration::{assert_same, built, require_root, snapshot, Netns, TempDir};
+use podgate_integration::{
+    assert_same, built, require_root, run_with_stdin, snapshot, Netns, Run, TempDir,
+};
 use serde_json::{json, Value};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -59,40 +61,6 @@ struct Rig {
     node: Netns,
     node_fd: File,
     dir: TempDir,
-}
-
-struct Run {
-    code: Option<i32>,
-    signal: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {:?} signal {:?}\nstdout: {}\nstderr: {}",
-            self.code, self.signal, self.stdout, self.stderr
-        )
-    }
-}
-
-impl Run {
-    fn ok(&self) -> &Self {
-        assert_eq!(self.code, Some(0), "{self:?}");
-        self
-    }
-
-    /// Failed with exit 1 and exactly one CNI error JSON on stdout.
-    fn cni_error(&self, code: u64) -> Value {
-        assert_eq!(self.code, Some(1), "{self:?}");
-        let v: Value = serde_json::from_str(self.stdout.trim())
-            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {self:?}"));
-        assert_eq!(v["code"].as_u64(), Some(code), "{v}");
-        assert!(v["msg"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
-        v
-    }
 }
 
 impl Rig {
@@ -208,8 +176,6 @@ impl Rig {
         cmd.args(&argv[1..])
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .stderr(stderr);
         let fd = self.node_fd.as_raw_fd();
         // SAFETY: setns(2) and setrlimit(2) are async-signal-safe; fd stays
@@ -230,21 +196,7 @@ impl Rig {
                 Ok(())
             });
         }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
-        {
-            let mut sin = child.stdin.take().unwrap();
-            let _ = sin.write_all(stdin);
-        }
-        let out = child.wait_with_output().unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        Run {
-            code: out.status.code(),
-            signal: out.status.signal(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        run_with_stdin(&mut cmd, stdin)
     }
 
     fn router(&self, cmd: &str, i: usize, cid: &str, pool: &str) -> Run {
@@ -471,32 +423,17 @@ fn panic_hook_answers_with_a_cni_error() {
     let conf = |v: &str| json!({"cniVersion": v, "name": "n", "type": "panic"}).to_string();
     let netns = Netns::new("panic");
     let run = |cmd: &str, version: &str| -> Run {
-        let mut child = Command::new(&bin)
-            .env_clear()
-            .env("CNI_COMMAND", cmd)
-            .env("CNI_CONTAINERID", "ctr-panic")
-            .env("CNI_NETNS", netns.path())
-            .env("CNI_IFNAME", "eth0")
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(conf(version).as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        Run {
-            code: out.status.code(),
-            signal: out.status.signal(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        run_with_stdin(
+            Command::new(&bin)
+                .env_clear()
+                .env("CNI_COMMAND", cmd)
+                .env("CNI_CONTAINERID", "ctr-panic")
+                .env("CNI_NETNS", netns.path())
+                .env("CNI_IFNAME", "eth0")
+                .current_dir(dir.path())
+                .stderr(Stdio::piped()),
+            conf(version).as_bytes(),
+        )
     };
     for (cmd, version, details) in [
         ("ADD", "1.0.0", "deliberate panic in ADD of ctr-panic"),
@@ -506,7 +443,7 @@ fn panic_hook_answers_with_a_cni_error() {
         let r = run(cmd, version);
         assert_eq!(r.code, Some(1), "{cmd}: exit 1: {r:?}");
         assert_panic_answer(&r, version, details, cmd);
-        assert!(r.details_have_location(), "{cmd}: {r:?}");
+        assert!(details_have_location(&r), "{cmd}: {r:?}");
         assert!(
             r.stderr.contains("panic"),
             "{cmd}: stderr names the panic: {r:?}"
@@ -514,13 +451,12 @@ fn panic_hook_answers_with_a_cni_error() {
     }
 }
 
-impl Run {
-    fn details_have_location(&self) -> bool {
-        serde_json::from_str::<Value>(self.stdout.trim())
-            .ok()
-            .and_then(|v| v["details"].as_str().map(|d| d.contains("panic.rs:")))
-            .unwrap_or(false)
-    }
+/// The CNI error's details name the panic's source location.
+fn details_have_location(r: &Run) -> bool {
+    serde_json::from_str::<Value>(r.stdout.trim())
+        .ok()
+        .and_then(|v| v["details"].as_str().map(|d| d.contains("panic.rs:")))
+        .unwrap_or(false)
 }
 
 /// The real router, its stderr on /dev/full and a refused pod: the refusal is

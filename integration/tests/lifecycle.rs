@@ -27,12 +27,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::{
-    built, claims_index_matches_records, require_root, snapshot, state_files_in, workspace_root,
-    Netns, Snapshot, TempDir,
+    built, claims_index_matches_records, require_root, run_with_stdin, snapshot, state_files_in,
+    workspace_root, Netns, Run, Snapshot, TempDir,
 };
 use serde_json::{json, Value};
-use std::io::Write;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -70,33 +68,6 @@ struct Rig {
     host_if: String,
     /// Node sysctls that must come back too (strict settings).
     node_sysctls: Vec<&'static str>,
-}
-
-struct Run {
-    code: Option<i32>,
-    signal: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {:?} signal {:?}\nstdout: {}\nstderr: {}",
-            self.code, self.signal, self.stdout, self.stderr
-        )
-    }
-}
-
-impl Run {
-    fn ok(&self) -> &Self {
-        assert_eq!(self.code, Some(0), "{self:?}");
-        self
-    }
-    fn killed(&self) -> bool {
-        self.signal == Some(libc::SIGKILL)
-    }
 }
 
 /// Everything a crash must leave as it was.
@@ -320,24 +291,8 @@ impl Rig {
         if !strace.is_empty() {
             c.arg("strace").args(strace);
         }
-        c.arg(router())
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        {
-            let mut sin = child.stdin.take().unwrap();
-            let _ = sin.write_all(conf);
-        }
-        let out = child.wait_with_output().unwrap();
-        Run {
-            code: out.status.code(),
-            signal: out.status.signal(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        c.arg(router()).env_clear().envs(env).stderr(Stdio::piped());
+        run_with_stdin(&mut c, conf)
     }
 
     fn world(&self) -> World {
@@ -748,27 +703,8 @@ fn strict_pods_of_a_previous_boot_do_not_count() {
         let mut env = rig.env(cmd, cid);
         env.retain(|(k, _)| k != "CNI_NETNS");
         env.push(("CNI_NETNS".into(), pod.path().display().to_string()));
-        let mut child = Command::new("nsenter")
-            .arg(format!("--net={}", rig.node.path().display()))
-            .arg(router())
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&serde_json::to_vec(&c).unwrap())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
+        let run = rig.spawn(&[], env, &serde_json::to_vec(&c).unwrap());
+        (run.code, run.stdout)
     };
     let first =
         |rig: &Rig, cmd: &str, cid: &str| max_one(rig, cmd, cid, &rig.pod, "10.40.0.3", "pgs0");

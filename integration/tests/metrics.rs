@@ -8,9 +8,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::agent::{wait_for, Agent, METRICS_PORT as PORT};
-use podgate_integration::{bin_dir, http_get, require_root, Netns, TestNode, Verb};
+use podgate_integration::{bin_dir, http_get, require_root, run_with_stdin, Netns, TestNode, Verb};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -59,43 +58,32 @@ fn router_add_killed_half_way(node: &TestNode, pod: &Netns) -> Option<i32> {
     conf["prevResult"] = json!({"cniVersion": "1.0.0",
         "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
         "ips": [{"address": "10.24.9.5/24", "interface": 0}]});
-    let mut child = node
-        .ns
-        .command("strace")
-        .args([
-            "-f",
-            "-qq",
-            "-o",
-            "/dev/null",
-            "-e",
-            "trace=rename,renameat,renameat2",
-            "-e",
-            "inject=rename,renameat,renameat2:signal=KILL:when=3",
-        ])
-        .arg(bin_dir().join("podgate-router"))
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "crashed-1")
-        .env("CNI_NETNS", pod.path())
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", node.cni_bin_dir())
-        .env("CNI_ARGS", pod_args("vpn", "openvpn-gw-crash"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    use std::os::unix::process::ExitStatusExt;
+    let out = run_with_stdin(
+        node.ns
+            .command("strace")
+            .args([
+                "-f",
+                "-qq",
+                "-o",
+                "/dev/null",
+                "-e",
+                "trace=rename,renameat,renameat2",
+                "-e",
+                "inject=rename,renameat,renameat2:signal=KILL:when=3",
+            ])
+            .arg(bin_dir().join("podgate-router"))
+            .env("CNI_COMMAND", "ADD")
+            .env("CNI_CONTAINERID", "crashed-1")
+            .env("CNI_NETNS", pod.path())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", node.cni_bin_dir())
+            .env("CNI_ARGS", pod_args("vpn", "openvpn-gw-crash"))
+            .stderr(Stdio::piped()),
+        conf.to_string().as_bytes(),
+    );
     // strace exits with the tracee's signal re-raised or as 128+signal.
-    out.status
-        .signal()
-        .or_else(|| out.status.code().filter(|c| *c > 128).map(|c| c - 128))
+    out.signal
+        .or_else(|| out.code.filter(|c| *c > 128).map(|c| c - 128))
 }
 
 #[test]
@@ -216,20 +204,15 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     );
 
     // promtool, from Debian's prometheus package.
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus)");
-    p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
+    let out = run_with_stdin(
+        Command::new("promtool")
+            .args(["check", "metrics"])
+            .stderr(Stdio::piped()),
+        body.as_bytes(),
+    );
     assert!(
-        out.status.success(),
-        "promtool check metrics:\n{}{}\n{body}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        out.code == Some(0),
+        "promtool (Debian package prometheus) check metrics:\n{out:?}\n{body}"
     );
 
     // Only GET /metrics.

@@ -607,31 +607,15 @@ fn gc_collects_attachments_that_are_no_longer_valid() {
     conf["name"] = json!(NET);
     conf["cni.dev/valid-attachments"] = json!([{"containerID": "keep", "ifname": "eth0"}]);
     let bin = podgate_integration::bin_dir().join("podgate-router");
-    let mut child = node
-        .ns
-        .command(bin.to_str().unwrap())
-        .env_clear()
-        .env("CNI_COMMAND", "GC")
-        .env("CNI_PATH", node.cni_bin_dir())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(conf.to_string().as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "GC: {}",
-        String::from_utf8_lossy(&out.stdout)
+    let out = podgate_integration::run_with_stdin(
+        node.ns
+            .command(bin.to_str().unwrap())
+            .env_clear()
+            .env("CNI_COMMAND", "GC")
+            .env("CNI_PATH", node.cni_bin_dir()),
+        conf.to_string().as_bytes(),
     );
+    out.ok();
 
     let routes = node_routes(&node);
     assert!(

@@ -625,23 +625,13 @@ pub fn armed_state(chassis: &str) -> Value {
 /// Run the plugin binary directly (as a runtime would) inside `ns`, for verbs
 /// libcni 1.1.2 cannot send (STATUS needs cniVersion 1.1.0).
 pub fn run_plugin(ns: &Netns, command: &str, conf: &Value) -> (i32, Value) {
-    use std::io::Write;
-    let mut child = ns
-        .command(ensure_plugin().to_str().unwrap())
-        .env("CNI_COMMAND", command)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    (out.status.code().unwrap_or(-1), v)
+    let out = podgate_integration::run_with_stdin(
+        ns.command(ensure_plugin().to_str().unwrap())
+            .env("CNI_COMMAND", command)
+            .env("CNI_PATH", "/usr/lib/cni")
+            .stderr(Stdio::piped()),
+        conf.to_string().as_bytes(),
+    );
+    let v = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    (out.code.unwrap_or(-1), v)
 }
