@@ -741,6 +741,97 @@ fn strict_pods_of_a_previous_boot_do_not_count() {
     assert_eq!(rig.node.exec_ok(&["ip", "rule"]), rules_before);
 }
 
+/// A repeated ADD whose profile changed from strict to sysctl-only (it
+/// checks no claims) removes its earlier strict record with a census taken
+/// under the node-wide lock. Here it waits before the lock (strace delays
+/// its opening of the lock file) while another strict pod is added: that
+/// pod keeps the node-wide strict settings. Read before the lock, the
+/// census missed it, and removing the earlier record put the settings back
+/// as if no strict pod were left.
+#[test]
+fn a_profile_change_that_checks_no_claims_keeps_the_strict_settings_of_a_pod_added_while_it_waited()
+{
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let rig = Rig::routed("waited");
+    for name in ["net.ipv4.tcp_early_demux", "net.ipv4.udp_early_demux"] {
+        rig.node.sysctl_set(name, "1");
+    }
+    rig.node.sysctl_set("net.ipv4.conf.pgup0.rp_filter", "1");
+    // The strict sysctls and where the local table's rule stands (a
+    // strict pod's own rules are not node-wide).
+    let node_wide = || {
+        let sysctls = STRICT_NODE_SYSCTLS.map(|n| format!("{n}={}", rig.node.sysctl_get(n)));
+        let rules = rig.node.exec_ok(&["ip", "rule"]);
+        let local: Vec<&str> = rules
+            .lines()
+            .filter(|l| l.ends_with("lookup local"))
+            .collect();
+        format!("{} {}", sysctls.join(" "), local.join(" "))
+    };
+    let alone = node_wide();
+    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let sysctl_only = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});
+    rig.router("ADD", "x", &strict, None).ok();
+    let with_strict = node_wide();
+    assert_ne!(with_strict, alone, "strict settings in place");
+
+    let pod2 = Netns::new("lc-pod-waited2");
+    wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
+    let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
+    let lock = rig.state_dir().join(".lock");
+    let delay: Vec<String> = [
+        "-f",
+        "-qq",
+        "-o",
+        "/dev/null",
+        "-P",
+        lock.to_str().unwrap(),
+        "-e",
+        "trace=openat",
+        "-e",
+        "inject=openat:delay_enter=4000000",
+    ]
+    .map(String::from)
+    .to_vec();
+    let conf = rig.conf(sysctl_only.clone(), false);
+    std::thread::scope(|s| {
+        let changed = s.spawn(|| rig.spawn(&delay, rig.env("ADD", "x"), &conf));
+        // Its records read, it waits at the lock file; meanwhile a strict
+        // pod comes and goes through the lock.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        rig.router_in("ADD", "y", &strict, None, &pod2, &ips2).ok();
+        assert!(
+            !changed.is_finished(),
+            "the changed ADD took the lock before the strict pod's ADD ended: the race was not set up"
+        );
+        changed.join().unwrap().ok();
+    });
+    assert_eq!(
+        node_wide(),
+        with_strict,
+        "y is strict and live: the node-wide strict settings stay"
+    );
+    let claims = rig.inspect()["claims"].clone();
+    assert!(
+        claims
+            .as_array()
+            .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c["owner"]["containerID"] == "y")),
+        "only y's claims are left: {claims}"
+    );
+    rig.router_in("DEL", "y", &strict, None, &pod2, &ips2).ok();
+    assert_eq!(node_wide(), alone, "back after the last strict pod");
+    rig.router("DEL", "x", &sysctl_only, None).ok();
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "DEL left {:?}",
+        state_files_in(&rig.state_dir())
+    );
+}
+
 fn golden(name: &str) -> Vec<u8> {
     std::fs::read(
         workspace_root()

@@ -162,7 +162,9 @@ impl Census {
     /// records it found stale (rare) and judge them again; one removed or
     /// replaced meanwhile (by another call's sweep, or a new ADD of that
     /// key) is dropped or judged afresh. The live records are left as read:
-    /// only a caller whose plan checks no claims may use such a census.
+    /// only a caller whose plan checks no claims, and whose census decides
+    /// nothing node-wide (no record in it holds a claim or a node object),
+    /// may use such a census; another record may have been written since.
     pub fn confirm_stale(
         self,
         store: &StateStore,

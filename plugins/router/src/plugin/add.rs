@@ -57,7 +57,7 @@ struct NodeDone {
 /// The census of an ADD whose plan checks no claims: its own earlier
 /// record alone, when there is none or it holds no claim and nothing on
 /// the node (then nothing of another record can matter). None: the caller
-/// reads every record.
+/// reads every record, under the node-wide lock.
 fn own_census(store: &StateStore, key: &Key, here: &Here) -> Option<Census> {
     let own = match record::read(store, key) {
         Ok(None) => Vec::new(),
@@ -107,26 +107,16 @@ fn add_node_side(
     // reading every record here made such an ADD at 250 attachments 2.4x
     // one on an empty node. An earlier record of this attachment that is
     // unreadable or holds claims or node objects (its profile changed)
-    // brings every record back, before the lock: removing it must know
-    // what other live records also describe.
+    // brings every record back, read under the lock like a claims check's:
+    // removing it must know what the other live records describe now (a
+    // strict pod added while this one waited for the lock keeps the
+    // node-wide strict settings).
     // One listing of the state directory serves both the temp-file sweep
     // and the census (taken here or under the lock).
     let early = if needs.claims {
         None
     } else {
-        Some(store.names().and_then(|names| {
-            let census = match own_census(store, key, &here) {
-                Some(c) => c,
-                None => Census::take_in(store, &names, &here, |r| {
-                    if r.key == *key {
-                        Depth::Precise
-                    } else {
-                        Depth::Boot
-                    }
-                })?,
-            };
-            Ok((names, census))
-        }))
+        own_census(store, key, &here).map(|census| store.names().map(|names| (names, census)))
     };
     let lock = store.lock().map_err(io_err)?;
     let (names, early) = match early {
