@@ -741,6 +741,56 @@ fn strict_pods_of_a_previous_boot_do_not_count() {
     assert_eq!(rig.node.exec_ok(&["ip", "rule"]), rules_before);
 }
 
+/// The node-wide strict settings: the strict sysctls and where the local
+/// table's rule stands (a strict pod's own rules are not node-wide).
+fn strict_node_wide(rig: &Rig) -> String {
+    let sysctls = STRICT_NODE_SYSCTLS.map(|n| format!("{n}={}", rig.node.sysctl_get(n)));
+    let rules = rig.node.exec_ok(&["ip", "rule"]);
+    let local: Vec<&str> = rules
+        .lines()
+        .filter(|l| l.ends_with("lookup local"))
+        .collect();
+    format!("{} {}", sysctls.join(" "), local.join(" "))
+}
+
+/// Values the strict settings change, so that one left behind shows.
+fn strict_values_to_change(rig: &Rig) {
+    for name in ["net.ipv4.tcp_early_demux", "net.ipv4.udp_early_demux"] {
+        rig.node.sysctl_set(name, "1");
+    }
+    rig.node.sysctl_set("net.ipv4.conf.pgup0.rp_filter", "1");
+}
+
+/// GC collecting every strict pod of the node puts the node-wide strict
+/// settings back: each pod it removed no longer counts as live when it
+/// judges the next (it kept them, each pod seeing the other).
+#[test]
+fn gc_of_two_strict_pods_puts_the_node_wide_settings_back() {
+    require_root();
+    let rig = Rig::routed("gcstrict");
+    strict_values_to_change(&rig);
+    let alone = strict_node_wide(&rig);
+    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let pod2 = Netns::new("lc-pod-gcstrict2");
+    wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
+    let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
+    rig.router("ADD", "x", &strict, None).ok();
+    rig.router_in("ADD", "y", &strict, None, &pod2, &ips2).ok();
+    assert_ne!(strict_node_wide(&rig), alone, "strict settings in place");
+    // Neither is among the valid attachments.
+    rig.router("GC", "-", &strict, None).ok();
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "GC left {:?}",
+        state_files_in(&rig.state_dir())
+    );
+    assert_eq!(
+        strict_node_wide(&rig),
+        alone,
+        "no strict pod left: the node-wide settings are back"
+    );
+}
+
 /// A repeated ADD whose profile changed from strict to sysctl-only (it
 /// checks no claims) removes its earlier strict record with a census taken
 /// under the node-wide lock. Here it waits before the lock (strace delays
@@ -757,21 +807,8 @@ fn a_profile_change_that_checks_no_claims_keeps_the_strict_settings_of_a_pod_add
         "strace is needed (integration/install-deps.sh)"
     );
     let rig = Rig::routed("waited");
-    for name in ["net.ipv4.tcp_early_demux", "net.ipv4.udp_early_demux"] {
-        rig.node.sysctl_set(name, "1");
-    }
-    rig.node.sysctl_set("net.ipv4.conf.pgup0.rp_filter", "1");
-    // The strict sysctls and where the local table's rule stands (a
-    // strict pod's own rules are not node-wide).
-    let node_wide = || {
-        let sysctls = STRICT_NODE_SYSCTLS.map(|n| format!("{n}={}", rig.node.sysctl_get(n)));
-        let rules = rig.node.exec_ok(&["ip", "rule"]);
-        let local: Vec<&str> = rules
-            .lines()
-            .filter(|l| l.ends_with("lookup local"))
-            .collect();
-        format!("{} {}", sysctls.join(" "), local.join(" "))
-    };
+    strict_values_to_change(&rig);
+    let node_wide = || strict_node_wide(&rig);
     let alone = node_wide();
     let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
     let sysctl_only = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});

@@ -225,6 +225,21 @@ impl Census {
             .any(|(i, _)| self.listing.records.get(*i).is_some_and(|r| r.key == *key))
     }
 
+    /// `key`'s record was removed by this request: the judgements that
+    /// follow (the last strict pod, routes another record describes) no
+    /// longer count it as live.
+    pub fn forget(&mut self, key: &Key) {
+        if let Some(i) = self.listing.records.iter().position(|r| r.key == *key) {
+            self.stale.push((
+                i,
+                Liveness::Stale {
+                    reason: "removed by this request".into(),
+                    node_gone: false,
+                },
+            ));
+        }
+    }
+
     /// Live records (pending or applied) other than `except`.
     pub fn live_except<'a>(&'a self, except: &'a Key) -> impl Iterator<Item = &'a Record> + 'a {
         self.listing

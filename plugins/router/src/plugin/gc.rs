@@ -67,7 +67,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     lifecycle::sweep_temp_in(&store, &names, None).map_err(io_err)?;
     let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
     let here = Here::with_socket(&node);
-    let census = Census::take_in(&store, &names, &here, |_| Depth::Precise).map_err(io_err)?;
+    let mut census = Census::take_in(&store, &names, &here, |_| Depth::Precise).map_err(io_err)?;
     // An attachment whose pod lock is held has an ADD or DEL in flight
     // (an ADD's record is pending until it finishes): that call owns it.
     let is_valid = |k: &Key| {
@@ -80,21 +80,28 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
     log_swept(&log, "cleared stale records", &swept);
     failures.extend(swept.failures);
-    for rec in census
+    let collect: Vec<Record> = census
         .listing
         .records
         .iter()
         .filter(|r| r.key.network == conf.name && !is_valid(&r.key) && !census.is_stale(&r.key))
-    {
+        .cloned()
+        .collect();
+    for rec in &collect {
         let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
         let f = lifecycle::remove_record(rec, &census, &mut node, ns.as_ref(), &store, &here);
         if f.is_empty() {
             // Its claims index entries go in the one prune below.
             match store.remove(&rec.key) {
-                Ok(_) => log.info(
-                    "collected",
-                    json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname, "status": rec.status}),
-                ),
+                Ok(_) => {
+                    // Gone for the next one's judgement: the last strict
+                    // pod collected puts the node-wide settings back.
+                    census.forget(&rec.key);
+                    log.info(
+                        "collected",
+                        json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname, "status": rec.status}),
+                    )
+                }
                 Err(e) => failures.push(e.to_string()),
             }
         } else {
