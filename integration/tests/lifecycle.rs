@@ -791,6 +791,61 @@ fn gc_of_two_strict_pods_puts_the_node_wide_settings_back() {
     );
 }
 
+/// GC holds the pod lock of an attachment while it collects it, not only
+/// looks at it first: an ADD of that pod that begins meanwhile waits for
+/// it, then applies to what GC left. Here strace delays GC's opening of the
+/// pod's netns path in its collection (the second open: the first is its
+/// census), after GC chose to collect. Looked at only, the ADD read
+/// `ip_forward=1` before GC put it back to 0, found no record after, and
+/// changed nothing: an applied record and a pod that does not forward.
+#[test]
+fn an_add_during_gc_of_its_pod_waits_for_gc_and_applies_its_sysctls() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let rig = Rig::new("gcadd", Netns::new("lc-pod-gcadd"), "lcnet");
+    rig.pod.sysctl_set("net.ipv4.ip_forward", "0");
+    let profile = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});
+    rig.router("ADD", "x", &profile, None).ok();
+    assert_eq!(rig.pod.sysctl_get("net.ipv4.ip_forward"), "1");
+    let delay: Vec<String> = [
+        "-f",
+        "-qq",
+        "-o",
+        "/dev/null",
+        "-P",
+        rig.pod.path().to_str().unwrap(),
+        "-e",
+        "trace=openat",
+        "-e",
+        "inject=openat:delay_enter=4000000:when=2",
+    ]
+    .map(String::from)
+    .to_vec();
+    // x is not among the valid attachments.
+    let gc_conf = rig.conf(profile.clone(), true);
+    std::thread::scope(|s| {
+        let gc = s.spawn(|| rig.spawn(&delay, rig.env("GC", "-"), &gc_conf));
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        rig.router("ADD", "x", &profile, None).ok();
+        gc.join().unwrap().ok();
+    });
+    assert_eq!(
+        rig.pod.sysctl_get("net.ipv4.ip_forward"),
+        "1",
+        "the ADD after GC set the pod's forwarding"
+    );
+    assert_eq!(
+        state_files_in(&rig.state_dir()),
+        vec!["lcnet+x+eth0.json".to_string()]
+    );
+    rig.router("DEL", "x", &profile, None).ok();
+    assert_eq!(rig.pod.sysctl_get("net.ipv4.ip_forward"), "0");
+    assert!(state_files_in(&rig.state_dir()).is_empty());
+}
+
 /// A repeated ADD whose profile changed from strict to sysctl-only (it
 /// checks no claims) removes its earlier strict record with a census taken
 /// under the node-wide lock. Here it waits before the lock (strace delays

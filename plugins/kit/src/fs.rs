@@ -169,14 +169,7 @@ pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
     let start = Instant::now();
     let verify = file == LockFile::Transient;
     loop {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| err("opening", path, e))?;
+        let f = open_lock_file(path)?;
         flock(&f, Flock::Exclusive, wait.saturating_sub(start.elapsed()))
             .map_err(|e| err("locking", path, e))?;
         if verify && !names(path, &f) {
@@ -198,6 +191,37 @@ pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
             unlink: verify.then(|| path.to_path_buf()),
         });
     }
+}
+
+/// One attempt at [`lock`] without waiting: None while another process
+/// holds it (or, transient, its holder unlinked it just now).
+pub fn try_lock(path: &Path, file: LockFile) -> Result<Option<FileLock>> {
+    let verify = file == LockFile::Transient;
+    let f = open_lock_file(path)?;
+    if !try_flock(&f, Flock::Exclusive).map_err(|e| err("locking", path, e))? {
+        return Ok(None);
+    }
+    if verify && !names(path, &f) {
+        return Ok(None);
+    }
+    Ok(Some(FileLock {
+        file: Some(f),
+        acquired: Instant::now(),
+        waited: Duration::ZERO,
+        unlink: verify.then(|| path.to_path_buf()),
+    }))
+}
+
+/// Open (or create, mode 0600) a lock file.
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| err("opening", path, e))
 }
 
 /// Is some process holding the lock on `path` right now? Never creates the

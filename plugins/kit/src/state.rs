@@ -186,6 +186,13 @@ impl StateStore {
         .map_err(in_store)
     }
 
+    /// [`StateStore::lock_pod`] without waiting: None while an ADD, DEL or
+    /// CHECK of the pod holds it. For GC, which holds the node-wide lock
+    /// and so must not wait for a pod's (the order is pod, then node).
+    pub fn try_lock_pod(&self, container_id: &str) -> Result<Option<StateLock>> {
+        kfs::try_lock(&self.pod_lock_path(container_id), LockFile::Transient).map_err(in_store)
+    }
+
     fn pod_lock_path(&self, container_id: &str) -> PathBuf {
         self.dir.join(format!(
             "{POD_LOCK_PREFIX}{}{LOCK_SUFFIX}",
@@ -525,6 +532,27 @@ mod tests {
         let e = s.entries().unwrap();
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].key, Some(Key::new("x", "y", "z")));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn try_lock_pod_takes_a_free_pod_lock_and_never_waits_for_a_held_one() {
+        let d = tmpdir("trypodlock");
+        let s = StateStore::open(&d).unwrap();
+        let held = s.lock_pod("c1").unwrap();
+        let started = std::time::Instant::now();
+        assert!(s.try_lock_pod("c1").unwrap().is_none(), "held elsewhere");
+        assert!(started.elapsed() < Duration::from_secs(1), "did not wait");
+        let free = s.try_lock_pod("c2").unwrap().expect("a free pod's lock");
+        assert!(s.pod_busy("c2"));
+        drop(free);
+        assert!(!s.pod_busy("c2"));
+        assert!(!s.pod_lock_path("c2").exists(), "unlinked on release");
+        drop(held);
+        assert!(
+            s.try_lock_pod("c1").unwrap().is_some(),
+            "free after release"
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 

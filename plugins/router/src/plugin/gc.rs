@@ -68,14 +68,14 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
     let here = Here::with_socket(&node);
     let mut census = Census::take_in(&store, &names, &here, |_| Depth::Precise).map_err(io_err)?;
-    // An attachment whose pod lock is held has an ADD or DEL in flight
-    // (an ADD's record is pending until it finishes): that call owns it.
-    let is_valid = |k: &Key| {
+    let listed = |k: &Key| {
         valid
             .iter()
             .any(|a| a.container_id == k.container_id && a.ifname == k.ifname)
-            || store.pod_busy(&k.container_id)
     };
+    // An attachment whose pod lock is held has an ADD or DEL in flight
+    // (an ADD's record is pending until it finishes): that call owns it.
+    let is_valid = |k: &Key| listed(k) || store.pod_busy(&k.container_id);
     let mut failures = Vec::new();
     let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
     log_swept(&log, "cleared stale records", &swept);
@@ -84,10 +84,21 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
         .listing
         .records
         .iter()
-        .filter(|r| r.key.network == conf.name && !is_valid(&r.key) && !census.is_stale(&r.key))
+        .filter(|r| r.key.network == conf.name && !listed(&r.key) && !census.is_stale(&r.key))
         .cloned()
         .collect();
     for rec in &collect {
+        // Its pod lock held while it goes, not only looked at: an ADD of
+        // the pod that began after a look would read the pod's sysctls
+        // before this restores them, and find no record after.
+        let _pod = match store.try_lock_pod(&rec.key.container_id) {
+            Ok(Some(l)) => l,
+            Ok(None) => continue,
+            Err(e) => {
+                failures.push(e.to_string());
+                continue;
+            }
+        };
         let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
         let f = lifecycle::remove_record(rec, &census, &mut node, ns.as_ref(), &store, &here);
         if f.is_empty() {
