@@ -1243,9 +1243,48 @@ fn uninstall_wait_removes_podgate_then_stays_up_until_sigterm_and_check_says_wha
     let (status, log) = w.stop();
     assert!(status.success(), "{log}");
     assert!(log.contains("waiting for SIGTERM"), "{log}");
-    // No attachment record left: emptied on SIGTERM.
+    // No attachment record left: emptied on SIGTERM but for the router's
+    // lock file (a waiter may hold it open).
     assert!(router_state.is_dir());
-    assert_eq!(fs::read_dir(&router_state).unwrap().count(), 0, "{log}");
+    let left: Vec<_> = fs::read_dir(&router_state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [".lock"], "{log}");
+}
+
+/// The purge runs under podgate-router's node-wide lock. An ADD from the
+/// old chain still running at SIGTERM (here the test, holding the lock as
+/// that ADD would while it writes `node/strict.json` and its record) makes
+/// the purge wait; it then finds the record and keeps everything. Without
+/// the lock it emptied the dir under the ADD.
+#[test]
+fn uninstall_purge_waits_for_the_routers_lock_and_keeps_what_an_add_wrote_meanwhile() {
+    let d = Dirs::new("uninstallrace");
+    let router_state = d.root().join("router");
+    fs::create_dir_all(&router_state).unwrap();
+    let mut w = uninstall_waiting(&d, &[], &router_state);
+    wait_for("waiting", WAIT, || w.log().contains("waiting for SIGTERM"));
+    let lock = fs::File::create(router_state.join(".lock")).unwrap();
+    lock.lock().unwrap();
+    fs::create_dir_all(router_state.join("node")).unwrap();
+    let strict = router_state.join("node/strict.json");
+    fs::write(&strict, b"{}").unwrap();
+    w.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        strict.exists(),
+        "emptied while the router's lock was held:\n{}",
+        w.log()
+    );
+    let record = router_state.join("podnet+abc+eth0.json");
+    fs::write(&record, b"{}").unwrap();
+    drop(lock);
+    let status = w.wait(Duration::from_secs(10));
+    let log = w.log();
+    assert!(status.success(), "{log}");
+    assert!(record.exists() && strict.exists(), "{log}");
+    assert!(log.contains("1 attachment record(s) left"), "{log}");
 }
 
 #[test]

@@ -449,28 +449,20 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// Empties `dir` (keeps the dir itself: it may be a mount point) unless
-/// podgate-router still holds an attachment record there.
+/// Empties `dir` (keeps the dir itself, which may be a mount point, and
+/// its lock) unless podgate-router still holds an attachment record there;
+/// under podgate-router's node-wide lock, so an ADD still running from the
+/// old chain is either seen or runs after.
 fn purge_state_dir(dir: &std::path::Path) -> Result<(), Error> {
     let Some(store) = podgate_kit::state::StateStore::existing(dir) else {
         return Ok(());
     };
-    let records = store.entries_in(&store.names()?)?;
-    if !records.is_empty() {
+    if let podgate_kit::state::Purge::RecordsLeft(n) = store.purge_unless_records()? {
         log(format!(
-            "warning: {} attachment record(s) left in {}: kept (their pods still run; the agent's sweep removes them once they are gone)",
-            records.len(),
+            "warning: {n} attachment record(s) left in {}: kept (their pods still run; the agent's sweep removes them once they are gone)",
             dir.display()
         ));
         return Ok(());
-    }
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io("listing", dir, e))? {
-        let path = entry.map_err(|e| Error::io("listing", dir, e))?.path();
-        let removed = match path.is_dir() && !path.is_symlink() {
-            true => std::fs::remove_dir_all(&path),
-            false => std::fs::remove_file(&path),
-        };
-        removed.map_err(|e| Error::io("removing", &path, e))?;
     }
     log(format!(
         "emptied {}: no attachment record left",

@@ -24,6 +24,15 @@ const SUFFIX: &str = ".json";
 /// Bound on waiting for the lock: a wedged peer must not hang pod creation.
 const LOCK_WAIT: Duration = Duration::from_secs(20);
 
+/// What [`StateStore::purge_unless_records`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purge {
+    /// Nothing removed: this many attachment records are left.
+    RecordsLeft(usize),
+    /// No record was left: this many entries were removed.
+    Emptied(usize),
+}
+
 #[derive(Debug, Clone)]
 pub struct StateStore {
     dir: PathBuf,
@@ -184,6 +193,40 @@ impl StateStore {
             LockFile::Transient,
         )
         .map_err(in_store)
+    }
+
+    /// Under the node-wide lock (so no ADD writes a record meanwhile): if
+    /// no attachment record is left, remove everything in the store but
+    /// its lock file and the pod locks held right now (their holders'
+    /// serialisation must not split), and keep the directory itself (it
+    /// may be a mount point). For uninstall.
+    pub fn purge_unless_records(&self) -> Result<Purge> {
+        let _lock = self.lock()?;
+        let names = self.names()?;
+        let records = self.entries_in(&names)?.len();
+        if records > 0 {
+            return Ok(Purge::RecordsLeft(records));
+        }
+        let mut removed = 0;
+        for raw in names.iter() {
+            let name = raw.to_string_lossy();
+            let pod_lock = name.starts_with(POD_LOCK_PREFIX) && name.ends_with(LOCK_SUFFIX);
+            if name == LOCK_FILE || (pod_lock && kfs::lock_busy(&self.dir.join(raw))) {
+                continue;
+            }
+            let path = self.dir.join(raw);
+            let gone = match path.is_dir() && !path.is_symlink() {
+                true => fs::remove_dir_all(&path),
+                false => fs::remove_file(&path),
+            };
+            gone.map_err(|source| Error::State {
+                path,
+                op: "remove",
+                source,
+            })?;
+            removed += 1;
+        }
+        Ok(Purge::Emptied(removed))
     }
 
     /// [`StateStore::lock_pod`] without waiting: None while an ADD, DEL or
@@ -532,6 +575,31 @@ mod tests {
         let e = s.entries().unwrap();
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].key, Some(Key::new("x", "y", "z")));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn purge_keeps_everything_while_a_record_is_left_then_all_but_the_locks_in_use() {
+        let d = tmpdir("purge");
+        let s = StateStore::open(&d).unwrap();
+        let key = Key::new("n", "c1", "eth0");
+        s.write(&key, &serde_json::json!({"v": 1})).unwrap();
+        fs::create_dir_all(d.join("node")).unwrap();
+        fs::write(d.join("node/strict.json"), b"{}").unwrap();
+        fs::write(d.join("events.jsonl"), b"{}").unwrap();
+        assert_eq!(s.purge_unless_records().unwrap(), Purge::RecordsLeft(1));
+        assert!(d.join("node/strict.json").exists());
+        s.remove(&key).unwrap();
+        let busy = s.lock_pod("busy").unwrap();
+        fs::write(s.pod_lock_path("dead"), b"").unwrap();
+        assert_eq!(s.purge_unless_records().unwrap(), Purge::Emptied(3));
+        let mut left: Vec<String> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [LOCK_FILE.to_string(), ".pod-busy.lock".to_string()]);
+        drop(busy);
         fs::remove_dir_all(&d).unwrap();
     }
 
