@@ -449,8 +449,8 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// Empties `dir` (keeps the dir itself, which may be a mount point, and
-/// its lock) unless podgate-router still holds an attachment record there;
+/// Empties `dir` (keeps the dir itself, which may be a mount point)
+/// unless podgate-router still holds an attachment record there;
 /// under podgate-router's node-wide lock, so an ADD still running from the
 /// old chain is either seen or runs after.
 fn purge_state_dir(dir: &std::path::Path) -> Result<(), Error> {

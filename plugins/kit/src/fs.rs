@@ -155,7 +155,9 @@ impl FileLock {
 /// How a lock file lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockFile {
-    /// Created once and kept.
+    /// Created once and kept. Only a purge unlinks it, while holding it; a
+    /// waiter that then gets the lock of the unlinked file retries on the
+    /// path, as for a transient one.
     Kept,
     /// Unlinked by its holder on release; a waiter that then gets the lock
     /// of an unlinked file retries on the path, so no files accumulate.
@@ -167,13 +169,13 @@ pub enum LockFile {
 /// "locking" error naming the file.
 pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
     let start = Instant::now();
-    let verify = file == LockFile::Transient;
     loop {
         let f = open_lock_file(path)?;
         flock(&f, Flock::Exclusive, wait.saturating_sub(start.elapsed()))
             .map_err(|e| err("locking", path, e))?;
-        if verify && !names(path, &f) {
-            // Unlinked by the holder we waited for: lock what the path is now.
+        if !names(path, &f) {
+            // Unlinked by the holder we waited for (a transient lock's
+            // release, a kept one's purge): lock what the path is now.
             if start.elapsed() > wait {
                 return Err(err(
                     "locking",
@@ -188,7 +190,7 @@ pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
             file: Some(f),
             acquired,
             waited: acquired - start,
-            unlink: verify.then(|| path.to_path_buf()),
+            unlink: (file == LockFile::Transient).then(|| path.to_path_buf()),
         });
     }
 }
@@ -196,19 +198,18 @@ pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
 /// One attempt at [`lock`] without waiting: None while another process
 /// holds it (or, transient, its holder unlinked it just now).
 pub fn try_lock(path: &Path, file: LockFile) -> Result<Option<FileLock>> {
-    let verify = file == LockFile::Transient;
     let f = open_lock_file(path)?;
     if !try_flock(&f, Flock::Exclusive).map_err(|e| err("locking", path, e))? {
         return Ok(None);
     }
-    if verify && !names(path, &f) {
+    if !names(path, &f) {
         return Ok(None);
     }
     Ok(Some(FileLock {
         file: Some(f),
         acquired: Instant::now(),
         waited: Duration::ZERO,
-        unlink: verify.then(|| path.to_path_buf()),
+        unlink: (file == LockFile::Transient).then(|| path.to_path_buf()),
     }))
 }
 

@@ -197,11 +197,12 @@ impl StateStore {
 
     /// Under the node-wide lock (so no ADD writes a record meanwhile): if
     /// no attachment record is left, remove everything in the store but
-    /// its lock file and the pod locks held right now (their holders'
-    /// serialisation must not split), and keep the directory itself (it
-    /// may be a mount point). For uninstall.
+    /// the pod locks held right now (their holders unlink them), the lock
+    /// file last, while still held (a waiter then retries on the path),
+    /// and keep the directory itself (it may be a mount point). For
+    /// uninstall.
     pub fn purge_unless_records(&self) -> Result<Purge> {
-        let _lock = self.lock()?;
+        let lock = self.lock()?;
         let names = self.names()?;
         let records = self.entries_in(&names)?.len();
         if records > 0 {
@@ -226,7 +227,14 @@ impl StateStore {
             })?;
             removed += 1;
         }
-        Ok(Purge::Emptied(removed))
+        let path = self.dir.join(LOCK_FILE);
+        fs::remove_file(&path).map_err(|source| Error::State {
+            path,
+            op: "remove",
+            source,
+        })?;
+        drop(lock);
+        Ok(Purge::Emptied(removed + 1))
     }
 
     /// [`StateStore::lock_pod`] without waiting: None while an ADD, DEL or
@@ -592,14 +600,43 @@ mod tests {
         s.remove(&key).unwrap();
         let busy = s.lock_pod("busy").unwrap();
         fs::write(s.pod_lock_path("dead"), b"").unwrap();
-        assert_eq!(s.purge_unless_records().unwrap(), Purge::Emptied(3));
-        let mut left: Vec<String> = fs::read_dir(&d)
+        assert_eq!(s.purge_unless_records().unwrap(), Purge::Emptied(4));
+        let left: Vec<String> = fs::read_dir(&d)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        left.sort();
-        assert_eq!(left, [LOCK_FILE.to_string(), ".pod-busy.lock".to_string()]);
+        assert_eq!(left, [".pod-busy.lock".to_string()]);
         drop(busy);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_waiter_for_the_store_lock_whose_file_was_unlinked_locks_the_path_anew() {
+        let d = tmpdir("relock");
+        let s = StateStore::open(&d).unwrap();
+        let held = s.lock().unwrap();
+        let s2 = s.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let l = s2.lock().unwrap();
+            tx.send(()).unwrap();
+            // Held on the path's file, not on the unlinked one.
+            std::thread::sleep(Duration::from_millis(200));
+            drop(l);
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        // What a purge does while holding the lock.
+        fs::remove_file(d.join(LOCK_FILE)).unwrap();
+        drop(held);
+        rx.recv().unwrap();
+        assert!(d.join(LOCK_FILE).exists(), "the waiter made the file again");
+        assert!(
+            kfs::try_lock(&d.join(LOCK_FILE), LockFile::Kept)
+                .unwrap()
+                .is_none(),
+            "and holds its lock"
+        );
+        waiter.join().unwrap();
         fs::remove_dir_all(&d).unwrap();
     }
 
