@@ -761,6 +761,18 @@ fn strict_values_to_change(rig: &Rig) {
     rig.node.sysctl_set("net.ipv4.conf.pgup0.rp_filter", "1");
 }
 
+/// strace arguments that hold the traced process 4 s at its `when`th
+/// opening of `path` (an interleaving forced from outside).
+fn delay_opening(path: &std::path::Path, when: u32) -> Vec<String> {
+    ["-f", "-qq", "-o", "/dev/null", "-P"]
+        .map(String::from)
+        .into_iter()
+        .chain([path.display().to_string()])
+        .chain(["-e", "trace=openat", "-e"].map(String::from))
+        .chain([format!("inject=openat:delay_enter=4000000:when={when}")])
+        .collect()
+}
+
 /// GC collecting every strict pod of the node puts the node-wide strict
 /// settings back: each pod it removed no longer counts as live when it
 /// judges the next (it kept them, each pod seeing the other).
@@ -810,20 +822,7 @@ fn an_add_during_gc_of_its_pod_waits_for_gc_and_applies_its_sysctls() {
     let profile = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});
     rig.router("ADD", "x", &profile, None).ok();
     assert_eq!(rig.pod.sysctl_get("net.ipv4.ip_forward"), "1");
-    let delay: Vec<String> = [
-        "-f",
-        "-qq",
-        "-o",
-        "/dev/null",
-        "-P",
-        rig.pod.path().to_str().unwrap(),
-        "-e",
-        "trace=openat",
-        "-e",
-        "inject=openat:delay_enter=4000000:when=2",
-    ]
-    .map(String::from)
-    .to_vec();
+    let delay = delay_opening(rig.pod.path(), 2);
     // x is not among the valid attachments.
     let gc_conf = rig.conf(profile.clone(), true);
     std::thread::scope(|s| {
@@ -874,21 +873,7 @@ fn a_profile_change_that_checks_no_claims_keeps_the_strict_settings_of_a_pod_add
     let pod2 = Netns::new("lc-pod-waited2");
     wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
     let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
-    let lock = rig.state_dir().join(".lock");
-    let delay: Vec<String> = [
-        "-f",
-        "-qq",
-        "-o",
-        "/dev/null",
-        "-P",
-        lock.to_str().unwrap(),
-        "-e",
-        "trace=openat",
-        "-e",
-        "inject=openat:delay_enter=4000000",
-    ]
-    .map(String::from)
-    .to_vec();
+    let delay = delay_opening(&rig.state_dir().join(".lock"), 1);
     let conf = rig.conf(sysctl_only.clone(), false);
     std::thread::scope(|s| {
         let changed = s.spawn(|| rig.spawn(&delay, rig.env("ADD", "x"), &conf));
