@@ -220,12 +220,18 @@ impl StateStore {
                 true => fs::remove_dir_all(&path),
                 false => fs::remove_file(&path),
             };
-            gone.map_err(|source| Error::State {
-                path,
-                op: "remove",
-                source,
-            })?;
-            removed += 1;
+            match gone {
+                Ok(()) => removed += 1,
+                // A pod lock its holder released meanwhile.
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(Error::State {
+                        path,
+                        op: "remove",
+                        source,
+                    })
+                }
+            }
         }
         let path = self.dir.join(LOCK_FILE);
         fs::remove_file(&path).map_err(|source| Error::State {
