@@ -79,8 +79,11 @@ pub fn is_bypass(p: &XfrmPolicy, mark: u32) -> bool {
 
 /// A bypass of some mark: everything of [`is_bypass`] but the mark.
 fn bypass_shaped(dir: Dir, action: Action, s: &Selector, esp_required: bool) -> bool {
+    // Port 0 too: a tunnel flow whose route lookup carries no ports (older
+    // kernels) matches a selector whose masked port is 0.
     let port_admitted = s.dport_mask == 0
         || s.dport == 0
+        || s.matches_dport(0)
         || TUNNEL_PORTS
             .iter()
             .any(|&port| s.dport == port || s.matches_dport(port));

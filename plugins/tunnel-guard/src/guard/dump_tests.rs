@@ -111,6 +111,7 @@ fn shapes() -> Vec<XfrmPolicy> {
         (6082, 0xfffe),
         (0, 0xffff),
         (6081, 0),
+        (0x8000, 0x7fff),
     ];
     let mut out = Vec::new();
     for family in [Family::Ipv4, Family::Ipv6] {
@@ -204,6 +205,11 @@ fn the_boundaries_of_the_filter() {
     assert!(keeps(&tunnel(PROTO_UDP, 6081, 0xffff, vec![])));
     assert!(keeps(&tunnel(PROTO_UDP, 4789, 0xffff, vec![])));
     assert!(keeps(&tunnel(PROTO_UDP, 6080, 0xfffe, vec![])));
+    // Masks under which port 0 matches (a flow that carries no port).
+    for (dport, mask) in [(0x8000, 0x7fff), (1, 0xfffe)] {
+        let p = tunnel(PROTO_UDP, dport, mask, vec![]);
+        assert!(keeps(&p) && is_bypass(&p, MARK), "{}", describe(&p));
+    }
     assert!(keeps(&tunnel(
         PROTO_UDP,
         6081,
