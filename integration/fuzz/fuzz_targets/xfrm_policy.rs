@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
         let ps = [p];
         let guard = Family::BOTH.iter().any(|&f| {
             let g = assess(&ps, f, own);
-            g.guard.is_some() || !g.other_marks.is_empty()
+            g.guard.is_some() || !g.lookalikes.is_empty()
         });
         assert!(kept.is_ok(), "parsed but not readable in place");
         assert!(!(guard || bypass) || matches!(kept, Ok(true)), "the filter skipped a counted policy");

@@ -226,8 +226,8 @@ impl fmt::Display for Evaluation {
                 Some(p) => writeln!(f, "  guard {}:  present ({})", g.family, describe(p))?,
                 None => writeln!(f, "  guard {}:  MISSING for mark {}", g.family, g.mark)?,
             }
-            for p in &g.other_marks {
-                writeln!(f, "    other mark: {}", describe(p))?;
+            for p in &g.lookalikes {
+                writeln!(f, "    not the guard: {}", describe(p))?;
             }
         }
         if self.mark.is_some() && self.policy_count.is_some() && self.bypasses.is_empty() {

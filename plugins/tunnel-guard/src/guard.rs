@@ -39,8 +39,9 @@ pub struct FamilyGuard {
     pub mark: u32,
     /// The guard policy, when present.
     pub guard: Option<XfrmPolicy>,
-    /// Block policies that look like the guard but carry another mark.
-    pub other_marks: Vec<XfrmPolicy>,
+    /// Block policies shaped like the guard that are not it: another mark,
+    /// or a condition on what they block ([`conditional`]).
+    pub lookalikes: Vec<XfrmPolicy>,
 }
 
 /// Shape of the guard, whatever its mark.
@@ -64,8 +65,23 @@ fn guard_shaped(p: &XfrmPolicy, family: Family) -> bool {
         && p.index & INDEX_DIR_MASK == XFRM_POLICY_OUT
 }
 
+/// Why a guard-shaped policy would not block every flow it selects for as
+/// long as it is there, if so: the agent's guard has none of these.
+pub fn conditional(p: &XfrmPolicy) -> Option<&'static str> {
+    if p.sec_ctx {
+        Some("it carries a security context (it blocks only flows whose label matches)")
+    } else if p.offload {
+        Some("it carries a device offload")
+    } else if p.lifetime.expires() {
+        Some("it has a hard expiry (the kernel deletes it)")
+    } else {
+        None
+    }
+}
+
 pub fn is_guard(p: &XfrmPolicy, family: Family, mark: u32) -> bool {
     guard_shaped(p, family)
+        && conditional(p).is_none()
         && p.mark
             .is_some_and(|m| m.value == mark && m.mask == FULL_MASK)
 }
@@ -120,7 +136,7 @@ pub fn assess(policies: &[XfrmPolicy], family: Family, mark: u32) -> FamilyGuard
         family,
         mark,
         guard: policies.iter().find(|p| is_guard(p, family, mark)).cloned(),
-        other_marks: policies
+        lookalikes: policies
             .iter()
             .filter(|p| guard_shaped(p, family) && !is_guard(p, family, mark))
             .cloned()
@@ -169,6 +185,20 @@ pub fn describe(p: &XfrmPolicy) -> String {
     }
     if let Some(id) = p.if_id.filter(|&i| i != 0) {
         let _ = write!(out, " if_id {id}");
+    }
+    if p.sec_ctx {
+        out.push_str(" security context");
+    }
+    if p.offload {
+        out.push_str(" offload");
+    }
+    if p.lifetime.expires() {
+        let l = &p.lifetime;
+        let _ = write!(
+            out,
+            " expires add {}s use {}s",
+            l.hard_add_expires_seconds, l.hard_use_expires_seconds
+        );
     }
     if p.templates.is_empty() {
         out.push_str(" no template");
@@ -238,6 +268,8 @@ pub(crate) mod tests {
             mark: None,
             if_id: None,
             templates: Vec::new(),
+            sec_ctx: false,
+            offload: false,
         }
     }
 
@@ -299,9 +331,33 @@ pub(crate) mod tests {
         for f in Family::BOTH {
             let g = assess(&pols, f, MARK);
             assert!(g.guard.is_some(), "{g:#?}");
-            assert!(g.other_marks.is_empty());
+            assert!(g.lookalikes.is_empty());
         }
         assert!(bypasses(&pols, MARK).is_empty());
+    }
+
+    #[test]
+    fn a_guard_with_a_security_context_an_offload_or_a_hard_expiry_is_not_the_guard() {
+        let changes: [fn(&mut XfrmPolicy); 4] = [
+            |p| p.sec_ctx = true,
+            |p| p.offload = true,
+            |p| p.lifetime.hard_add_expires_seconds = 60,
+            |p| p.lifetime.hard_use_expires_seconds = 60,
+        ];
+        for change in changes {
+            let mut p = guard(Family::Ipv4, MARK);
+            change(&mut p);
+            let why = conditional(&p).unwrap();
+            let g = check(std::slice::from_ref(&p));
+            assert!(g.guard.is_none(), "{why}: {}", describe(&p));
+            assert_eq!(g.lookalikes, vec![p], "{why}");
+        }
+        // What only notifies or is not enforced on a policy does not count.
+        let mut p = guard(Family::Ipv4, MARK);
+        p.lifetime.soft_add_expires_seconds = 60;
+        p.lifetime.hard_byte_limit = 1 << 20;
+        assert!(conditional(&p).is_none());
+        assert!(check(&[p]).guard.is_some());
     }
 
     #[test]
@@ -309,7 +365,7 @@ pub(crate) mod tests {
         assert!(check(&[]).guard.is_none());
         let g = check(&[guard(Family::Ipv4, 1)]);
         assert!(g.guard.is_none());
-        assert_eq!(g.other_marks.len(), 1);
+        assert_eq!(g.lookalikes.len(), 1);
         // The IPv6 guard does not stand in for IPv4, and vice versa.
         assert!(check(&[guard(Family::Ipv6, MARK)]).guard.is_none());
         assert!(assess(&[guard(Family::Ipv6, MARK)], Family::Ipv6, MARK)

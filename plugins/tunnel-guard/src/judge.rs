@@ -2,7 +2,7 @@
 //! with a stable name, its outcome and a message, in the order made.
 
 use crate::evaluation::{Check, Evaluation, Outcome, Protection, Signals, Verdict};
-use crate::guard::{assess, bypasses, describe, FULL_MASK};
+use crate::guard::{assess, bypasses, conditional, describe, FULL_MASK};
 use crate::observe::{Observations, OvsRead};
 use crate::ovsdb::{self, OvsInfo};
 use crate::protection::Presence;
@@ -457,16 +457,20 @@ fn check_readback(
                 format!("guard {family} mark {mark} present (index {})", p.index),
             ),
             None => {
-                let others: Vec<String> = g
-                    .other_marks
+                // Lookalikes: another mark, or a condition on what it blocks.
+                let marks: Vec<String> = g
+                    .lookalikes
                     .iter()
-                    .filter_map(|p| p.mark.map(|m| m.value.to_string()))
+                    .filter_map(|p| p.mark.filter(|m| m.value != mark))
+                    .map(|m| m.value.to_string())
                     .collect();
-                let found = if others.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (guard installed with mark {})", others.join(", "))
-                };
+                let mut found = String::new();
+                if !marks.is_empty() {
+                    found = format!(" (guard installed with mark {})", marks.join(", "));
+                }
+                if let Some(why) = g.lookalikes.iter().find_map(conditional) {
+                    found += &format!(" (a guard-shaped policy is not counted: {why})");
+                }
                 c.add(
                     name,
                     gating,

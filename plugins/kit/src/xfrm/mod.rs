@@ -21,8 +21,10 @@ const XFRM_MSG_NEWPOLICY: u16 = 0x13;
 const XFRM_MSG_GETPOLICY: u16 = 0x15;
 
 const XFRMA_TMPL: u16 = 5;
+const XFRMA_SEC_CTX: u16 = 8;
 const XFRMA_POLICY_TYPE: u16 = 16;
 const XFRMA_MARK: u16 = 21;
+const XFRMA_OFFLOAD_DEV: u16 = 28;
 const XFRMA_IF_ID: u16 = 31;
 use crate::netlink::consts::NLA_TYPE_MASK;
 
@@ -161,6 +163,15 @@ pub struct LifetimeCfg {
     pub hard_use_expires_seconds: u64,
 }
 
+impl LifetimeCfg {
+    /// Whether the kernel deletes the policy after a time (a hard expiry
+    /// since it was added or last used; a policy's byte and packet limits
+    /// are not enforced, its soft expiries only notify).
+    pub fn expires(&self) -> bool {
+        self.hard_add_expires_seconds != 0 || self.hard_use_expires_seconds != 0
+    }
+}
+
 /// `struct xfrm_lifetime_cur`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct LifetimeCur {
@@ -228,6 +239,11 @@ pub struct XfrmPolicy {
     pub mark: Option<Mark>,
     pub if_id: Option<u32>,
     pub templates: Vec<Template>,
+    /// Carries a security context (`XFRMA_SEC_CTX`): the kernel applies it
+    /// only to flows whose label passes the LSM's check.
+    pub sec_ctx: bool,
+    /// Carries a device offload (`XFRMA_OFFLOAD_DEV`).
+    pub offload: bool,
 }
 
 /// Dump every policy of the calling thread's netns (main and sub types),
@@ -422,6 +438,8 @@ pub struct RawPolicy<'a> {
     mark: Option<Mark>,
     if_id: Option<u32>,
     ptype: PolicyType,
+    sec_ctx: bool,
+    offload: bool,
 }
 
 impl<'a> RawPolicy<'a> {
@@ -436,6 +454,8 @@ impl<'a> RawPolicy<'a> {
             mark: None,
             if_id: None,
             ptype: PolicyType::Main,
+            sec_ctx: false,
+            offload: false,
         };
         let mut off = align4(USERPOLICY_INFO_LEN);
         while off + 4 <= p.len() {
@@ -464,6 +484,8 @@ impl<'a> RawPolicy<'a> {
                 XFRMA_IF_ID => {
                     raw.if_id = Some(u32_at(v, 0).ok_or_else(|| malformed("short XFRMA_IF_ID"))?);
                 }
+                XFRMA_SEC_CTX => raw.sec_ctx = true,
+                XFRMA_OFFLOAD_DEV => raw.offload = true,
                 XFRMA_POLICY_TYPE => {
                     raw.ptype = match u8_at(v, 0).ok_or_else(|| malformed("short policy type"))? {
                         0 => PolicyType::Main,
@@ -547,6 +569,8 @@ impl<'a> RawPolicy<'a> {
             mark: self.mark,
             if_id: self.if_id,
             templates: self.templates().collect::<Result<_, _>>()?,
+            sec_ctx: self.sec_ctx,
+            offload: self.offload,
         })
     }
 }

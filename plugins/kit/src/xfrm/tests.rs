@@ -153,6 +153,17 @@ fn parses_guard_policy() {
 }
 
 #[test]
+fn a_security_context_and_an_offload_are_seen() {
+    let plain = parse_policy(&Fixture::v4(1, 1, 10).payload()).unwrap();
+    assert!(!plain.sec_ctx && !plain.offload);
+    let f = Fixture::v4(1, 1, 10)
+        .attr(XFRMA_SEC_CTX, &[0u8; 12])
+        .attr(XFRMA_OFFLOAD_DEV, &[0u8; 8]);
+    let p = parse_policy(&f.payload()).unwrap();
+    assert!(p.sec_ctx && p.offload);
+}
+
+#[test]
 fn parses_selector_ports_and_templates() {
     let mut tmpls = tmpl(PROTO_ESP, false, [10, 0, 0, 1], [10, 0, 0, 2]);
     tmpls.extend(tmpl(PROTO_AH, true, [10, 0, 0, 1], [10, 0, 0, 2]));
