@@ -196,7 +196,8 @@ pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
 }
 
 /// One attempt at [`lock`] without waiting: None while another process
-/// holds it (or, transient, its holder unlinked it just now).
+/// holds it, or when the file it opened was unlinked just now (a transient
+/// lock's release, a kept one's purge).
 pub fn try_lock(path: &Path, file: LockFile) -> Result<Option<FileLock>> {
     let f = open_lock_file(path)?;
     if !try_flock(&f, Flock::Exclusive).map_err(|e| err("locking", path, e))? {
