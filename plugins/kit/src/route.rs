@@ -14,6 +14,8 @@ use std::net::IpAddr;
 pub const RTPROT_PODGATE: u8 = 94;
 pub const TABLE_MAIN: u32 = 254;
 pub const TABLE_LOCAL: u32 = 255;
+/// The `default` table (253), looked up last by the kernel's own rules.
+pub const TABLE_DEFAULT: u32 = 253;
 
 /// A route's (or rule's) protocol, `RTPROT_*`: the byte the kernel stores,
 /// shown by its iproute2 name (`/usr/share/iproute2/rt_protos`) and podgate's

@@ -27,24 +27,104 @@ pub struct RuleSpec {
     /// by this rule's lookup (e.g. 31: only /32 host routes count).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub suppress_prefixlen: Option<u32>,
+    /// `ipproto N`: only packets whose IP header names this protocol.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_proto: Option<u8>,
+    /// What a match does: look up `table`, or drop the packet.
+    #[serde(skip_serializing_if = "RuleAction::is_lookup")]
+    pub action: RuleAction,
+}
+
+/// What a matching rule does (`fib_rule_hdr.action`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RuleAction {
+    /// `lookup <table>` (`FR_ACT_TO_TBL`): a route found there ends the walk.
+    #[default]
+    Lookup,
+    /// `blackhole` (`FR_ACT_BLACKHOLE`): the packet is dropped; no table.
+    Blackhole,
+    /// Any other action a listing shows (goto, nop, unreachable, prohibit).
+    Other(u8),
+}
+
+/// `FR_ACT_UNREACHABLE`, `FR_ACT_PROHIBIT`: like blackhole, they end the
+/// walk with the packet refused.
+const REFUSING: [u8; 2] = [7, 8];
+
+impl RuleAction {
+    pub fn is_lookup(&self) -> bool {
+        *self == RuleAction::Lookup
+    }
+
+    /// A match ends the walk with the packet dropped or refused: no table
+    /// is looked up, nothing is delivered or forwarded.
+    pub fn drops(self) -> bool {
+        match self {
+            RuleAction::Blackhole => true,
+            RuleAction::Other(a) => REFUSING.contains(&a),
+            RuleAction::Lookup => false,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            RuleAction::Lookup => FR_ACT_TO_TBL,
+            RuleAction::Blackhole => FR_ACT_BLACKHOLE,
+            RuleAction::Other(a) => a,
+        }
+    }
+
+    fn of(code: u8) -> RuleAction {
+        match code {
+            FR_ACT_TO_TBL => RuleAction::Lookup,
+            FR_ACT_BLACKHOLE => RuleAction::Blackhole,
+            a => RuleAction::Other(a),
+        }
+    }
+}
+
+impl Default for RuleSpec {
+    /// `0: from all lookup 0` of IPv4: a base for `..` in literals.
+    fn default() -> RuleSpec {
+        RuleSpec {
+            v6: false,
+            priority: 0,
+            from: None,
+            to: None,
+            iif: None,
+            table: 0,
+            protocol: 0,
+            suppress_prefixlen: None,
+            ip_proto: None,
+            action: RuleAction::Lookup,
+        }
+    }
 }
 
 impl RuleSpec {
-    /// `fib_rule_hdr` (action "to table") + FRA_PRIORITY, FRA_TABLE, then
-    /// the selectors present: FRA_SRC, FRA_DST, FRA_IIFNAME, FRA_PROTOCOL,
-    /// FRA_SUPPRESS_PREFIXLEN.
+    /// `fib_rule_hdr` (the action) + FRA_PRIORITY, FRA_TABLE (a lookup),
+    /// then the selectors present: FRA_SRC, FRA_DST, FRA_IIFNAME,
+    /// FRA_PROTOCOL, FRA_SUPPRESS_PREFIXLEN, FRA_IP_PROTO.
     pub(crate) fn write(&self, w: &mut MsgWriter) {
+        let lookup = self.action.is_lookup();
         FibRuleHdr {
             family: family_of(self.v6),
             dst_len: self.to.map_or(0, |t| t.prefix_len()),
             src_len: self.from.map_or(0, |f| f.prefix_len()),
-            table: u8::try_from(self.table).unwrap_or(RT_TABLE_UNSPEC),
-            action: FR_ACT_TO_TBL,
+            table: if lookup {
+                u8::try_from(self.table).unwrap_or(RT_TABLE_UNSPEC)
+            } else {
+                RT_TABLE_UNSPEC
+            },
+            action: self.action.code(),
             ..FibRuleHdr::default()
         }
         .write(w);
         w.attr_ne_u32(FRA_PRIORITY, self.priority);
-        w.attr_ne_u32(FRA_TABLE, self.table);
+        if lookup {
+            w.attr_ne_u32(FRA_TABLE, self.table);
+        }
         if let Some(f) = self.from {
             addr_attr(w, FRA_SRC, f.trunc().addr());
         }
@@ -60,6 +140,9 @@ impl RuleSpec {
         if let Some(n) = self.suppress_prefixlen {
             w.attr_ne_u32(FRA_SUPPRESS_PREFIXLEN, n);
         }
+        if let Some(p) = self.ip_proto {
+            w.attr(FRA_IP_PROTO, &[p]);
+        }
     }
 
     pub fn describe(&self) -> String {
@@ -74,7 +157,14 @@ impl RuleSpec {
         if let Some(i) = &self.iif {
             s += &format!(" iif {i}");
         }
-        s += &format!(" lookup {}", self.table);
+        if let Some(p) = self.ip_proto {
+            s += &format!(" ipproto {p}");
+        }
+        match self.action {
+            RuleAction::Lookup => s += &format!(" lookup {}", self.table),
+            RuleAction::Blackhole => s += " blackhole",
+            RuleAction::Other(a) => s += &format!(" action {a} table {}", self.table),
+        }
         if let Some(n) = self.suppress_prefixlen {
             s += &format!(" suppress_prefixlength {n}");
         }
@@ -91,6 +181,8 @@ impl RuleSpec {
             && self.table == other.table
             && self.suppress_prefixlen.unwrap_or(u32::MAX)
                 == other.suppress_prefixlen.unwrap_or(u32::MAX)
+            && self.ip_proto == other.ip_proto
+            && self.action == other.action
     }
 }
 
@@ -141,6 +233,8 @@ pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, S
             u32_of(b, "FRA_SUPPRESS_PREFIXLEN")
         })?
         .filter(|n| *n != u32::MAX),
+        ip_proto: opt(&attrs, FRA_IP_PROTO, |b| u8_of(b, "FRA_IP_PROTO"))?.filter(|p| *p != 0),
+        action: RuleAction::of(h.action),
     }))
 }
 

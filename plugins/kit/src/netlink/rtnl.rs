@@ -50,8 +50,10 @@ pub(crate) const FRA_PRIORITY: u16 = 6;
 pub(crate) const FRA_SUPPRESS_PREFIXLEN: u16 = 14;
 pub(crate) const FRA_TABLE: u16 = 15;
 pub(crate) const FRA_PROTOCOL: u16 = 21;
+pub(crate) const FRA_IP_PROTO: u16 = 22;
 pub(crate) const FR_ACT_UNSPEC: u8 = 0;
 pub(crate) const FR_ACT_TO_TBL: u8 = 1;
+pub(crate) const FR_ACT_BLACKHOLE: u8 = 6;
 
 /// `linux/if_link.h`, `linux/if_addr.h`.
 pub(crate) const IFLA_IFNAME: u16 = 3;

@@ -116,6 +116,7 @@ fn rule_requests_are_the_bytes_netlink_packet_route_sent() {
         table: 100,
         protocol: 94,
         suppress_prefixlen: Some(31),
+        ..RuleSpec::default()
     };
     let add = |r: &RuleSpec, seq| request(RTM_NEWRULE, ADD, seq, |w| r.write(w));
     assert_eq!(hex(&add(&full, 20)), "5800000020000506140000000000000002101800640000010000000008000600e803000008000f0064000000080002000a01020008000100c0a80000090003006574683000000000050015005e00000008000e001f000000");
@@ -130,6 +131,7 @@ fn rule_requests_are_the_bytes_netlink_packet_route_sent() {
         table: 1000,
         protocol: 0,
         suppress_prefixlen: None,
+        ..RuleSpec::default()
     };
     assert_eq!(
         hex(&add(&min, 22)),
@@ -144,6 +146,7 @@ fn rule_requests_are_the_bytes_netlink_packet_route_sent() {
         table: 254,
         protocol: 94,
         suppress_prefixlen: None,
+        ..RuleSpec::default()
     };
     assert_eq!(hex(&add(&v6, 23)), "600000002000050617000000000000000a000800fe00000100000000080006000500000008000f00fe00000014000200fd00000000000000000000000000000016000300766574682d616263646566303132333435000000050015005e000000");
     for (v6, seq, want) in [
@@ -318,6 +321,7 @@ fn decodes_rule_rows_the_kernel_sent() {
             table: 1000,
             protocol: 94,
             suppress_prefixlen: Some(31),
+            ..RuleSpec::default()
         }
     );
     assert_eq!(
@@ -331,6 +335,7 @@ fn decodes_rule_rows_the_kernel_sent() {
             table: 255,
             protocol: 2,
             suppress_prefixlen: None,
+            ..RuleSpec::default()
         }
     );
     assert_eq!(
@@ -344,6 +349,7 @@ fn decodes_rule_rows_the_kernel_sent() {
             table: 100,
             protocol: 0,
             suppress_prefixlen: None,
+            ..RuleSpec::default()
         }
     );
 }
@@ -712,6 +718,7 @@ fn kernel_round_trip() {
         table: 1000,
         protocol: 94,
         suppress_prefixlen: Some(31),
+        ..RuleSpec::default()
     };
     let v6 = RuleSpec {
         v6: true,
@@ -722,6 +729,7 @@ fn kernel_round_trip() {
         table: 100,
         protocol: 94,
         suppress_prefixlen: None,
+        ..RuleSpec::default()
     };
     for r in [&full, &v6] {
         rule::add(&mut s, r).unwrap();
@@ -749,5 +757,61 @@ fn kernel_round_trip() {
             .unwrap()
             .iter()
             .any(|l| l.matches(r)));
+    }
+
+    // A protocol selector and a rule that drops: what strict routing puts
+    // before an IPv6 pod's table (ICMPv6 to link-local, the rest dropped).
+    let icmp6 = RuleSpec {
+        v6: true,
+        priority: 95,
+        to: Some(net("fe80::/10")),
+        iif: Some("pg-a".into()),
+        table: 255,
+        protocol: 94,
+        ip_proto: Some(58),
+        ..RuleSpec::default()
+    };
+    let drop = RuleSpec {
+        v6: true,
+        priority: 96,
+        to: Some(net("fe80::/10")),
+        iif: Some("pg-a".into()),
+        protocol: 94,
+        action: rule::RuleAction::Blackhole,
+        ..RuleSpec::default()
+    };
+    for r in [&icmp6, &drop] {
+        rule::add(&mut s, r).unwrap();
+    }
+    let listed = rule::list(&mut s, true).unwrap();
+    for r in [&icmp6, &drop] {
+        assert_eq!(
+            listed.iter().filter(|l| l == &r).count(),
+            1,
+            "{r:?} in {listed:?}"
+        );
+    }
+    // Told apart from each other and from a plain lookup of the same prefix.
+    assert!(
+        !icmp6.matches(&drop)
+            && !icmp6.matches(&RuleSpec {
+                ip_proto: None,
+                ..icmp6.clone()
+            })
+    );
+    let shown = ip_json(&["-6", "rule", "show"]);
+    let at = |p: u64| {
+        shown
+            .iter()
+            .find(|j| j["priority"].as_u64() == Some(p))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(at(95)["ipproto"], "ipv6-icmp", "{shown:?}");
+    assert_eq!(at(95)["table"], "local", "{shown:?}");
+    assert_eq!(at(96)["action"], "blackhole", "{shown:?}");
+    for r in [&icmp6, &drop] {
+        assert!(rule::del(&mut s, r).unwrap(), "{r:?}");
+        assert!(!rule::del(&mut s, r).unwrap(), "{r:?}");
     }
 }

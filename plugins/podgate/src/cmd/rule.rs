@@ -153,6 +153,7 @@ pub fn run(cmd: &RuleCmd, target: &Target, json: bool) -> Result<Found> {
                 table: a.table.unwrap_or(TABLE_MAIN),
                 protocol: a.proto.unwrap_or(0),
                 suppress_prefixlen: None,
+                ..RuleSpec::default()
             };
             rule::add(&mut sock, &spec)?;
             done("added", &spec, &label, json)
@@ -204,6 +205,7 @@ mod tests {
             table,
             protocol: 0,
             suppress_prefixlen: None,
+            ..RuleSpec::default()
         }
     }
 
