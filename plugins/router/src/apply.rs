@@ -365,11 +365,7 @@ pub fn remove_node(
         let rp = r.plan();
         failures.extend(boundary::remove_pod(k, &rp));
         if r.mode == Mode::Strict && last_strict {
-            failures.extend(boundary::restore_node(
-                store,
-                k,
-                !rp.pod_ip.addr().is_ipv4(),
-            ));
+            failures.extend(boundary::restore_node(store, k));
         }
     }
     for r in &rec.node_routes {
@@ -486,6 +482,11 @@ fn accounted_route(records: &[Record], e: &RouteEntry) -> bool {
                 .iter()
                 .chain(r.main_replacement.as_ref())
                 .chain(r.main_original.as_ref())
+                .chain(
+                    r.extra_mains
+                        .iter()
+                        .flat_map(|m| [&m.original, &m.replacement]),
+                )
         });
         node.chain(routing)
             .any(|r| route::find(std::slice::from_ref(e), &r.spec()).is_some())
@@ -685,6 +686,55 @@ pub fn check_node(k: &mut impl Kernel, rec: &Record) -> Result<Vec<String>, Appl
         drift.extend(boundary::check(k, &rp.plan())?);
     }
     Ok(drift)
+}
+
+/// A node rule that comes before a strict pod's boundary rules and can
+/// take its traffic past them ([`boundary::rules_ahead`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleAhead {
+    pub rule: RuleSpec,
+    /// The pod's address (of the gateway's family) and container.
+    pub pod: IpAddr,
+    pub container_id: String,
+}
+
+impl std::fmt::Display for RuleAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({})",
+            boundary::ahead_message(&self.rule, self.pod),
+            self.container_id
+        )
+    }
+}
+
+/// The node's rules that come before a strict record's boundary rules and
+/// can take its pod's traffic past them, read through `k` in the node's
+/// namespace; none for other records.
+pub fn rules_ahead(k: &mut impl Kernel, rec: &Record) -> Result<Vec<RuleAhead>, Error> {
+    let Some(rp) = rec
+        .routing
+        .as_ref()
+        .filter(|_| rec.is_strict())
+        .map(record::Routing::plan)
+    else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for v6 in rp.families() {
+        let listed = k.rule_list(v6)?;
+        out.extend(
+            boundary::rules_ahead(&listed, &rp, v6)
+                .into_iter()
+                .map(|r| RuleAhead {
+                    rule: r.clone(),
+                    pod: rp.pod_ip.addr(),
+                    container_id: rec.key.container_id.clone(),
+                }),
+        );
+    }
+    Ok(out)
 }
 
 /// Routes of both families, as [`route::list_all`].

@@ -199,14 +199,29 @@ pub struct Routing {
     pub mode: RoutingMode,
     /// Node interface towards the security boundary.
     pub uplink: String,
-    /// Next hop on the uplink.
+    /// Next hop on the uplink (strict: the IPv4 one).
     pub gateway: IpAddr,
+    /// strict: the IPv6 next hop on the uplink, for pods with IPv6
+    /// addresses (a strict pod's every address crosses the boundary).
+    #[serde(default)]
+    pub gateway6: Option<IpAddr>,
     #[serde(default = "table_auto")]
     pub table: TableChoice,
     /// strict: destinations on the node itself (NodeLocal DNSCache, link-local
     /// node agents) that the pod reaches without crossing the boundary.
     #[serde(default)]
     pub exempt: Vec<IpNet>,
+}
+
+impl Routing {
+    /// The next hop on the uplink for traffic of `addr`'s family, if the
+    /// profile names one.
+    pub fn gateway_for(&self, addr: IpAddr) -> Option<IpAddr> {
+        [Some(self.gateway), self.gateway6]
+            .into_iter()
+            .flatten()
+            .find(|g| g.is_ipv4() == addr.is_ipv4())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -296,9 +311,16 @@ impl RouterConfig {
                 }
                 if r.mode == RoutingMode::Strict && !r.gateway.is_ipv4() {
                     return Err(CniError::invalid_config(format!(
-                        "profiles.{name}.routing: strict routing supports IPv4 pods only; gateway {} is IPv6",
+                        "profiles.{name}.routing: a strict profile's gateway is its IPv4 next hop; {} is IPv6 (name the IPv6 next hop in gateway6)",
                         r.gateway
                     )));
+                }
+                if let Some(g6) = r.gateway6 {
+                    if r.mode != RoutingMode::Strict || !g6.is_ipv6() {
+                        return Err(CniError::invalid_config(format!(
+                            "profiles.{name}.routing.gateway6 {g6}: the IPv6 next hop of a strict profile (an IPv6 address, strict mode only)"
+                        )));
+                    }
                 }
                 if !r.exempt.is_empty() && r.mode != RoutingMode::Strict {
                     return Err(CniError::invalid_config(format!(
@@ -307,7 +329,7 @@ impl RouterConfig {
                 }
                 for e in &r.exempt {
                     let why = if !e.addr().is_ipv4() {
-                        Some("is IPv6 (strict routing is IPv4 only)".to_string())
+                        Some("is IPv6 (exempt ranges are IPv4 only)".to_string())
                     } else if e.prefix_len() == 0 {
                         Some("is a default route".to_string())
                     } else if e.contains(&r.gateway) {
@@ -420,7 +442,15 @@ mod tests {
             );
         }
         let e = cfg(strict(serde_json::json!({"gateway": "2001:db8::1"}))).unwrap_err();
-        assert!(e.contains("IPv4 pods only"), "{e}");
+        assert!(e.contains("gateway6"), "{e}");
+        assert!(cfg(strict(serde_json::json!({"gateway6": "2001:db8::fe"}))).is_ok());
+        for bad in [
+            serde_json::json!({"gateway6": "192.0.2.253"}),
+            serde_json::json!({"mode": "standard", "gateway6": "2001:db8::fe"}),
+        ] {
+            let e = cfg(strict(bad.clone())).unwrap_err();
+            assert!(e.contains("routing.gateway6"), "{bad}: {e}");
+        }
         let e = cfg(strict(
             serde_json::json!({"mode": "standard", "exempt": ["169.254.20.10/32"]}),
         ))

@@ -567,7 +567,14 @@ pub mod fake {
         }
         fn rule_add(&mut self, r: &RuleSpec) -> Result<(), Error> {
             self.call(format!("rule add {}", r.describe()))?;
-            self.rules.push(r.clone());
+            // Where the kernel puts it: after every rule of its priority
+            // or lower (the order a walk, and a listing, takes).
+            let at = self
+                .rules
+                .iter()
+                .position(|x| x.priority > r.priority)
+                .unwrap_or(self.rules.len());
+            self.rules.insert(at, r.clone());
             Ok(())
         }
         fn rule_del(&mut self, r: &RuleSpec) -> Result<bool, Error> {

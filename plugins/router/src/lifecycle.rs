@@ -5,7 +5,7 @@
 
 use crate::apply;
 use crate::claims;
-use crate::kernel::Live;
+use crate::kernel::{ListedOnce, Live};
 use crate::record::{self, Depth, Here, Listing, Liveness, Record};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
@@ -240,14 +240,19 @@ impl Census {
         }
     }
 
-    /// Live records (pending or applied) other than `except`.
-    pub fn live_except<'a>(&'a self, except: &'a Key) -> impl Iterator<Item = &'a Record> + 'a {
+    /// Live records (pending or applied).
+    pub fn live(&self) -> impl Iterator<Item = &Record> + '_ {
         self.listing
             .records
             .iter()
             .enumerate()
-            .filter(|(i, r)| r.key != *except && !self.stale.iter().any(|(s, _)| s == i))
+            .filter(|(i, _)| !self.stale.iter().any(|(s, _)| s == i))
             .map(|(_, r)| r)
+    }
+
+    /// Live records (pending or applied) other than `except`.
+    pub fn live_except<'a>(&'a self, except: &'a Key) -> impl Iterator<Item = &'a Record> + 'a {
+        self.live().filter(move |r| r.key != *except)
     }
 
     /// Removing `key` may put node-wide strict settings back: no other live
@@ -299,13 +304,7 @@ pub fn remove_record(
         ));
     } else if rec.is_strict() && census.last_strict(&rec.key) {
         // The node settings of an earlier boot are gone; drop their file.
-        failures.extend(apply::boundary::restore_node(
-            store,
-            &mut Live::on(node),
-            rec.routing
-                .as_ref()
-                .is_some_and(|r| !r.pod_ip.addr().is_ipv4()),
-        ));
+        failures.extend(apply::boundary::restore_node(store, &mut Live::on(node)));
     }
     if !liveness.is_stale() {
         // One trip into the namespace: the handles are opened there with its
@@ -331,6 +330,10 @@ pub struct Swept {
     /// Claims index entries written or removed to match the records
     /// (the node agent's sweep).
     pub index_repaired: usize,
+    /// Rules before a live strict pod's boundary that can take its traffic
+    /// past it (the node agent's sweep reports them; another agent's rule
+    /// is not podgate's to remove).
+    pub rules_ahead: Vec<apply::RuleAhead>,
 }
 
 /// Remove what stale records (dead pods) left on the node, and the records.
@@ -476,12 +479,20 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     // Every record was just read: the claims index is made to hold what
     // they claim (what an index-unaware writer changed is repaired).
     out.index_repaired = claims::reconcile(&store, &census.listing.records)?;
-    if census.stale.is_empty() {
+    let strict = census.live().any(Record::is_strict);
+    if census.stale.is_empty() && !strict {
         return Ok(out);
     }
     let mut node = RouteSocket::new()?;
     let s = clear_stale(&census, &mut node, &store, &here);
     out.removed.extend(s.removed);
     out.failures.extend(s.failures);
+    let mut k = ListedOnce::new(Live::on(&mut node));
+    for rec in census.live() {
+        match apply::rules_ahead(&mut k, rec) {
+            Ok(found) => out.rules_ahead.extend(found),
+            Err(e) => out.failures.push(e.to_string()),
+        }
+    }
     Ok(out)
 }

@@ -43,6 +43,9 @@ pub struct NodeView {
     pub links: Vec<Link>,
     /// Masquerade/SNAT rules found in the node's nat postrouting chains.
     pub node_snat: Vec<SnatFinding>,
+    /// The node has IPv6 (read for strict routing: a strict pod without
+    /// an IPv6 address gets IPv6 turned off on its host-side interface).
+    pub ipv6: bool,
 }
 
 /// Whether two prefixes share any address.

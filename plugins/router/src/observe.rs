@@ -16,6 +16,10 @@ use podgate_cni::CniError;
 use podgate_kit::route::TABLE_MAIN;
 use std::net::IpAddr;
 
+/// A sysctl that exists exactly when the node has IPv6 (booted without
+/// `ipv6.disable=1`).
+const IPV6_KNOB: &str = "net.ipv6.conf.all.disable_ipv6";
+
 /// A set of address families.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Families {
@@ -79,6 +83,9 @@ pub struct Needs {
     pub links: bool,
     /// Strict routing refuses a node whose nat chains would SNAT the pod.
     pub snat: bool,
+    /// Strict routing turns IPv6 off on the host-side interface of a pod
+    /// without IPv6 addresses, if the node has IPv6.
+    pub ipv6: bool,
 }
 
 impl Needs {
@@ -95,7 +102,10 @@ impl Needs {
             .get(&sel.profile)
             .and_then(|p| p.routing.as_ref());
         if let Some(r) = routing {
+            let strict = r.mode == RoutingMode::Strict;
+            // A strict pod's every address is bounded, of either family.
             let f = match r.table {
+                _ if strict => Families::BOTH,
                 TableChoice::Auto => Families::BOTH,
                 TableChoice::Id(_) => Families::of(r.gateway),
             };
@@ -103,7 +113,8 @@ impl Needs {
             n.all_tables = true;
             n.claims = true;
             n.links = true;
-            n.snat = r.mode == RoutingMode::Strict;
+            n.snat = strict;
+            n.ipv6 = strict;
         }
         n
     }
@@ -111,7 +122,7 @@ impl Needs {
     /// Does the plan read the node's kernel state at all (then a node
     /// socket is needed before planning)?
     pub fn reads_node(&self) -> bool {
-        self.routes.any() || self.addresses.any() || self.links || self.snat
+        self.routes.any() || self.addresses.any() || self.links || self.snat || self.ipv6
     }
 }
 
@@ -144,6 +155,13 @@ pub fn node_view(
     }
     if needs.links {
         view.links = k.link_list().map_err(|e| err("reading node links", e))?;
+    }
+    if needs.ipv6 {
+        view.ipv6 = match k.sysctl_read(IPV6_KNOB) {
+            Ok(_) => true,
+            Err(e) if e.is_not_found() => false,
+            Err(e) => return Err(err("reading whether the node has IPv6", e)),
+        };
     }
     // Reading nf_tables only when a strict profile needs it keeps the
     // common path short.

@@ -227,11 +227,17 @@ pub fn build(
         None => Vec::new(),
     };
 
-    let routing = profile
+    let mut routing = profile
         .routing
         .as_ref()
-        .map(|r| routing::plan(cfg, r, &pod_ips, !masquerade.is_empty(), view, key))
+        .map(|r| {
+            let pod = prev.ips_of(ifname);
+            routing::plan(cfg, r, &pod, !masquerade.is_empty(), view, key)
+        })
         .transpose()?;
+    if let Some(r) = routing.as_mut() {
+        routing::bound_return_routes(r, &mut node_routes)?;
+    }
 
     Ok(Plan {
         profile: sel.profile.clone(),

@@ -23,14 +23,39 @@ pub struct NodeShared {
     pub boot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_netns_id: Option<NsIdentity>,
+    /// The IPv4 local-table rule was moved from priority 0 to 1000.
     pub local_moved: bool,
+    /// The IPv6 one (version 2: a strict pod with IPv6 addresses).
+    #[serde(default)]
+    pub local_moved6: bool,
     pub sysctl_previous: BTreeMap<String, String>,
     /// The values podgate wrote: a sysctl is put back only while it holds one.
     #[serde(default)]
     pub sysctl_written: BTreeMap<String, String>,
 }
 
+/// The format this binary writes; it reads every earlier one (fields are
+/// only added: 2 added `localMoved6`).
+pub const VERSION: u64 = 2;
+
 impl NodeShared {
+    /// Was the local rule of this family moved?
+    pub fn moved(&self, v6: bool) -> bool {
+        if v6 {
+            self.local_moved6
+        } else {
+            self.local_moved
+        }
+    }
+
+    pub fn set_moved(&mut self, v6: bool) {
+        if v6 {
+            self.local_moved6 = true;
+        } else {
+            self.local_moved = true;
+        }
+    }
+
     pub fn describes_this_node(&self, boot_id: Option<&str>, node: Option<NsIdentity>) -> bool {
         let same_boot = match (self.boot_id.as_deref(), boot_id) {
             (Some(a), Some(b)) => a == b,
@@ -117,5 +142,6 @@ mod tests {
         assert_eq!(old.version, 0);
         assert!(old.describes_this_node(Some("b1"), Some(id)));
         assert!(old.sysctl_written.is_empty());
+        assert!(old.moved(false) && !old.moved(true));
     }
 }

@@ -194,6 +194,7 @@ fn node() -> NodeView {
         claims: vec![],
         links: vec![],
         node_snat: vec![],
+        ipv6: false,
     }
 }
 
@@ -339,9 +340,15 @@ mod routing {
                                             "exempt": ["10.30.0.1/32"]}},
                 "clamp": {"mssClamp": 1360, "returnRoutes": [{"dst": "10.8.0.0/24"}],
                           "masquerade": [{"source": "10.9.0.0/24"}]},
-                "clamp-nopool": {"mssClamp": "pmtu"}
+                "clamp-nopool": {"mssClamp": "pmtu"},
+                "strict-ds": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254",
+                                          "gateway6": "2001:db8::fe"}},
+                "strict-pool": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254"},
+                                "returnRoutes": [{"dst": "10.8.0.0/24"}]}
             },
-            "assign": [{"podNamePrefix": "s-", "profile": "strict"},
+            "assign": [{"podNamePrefix": "ds-", "profile": "strict-ds"},
+                       {"podNamePrefix": "sp-", "profile": "strict-pool"},
+                       {"podNamePrefix": "s-", "profile": "strict"},
                        {"podNamePrefix": "std-", "profile": "standard"},
                        {"podNamePrefix": "m-", "profile": "strict-masq"},
                        {"podNamePrefix": "e-", "profile": "strict-exempt"},
@@ -381,7 +388,161 @@ mod routing {
                 },
             ],
             node_snat: vec![],
+            ipv6: true,
         }
+    }
+
+    /// A dual-stack pod of ptp: both addresses routed through `veth9`.
+    fn ds_prev() -> CniResult {
+        serde_json::from_value(json!({
+            "interfaces": [{"name": "veth9"}, {"name": "eth0", "sandbox": "/run/netns/p"}],
+            "ips": [{"address": "10.30.0.7/24", "gateway": "10.30.0.1", "interface": 1},
+                    {"address": "fd00:30::7/64", "gateway": "fd00:30::1", "interface": 1}]
+        }))
+        .unwrap()
+    }
+
+    fn ds_node() -> NodeView {
+        let mut v = ptp_node();
+        v.routes.push(route("fd00:30::7/128", None, 9, 3));
+        v.routes.push(route("2001:db8::/64", None, 2, 2));
+        v
+    }
+
+    fn plan_with(
+        c: &RouterConfig,
+        pod: &str,
+        prev: &CniResult,
+        view: &NodeView,
+    ) -> Result<podgate_router::plan::Plan, podgate_cni::CniError> {
+        let sel = select(
+            c,
+            &intent(
+                &format!("K8S_POD_NAMESPACE=x;K8S_POD_NAME={pod}"),
+                json!({}),
+            ),
+        )
+        .unwrap()
+        .unwrap();
+        build(c, &sel, &Key::new("n", pod, "eth0"), prev, view)
+    }
+
+    #[test]
+    fn a_dual_stack_strict_pod_is_bounded_in_both_families() {
+        let r = plan_with(&strict_cfg(100), "ds-0", &ds_prev(), &ds_node())
+            .unwrap()
+            .routing
+            .unwrap();
+        let rules: Vec<String> = r.rules.iter().map(|x| x.describe()).collect();
+        assert_eq!(
+            rules,
+            vec![
+                "95: from all to fe80::/10 iif veth9 ipproto 58 lookup 255",
+                "95: from all to ff02::/16 iif veth9 ipproto 58 lookup 255",
+                "95: from all to fd00:30::1/128 iif veth9 ipproto 58 lookup 255",
+                "96: from all to fe80::/10 iif veth9 blackhole",
+                "96: from all to ff00::/8 iif veth9 blackhole",
+                "100: from all iif veth9 lookup 20000",
+                "100: from all iif veth9 lookup 20000",
+                "100: from all to 10.30.0.7/32 iif up0 lookup 20000",
+                "100: from all to fd00:30::7/128 iif up0 lookup 20000",
+            ]
+        );
+        assert_eq!(
+            r.rules.iter().filter(|x| x.v6).count(),
+            7,
+            "IPv6 rules: neighbour discovery, link scope, the pod's two"
+        );
+        let routes: Vec<String> = r.table_routes.iter().map(|x| x.describe()).collect();
+        assert!(
+            routes.iter().any(|x| x.contains("::/0 via 2001:db8::fe")),
+            "{routes:?}"
+        );
+        let swaps: Vec<(String, String)> = r
+            .mains
+            .iter()
+            .map(|m| (m.original.describe(), m.replacement.describe()))
+            .collect();
+        assert_eq!(swaps.len(), 2, "{swaps:?}");
+        assert!(
+            swaps[1].1.contains("fd00:30::7/128 via 2001:db8::fe"),
+            "{swaps:?}"
+        );
+        // The pod has IPv6: it stays on on its interface.
+        assert!(
+            !r.host_if_sysctls
+                .iter()
+                .any(|s| s.name.contains("disable_ipv6")),
+            "{:?}",
+            r.host_if_sysctls
+        );
+        // Without an IPv6 next hop the pod is refused, naming what is missing.
+        let e = plan_with(&strict_cfg(100), "s-0", &ds_prev(), &ds_node()).unwrap_err();
+        assert_eq!(e.code, 100);
+        assert!(
+            e.msg.contains("fd00:30::7") && e.msg.contains("gateway6"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn every_ipv4_address_of_a_strict_pod_is_bounded() {
+        let prev: CniResult = serde_json::from_value(json!({
+            "interfaces": [{"name": "veth9"}, {"name": "eth0", "sandbox": "/run/netns/p"}],
+            "ips": [{"address": "10.30.0.7/24", "interface": 1}, {"address": "10.31.0.7/24", "interface": 1}]
+        }))
+        .unwrap();
+        let mut v = ptp_node();
+        v.routes.push(route("10.31.0.7/32", None, 9, 3));
+        let r = plan_with(&strict_cfg(100), "s-0", &prev, &v)
+            .unwrap()
+            .routing
+            .unwrap();
+        let to: Vec<String> = r
+            .rules
+            .iter()
+            .filter_map(|x| x.to)
+            .map(|t| t.to_string())
+            .collect();
+        assert_eq!(to, vec!["10.30.0.7/32", "10.31.0.7/32"]);
+        assert_eq!(r.mains.len(), 2);
+        // A second address routed through another interface: refused.
+        let mut v = ptp_node();
+        v.routes.push(route("10.31.0.7/32", None, 2, 3));
+        let e = plan_with(&strict_cfg(100), "s-0", &prev, &v).unwrap_err();
+        assert!(e.msg.contains("10.31.0.7"), "{}", e.msg);
+    }
+
+    #[test]
+    fn a_strict_pods_return_route_pool_is_routed_through_the_uplink() {
+        let p = plan_for(&strict_cfg(100), "sp-0", &ptp_node()).unwrap();
+        let main: Vec<String> = p.node_routes.iter().map(|r| r.describe()).collect();
+        let r = p.routing.unwrap();
+        assert_eq!(main.len(), 1);
+        assert!(
+            main[0].starts_with("10.8.0.0/24 via 192.0.2.254")
+                && p.node_routes[0].oif == Some(2),
+            "{main:?}"
+        );
+        let in_table = r
+            .table_routes
+            .iter()
+            .find(|x| x.dst.to_string() == "10.8.0.0/24")
+            .unwrap();
+        assert_eq!(
+            (
+                in_table.gateway.unwrap().to_string(),
+                in_table.oif,
+                in_table.onlink,
+                in_table.table
+            ),
+            ("10.30.0.7".to_string(), Some(9), true, 20_000)
+        );
+        assert!(r
+            .rules
+            .iter()
+            .any(|x| x.describe() == "100: from all to 10.8.0.0/24 iif up0 lookup 20000"));
     }
 
     fn plan_for(
@@ -419,7 +580,8 @@ mod routing {
                 "100: from all to 10.30.0.7/32 iif up0 lookup 20000"
             ]
         );
-        // Proxy ARP on the host side answers the pod's gateway.
+        // Proxy ARP on the host side answers the pod's gateway; an IPv4
+        // pod on a node with IPv6 gets no IPv6 through its interface.
         let hs: Vec<(&str, &str)> = r
             .host_if_sysctls
             .iter()
@@ -429,7 +591,8 @@ mod routing {
             hs,
             vec![
                 ("net.ipv4.conf.veth9.proxy_arp", "1"),
-                ("net.ipv4.neigh.veth9.proxy_delay", "0")
+                ("net.ipv4.neigh.veth9.proxy_delay", "0"),
+                ("net.ipv6.conf.veth9.disable_ipv6", "1")
             ]
         );
         // An exemption covering the pod's subnet (its gateway) is refused.
@@ -476,7 +639,8 @@ mod routing {
                 "100: from all to 10.30.0.7/32 iif up0 lookup 20000"
             ]
         );
-        let repl = r.main_replacement.unwrap();
+        assert_eq!(r.mains.len(), 1);
+        let repl = &r.mains[0].replacement;
         assert_eq!(
             (
                 repl.dst.to_string(),
@@ -485,7 +649,7 @@ mod routing {
             ),
             ("10.30.0.7/32".into(), "192.0.2.254".into(), Some(2))
         );
-        assert_eq!(r.main_original.unwrap().oif, Some(9));
+        assert_eq!(r.mains[0].original.oif, Some(9));
         let names: Vec<&str> = r.node_sysctls.iter().map(|s| s.name.as_str()).collect();
         assert!(
             names.contains(&"net.ipv4.tcp_early_demux")
@@ -508,7 +672,7 @@ mod routing {
                 "1536: from 10.30.0.7/32 lookup 300",
             ]
         );
-        assert!(r.main_replacement.is_none() && r.node_sysctls.is_empty());
+        assert!(r.mains.is_empty() && r.node_sysctls.is_empty());
     }
 
     /// A masquerade rule in `ip nat <chain>` as the node scan reports it.

@@ -4,30 +4,39 @@
 
 use crate::kernel::Kernel;
 use crate::model::SysctlSetting;
-use crate::routing::{RoutingPlan, PRIO_LOCAL_MOVED};
-use crate::strict_node::{read_shared, remove_shared, write_shared};
+use crate::routing::{RoutingPlan, PRIO_LOCAL_MOVED, PRIO_STRICT};
+use crate::strict_node::{read_shared, remove_shared, write_shared, VERSION};
 use podgate_kit::netns::NsIdentity;
-use podgate_kit::route::{self, RouteSpec, TABLE_LOCAL};
-use podgate_kit::rule::RuleSpec;
+use podgate_kit::route::{self, RouteProtocol, RouteSpec, RTPROT_PODGATE, TABLE_LOCAL, TABLE_MAIN};
+use podgate_kit::rule::{RuleAction, RuleSpec};
 use podgate_kit::state::StateStore;
 use podgate_kit::{sysctl, Error};
 
+/// `from all lookup local` at `priority`, as the kernel creates it at 0:
+/// `proto kernel`, which systemd-networkd leaves alone as not foreign.
 fn local_rule(v6: bool, priority: u32) -> RuleSpec {
     RuleSpec {
         v6,
         priority,
-        from: None,
-        to: None,
-        iif: None,
         table: TABLE_LOCAL,
-        protocol: 0,
-        suppress_prefixlen: None,
+        protocol: RouteProtocol::KERNEL.0,
+        ..RuleSpec::default()
     }
 }
 
-/// Node-wide setup for the first strict pod: sysctls and the local rule moved
-/// below podgate's rules. Idempotent for later pods (values re-asserted).
-/// What it changes is on disk before it changes it.
+/// [`local_rule`] for deleting: protocol unset matches any, so a moved
+/// rule an earlier release added without a protocol goes too.
+fn any_local_rule(v6: bool, priority: u32) -> RuleSpec {
+    RuleSpec {
+        protocol: 0,
+        ..local_rule(v6, priority)
+    }
+}
+
+/// Node-wide setup for the first strict pod (of each address family):
+/// sysctls and the local rule moved below podgate's rules. Idempotent for
+/// later pods (values re-asserted). What it changes is on disk before it
+/// changes it.
 pub fn ensure_node(
     store: &StateStore,
     k: &mut impl Kernel,
@@ -38,11 +47,15 @@ pub fn ensure_node(
     let existing = read_shared(store)?.filter(|s| s.describes_this_node(boot_id, node_id));
     let first = existing.is_none();
     let mut shared = existing.unwrap_or_default();
-    let v6 = !p.pod_ip.addr().is_ipv4();
-    let rules = k.rule_list(v6)?;
-    let at_zero = rules.iter().any(|r| r.matches(&local_rule(v6, 0)));
+    // The families whose local rule is still at 0, with their rules.
+    let mut at_zero = Vec::new();
+    for v6 in p.families() {
+        let rules = k.rule_list(v6)?;
+        if rules.iter().any(|r| r.matches(&local_rule(v6, 0))) {
+            at_zero.push((v6, rules));
+        }
+    }
     if first {
-        shared.version = 1;
         shared.boot_id = boot_id.map(str::to_string);
         shared.node_netns_id = node_id;
         for s in &p.node_sysctls {
@@ -55,22 +68,24 @@ pub fn ensure_node(
             }
         }
     }
-    if first || (at_zero && !shared.local_moved) {
-        shared.local_moved |= at_zero;
+    let newly_moved = at_zero.iter().any(|(v6, _)| !shared.moved(*v6));
+    if first || newly_moved {
+        for (v6, _) in &at_zero {
+            shared.set_moved(*v6);
+        }
+        shared.version = VERSION;
         write_shared(store, &shared)?;
     }
     for s in &p.node_sysctls {
         k.sysctl_ensure(&s.name, &s.value)?;
     }
-    if at_zero {
+    for (v6, rules) in at_zero {
         // Add the moved rule first: there is never a moment without local lookup.
-        if !rules
-            .iter()
-            .any(|r| r.matches(&local_rule(v6, PRIO_LOCAL_MOVED)))
-        {
-            k.rule_add(&local_rule(v6, PRIO_LOCAL_MOVED))?;
+        let moved = local_rule(v6, PRIO_LOCAL_MOVED);
+        if !rules.iter().any(|r| r.matches(&moved)) {
+            k.rule_add(&moved)?;
         }
-        k.rule_del(&local_rule(v6, 0))?;
+        k.rule_del(&any_local_rule(v6, 0))?;
     }
     Ok(first)
 }
@@ -78,7 +93,7 @@ pub fn ensure_node(
 /// Undo `ensure_node` when no strict pod is left. Idempotent: a rule already
 /// back, a sysctl someone else changed since, are left alone. A file from
 /// another boot or node netns describes nothing here and is just removed.
-pub fn restore_node(store: &StateStore, k: &mut impl Kernel, v6: bool) -> Vec<String> {
+pub fn restore_node(store: &StateStore, k: &mut impl Kernel) -> Vec<String> {
     let mut failed = Vec::new();
     let shared = match read_shared(store) {
         Ok(Some(s)) => s,
@@ -91,7 +106,7 @@ pub fn restore_node(store: &StateStore, k: &mut impl Kernel, v6: bool) -> Vec<St
         remove_shared(store);
         return failed;
     }
-    if shared.local_moved {
+    for v6 in [false, true].into_iter().filter(|v6| shared.moved(*v6)) {
         let has_zero = match k.rule_list(v6) {
             Ok(rs) => rs.iter().any(|r| r.matches(&local_rule(v6, 0))),
             Err(e) => {
@@ -102,9 +117,10 @@ pub fn restore_node(store: &StateStore, k: &mut impl Kernel, v6: bool) -> Vec<St
         if !has_zero {
             if let Err(e) = k.rule_add(&local_rule(v6, 0)) {
                 failed.push(e.to_string());
+                continue;
             }
         }
-        if let Err(e) = k.rule_del(&local_rule(v6, PRIO_LOCAL_MOVED)) {
+        if let Err(e) = k.rule_del(&any_local_rule(v6, PRIO_LOCAL_MOVED)) {
             failed.push(e.to_string());
         }
     }
@@ -144,8 +160,8 @@ pub fn apply_pod(k: &mut impl Kernel, p: &mut RoutingPlan) -> Result<(), Error> 
     for r in &p.rules {
         k.rule_add(r)?;
     }
-    if let (Some(_), Some(repl)) = (&p.main_original, &p.main_replacement) {
-        k.route_add(repl, true)?;
+    for m in &p.mains {
+        k.route_add(&m.replacement, true)?;
     }
     Ok(())
 }
@@ -193,8 +209,8 @@ pub fn remove_pod(k: &mut impl Kernel, p: &RoutingPlan) -> Vec<String> {
             failed.push(e.to_string());
         }
     };
-    if let (Some(o), Some(r)) = (&p.main_original, &p.main_replacement) {
-        note(restore_main(k, o, r));
+    for m in p.mains.iter().rev() {
+        note(restore_main(k, &m.original, &m.replacement));
     }
     for r in p.rules.iter().rev() {
         note(k.rule_del(r).map(|_| ()));
@@ -208,28 +224,52 @@ pub fn remove_pod(k: &mut impl Kernel, p: &RoutingPlan) -> Vec<String> {
     failed
 }
 
-/// Drift of a routing plan, read through `k` in the node's namespace.
+/// Drift of a routing plan, read through `k` in the node's namespace:
+/// what is missing of it, and the rules the kernel walks before its strict
+/// rules that can take the pod's traffic past them ([`rules_ahead`]).
 pub fn check(k: &mut impl Kernel, p: &RoutingPlan) -> Result<Vec<String>, Error> {
     let mut drift = Vec::new();
-    let v6 = !p.pod_ip.addr().is_ipv4();
-    let routes = k.route_list(v6)?;
+    let mut routes = Vec::new();
+    for v6 in [false, true] {
+        let wanted = p
+            .table_routes
+            .iter()
+            .chain(p.mains.iter().map(|m| &m.replacement))
+            .any(|r| r.dst.addr().is_ipv6() == v6);
+        if wanted {
+            routes.extend(k.route_list(v6)?);
+        }
+    }
     for r in &p.table_routes {
         if route::find(&routes, r).is_none() {
             drift.push(format!("route {} is missing", r.describe()));
         }
     }
-    if let Some(r) = &p.main_replacement {
-        if route::find(&routes, r).is_none() {
+    for m in &p.mains {
+        if route::find(&routes, &m.replacement).is_none() {
             drift.push(format!(
                 "main route {} is missing (strict boundary bypassed)",
-                r.describe()
+                m.replacement.describe()
             ));
         }
     }
-    let rules = k.rule_list(v6)?;
-    for r in &p.rules {
-        if !rules.iter().any(|x| x.matches(r)) {
-            drift.push(format!("rule {} is missing", r.describe()));
+    for v6 in p.families() {
+        let rules = k.rule_list(v6)?;
+        for r in p.rules.iter().filter(|r| r.v6 == v6) {
+            if !rules.iter().any(|x| x.matches(r)) {
+                drift.push(format!("rule {} is missing", r.describe()));
+            }
+        }
+        if p.mode == crate::config::RoutingMode::Strict {
+            for r in rules_ahead(&rules, p, v6) {
+                drift.push(ahead_message(r, p.pod_ip.addr()));
+            }
+            if !rules.iter().any(|r| r.matches(&local_rule(v6, r.priority))) {
+                drift.push(format!(
+                    "no rule looks up the local table ({}): the node delivers nothing to its own addresses",
+                    if v6 { "IPv6" } else { "IPv4" }
+                ));
+            }
         }
     }
     for s in p.node_sysctls.iter().chain(&p.host_if_sysctls) {
@@ -240,4 +280,57 @@ pub fn check(k: &mut impl Kernel, p: &RoutingPlan) -> Result<Vec<String>, Error>
         }
     }
     Ok(drift)
+}
+
+/// What a rule found by [`rules_ahead`] means, naming it and the pod.
+pub fn ahead_message(r: &RuleSpec, pod: std::net::IpAddr) -> String {
+    format!(
+        "rule {} (proto {}) comes before the strict rules of pod {pod}: its traffic can bypass the boundary",
+        r.describe(),
+        RouteProtocol(r.protocol),
+    )
+}
+
+/// The rules of one family (`listed`, in the kernel's walk order) before
+/// the last of `p`'s own that can match a packet of the pod or to it, and
+/// do not drop it: a `lookup local` there delivers the pod's traffic to
+/// the node's services, any other lookup routes it past the pod's table.
+/// Where none of its rules is listed, every rule up to podgate's strict
+/// priority counts. Not counted: `p`'s own rules, rules that drop, and
+/// other pods' boundary rules (podgate's, looking up their own tables).
+pub fn rules_ahead<'a>(listed: &'a [RuleSpec], p: &RoutingPlan, v6: bool) -> Vec<&'a RuleSpec> {
+    let own: Vec<&RuleSpec> = p.rules.iter().filter(|r| r.v6 == v6).collect();
+    let is_own = |r: &RuleSpec| own.iter().any(|o| o.matches(r));
+    let before = match listed.iter().rposition(&is_own) {
+        Some(last) => listed.get(..last).unwrap_or_default(),
+        None => listed
+            .iter()
+            .position(|r| r.priority > PRIO_STRICT)
+            .and_then(|n| listed.get(..n))
+            .unwrap_or(listed),
+    };
+    // The destinations the boundary covers: the pod's addresses, its pools.
+    let covered: Vec<_> = own
+        .iter()
+        .filter(|r| r.iif.as_deref() == Some(p.uplink.as_str()))
+        .filter_map(|r| r.to)
+        .collect();
+    let takes_pod_traffic = |r: &RuleSpec| {
+        let from_pod = r.iif.as_ref().is_none_or(|i| *i == p.host_if)
+            && r.from
+                .is_none_or(|f| covered.iter().any(|c| f.contains(&c.addr())));
+        let to_pod =
+            r.to.is_none_or(|t| covered.iter().any(|c| t.contains(&c.addr())));
+        from_pod || to_pod
+    };
+    let other_boundary = |r: &RuleSpec| {
+        r.protocol == RTPROT_PODGATE
+            && r.action == RuleAction::Lookup
+            && ![TABLE_LOCAL, TABLE_MAIN, route::TABLE_DEFAULT].contains(&r.table)
+    };
+    before
+        .iter()
+        .filter(|r| !is_own(r) && !r.action.drops() && !other_boundary(r))
+        .filter(|r| takes_pod_traffic(r))
+        .collect()
 }

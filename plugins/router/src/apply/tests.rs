@@ -55,6 +55,7 @@ fn strict_record() -> Record {
     rec
 }
 
+/// `from all lookup local` as the kernel makes it: `proto kernel`.
 fn local_rule(priority: u32) -> RuleSpec {
     RuleSpec {
         v6: false,
@@ -63,8 +64,9 @@ fn local_rule(priority: u32) -> RuleSpec {
         to: None,
         iif: None,
         table: route::TABLE_LOCAL,
-        protocol: 0,
+        protocol: route::RouteProtocol::KERNEL.0,
         suppress_prefixlen: None,
+        ..RuleSpec::default()
     }
 }
 
@@ -522,6 +524,7 @@ fn standard_record() -> Record {
         table,
         protocol: route::RTPROT_PODGATE,
         suppress_prefixlen: None,
+        ..RuleSpec::default()
     };
     let from = crate::routing::PRIO_STANDARD_FROM;
     r.rules = [
@@ -800,4 +803,129 @@ fn every_failing_pod_step_after_a_reread_is_undone_by_the_pod_removal() {
             "call {n}: {k:#?}"
         );
     }
+}
+
+/// Issue 36 (4): CHECK names every rule the kernel walks before a strict
+/// pod's own that can take its traffic past them, and no other.
+#[test]
+fn check_names_the_rules_ahead_of_the_strict_rules_that_can_take_the_pods_traffic() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
+    let rp = rec.routing.as_ref().unwrap().plan();
+    assert_eq!(boundary::check(&mut k, &rp).unwrap(), Vec::<String>::new());
+    let net = |s: &str| Some(s.parse().unwrap());
+    let rule = |priority, table| RuleSpec {
+        priority,
+        table,
+        ..RuleSpec::default()
+    };
+    let harmless = [
+        // Another strict pod's rules: podgate's, looking up its own table.
+        RuleSpec {
+            iif: Some("veth9999".into()),
+            protocol: route::RTPROT_PODGATE,
+            ..rule(90, 20001)
+        },
+        // A rule that drops.
+        RuleSpec {
+            action: podgate_kit::rule::RuleAction::Blackhole,
+            ..rule(10, 0)
+        },
+        // Selectors that miss the pod both ways.
+        RuleSpec {
+            from: net("10.99.0.0/24"),
+            to: net("10.98.0.0/24"),
+            ..rule(20, route::TABLE_LOCAL)
+        },
+        RuleSpec {
+            iif: Some("eth7".into()),
+            to: net("10.98.0.0/24"),
+            ..rule(30, route::TABLE_MAIN)
+        },
+        // After the pod's rules.
+        rule(200, route::TABLE_LOCAL),
+    ];
+    let ahead = [
+        // A re-added local rule, another agent's below podgate's, a lookup
+        // of main for the pod's own traffic, one for traffic to it.
+        rule(0, route::TABLE_LOCAL),
+        rule(50, route::TABLE_LOCAL),
+        RuleSpec {
+            iif: Some("veth1234".into()),
+            ..rule(99, route::TABLE_MAIN)
+        },
+        RuleSpec {
+            to: net("10.40.0.0/24"),
+            iif: Some("eth7".into()),
+            ..rule(99, 300)
+        },
+    ];
+    for r in harmless.iter().chain(&ahead) {
+        k.rule_add(r).unwrap();
+    }
+    let drift = boundary::check(&mut k, &rp).unwrap();
+    let want: Vec<String> = ahead
+        .iter()
+        .map(|r| boundary::ahead_message(r, rp.pod_ip.addr()))
+        .collect();
+    assert_eq!(drift, want);
+    assert!(drift[0].starts_with("rule 0: from all lookup 255 (proto unspec) comes before the strict rules of pod 10.40.0.3"), "{drift:?}");
+    // What the agent counts is the same list.
+    let found: Vec<RuleSpec> = rules_ahead(&mut k, &rec)
+        .unwrap()
+        .into_iter()
+        .map(|a| a.rule)
+        .collect();
+    assert_eq!(found, ahead.to_vec());
+}
+
+/// Issue 36 (3): the local-table rule goes back as the kernel made it
+/// (`proto kernel`), the IPv6 one too when a strict pod had IPv6.
+#[test]
+fn the_moved_local_rules_go_back_as_the_kernel_made_them() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    let local6 = RuleSpec {
+        v6: true,
+        ..local_rule(0)
+    };
+    k.rules.push(local6.clone());
+    let before = k.rules.clone();
+    // An IPv6 rule of the pod's: the family's local rule moves too.
+    let r = rec.routing.as_mut().unwrap();
+    r.rules.push(record::Rule::from(&RuleSpec {
+        v6: true,
+        iif: Some("veth1234".into()),
+        protocol: route::RTPROT_PODGATE,
+        ..RuleSpec {
+            priority: crate::routing::PRIO_STRICT,
+            table: r.table,
+            ..RuleSpec::default()
+        }
+    }));
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
+    for v6 in [false, true] {
+        let moved = RuleSpec {
+            v6,
+            ..local_rule(crate::routing::PRIO_LOCAL_MOVED)
+        };
+        assert!(k.rules.contains(&moved), "{v6}: {:?}", k.rules);
+        assert!(!k
+            .rules
+            .iter()
+            .any(|x| x.v6 == v6 && x.matches(&local_rule(0))));
+    }
+    let shared = crate::strict_node::read_shared(&t.1).unwrap().unwrap();
+    assert!(shared.local_moved && shared.local_moved6, "{shared:?}");
+    assert_eq!(shared.version, crate::strict_node::VERSION);
+    assert!(remove_node(&mut k, &rec, &t.1, true).is_empty());
+    let mut after = k.rules.clone();
+    let mut want = before;
+    for v in [&mut after, &mut want] {
+        v.sort_by_key(|r| (r.v6, r.priority));
+    }
+    assert_eq!(after, want, "rules with their protocols as before");
 }

@@ -454,7 +454,7 @@ fn an_index_file_of_another_format_counts_as_empty_and_unknown_lines_are_skipped
 fn a_record_that_cannot_be_read_stays_unknown_and_is_counted() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
     let s = store("unknown", &[&a]);
-    let future = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v2-future.json");
+    let future = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v3-future.json");
     std::fs::copy(future, s.dir().join("goldennet+future+eth0.json")).unwrap();
     std::fs::write(s.dir().join("goldennet+torn+eth0.json"), "{").unwrap();
     let caught = Index::load(&s)

@@ -180,7 +180,18 @@ fn a_routing_boundary_reads_its_family_links_and_for_strict_snat() {
     let strict = cfg(json!({"s": {"routing": {"mode": "strict", "uplink": "pgup",
         "gateway": "192.0.2.254", "table": 20010}}}));
     let (_, calls, _) = observe(&strict, &sel("s", &[]));
-    assert_eq!(calls, ["route list v6=false", "link list", "nft find snat"]);
+    // Strict bounds every address of the pod, of either family, and turns
+    // IPv6 off on a pod's interface when the pod has none and the node has it.
+    assert_eq!(
+        calls,
+        [
+            "route list v6=false",
+            "route list v6=true",
+            "link list",
+            "sysctl read net.ipv6.conf.all.disable_ipv6",
+            "nft find snat"
+        ]
+    );
 }
 
 /// The refusals that read the dumps, each in both families: what a plan

@@ -3,13 +3,20 @@
 //! this, never a guess from the kernel.
 //!
 //! This is podgate's on-disk contract with its next release, so it is a
-//! schema of its own (`"version": 1`), not the planner's types: a plan is
+//! schema of its own (`"version"`), not the planner's types: a plan is
 //! converted into a record one way ([`Record::pending`]), and the record's
 //! own route/rule/routing types are converted to the kit's when applied or
 //! removed. Fields are only ever added (with a default); renaming or
-//! retyping one needs version 2 and a reader for version 1 kept forever.
-//! Records from before versioning (the planner's `Plan` stored whole) are
-//! read as version 0.
+//! retyping one needs a new version and a reader for the old one kept
+//! forever. Records from before versioning (the planner's `Plan` stored
+//! whole) are read as version 0.
+//!
+//! Version 2 adds what a release that reads only version 1 could not
+//! remove: rules with an `ipproto` or a non-lookup action, and main-table
+//! swaps after the first (a strict pod with IPv6 or several addresses). A
+//! record is written in the oldest version that holds it, so records of
+//! every other pod stay readable by that release after a rollback; version
+//! 1 is version 2 without those fields and is read by the same code.
 
 mod parts;
 #[cfg(test)]
@@ -28,8 +35,10 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The record format this binary writes, and the newest it reads.
-pub const VERSION: u64 = 1;
+/// The newest record format this binary writes and reads.
+pub const VERSION: u64 = 2;
+/// The format of a record that needs nothing version 2 added.
+pub const VERSION_1: u64 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -69,11 +78,12 @@ impl From<NsId> for NsIdentity {
     }
 }
 
-/// One attachment's record, format version 1.
+/// One attachment's record, format version 1 or 2.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
-    /// Always [`VERSION`] when written by this binary.
+    /// [`VERSION_1`] or [`VERSION`] when written by this binary: the
+    /// oldest that holds the record ([`Record::pending`]).
     pub version: u64,
     pub status: Status,
     pub key: Key,
@@ -140,8 +150,14 @@ impl Record {
     /// pod route interfaces, the pod netns identity) is filled in by apply
     /// before the record is first written.
     pub fn pending(key: &Key, plan: &Plan, origin: Origin) -> Record {
+        let routing = plan.routing.as_ref().map(Routing::from);
+        let version = if routing.as_ref().is_some_and(Routing::needs_v2) {
+            VERSION
+        } else {
+            VERSION_1
+        };
         Record {
-            version: VERSION,
+            version,
             status: Status::Pending,
             key: key.clone(),
             created: origin.created,
@@ -186,7 +202,7 @@ impl Record {
                 })
                 .collect(),
             node_routes: plan.node_routes.iter().map(Route::from).collect(),
-            routing: plan.routing.as_ref().map(Routing::from),
+            routing,
             warnings: origin.warnings,
             adopted: origin.adopted,
         }
@@ -378,9 +394,9 @@ pub fn parse(path: &Path, body: &[u8]) -> Result<Record, ReadError> {
         path: path.into(),
         msg,
     };
-    // The common case in one pass: a record of this version.
+    // The common case in one pass: a record of a version this binary writes.
     if let Ok(r) = serde_json::from_slice::<Record>(body) {
-        if r.version == VERSION {
+        if (VERSION_1..=VERSION).contains(&r.version) {
             return Ok(r);
         }
     }
@@ -390,9 +406,8 @@ pub fn parse(path: &Path, body: &[u8]) -> Result<Record, ReadError> {
             .map(v0::Record::upgrade)
             .map_err(|e| bad(format!("unversioned (version 0) record: {e}"))),
         Some(Value::Number(n)) => match n.as_u64() {
-            Some(VERSION) => {
-                serde_json::from_value::<Record>(v).map_err(|e| bad(format!("version 1: {e}")))
-            }
+            Some(version @ VERSION_1..=VERSION) => serde_json::from_value::<Record>(v)
+                .map_err(|e| bad(format!("version {version}: {e}"))),
             Some(version) if version > VERSION => Err(ReadError::Newer {
                 path: path.into(),
                 version,

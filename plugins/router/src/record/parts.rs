@@ -3,11 +3,11 @@
 
 use crate::config::RoutingMode;
 use crate::plan::SysctlSetting;
-use crate::routing::RoutingPlan;
+use crate::routing::{MainSwap as PlanSwap, RoutingPlan};
 use ipnet::IpNet;
 use podgate_kit::nft;
 use podgate_kit::route::RouteSpec;
-use podgate_kit::rule::RuleSpec;
+use podgate_kit::rule::{RuleAction, RuleSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -160,6 +160,49 @@ pub struct Rule {
     pub protocol: u8,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suppress_prefixlen: Option<u32>,
+    /// Version 2: `ipproto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_proto: Option<u8>,
+    /// Version 2: what a match does; absent, a lookup of `table`.
+    #[serde(default, skip_serializing_if = "Action::is_lookup")]
+    pub action: Action,
+}
+
+/// What a rule does on a match (record format of [`RuleAction`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    #[default]
+    Lookup,
+    Blackhole,
+    /// An action number podgate does not write itself.
+    Other(u8),
+}
+
+impl Action {
+    pub fn is_lookup(&self) -> bool {
+        *self == Action::Lookup
+    }
+}
+
+impl From<RuleAction> for Action {
+    fn from(a: RuleAction) -> Action {
+        match a {
+            RuleAction::Lookup => Action::Lookup,
+            RuleAction::Blackhole => Action::Blackhole,
+            RuleAction::Other(n) => Action::Other(n),
+        }
+    }
+}
+
+impl From<Action> for RuleAction {
+    fn from(a: Action) -> RuleAction {
+        match a {
+            Action::Lookup => RuleAction::Lookup,
+            Action::Blackhole => RuleAction::Blackhole,
+            Action::Other(n) => RuleAction::Other(n),
+        }
+    }
 }
 
 impl From<&RuleSpec> for Rule {
@@ -173,6 +216,8 @@ impl From<&RuleSpec> for Rule {
             table: r.table,
             protocol: r.protocol,
             suppress_prefixlen: r.suppress_prefixlen,
+            ip_proto: r.ip_proto,
+            action: r.action.into(),
         }
     }
 }
@@ -188,8 +233,23 @@ impl Rule {
             table: self.table,
             protocol: self.protocol,
             suppress_prefixlen: self.suppress_prefixlen,
+            ip_proto: self.ip_proto,
+            action: self.action.into(),
         }
     }
+
+    /// Needs record version 2 (a field version 1 does not have).
+    pub fn needs_v2(&self) -> bool {
+        self.ip_proto.is_some() || !self.action.is_lookup()
+    }
+}
+
+/// A main-table route to a strict pod's address: the primary's and
+/// podgate's replacement (version 2, for the addresses after the first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MainSwap {
+    pub original: Route,
+    pub replacement: Route,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -242,6 +302,10 @@ pub struct Routing {
     pub main_original: Option<Route>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub main_replacement: Option<Route>,
+    /// Version 2: the main-table swaps of a strict pod's further addresses
+    /// (the first is `mainOriginal`/`mainReplacement`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_mains: Vec<MainSwap>,
     #[serde(default)]
     pub node_sysctls: Vec<NodeSysctl>,
     /// strict: sysctls of the pod's host-side interface (proxy ARP for the
@@ -268,8 +332,17 @@ impl From<&RoutingPlan> for Routing {
             host_if: p.host_if.clone(),
             table_routes: p.table_routes.iter().map(Route::from).collect(),
             rules: p.rules.iter().map(Rule::from).collect(),
-            main_original: p.main_original.as_ref().map(Route::from),
-            main_replacement: p.main_replacement.as_ref().map(Route::from),
+            main_original: p.mains.first().map(|m| Route::from(&m.original)),
+            main_replacement: p.mains.first().map(|m| Route::from(&m.replacement)),
+            extra_mains: p
+                .mains
+                .iter()
+                .skip(1)
+                .map(|m| MainSwap {
+                    original: Route::from(&m.original),
+                    replacement: Route::from(&m.replacement),
+                })
+                .collect(),
             node_sysctls: p.node_sysctls.iter().map(NodeSysctl::from).collect(),
             host_if_sysctls: p.host_if_sysctls.iter().map(NodeSysctl::from).collect(),
             host_if_previous: p.host_if_previous.clone(),
@@ -278,6 +351,30 @@ impl From<&RoutingPlan> for Routing {
 }
 
 impl Routing {
+    /// Every main-table swap, the first one first.
+    fn mains(&self) -> Vec<PlanSwap> {
+        let first = match (&self.main_original, &self.main_replacement) {
+            (Some(o), Some(r)) => Some(MainSwap {
+                original: o.clone(),
+                replacement: r.clone(),
+            }),
+            _ => None,
+        };
+        first
+            .iter()
+            .chain(&self.extra_mains)
+            .map(|m| PlanSwap {
+                original: m.original.spec(),
+                replacement: m.replacement.spec(),
+            })
+            .collect()
+    }
+
+    /// Needs record version 2 (a field version 1 does not have).
+    pub fn needs_v2(&self) -> bool {
+        !self.extra_mains.is_empty() || self.rules.iter().any(Rule::needs_v2)
+    }
+
     /// The kit-level plan the routing module applies and removes.
     pub fn plan(&self) -> RoutingPlan {
         RoutingPlan {
@@ -292,8 +389,7 @@ impl Routing {
             host_if: self.host_if.clone(),
             table_routes: self.table_routes.iter().map(Route::spec).collect(),
             rules: self.rules.iter().map(Rule::spec).collect(),
-            main_original: self.main_original.as_ref().map(Route::spec),
-            main_replacement: self.main_replacement.as_ref().map(Route::spec),
+            mains: self.mains(),
             node_sysctls: self.node_sysctls.iter().map(NodeSysctl::setting).collect(),
             host_if_sysctls: self
                 .host_if_sysctls

@@ -32,6 +32,34 @@ fn golden_v1_records_parse_and_round_trip() {
     assert!(parse(&p, &b).unwrap().is_strict());
 }
 
+/// Version 2: a dual-stack strict pod with a pool (rules with a protocol
+/// selector and a blackhole action, a main route swapped per address).
+#[test]
+fn golden_v2_record_parses_round_trips_and_is_applied_as_written() {
+    let (p, b) = golden("v2-strict-dual-stack.json");
+    let r = parse(&p, &b).unwrap();
+    assert_eq!(r.version, 2);
+    let again = serde_json::to_vec(&r).unwrap();
+    assert_eq!(parse(&p, &again).unwrap(), r);
+    let routing = r.routing.as_ref().unwrap();
+    assert!(routing.needs_v2());
+    let plan = routing.plan();
+    assert_eq!(plan.mains.len(), 2);
+    assert_eq!(plan.mains[1].replacement.dst.to_string(), "fd00:40::3/128");
+    let described: Vec<String> = plan.rules.iter().map(|x| x.describe()).collect();
+    for want in [
+        "95: from all to fe80::/10 iif veth1234 ipproto 58 lookup 255",
+        "96: from all to ff00::/8 iif veth1234 blackhole",
+        "100: from all to 10.60.0.0/24 iif up0 lookup 20000",
+    ] {
+        assert!(described.iter().any(|d| d == want), "{want}: {described:?}");
+    }
+    assert_eq!(plan.families().collect::<Vec<_>>(), [false, true]);
+    // A v1 golden record needs nothing of version 2.
+    let (p, b) = golden("v1-strict.json");
+    assert!(!parse(&p, &b).unwrap().routing.unwrap().needs_v2());
+}
+
 #[test]
 fn an_adopted_record_says_so_and_a_record_by_add_does_not_carry_the_field() {
     let (p, b) = golden("v1-adopted.json");
@@ -52,7 +80,7 @@ fn scan_reports_each_record_with_its_status() {
     std::fs::create_dir_all(&d).unwrap();
     for (file, g) in [
         ("goldennet+golden-pending+eth0.json", "v1-pending.json"),
-        ("goldennet+golden-v2+eth0.json", "v2-future.json"),
+        ("goldennet+golden-v3+eth0.json", "v3-future.json"),
     ] {
         std::fs::write(d.join(file), golden(g).1).unwrap();
     }
@@ -78,8 +106,8 @@ fn scan_reports_each_record_with_its_status() {
         RecordStatus::Stale { .. }
     ));
     assert_eq!(
-        status("golden-v2"),
-        RecordStatus::NewerVersion { version: 2 }
+        status("golden-v3"),
+        RecordStatus::NewerVersion { version: 3 }
     );
     assert!(matches!(status("b"), RecordStatus::Unreadable { .. }));
     assert_eq!(status("golden-v1"), RecordStatus::Pending);
@@ -101,9 +129,9 @@ fn unversioned_records_are_upgraded() {
 #[test]
 fn newer_and_broken_records_are_told_apart() {
     let p = Path::new("/x/a+b+c.json");
-    let newer = parse(p, br#"{"version": 2, "whatever": true}"#).unwrap_err();
-    assert!(matches!(newer, ReadError::Newer { version: 2, .. }));
-    assert!(newer.to_string().contains("format version 2"), "{newer}");
+    let newer = parse(p, br#"{"version": 3, "whatever": true}"#).unwrap_err();
+    assert!(matches!(newer, ReadError::Newer { version: 3, .. }));
+    assert!(newer.to_string().contains("format version 3"), "{newer}");
     for body in [
         &b"{not json"[..],
         br#"{"version": "1"}"#,

@@ -43,7 +43,7 @@ impl Record {
     pub fn upgrade(self) -> super::Record {
         let previous = self.sysctl_previous;
         super::Record {
-            version: VERSION,
+            version: VERSION_1,
             status: Status::Applied,
             key: self.key,
             created: self.created,
