@@ -29,6 +29,9 @@ pub struct Snapshot {
     pub corrupt: u64,
     pub drift: u64,
     pub drift_unchecked: u64,
+    /// Node rules before a strict pod's boundary that can take its traffic
+    /// past it.
+    pub strict_rules_ahead: u64,
     pub ipsec: Option<IpsecState>,
     /// Sandboxes that may have been wired without the tunnel guard (None:
     /// no guard in the chain, IPsec not required, or no runtime).
@@ -116,7 +119,11 @@ pub(crate) fn collect_once(probe: &ChainProbe, spool: &mut events::Spool) -> Sna
         }
     }
     match collect::drifted(&live) {
-        Ok((d, u)) => (snap.drift, snap.drift_unchecked) = (d, u),
+        Ok(d) => {
+            snap.drift = d.drifted;
+            snap.drift_unchecked = d.unchecked;
+            snap.strict_rules_ahead = d.rules_ahead;
+        }
         Err(e) => errs.push(error("drift", e)),
     }
     // One guard per chain; with several entries the first one counts.

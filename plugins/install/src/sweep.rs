@@ -59,6 +59,12 @@ impl Sweep {
                 swept.index_repaired
             ));
         }
+        for r in &swept.rules_ahead {
+            log(format!(
+                "warning: sweep {dir}: {r}; podgate reports it and leaves it (the rule is another agent's, which would put it back): remove it or move it below priority {}",
+                podgate_router::routing::PRIO_STRICT
+            ));
+        }
         for f in &swept.failures {
             log(format!("warning: sweep {dir}: {f}"));
         }

@@ -65,18 +65,30 @@ pub fn scan_records(state_dir: &Path) -> Result<RecordScan, String> {
     Ok(scan)
 }
 
-/// `(drifted, unchecked)` of the live records: the CNI CHECK of each, from
-/// the record, as `podgate inspect` does. A record that cannot be checked
-/// (its netns cannot be entered, a netlink read fails) is counted apart:
-/// neither "holds" nor "drifted" would be true of it.
-pub fn drifted(records: &[Record]) -> Result<(u64, u64), String> {
+/// What the periodic CHECK of the live records found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Drift {
+    /// Records whose recorded state no longer holds.
+    pub drifted: u64,
+    /// Records that could not be checked (their netns cannot be entered, a
+    /// netlink read fails): neither "holds" nor "drifted" would be true.
+    pub unchecked: u64,
+    /// Distinct node rules before a strict pod's boundary that can take
+    /// its traffic past it (each is drift of that pod too).
+    pub rules_ahead: u64,
+}
+
+/// The CNI CHECK of each live record, from the record, as `podgate
+/// inspect` does.
+pub fn drifted(records: &[Record]) -> Result<Drift, String> {
+    let mut out = Drift::default();
     if records.is_empty() {
-        return Ok((0, 0));
+        return Ok(out);
     }
     let mut sock = RouteSocket::new().map_err(|e| format!("node netlink: {e}"))?;
     // The node's routes and rules dumped once for every record.
     let mut node = ListedOnce::new(Live::on(&mut sock));
-    let (mut drifted, mut unchecked) = (0, 0);
+    let mut ahead = std::collections::BTreeSet::new();
     for rec in records {
         let checked = rec
             .netns
@@ -85,11 +97,21 @@ pub fn drifted(records: &[Record]) -> Result<(u64, u64), String> {
             .and_then(|ns| apply::check_with(rec, &mut node, &ns).ok());
         match checked {
             Some(d) if d.is_empty() => {}
-            Some(_) => drifted += 1,
-            None => unchecked += 1,
+            Some(_) => out.drifted += 1,
+            None => out.unchecked += 1,
+        }
+        // One rule before several strict pods is one rule. A listing that
+        // fails made the record's check fail too (counted as unchecked).
+        if let Ok(found) = apply::rules_ahead(&mut node, rec) {
+            ahead.extend(
+                found
+                    .iter()
+                    .map(|a| (a.rule.v6, a.rule.describe(), a.rule.protocol)),
+            );
         }
     }
-    Ok((drifted, unchecked))
+    out.rules_ahead = u64::try_from(ahead.len()).unwrap_or(u64::MAX);
+    Ok(out)
 }
 
 #[derive(Debug, Default)]

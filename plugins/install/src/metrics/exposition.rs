@@ -142,6 +142,11 @@ impl Collector for Collection {
                 "Live attachments the periodic CHECK could not examine (netns not enterable, netlink error).",
                 s.drift_unchecked,
             ),
+            (
+                "podgate_strict_rules_ahead",
+                "Node policy rules before a strict pod's boundary rules that can take its traffic past them (each also drift of that pod; the agent's sweep logs each; podgate never removes them).",
+                s.strict_rules_ahead,
+            ),
         ] {
             gauges(&mut enc, name, help, &[(vec![], count(n))])?;
         }
@@ -314,6 +319,7 @@ mod tests {
             expires_in_secs: Some(-5),
         });
         s.errors.insert("drift", 1);
+        s.strict_rules_ahead = 2;
         let out = render(s);
         for line in [
             "# HELP podgate_install_ready 1 while podgate's binaries and chain entries are in place as configured, else 0.\n",
@@ -336,9 +342,10 @@ mod tests {
             "podgate_ipsec_certificate_expiry_seconds -5\n",
             "podgate_metrics_collect_errors{source=\"drift\"} 1\n",
             "# TYPE podgate_attachment_drift_unchecked gauge\npodgate_attachment_drift_unchecked 0\n",
+            "# TYPE podgate_strict_rules_ahead gauge\npodgate_strict_rules_ahead 2\n",
         ] {
             assert!(out.contains(line), "missing {line:?} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE ").count(), 17, "{out}");
+        assert_eq!(out.matches("# TYPE ").count(), 18, "{out}");
     }
 }
