@@ -56,7 +56,7 @@ fn log_file(node: &TestNode, name: &str) -> (PathBuf, std::fs::File) {
 
 /// The installer and the agent in `node`'s netns; both SIGKILLed on drop.
 pub struct Agent {
-    installer: Child,
+    installer: Option<Child>,
     child: Child,
     log: PathBuf,
 }
@@ -94,6 +94,18 @@ impl Agent {
         .stderr(installer_err)
         .spawn()
         .unwrap();
+        let mut agent = Agent::start_alone(node, endpoint, agent_args);
+        agent.installer = Some(installer);
+        agent
+    }
+
+    /// The agent alone, without the installer: for a node whose conf dir
+    /// the test writes itself (the agent reads podgate's entries from
+    /// `<root>/plugins.json` and never writes the conf dir). As
+    /// [`Agent::start_with_args`] otherwise.
+    pub fn start_alone(node: &TestNode, endpoint: &str, agent_args: &[&str]) -> Agent {
+        let podgate = bin_dir().join("podgate");
+        let plugins = node.root().join("plugins.json");
         let (log, err) = log_file(node, "agent");
         let mut cmd = node.ns.command(podgate.to_str().unwrap());
         let child = agent(&mut cmd, node, &plugins)
@@ -119,7 +131,7 @@ impl Agent {
             .spawn()
             .unwrap();
         Agent {
-            installer,
+            installer: None,
             child,
             log,
         }
@@ -138,7 +150,7 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        for c in [&mut self.child, &mut self.installer] {
+        for c in std::iter::once(&mut self.child).chain(self.installer.as_mut()) {
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -22,9 +22,11 @@ pub struct Snapshot {
     pub routes4: Vec<String>,
     /// `ip -6 -j -d route show table all`, sorted.
     pub routes6: Vec<String>,
-    /// `ip -j rule show` (priorities included, so sorting is lossless).
+    /// `ip -d -j rule show`: with details (each rule's protocol), so a rule
+    /// put back with another protocol than it had is a difference.
+    /// Priorities are included, so sorting is lossless.
     pub rules4: Vec<String>,
-    /// `ip -6 -j rule show`.
+    /// `ip -6 -d -j rule show`.
     pub rules6: Vec<String>,
     /// `nft -j list ruleset` entries, grouped per table in a stable order
     /// (rule order within a chain is preserved).
@@ -162,8 +164,8 @@ pub fn snapshot(ns: &Netns) -> Snapshot {
         .into_iter()
         .filter(|r| !is_kernel_link_local(r))
         .collect(),
-        rules4: sorted_entries(json(&["ip", "-j", "rule", "show"])),
-        rules6: sorted_entries(json(&["ip", "-6", "-j", "rule", "show"])),
+        rules4: sorted_entries(json(&["ip", "-d", "-j", "rule", "show"])),
+        rules6: sorted_entries(json(&["ip", "-6", "-d", "-j", "rule", "show"])),
         nft: nft_entries(json(&["nft", "-j", "list", "ruleset"])),
     }
 }

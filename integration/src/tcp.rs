@@ -178,14 +178,37 @@ fn listen(ns: &Netns, port: u16, reply: Reply) -> TcpServer {
     }
 }
 
+/// `ip:port` as a socket address, where `ip` may carry an IPv6 scope
+/// (`fe80::1%eth0`): resolve it on a thread inside the namespace the
+/// interface is in.
+pub(crate) fn socket_addr(ip: &str, port: u16) -> io::Result<SocketAddr> {
+    let bad = |e: String| io::Error::new(io::ErrorKind::InvalidInput, format!("{ip}: {e}"));
+    let (addr, scope) = match ip.split_once('%') {
+        Some((a, ifname)) => {
+            let c = std::ffi::CString::new(ifname).map_err(|e| bad(e.to_string()))?;
+            // SAFETY: a valid NUL-terminated name; returns 0 if unknown.
+            let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+            if index == 0 {
+                return Err(io::Error::last_os_error());
+            }
+            (a, index)
+        }
+        None => (ip, 0),
+    };
+    let addr: IpAddr = addr.parse().map_err(|e| bad(format!("{e}")))?;
+    Ok(match addr {
+        IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, port, 0, scope)),
+        v4 => SocketAddr::new(v4, port),
+    })
+}
+
 /// Connects from `from` to `ip:port` and reads until EOF; returns what the
-/// server sent (for a [`TcpServer`]: its netns name plus newline).
+/// server sent (for a [`TcpServer`]: its netns name plus newline). `ip` may
+/// carry a scope (`fe80::1%eth0`, an interface in `from`).
 pub fn tcp_request(from: &Netns, ip: &str, port: u16, timeout: Duration) -> io::Result<String> {
-    let ip: IpAddr = ip
-        .parse()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{ip}: {e}")))?;
-    let addr = SocketAddr::new(ip, port);
+    let ip = ip.to_string();
     in_netns(from.path().to_path_buf(), move || {
+        let addr = socket_addr(&ip, port)?;
         let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         let mut buf = String::new();
@@ -195,14 +218,12 @@ pub fn tcp_request(from: &Netns, ip: &str, port: u16, timeout: Duration) -> io::
 }
 
 /// Whether a TCP connection from `from` to `ip:port` is established within
-/// `timeout` (nothing is read or written).
+/// `timeout` (nothing is read or written). `ip` may carry a scope
+/// (`fe80::1%eth0`, an interface in `from`).
 pub fn tcp_connect_ok(from: &Netns, ip: &str, port: u16, timeout: Duration) -> bool {
-    let Ok(ip) = ip.parse::<IpAddr>() else {
-        return false;
-    };
-    let addr = SocketAddr::new(ip, port);
+    let ip = ip.to_string();
     in_netns(from.path().to_path_buf(), move || {
-        TcpStream::connect_timeout(&addr, timeout).map(drop)
+        TcpStream::connect_timeout(&socket_addr(&ip, port)?, timeout).map(drop)
     })
     .is_ok()
 }

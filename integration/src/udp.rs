@@ -3,7 +3,7 @@
 //! socket, the socket stays bound there.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -80,14 +80,18 @@ pub fn udp_answer(ns: &Netns, bind: &str, port: u16) -> UdpServer {
 }
 
 /// Sends one datagram from `from` to `ip:port` and waits up to `timeout` for
-/// the answer; returns it.
+/// the answer; returns it. `ip` may carry a scope (`ff02::1%eth0`, an
+/// interface in `from`).
 pub fn udp_request(from: &Netns, ip: &str, port: u16, timeout: Duration) -> io::Result<String> {
-    let ip: IpAddr = ip
-        .parse()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{ip}: {e}")))?;
-    let addr = SocketAddr::new(ip, port);
+    let ip = ip.to_string();
     in_netns(from.path().to_path_buf(), move || {
-        let s = UdpSocket::bind(("0.0.0.0", 0))?;
+        let addr = crate::tcp::socket_addr(&ip, port)?;
+        let any: IpAddr = if addr.is_ipv6() {
+            Ipv6Addr::UNSPECIFIED.into()
+        } else {
+            Ipv4Addr::UNSPECIFIED.into()
+        };
+        let s = UdpSocket::bind((any, 0))?;
         s.set_read_timeout(Some(timeout))?;
         s.send_to(b"query", addr)?;
         let mut buf = [0u8; 1500];

@@ -12,7 +12,12 @@
 //!   killed pod, another attachment holds a pool (or a route table): after
 //!   each kill the claims index equals the records' claims and an
 //!   overlapping pool (or the taken table) is refused; a strict pod's DEL
-//!   leaves the node-wide settings to another strict pod;
+//!   leaves the node-wide settings to another strict pod; on a node with
+//!   IPv6, the same for a dual-stack strict pod with a pool of each family
+//!   (the IPv6 local rule moved, the neighbour discovery and link-scope
+//!   rules, a main route swapped per address, the pools' routes through
+//!   the uplink) and for an IPv4 strict pod (IPv6 turned off on its
+//!   host-side interface);
 //! * node scale: an ADD routing a pool, and a strict pod's ADD and DEL,
 //!   make the same file and netlink calls (`strace -c`) with 25 and with
 //!   250 attachments on the node;
@@ -592,6 +597,160 @@ fn strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
     assert!(add > 0 && del > 0, "no crash point was tried");
 }
 
+/// A node with IPv6 (a routed primary with an uplink of both families,
+/// IPv6 addresses without duplicate address detection so snapshots are
+/// exact) and its pod at `10.40.0.3/32` behind `pgs0`, also at
+/// `fd00:40::3/128` when `dual_stack`.
+fn routed_ipv6_rig(tag: &str, dual_stack: bool) -> Rig {
+    let node = Netns::new(&format!("lc-node-{tag}"));
+    let pod = Netns::new(&format!("lc-pod-{tag}"));
+    for ns in [&node, &pod] {
+        ns.sysctl_set("net.ipv6.conf.default.accept_dad", "0");
+        ns.sysctl_set("net.ipv6.conf.all.accept_dad", "0");
+    }
+    node.set_forwarding(true);
+    pod.set_forwarding(false);
+    node.exec_ok(&[
+        "ip", "link", "add", "pgup0", "type", "veth", "peer", "name", "pgup1",
+    ]);
+    node.exec_ok(&["ip", "addr", "add", "192.0.2.1/24", "dev", "pgup0"]);
+    node.exec_ok(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "2001:db8::1/64",
+        "dev",
+        "pgup0",
+        "nodad",
+    ]);
+    node.exec_ok(&["ip", "link", "set", "pgup0", "up"]);
+    node.exec_ok(&["ip", "link", "set", "pgup1", "up"]);
+    wire_routed_pod(&node, &pod, "pgs0", "10.40.0.3");
+    let mut ips = vec![json!({"address": "10.40.0.3/32", "interface": 1})];
+    if dual_stack {
+        pod.sysctl_set("net.ipv6.conf.all.disable_ipv6", "0");
+        pod.sysctl_set("net.ipv6.conf.eth0.disable_ipv6", "0");
+        node.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd00:40::1/128",
+            "dev",
+            "pgs0",
+            "nodad",
+        ]);
+        node.exec_ok(&["ip", "-6", "route", "add", "fd00:40::3/128", "dev", "pgs0"]);
+        pod.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd00:40::3/64",
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        ips.push(json!({"address": "fd00:40::3/64", "gateway": "fd00:40::1", "interface": 1}));
+    }
+    Rig {
+        node,
+        pod,
+        dir: TempDir::new(&format!("lifecycle-{tag}")),
+        network: "lcnet".into(),
+        ips: Value::Array(ips),
+        host_if: "pgs0".into(),
+        node_sysctls: STRICT_NODE_SYSCTLS
+            .iter()
+            .copied()
+            .chain([
+                "net.ipv4.conf.pgs0.proxy_arp",
+                "net.ipv4.neigh.pgs0.proxy_delay",
+                "net.ipv6.conf.pgs0.disable_ipv6",
+            ])
+            .collect(),
+    }
+}
+
+/// Every kill point of a strict pod's ADD and DEL on a node with IPv6,
+/// then DEL or GC: the node and the pod as before, rules compared with
+/// their protocols (`ip -d rule`), both families.
+fn strict_kill_points_on_an_ipv6_node(rig: &Rig, profile: &Value) {
+    rig.node.sysctl_set("net.ipv4.tcp_early_demux", "1");
+    rig.node.sysctl_set("net.ipv4.udp_early_demux", "1");
+    let rules = || {
+        rig.node.exec_ok(&["ip", "-d", "-4", "rule"])
+            + &rig.node.exec_ok(&["ip", "-d", "-6", "rule"])
+    };
+    let before = rules();
+    let also = |what: &str| {
+        index_matches_records(rig, what);
+        // Between kill points only the records' own rules may be there.
+        if state_files_in(&rig.state_dir()).is_empty() {
+            assert_eq!(rules(), before, "{what}: ip -d rule");
+        }
+    };
+    let (add, del, _) = crash_points(rig, profile, &also);
+    assert_eq!(rules(), before);
+    assert!(state_files_in(&rig.state_dir()).is_empty());
+    println!(
+        "strict crash points tried: {} ({add} ADD points, each then DEL and then GC; {del} DEL points)",
+        2 * add + del
+    );
+    assert!(add > 0 && del > 0, "no crash point was tried");
+}
+
+#[test]
+fn a_dual_stack_strict_pod_killed_at_any_point_then_del_or_gc_restores_the_node() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let rig = routed_ipv6_rig("dscrash", true);
+    let profile = json!({
+        "sysctls": {"net.ipv4.ip_forward": "1"},
+        "returnRoutes": [{"dst": "10.60.0.0/24"}, {"dst": "fd60::/64"}],
+        "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254",
+                    "gateway6": "2001:db8::fe", "table": "auto"}
+    });
+    // Applied whole first: what the kill points must undo.
+    rig.router("ADD", "c1", &profile, None).ok();
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(rig.state_dir().join("lcnet+c1+eth0.json")).unwrap())
+            .unwrap();
+    assert_eq!(rec["version"], 2, "{rec}");
+    let v6_rules = rig.node.exec_ok(&["ip", "-6", "rule"]);
+    for want in [
+        "ipproto ipv6-icmp lookup local",
+        "blackhole",
+        "1000:\tfrom all lookup local",
+    ] {
+        assert!(v6_rules.contains(want), "{want}: {v6_rules}");
+    }
+    rig.router("DEL", "c1", &profile, None).ok();
+    strict_kill_points_on_an_ipv6_node(&rig, &profile);
+}
+
+#[test]
+fn an_ipv4_strict_pod_on_an_ipv6_node_killed_at_any_point_then_del_or_gc_restores_the_node() {
+    require_root();
+    assert!(
+        strace_available(),
+        "strace is needed (integration/install-deps.sh)"
+    );
+    let rig = routed_ipv6_rig("v4crash", false);
+    let profile = json!({
+        "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}
+    });
+    rig.router("ADD", "c1", &profile, None).ok();
+    assert_eq!(rig.node.sysctl_get("net.ipv6.conf.pgs0.disable_ipv6"), "1");
+    rig.router("DEL", "c1", &profile, None).ok();
+    assert_eq!(rig.node.sysctl_get("net.ipv6.conf.pgs0.disable_ipv6"), "0");
+    strict_kill_points_on_an_ipv6_node(&rig, &profile);
+}
+
 #[test]
 fn records_from_a_previous_boot_neither_block_nor_linger() {
     require_root();
@@ -934,7 +1093,7 @@ fn golden_records_of_earlier_releases_are_shown_and_removed() {
     // the same kernel objects this release makes for the same profile.
     rig.router("ADD", "golden-v1", &profile, None).ok();
     place(&rig, "goldennet+golden-v1+eth0.json", "v1-vpn-full.json");
-    place(&rig, "goldennet+golden-v2+eth0.json", "v2-future.json");
+    place(&rig, "goldennet+golden-v3+eth0.json", "v3-future.json");
     place(
         &rig,
         "goldennet+golden-pending+eth0.json",
@@ -958,19 +1117,19 @@ fn golden_records_of_earlier_releases_are_shown_and_removed() {
     // A pending record from an earlier boot is shown as stale.
     assert_eq!(by_id("golden-pending")["state"], "stale");
     let corrupt = v["corrupt"].to_string();
-    assert!(corrupt.contains("format version 2"), "{v}");
+    assert!(corrupt.contains("format version 3"), "{v}");
 
     // DEL of the golden record removes what it describes.
     rig.router("DEL", "golden-v1", &profile, None).ok();
     // The newer record is kept, and DEL says why.
-    let run = rig.router("DEL", "golden-v2", &profile, None);
+    let run = rig.router("DEL", "golden-v3", &profile, None);
     assert_eq!(run.code, Some(1), "{run:?}");
-    assert!(run.stdout.contains("format version 2"), "{run:?}");
+    assert!(run.stdout.contains("format version 3"), "{run:?}");
     assert!(rig
         .state_dir()
-        .join("goldennet+golden-v2+eth0.json")
+        .join("goldennet+golden-v3+eth0.json")
         .exists());
-    std::fs::remove_file(rig.state_dir().join("goldennet+golden-v2+eth0.json")).unwrap();
+    std::fs::remove_file(rig.state_dir().join("goldennet+golden-v3+eth0.json")).unwrap();
     // The stale pending one (an earlier boot) is cleared by the next GC.
     assert!(rig
         .state_dir()
