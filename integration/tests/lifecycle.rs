@@ -608,12 +608,7 @@ fn routed_ipv6_rig(tag: &str, dual_stack: bool) -> Rig {
         ns.sysctl_set("net.ipv6.conf.default.accept_dad", "0");
         ns.sysctl_set("net.ipv6.conf.all.accept_dad", "0");
     }
-    node.set_forwarding(true);
-    pod.set_forwarding(false);
-    node.exec_ok(&[
-        "ip", "link", "add", "pgup0", "type", "veth", "peer", "name", "pgup1",
-    ]);
-    node.exec_ok(&["ip", "addr", "add", "192.0.2.1/24", "dev", "pgup0"]);
+    wire_uplink(&node, &pod);
     node.exec_ok(&[
         "ip",
         "-6",
@@ -624,8 +619,6 @@ fn routed_ipv6_rig(tag: &str, dual_stack: bool) -> Rig {
         "pgup0",
         "nodad",
     ]);
-    node.exec_ok(&["ip", "link", "set", "pgup0", "up"]);
-    node.exec_ok(&["ip", "link", "set", "pgup1", "up"]);
     wire_routed_pod(&node, &pod, "pgs0", "10.40.0.3");
     let mut ips = vec![json!({"address": "10.40.0.3/32", "interface": 1})];
     if dual_stack {
@@ -811,6 +804,13 @@ fn wire_routed(node: &Netns, pod: &Netns) {
         ns.sysctl_set("net.ipv6.conf.default.disable_ipv6", "1");
         ns.sysctl_set("net.ipv6.conf.all.disable_ipv6", "1");
     }
+    wire_uplink(node, pod);
+    wire_routed_pod(node, pod, "pgs0", "10.40.0.3");
+}
+
+/// The node forwards, the pod does not; the node's uplink `pgup0`
+/// (192.0.2.1/24), its peer `pgup1` left in the node.
+fn wire_uplink(node: &Netns, pod: &Netns) {
     node.set_forwarding(true);
     pod.set_forwarding(false);
     node.exec_ok(&[
@@ -819,7 +819,6 @@ fn wire_routed(node: &Netns, pod: &Netns) {
     node.exec_ok(&["ip", "addr", "add", "192.0.2.1/24", "dev", "pgup0"]);
     node.exec_ok(&["ip", "link", "set", "pgup0", "up"]);
     node.exec_ok(&["ip", "link", "set", "pgup1", "up"]);
-    wire_routed_pod(node, pod, "pgs0", "10.40.0.3");
 }
 
 /// Another pod of a routed primary: its `eth0` holds `ip`/32, the node

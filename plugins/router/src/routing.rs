@@ -57,8 +57,9 @@ pub struct RoutingPlan {
     pub host_if: String,
     pub table_routes: Vec<RouteSpec>,
     pub rules: Vec<RuleSpec>,
-    /// strict: per address of the pod (and per return-route pool), the
-    /// primary's route to it in the main table and what replaces it.
+    /// strict: per address of the pod, the primary's route to it in the
+    /// main table and what replaces it (a return-route pool's main route
+    /// is the plan's node route).
     pub mains: Vec<MainSwap>,
     /// strict: node-wide sysctls (shared by all strict pods).
     pub node_sysctls: Vec<SysctlSetting>,
@@ -119,10 +120,6 @@ const LINK_MULTICAST6: IpNet =
 const MULTICAST6: IpNet =
     IpNet::new_assert(IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0)), 8);
 
-fn host_net(a: IpAddr) -> IpNet {
-    IpNet::from(a)
-}
-
 /// A policy rule of podgate's: `priority: [from F] [to T] [iif I] lookup table`.
 fn rule(
     v6: bool,
@@ -144,8 +141,8 @@ fn rule(
     }
 }
 
-/// The addresses the boundary covers, their gateways and the primary's
-/// host route to each. strict: every address of the pod, each family
+/// The addresses the boundary covers and the primary's host route to
+/// each. strict: every address of the pod, each family
 /// through its own gateway (IPv6: `gateway6`); standard: the address of
 /// the gateway's family.
 fn covered<'v>(
@@ -155,7 +152,7 @@ fn covered<'v>(
     view: &'v NodeView,
 ) -> Result<Vec<(IpNet, &'v RouteEntry)>, CniError> {
     let family = |a: IpAddr| a.is_ipv4() == routing.gateway.is_ipv4();
-    let mut addrs: Vec<IpNet> = pod.iter().map(|c| host_net(c.address.addr())).collect();
+    let mut addrs: Vec<IpNet> = pod.iter().map(|c| IpNet::from(c.address.addr())).collect();
     if !strict {
         addrs.retain(|a| family(a.addr()));
         addrs.truncate(1);
@@ -171,7 +168,7 @@ fn covered<'v>(
         .find(|a| routing.gateway_for(a.addr()).is_none())
     {
         return Err(refuse(format!(
-            "strict routing refused: the pod's address {} is IPv6 and routing names no gateway6 (its IPv6 next hop on the uplink): every address of a strict pod crosses the boundary",
+            "refused by routing.gateway6: the pod's address {} is IPv6 and the profile names no IPv6 next hop on the uplink; every address of a strict pod crosses the boundary",
             a.addr()
         )));
     }
@@ -499,7 +496,7 @@ fn strict_rules(
             gateways
                 .iter()
                 .filter(|g| g.is_ipv6())
-                .map(|g| host_net(*g)),
+                .map(|g| IpNet::from(*g)),
         );
         for to in ndp {
             rules.push(RuleSpec {

@@ -521,8 +521,7 @@ mod routing {
         let r = p.routing.unwrap();
         assert_eq!(main.len(), 1);
         assert!(
-            main[0].starts_with("10.8.0.0/24 via 192.0.2.254")
-                && p.node_routes[0].oif == Some(2),
+            main[0].starts_with("10.8.0.0/24 via 192.0.2.254") && p.node_routes[0].oif == Some(2),
             "{main:?}"
         );
         let in_table = r
@@ -550,16 +549,7 @@ mod routing {
         pod: &str,
         view: &NodeView,
     ) -> Result<podgate_router::plan::Plan, podgate_cni::CniError> {
-        let sel = select(
-            c,
-            &intent(
-                &format!("K8S_POD_NAMESPACE=x;K8S_POD_NAME={pod}"),
-                json!({}),
-            ),
-        )
-        .unwrap()
-        .unwrap();
-        build(c, &sel, &Key::new("n", pod, "eth0"), &ptp_prev(), view)
+        plan_with(c, pod, &ptp_prev(), view)
     }
 
     #[test]
