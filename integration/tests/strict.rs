@@ -7,8 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::{
-    assert_same, require_root, tcp_connect_ok, tcp_listen, tcp_request, udp_answer, udp_request,
-    Netns, TestNode, Verb,
+    assert_same, cnitool_container_id, require_root, tcp_connect_ok, tcp_listen, tcp_request,
+    udp_answer, udp_request, CniOutcome, Netns, Primaries, TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -28,8 +28,13 @@ struct Lab {
 }
 
 fn lab(prefix: &str) -> Lab {
+    lab_with(prefix, Primaries::Debian)
+}
+
+/// The lab with `primaries`' ptp and host-local.
+fn lab_with(prefix: &str, primaries: Primaries) -> Lab {
     require_root();
-    let node = TestNode::new(prefix);
+    let node = TestNode::with_primaries(prefix, primaries);
     let fabric = Netns::new_with_forwarding("fabric", true);
     node.ns.exec_ok(&[
         "ip",
@@ -114,15 +119,22 @@ fn args(name: &str) -> String {
     format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}")
 }
 
-fn add(lab: &Lab, pod: &Netns, name: &str) -> podgate_integration::CniOutcome {
+fn add(lab: &Lab, pod: &Netns, name: &str) -> CniOutcome {
     lab.node
-        .cni(Verb::Add, NET, pod, name, "eth0", Some(&args(name)), None)
+        .cni(Verb::Add, NET, pod, "eth0", Some(&args(name)), None)
 }
 
 fn del(lab: &Lab, pod: &Netns, name: &str) {
     lab.node
-        .cni(Verb::Del, NET, pod, name, "eth0", Some(&args(name)), None)
+        .cni(Verb::Del, NET, pod, "eth0", Some(&args(name)), None)
         .assert_ok();
+}
+
+/// `verb` through the runner as container `name`, for a test that asserts
+/// the CNI error code (cnitool prints only the message).
+fn runner(lab: &Lab, verb: Verb, pod: &Netns, name: &str) -> CniOutcome {
+    lab.node
+        .runner(verb, NET, pod.path(), name, "eth0", Some(&args(name)), None)
 }
 
 fn ip_of(out: &podgate_integration::CniOutcome) -> String {
@@ -196,7 +208,17 @@ const T: Duration = Duration::from_secs(2);
 
 #[test]
 fn strict_sends_same_node_and_node_traffic_through_the_boundary() {
-    let lab = lab("strict");
+    strict_through_the_boundary(Primaries::Debian);
+}
+
+/// The same with the reference plugins v1.10.0's ptp and host-local.
+#[test]
+fn strict_sends_same_node_and_node_traffic_through_the_boundary_upstream_plugins() {
+    strict_through_the_boundary(Primaries::Upstream);
+}
+
+fn strict_through_the_boundary(primaries: Primaries) {
+    let lab = lab_with("strict", primaries);
     let before = lab.node.settled_snapshot();
 
     let a = lab.node.pod("a");
@@ -242,7 +264,6 @@ fn strict_sends_same_node_and_node_traffic_through_the_boundary() {
             Verb::Check,
             NET,
             &b,
-            "b-strict-0",
             "eth0",
             Some(&args("b-strict-0")),
             None,
@@ -270,7 +291,17 @@ fn strict_sends_same_node_and_node_traffic_through_the_boundary() {
 /// the fabric. Then what the pod reaches on its own node, and how.
 #[test]
 fn strict_pod_starts_connections_right_after_add() {
-    let lab = lab("strictout");
+    strict_pod_first_packets(Primaries::Debian);
+}
+
+/// The same with the reference plugins v1.10.0's ptp and host-local.
+#[test]
+fn strict_pod_starts_connections_right_after_add_upstream_plugins() {
+    strict_pod_first_packets(Primaries::Upstream);
+}
+
+fn strict_pod_first_packets(primaries: Primaries) {
+    let lab = lab_with("strictout", primaries);
     let before = lab.node.settled_snapshot();
     let b = lab.node.pod("b-strict");
     let out_b = add(&lab, &b, "b-strict-0");
@@ -335,12 +366,14 @@ fn strict_pod_starts_connections_right_after_add() {
         .nth(1)
         .unwrap()
         .to_string();
+    // The runner CHECKs cnitool's attachment (same container ID, same
+    // cache): the drift's CNI error code.
     let check = |l: &Lab| {
-        l.node.cni(
+        l.node.runner(
             Verb::Check,
             NET,
-            &b,
-            "b-strict-0",
+            b.path(),
+            &cnitool_container_id(b.path()),
             "eth0",
             Some(&args("b-strict-0")),
             None,
@@ -374,7 +407,6 @@ fn strict_pod_starts_connections_right_after_add() {
             Verb::Del,
             NET,
             &path,
-            "b-strict-1",
             "eth0",
             Some(&args("b-strict-1")),
             None,
@@ -462,14 +494,14 @@ fn strict_exempt_covering_the_pod_subnet_is_refused() {
     let lab = lab("strictexempt2");
     let before = lab.node.settled_snapshot();
     let b = lab.node.pod("b-wide");
-    let out = add(&lab, &b, "b-wide-0");
+    let out = runner(&lab, Verb::Add, &b, "b-wide-0");
     out.assert_cni_error(100);
     let msg = out.error_msg().unwrap();
     assert!(
         msg.contains("refused by routing.exempt") && msg.contains("10.30.0.0/24"),
         "{msg}"
     );
-    del(&lab, &b, "b-wide-0");
+    runner(&lab, Verb::Del, &b, "b-wide-0").assert_ok();
     assert_same(&before, &lab.node.settled_snapshot());
 }
 
@@ -514,14 +546,14 @@ fn strict_with_masquerade_is_refused() {
     let lab = lab("strictmasq");
     let before = lab.node.settled_snapshot();
     let b = lab.node.pod("b-masq");
-    let out = add(&lab, &b, "b-masq-0");
+    let out = runner(&lab, Verb::Add, &b, "b-masq-0");
     out.assert_cni_error(100);
     assert!(
         out.error_msg().unwrap().contains("masquerade"),
         "{:?}",
         out.error_msg()
     );
-    del(&lab, &b, "b-masq-0");
+    runner(&lab, Verb::Del, &b, "b-masq-0").assert_ok();
     assert_same(&before, &lab.node.settled_snapshot());
 }
 
@@ -543,10 +575,10 @@ fn strict_ipv6_profile_is_refused() {
     });
     lab.node.write_conflist("routed6", &conf);
     let b = lab.node.pod("b-v6");
-    let out = lab.node.cni(
+    let out = lab.node.runner(
         Verb::Add,
         "routed6",
-        &b,
+        b.path(),
         "b-v6-0",
         "eth0",
         Some(&args("b-v6-0")),
@@ -559,10 +591,10 @@ fn strict_ipv6_profile_is_refused() {
         out.error_msg()
     );
     // DEL reads the same (invalid) config; the node netns goes with the test.
-    let _ = lab.node.cni(
+    let _ = lab.node.runner(
         Verb::Del,
         "routed6",
-        &b,
+        b.path(),
         "b-v6-0",
         "eth0",
         Some(&args("b-v6-0")),
