@@ -76,20 +76,10 @@ pub enum Primaries {
 }
 
 impl Primaries {
-    pub const ALL: [Primaries; 2] = [Primaries::Debian, Primaries::Upstream];
-
     pub fn dir(self) -> PathBuf {
         match self {
             Primaries::Debian => PathBuf::from(SYSTEM_CNI_DIR),
             Primaries::Upstream => upstream_plugins_dir(),
-        }
-    }
-
-    /// The plugins' release, for messages.
-    pub fn version(self) -> &'static str {
-        match self {
-            Primaries::Debian => "1.1.1",
-            Primaries::Upstream => "1.10.0",
         }
     }
 }
@@ -170,10 +160,6 @@ impl TestNode {
         }
         node.link_plugins();
         node
-    }
-
-    pub fn primaries(&self) -> Primaries {
-        self.primaries
     }
 
     fn link_plugins(&self) {
@@ -353,14 +339,12 @@ impl TestNode {
     ) -> CniOutcome {
         let mut cmd = self.cnitool_command(verb, network, netns);
         cmd.env("CNI_IFNAME", ifname);
-        match args {
-            Some(a) => cmd.env("CNI_ARGS", a),
-            None => cmd.env_remove("CNI_ARGS"),
-        };
-        match capability_args {
-            Some(c) => cmd.env("CAP_ARGS", c.to_string()),
-            None => cmd.env_remove("CAP_ARGS"),
-        };
+        if let Some(a) = args {
+            cmd.env("CNI_ARGS", a);
+        }
+        if let Some(c) = capability_args {
+            cmd.env("CAP_ARGS", c.to_string());
+        }
         self.run(
             Driver::Cnitool,
             verb,
@@ -412,7 +396,7 @@ impl TestNode {
         args: Option<&str>,
         capability_args: Option<Value>,
     ) -> CniOutcome {
-        let mut cmd = self.runner_command(Driver::Runner, verb, network);
+        let mut cmd = self.runner_command(&cnirunner(), verb, network);
         cmd.arg("--netns")
             .arg(netns)
             .arg("--container-id")
@@ -435,7 +419,7 @@ impl TestNode {
             .iter()
             .map(|(c, i)| json!({"containerID": c, "ifname": i}))
             .collect();
-        let mut cmd = self.runner_command(Driver::RunnerLibcni13, Verb::Gc, network);
+        let mut cmd = self.runner_command(&cnirunner_libcni13(), Verb::Gc, network);
         cmd.arg("--valid-attachments")
             .arg(Value::from(list).to_string());
         self.run(Driver::RunnerLibcni13, Verb::Gc, cmd, None)
@@ -443,16 +427,14 @@ impl TestNode {
 
     /// libcni 1.3's STATUS of `network`, with the CNI error code.
     pub fn runner_status(&self, network: &str) -> CniOutcome {
-        let cmd = self.runner_command(Driver::RunnerLibcni13, Verb::Status, network);
+        let cmd = self.runner_command(&cnirunner_libcni13(), Verb::Status, network);
         self.run(Driver::RunnerLibcni13, Verb::Status, cmd, None)
     }
 
-    fn runner_command(&self, driver: Driver, verb: Verb, network: &str) -> Command {
-        let program = match driver {
-            Driver::RunnerLibcni13 => cnirunner_libcni13(),
-            Driver::Runner | Driver::Cnitool => cnirunner(),
-        };
-        let mut cmd = self.libcni_command(&program);
+    /// `<runner> <verb> --conf-dir net.d --name <network> --cni-path cni-bin`
+    /// (libcni's cache: its default, the node's `/var/lib/cni`).
+    fn runner_command(&self, runner: &Path, verb: Verb, network: &str) -> Command {
+        let mut cmd = self.libcni_command(runner);
         cmd.arg(verb.as_str())
             .arg("--conf-dir")
             .arg(self.conf_dir())
