@@ -214,7 +214,7 @@ fn report_has_every_part_and_no_key_material() {
     read("node/rules.txt");
     let nft = read("node/nftables.txt");
     assert!(
-        nft.contains("pod reportnet/gw/eth0 table inet podgate-eth0")
+        nft.contains(&format!("pod reportnet/{gw_id}/eth0 table inet podgate-eth0"))
             && nft.contains("10.8.0.0/24"),
         "{nft}"
     );
