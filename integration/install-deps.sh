@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install everything podgate's integration tests need on Debian 12 (run as
-# root), then build the libcni test runner (target/cnirunner).
+# root), then the Go tools: upstream cnitool and reference plugins (go-tools.sh)
+# and the libcni test runner on both libcni versions (target/cnirunner,
+# target/cnirunner-libcni13).
 # Idempotent: apt is only touched when a package is missing. Quiet unless
 # something fails (then the captured output is shown).
 set -euo pipefail
@@ -101,4 +103,11 @@ if [ ! -x "$registry_bin" ]; then
     rm -rf "$deb_dir"
 fi
 
+# The Go tools (the machine's Go, /usr/local/go/bin/go): upstream cnitool and
+# the reference plugins v1.10.0 from the module proxy, cached per version under
+# ~/.cache/podgate/go/ (a line per build; go-tools.sh fails with the reason
+# when a piece cannot be had); the runner on Debian's libcni 1.1.2 (offline)
+# and on libcni 1.3 (module proxy).
+bash "$here/go-tools.sh"
 quiet bash "$here/runner/build.sh"
+quiet bash "$here/runner/build.sh" --libcni13

@@ -15,7 +15,7 @@ fi
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "dependencies (apt packages, libcni runner)"
+step "dependencies (apt packages, Go tools: cnitool, reference plugins, libcni runner)"
 bash integration/install-deps.sh
 
 step "cargo fmt --check"
@@ -30,6 +30,13 @@ cargo check --manifest-path integration/fuzz/Cargo.toml --bins
 step "build plugin binaries"
 cargo build --workspace --bins
 
+# cnitool keeps libcni's result cache in /var/lib/cni with no way to move
+# it; the harness binds each test node's own directory there. An entry named
+# after a cnitool container ID (cnitool-<hash>) in the machine's would be one
+# that escaped.
+cnitool_cache() { find /var/lib/cni/results -maxdepth 1 -name '*-cnitool-*' 2>/dev/null | sort; }
+cnitool_before="$(cnitool_cache)"
+
 step "tests: unit + netns integration"
 # Integration test binaries share the machine's /var/run/netns; each test makes
 # its own uniquely named namespaces, so tests may run in parallel.
@@ -43,6 +50,13 @@ fi
 if { [ "${CI:-}" = "true" ] || [ "${PODGATE_BENCH:-}" = "short" ]; } && [ -x integration/bench/run.sh ]; then
     step "benchmarks (short mode)"
     bash integration/bench/run.sh --short
+fi
+
+escaped="$(comm -13 <(echo "$cnitool_before") <(cnitool_cache) | sed '/^$/d')"
+if [ -n "$escaped" ]; then
+    echo "integration/test.sh: cnitool wrote to the machine's /var/lib/cni:" >&2
+    echo "$escaped" >&2
+    exit 1
 fi
 
 leftover="$(ip netns list | grep -c '^pg-' || true)"

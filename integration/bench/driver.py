@@ -5,7 +5,8 @@ Subcommands:
   series       whole-process ADD/DEL timings (and user+sys CPU) of
                podgate-router (three profiles, and a pod without one), the C
                reference masq_ref.c built from the router's own strace and
-               interleaved with it, Debian's tuning plugin, `nsenter --net +
+               interleaved with it, the tuning plugin (Debian's 1.1.1 and
+               v1.10.0, side by side in the same rounds), `nsenter --net +
                nft -f` / `nft delete table` interleaved with the router's DEL
                in one netns, and a no-op static binary; each plugin driven
                directly with env + stdin as a runtime does, against a real
@@ -568,11 +569,12 @@ class Series:
 
 
 def interleave(sp, steps, runs, warmup):
-    """Run `steps` (list of (Series or None, Call, what)) in order, runs +
-    warmup times: series measured side by side, so load drift hits all alike.
-    A None series is an untimed step (the DEL that resets state)."""
+    """Run `steps` (list of (Series or None, Call, what), or a function of
+    the round's number giving that list) in order, runs + warmup times:
+    series measured side by side, so load drift hits all alike. A None
+    series is an untimed step (the DEL that resets state)."""
     for i in range(warmup + runs):
-        for series, call, what in steps:
+        for series, call, what in steps(i) if callable(steps) else steps:
             if series is None:
                 sp.must(call, what)
             else:
@@ -708,10 +710,11 @@ def cmd_series(args):
     bin_dir = os.path.abspath(args.bin_dir)
     router = os.path.join(bin_dir, "podgate-router")
     tuning = "/usr/lib/cni/tuning"
+    tuning_up = os.path.abspath(args.tuning_upstream)
     nft = shutil.which("nft") or "/usr/sbin/nft"
     nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
     before = os.path.join(os.path.abspath(args.before_bin_dir), "podgate-router") if args.before_bin_dir else None
-    for b in (router, tuning, nft, nsenter, args.noop) + ((before,) if before else ()):
+    for b in (router, tuning, tuning_up, nft, nsenter, args.noop) + ((before,) if before else ()):
         if not os.access(b, os.X_OK):
             sys.exit(f"driver: {b} missing or not executable")
 
@@ -834,34 +837,44 @@ def cmd_series(args):
         results["ref_skipped"] = str(e)[:500]
     index += 1
 
-    # Debian's tuning plugin setting only ip_forward.
+    # The tuning plugin setting only ip_forward: Debian's 1.1.1 (key
+    # "tuning") and the reference plugins v1.10.0 ("tuning_upstream"), each
+    # with its own data dir and container ID in the same pod.
     pod = Pod(tag, index)
     index += 1
-    tconf = {
-        "cniVersion": "1.0.0",
-        "name": "bench",
-        "type": "tuning",
-        "sysctl": {"net.ipv4.ip_forward": "1"},
-        "dataDir": os.path.join(tmp, "tuning"),
-        "prevResult": pod.prev_result(),
-    }
-    stdin = write_json(os.path.join(tmp, "tuning.json"), tconf)
-    add = Call([tuning], cni_env("ADD", "bench-tuning", pod, "tuning"), stdin)
-    dele = Call([tuning], cni_env("DEL", "bench-tuning", pod, "tuning"), stdin)
-    sp.must(add, "tuning ADD")
-    if sysctl_get(pod.ns, "net.ipv4.ip_forward") != "1":
-        raise RuntimeError("tuning ADD did not set ip_forward")
-    sp.must(dele, "tuning DEL")
-    a, a_rss, d, d_rss = alternate(sp, add, dele, runs, warmup, "tuning", rss_n)
-    what = "/usr/lib/cni/tuning, sysctl net.ipv4.ip_forward=1 only"
-    record("tuning_add", "tuning ADD (ip_forward only)", what, a, a_rss)
-    record("tuning_del", "tuning DEL", what, d, d_rss)
+    tuning_calls = {}
+    for key, binary, label, what in (
+        ("tuning", tuning, "tuning 1.1.1", f"{tuning} (Debian), sysctl net.ipv4.ip_forward=1 only"),
+        ("tuning_upstream", tuning_up, "tuning v1.10.0", f"{tuning_up}, sysctl net.ipv4.ip_forward=1 only"),
+    ):
+        tconf = {
+            "cniVersion": "1.0.0",
+            "name": "bench",
+            "type": "tuning",
+            "sysctl": {"net.ipv4.ip_forward": "1"},
+            "dataDir": os.path.join(tmp, key),
+            "prevResult": pod.prev_result(),
+        }
+        stdin = write_json(os.path.join(tmp, f"{key}.json"), tconf)
+        add = Call([binary], cni_env("ADD", f"bench-{key}", pod, key), stdin)
+        dele = Call([binary], cni_env("DEL", f"bench-{key}", pod, key), stdin)
+        # Sanity: ADD really sets it (tuning's DEL leaves sysctls as they are).
+        sysctl_in(pod.ns, "net.ipv4.ip_forward", "0")
+        sp.must(add, f"{label} ADD")
+        if sysctl_get(pod.ns, "net.ipv4.ip_forward") != "1":
+            raise RuntimeError(f"{label} ADD did not set ip_forward")
+        sp.must(dele, f"{label} DEL")
+        a, a_rss, d, d_rss = alternate(sp, add, dele, runs, warmup, label, rss_n)
+        record(f"{key}_add", f"{label} ADD (ip_forward only)", what, a, a_rss)
+        record(f"{key}_del", f"{label} DEL", what, d, d_rss)
+        tuning_calls[key] = (add, dele, label, what)
     # The ratio targets, side by side in this pod, each round: the no-op (the
-    # process start subtracted from every ADD below), tuning ADD and its DEL,
-    # the router's masquerade ADD and its DEL, the return-route ADD and its
-    # DEL, and the same two ADDs of the binary before the removals of issue 26
-    # (--before-bin-dir) with their DELs. The series above ran one after
-    # another, minutes apart, and load drifts; these run under the same load.
+    # process start subtracted from every ADD below), each tuning's ADD and
+    # its DEL, the router's masquerade ADD and its DEL, the return-route ADD
+    # and its DEL, and the same two ADDs of the binary before the removals of
+    # issue 26 (--before-bin-dir) with their DELs. The series above ran one
+    # after another, minutes apart, and load drifts; these run under the same
+    # load.
     rstdin = write_json(os.path.join(tmp, "router-vs-tuning.json"), router_conf(tmp, pod.prev_result()))
     binaries = {"": router}
     if before:
@@ -870,9 +883,12 @@ def cmd_series(args):
         bconf = router_conf(os.path.join(tmp, "before"), pod.prev_result())
         binaries["before_"] = before
         bstdin = write_json(os.path.join(tmp, "before-vs-tuning.json"), bconf)
-    il = {k: Series() for k in ("noop", "tuning")}
-    steps = [(il["noop"], Call([args.noop], BASE_ENV), "noop"), (il["tuning"], add, "tuning ADD"),
-             (None, dele, "tuning DEL")]
+    il = {k: Series() for k in ("noop", *tuning_calls)}
+    tuning_pairs = [
+        [(il[key], add, f"{label} ADD"), (None, dele, f"{label} DEL")]
+        for key, (add, dele, label, _what) in tuning_calls.items()
+    ]
+    steps = []
     for prefix, binary in binaries.items():
         conf_path = bstdin if prefix else rstdin
         for p in ("vpn-gateway", "vpn-routed"):
@@ -881,12 +897,21 @@ def cmd_series(args):
             cid = f"bench-vs-{prefix}{p}"
             steps.append((il[key], Call([binary], cni_env("ADD", cid, pod, p), conf_path), f"{prefix}router {p} ADD"))
             steps.append((None, Call([binary], cni_env("DEL", cid, pod, p), conf_path), f"{prefix}router {p} DEL"))
-    interleave(sp, steps, runs, warmup)
+
+    def round_steps(i):
+        # The tuning right after the no-op runs measurably slower than the
+        # other (about 2 ms here, whichever it is): the two swap places
+        # every round.
+        pairs = tuning_pairs if i % 2 == 0 else tuning_pairs[::-1]
+        return [(il["noop"], Call([args.noop], BASE_ENV), "noop")] + [s for pair in pairs for s in pair] + steps
+
+    interleave(sp, round_steps, runs, warmup)
     for d in [os.path.join(tmp, "state")] + ([os.path.join(tmp, "before", "state")] if before else []):
         if state_left(d):
             raise RuntimeError(f"router vs tuning: state left in {d}: {state_left(d)}")
     record("il_noop", "no-op, interleaved with tuning (subtracted)", "static C main(){return 0;}", il["noop"])
-    record("il_tuning_add", "tuning ADD, interleaved with the router", what, il["tuning"])
+    for key, (_add, _dele, label, what) in tuning_calls.items():
+        record(f"il_{key}_add", f"{label} ADD, interleaved with the router", what, il[key])
     for prefix in binaries:
         for p in ("vpn-gateway", "vpn-routed"):
             label = f"podgate-router ADD {p}, vs tuning" if not prefix else f"before removals: router ADD {p}"
@@ -1326,10 +1351,13 @@ def cmd_report(args):
         ("router_events_del", "podgate-router DEL vpn-routed + agent events"),
         ("ref_router_add", "podgate-router ADD vpn-gateway, vs C ref"),
         ("ref_c_add", "C reference ADD (masq_ref.c, same calls)"),
-        ("tuning_add", "tuning ADD (ip_forward only)"),
-        ("tuning_del", "tuning DEL"),
+        ("tuning_add", "tuning 1.1.1 ADD (ip_forward only)"),
+        ("tuning_del", "tuning 1.1.1 DEL"),
+        ("tuning_upstream_add", "tuning v1.10.0 ADD (ip_forward only)"),
+        ("tuning_upstream_del", "tuning v1.10.0 DEL"),
         ("il_noop", "no-op, interleaved with tuning (subtracted)"),
-        ("il_tuning_add", "tuning ADD, interleaved with the router"),
+        ("il_tuning_add", "tuning 1.1.1 ADD, interleaved with the router"),
+        ("il_tuning_upstream_add", "tuning v1.10.0 ADD, interleaved"),
         ("il_router_vpn-gateway_add", "podgate-router ADD vpn-gateway, vs tuning"),
         ("il_router_vpn-routed_add", "podgate-router ADD vpn-routed, vs tuning"),
         ("il_before_router_vpn-gateway_add", "before removals: router ADD vpn-gateway"),
@@ -1390,11 +1418,12 @@ def cmd_report(args):
         return s.get(key, {}).get("median_ms")
 
     print()
-    tun = med("tuning_add")
-    if tun:
+    for key, version in (("tuning", "1.1.1"), ("tuning_upstream", "v1.10.0")):
+        tun = med(f"{key}_add")
         for p in ("vpn-gateway", "vpn-routed", "vpn-full"):
-            if med(f"router_{p}_add"):
-                print(f"  ratio router ADD {p} / tuning ADD (series apart): {med(f'router_{p}_add') / tun:.2f}x")
+            if tun and med(f"router_{p}_add"):
+                print(f"  ratio router ADD {p} / tuning {version} ADD (series apart): "
+                      f"{med(f'router_{p}_add') / tun:.2f}x")
     # ADD net of process start: each median minus the median of the no-op
     # run in the same rounds (a static C `main(){return 0;}`: exec and exit
     # of a minimal process). Go's runtime start stays inside tuning's figure:
@@ -1413,11 +1442,21 @@ def cmd_report(args):
         cpu = f"; CPU net {ca:.3f} vs {cb:.3f} ms = {ca / cb:.2f}x" if ca and cb else ""
         return f"{wa:.3f} ms vs {wb:.3f} ms = {wa / wb:.2f}x (interleaved){cpu}"
 
+    up_net = net("il_tuning_upstream_add")
+    if up_net:
+        # Reported beside Debian's, not gated: the gate keeps one reference.
+        print(f"  ADD net of process start, tuning v1.10.0 {up_net:.3f} ms"
+              + "".join(f", {label} {net(k):.3f} ms ({net(k) / up_net:.2f}x tuning v1.10.0)"
+                        for k, label in (("il_router_vpn-gateway_add", "router masquerade"),
+                                         ("il_router_vpn-routed_add", "router return route"))
+                        if net(k) is not None))
+        if net("il_router_vpn-gateway_add") is not None:
+            print(f"  router masquerade ADD vs tuning v1.10.0, net: {vs('il_router_vpn-gateway_add', 'il_tuning_upstream_add')}")
     tun_net = net("il_tuning_add")
     if tun_net:
         masq, before = net("il_router_vpn-gateway_add"), net("il_before_router_vpn-gateway_add")
-        print(f"  ADD net of process start (minus the interleaved no-op, {il_noop:.3f} ms): tuning {tun_net:.3f} ms"
-              + "".join(f", {label} {net(k):.3f} ms ({net(k) / tun_net:.2f}x tuning)"
+        print(f"  ADD net of process start (minus the interleaved no-op, {il_noop:.3f} ms): tuning 1.1.1 {tun_net:.3f} ms"
+              + "".join(f", {label} {net(k):.3f} ms ({net(k) / tun_net:.2f}x tuning 1.1.1)"
                         for k, label in (("il_router_vpn-gateway_add", "router masquerade"),
                                          ("il_router_vpn-routed_add", "router return route"),
                                          ("il_before_router_vpn-gateway_add", "before removals masquerade"),
@@ -1557,6 +1596,7 @@ def main():
     a.add_argument("--noop", required=True)
     a.add_argument("--ref-src", required=True, help="masq_ref.c")
     a.add_argument("--before-bin-dir", help="podgate-router before issue 26's removals, measured side by side")
+    a.add_argument("--tuning-upstream", required=True, help="the reference plugins v1.10.0's tuning (go-tools.sh)")
     a.add_argument("--runs", type=int, default=300)
     a.add_argument("--warmup", type=int, default=20)
     a.add_argument("--rss-runs", type=int, default=10)

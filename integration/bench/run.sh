@@ -15,8 +15,9 @@
 # vpn-routed: + node return route instead; sysctl + masquerade + route),
 # a pod without a profile; masq_ref.c, a static C program making the router's
 # masquerade-ADD kernel calls with the bytes captured from the router (the
-# physical limit, interleaved with the router's ADD); Debian's tuning plugin
-# setting only ip_forward, interleaved with a static C no-op (subtracted:
+# physical limit, interleaved with the router's ADD); the tuning plugin
+# setting only ip_forward, Debian's 1.1.1 and the reference plugins v1.10.0
+# (integration/go-tools.sh) side by side, interleaved with a static C no-op (subtracted:
 # ADD net of process start), the router's ADDs and, in the full mode, the
 # router before issue 26's removals (commit 1c58541, built as it shipped);
 # `nsenter --net + nft -f` of the same masquerade rule and `nft delete table`
@@ -119,6 +120,9 @@ done
     echo "run.sh: /usr/lib/cni/tuning missing (containernetworking-plugins)" >&2
     exit 1
 }
+# The reference plugins v1.10.0 (built once from the module proxy; says why
+# when it cannot).
+upstream_plugins="$(bash "$here/../go-tools.sh" dir plugins)"
 
 cleanup() {
     local ns
@@ -163,6 +167,7 @@ for b in podgate-router podgate-tunnel-guard podgate; do
     install -m 0755 "$rel/$b" "$out/bin/$b"
 done
 rel="$out/bin"
+install -D -m 0755 "$upstream_plugins/tuning" "$out/plugins-upstream/tuning"
 
 before_args=()
 if [ "$with_before" = 1 ]; then
@@ -196,7 +201,7 @@ fi
 loadavg="$(cut -d' ' -f1-3 /proc/loadavg)"
 step "series: $runs runs each (+$warmup warm-up), ADD/DEL alternating"
 "$python" "$here/driver.py" series --bin-dir "$rel" "${before_args[@]}" --noop "$out/noop" \
-    --ref-src "$here/masq_ref.c" --runs "$runs" --warmup "$warmup" --phase-runs "$phase_runs" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
+    --tuning-upstream "$out/plugins-upstream/tuning" --ref-src "$here/masq_ref.c" --runs "$runs" --warmup "$warmup" --phase-runs "$phase_runs" --tag "$tag" --loadavg "$loadavg" --out "$out/series.json" ||
     fail "series (a plugin call failed or did not apply)"
 
 if wanted guard; then

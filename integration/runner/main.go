@@ -1,8 +1,14 @@
-// cnirunner is a minimal cnitool-like driver for integration tests. It uses
-// the real libcni (the version Debian packages, 1.1.2) so plugins are exercised
-// exactly the way a container runtime would drive them: conflist loading,
-// prevResult chaining, the result cache, CHECK/DEL with the cached result and
-// runtimeConfig capability injection.
+// cnirunner drives libcni for the integration tests where upstream cnitool
+// cannot: a container ID of the test's choosing (cnitool hashes the netns
+// path), a DEL without a netns, the CNI error's code (cnitool prints only its
+// message) and a GC with a valid-attachments list (cnitool sends none). It
+// uses the real libcni, so plugins are exercised the way a runtime drives
+// them: conflist loading, prevResult chaining, the result cache, CHECK/DEL
+// with the cached result and runtimeConfig capability injection.
+//
+// Built twice by build.sh: on Debian's libcni 1.1.2 (GOPATH mode; add, check,
+// del) and on the libcni go.mod pins (module mode, build tag libcni13; also
+// gc and status, spec 1.1.0).
 //
 // Usage:
 //
@@ -10,6 +16,9 @@
 //	(del: --netns "" for a sandbox already gone)
 //	          --container-id ID [--ifname eth0] --cni-path DIR[:DIR]
 //	          [--cache-dir DIR] [--args 'K=V;K2=V2'] [--capability-args JSON]
+//	cnirunner gc --conf-dir DIR --name NETNAME --cni-path DIR[:DIR]
+//	          [--cache-dir DIR] [--valid-attachments '[{"containerID":..,"ifname":..}]']
+//	cnirunner status --conf-dir DIR --name NETNAME --cni-path DIR[:DIR]
 //
 // Exit status: 0 on success (ADD prints the result JSON on stdout), 2 when the
 // failure is a CNI error (last stderr line is "CNI_ERROR {json}"), 1 for any
@@ -30,7 +39,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 )
 
-const usage = `usage: cnirunner <add|check|del> --conf-dir DIR --name NETNAME --netns PATH --container-id ID [--ifname eth0] --cni-path DIR[:DIR] [--cache-dir DIR] [--args 'K=V;K2=V2'] [--capability-args JSON-object]`
+const usage = `usage: cnirunner <add|check|del> --conf-dir DIR --name NETNAME --netns PATH --container-id ID [--ifname eth0] --cni-path DIR[:DIR] [--cache-dir DIR] [--args 'K=V;K2=V2'] [--capability-args JSON-object]
+       cnirunner gc --conf-dir DIR --name NETNAME --cni-path DIR[:DIR] [--cache-dir DIR] [--valid-attachments JSON-array]
+       cnirunner status --conf-dir DIR --name NETNAME --cni-path DIR[:DIR]`
 
 type options struct {
 	verb           string
@@ -43,6 +54,8 @@ type options struct {
 	cacheDir       string
 	args           string
 	capabilityArgs string
+	// gc: the JSON list of {"containerID","ifname"} still valid (absent: none).
+	validAttachments string
 }
 
 func parseOptions(argv []string) (*options, error) {
@@ -51,7 +64,7 @@ func parseOptions(argv []string) (*options, error) {
 	}
 	o := &options{verb: strings.ToLower(argv[0])}
 	switch o.verb {
-	case "add", "check", "del":
+	case "add", "check", "del", "gc", "status":
 	default:
 		return nil, fmt.Errorf("unknown verb %q", argv[0])
 	}
@@ -67,6 +80,7 @@ func parseOptions(argv []string) (*options, error) {
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "libcni cache directory (default /var/lib/cni)")
 	fs.StringVar(&o.args, "args", "", "CNI_ARGS as 'K=V;K2=V2'")
 	fs.StringVar(&o.capabilityArgs, "capability-args", "", "capability args as a JSON object")
+	fs.StringVar(&o.validAttachments, "valid-attachments", "", "gc: JSON list of {\"containerID\",\"ifname\"} still valid")
 	if err := fs.Parse(argv[1:]); err != nil {
 		return nil, err
 	}
@@ -74,14 +88,20 @@ func parseOptions(argv []string) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 
-	missing := []string{}
-	for _, req := range []struct{ flag, value string }{
+	required := []struct{ flag, value string }{
 		{"--conf-dir", o.confDir},
 		{"--name", o.name},
-		{"--netns", o.netns},
-		{"--container-id", o.containerID},
 		{"--cni-path", o.cniPath},
-	} {
+	}
+	// GC and STATUS concern the whole network, not one attachment.
+	if o.verb != "gc" && o.verb != "status" {
+		required = append(required, []struct{ flag, value string }{
+			{"--netns", o.netns},
+			{"--container-id", o.containerID},
+		}...)
+	}
+	missing := []string{}
+	for _, req := range required {
 		// A runtime's DEL after the sandbox is gone has no netns (the spec
 		// allows it; a delegating plugin such as Multus passes it on).
 		if req.flag == "--netns" && o.verb == "del" && explicitlyEmpty(fs, "netns") {
@@ -182,6 +202,10 @@ func run(o *options) error {
 		return cni.CheckNetworkList(ctx, list, rt)
 	case "del":
 		return cni.DelNetworkList(ctx, list, rt)
+	case "gc":
+		return gc(ctx, cni, list, o.validAttachments)
+	case "status":
+		return status(ctx, cni, list)
 	}
 	return fmt.Errorf("unknown verb %q", o.verb)
 }

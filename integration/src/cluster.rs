@@ -201,7 +201,6 @@ impl Cluster {
             Verb::Add,
             NETWORK,
             &pod,
-            &name,
             "eth0",
             Some(&pod_args("default", &name)),
             None,
@@ -232,6 +231,7 @@ impl Cluster {
         let mut vp = VpnPod {
             cluster: self,
             name: name.to_string(),
+            container_id: String::new(),
             ip: String::new(),
             server: None,
             client: None,
@@ -239,6 +239,7 @@ impl Cluster {
         };
         let out = vp.cni(Verb::Add);
         out.assert_ok();
+        vp.container_id = out.container_id.clone().unwrap_or_default();
         vp.ip = first_ip(&out);
         vp.server = Some(vpn::server(&vp.pod, &self.client.key));
         let lport = self.next_lport.get();
@@ -356,6 +357,8 @@ fn kube_proxy_ruleset(endpoints: &[String]) -> String {
 pub struct VpnPod<'a> {
     cluster: &'a Cluster,
     pub name: String,
+    /// cnitool's container ID for the pod.
+    pub container_id: String,
     /// The pod's own address (eth0).
     pub ip: String,
     server: Option<Child>,
@@ -371,7 +374,6 @@ impl VpnPod<'_> {
             verb,
             NETWORK,
             &self.pod,
-            &self.name,
             "eth0",
             Some(&pod_args("vpn", &self.name)),
             Some(cap),

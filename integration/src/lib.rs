@@ -6,9 +6,11 @@
 //! * [`Netns`]: a named netns (`ip netns add pg-<prefix>-<pid>-<rand>`) with
 //!   `lo` up, deleted on drop together with every process left inside it.
 //! * [`TestNode`]: a simulated Kubernetes node: its own netns plus a temp dir
-//!   holding `net.d/`, `cache/`, `ipam/`, `state/` and `cni-bin/`. CNI calls go
-//!   through `cnirunner` (a tiny Go driver built on the real libcni) executed
-//!   inside the node netns, so bridges, routes and nftables rules land there.
+//!   holding `net.d/`, `var-lib/` (the node's `/var/lib`, with libcni's cache
+//!   in `var-lib/cni/`), `ipam/`, `state/` and `cni-bin/`. CNI calls go
+//!   through upstream `cnitool` (or, for what it cannot do, `cnirunner`: see
+//!   [`tools`]) executed inside the node netns, so bridges, routes and
+//!   nftables rules land there.
 //! * [`snapshot`] / [`assert_same`]: before/after equality of routes, rules,
 //!   nftables ruleset, links and addresses.
 //! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`], [`udp_answer`],
@@ -36,18 +38,20 @@ mod node;
 pub mod registry;
 mod snapshot;
 mod tcp;
+pub mod tools;
 mod udp;
 pub mod vpn;
 
 use std::fs::{self, File};
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Once;
 
 pub use netns::Netns;
-pub use node::{bridge_name, CniOutcome, TestNode, Verb, SYSTEM_CNI_DIR};
+pub use node::{
+    bridge_name, cnitool_container_id, CniOutcome, Driver, Primaries, TestNode, Verb,
+    SYSTEM_CNI_DIR,
+};
 pub use snapshot::{
     assert_same, claims_index_matches_records, snapshot, state_files, state_files_in, Snapshot,
 };
@@ -55,6 +59,7 @@ pub use tcp::{
     http_get, in_netns, ping, tcp_connect_ok, tcp_listen, tcp_listen_bulk, tcp_listen_peer_echo,
     tcp_request, TcpServer,
 };
+pub use tools::{cnirunner, cnirunner_libcni13, cnitool, upstream_plugins_dir};
 pub use udp::{udp_answer, udp_request, UdpServer};
 
 /// Newest modification time of any file below `dir` (recursively).
@@ -70,6 +75,26 @@ fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
         newest = newest.max(t);
     }
     newest
+}
+
+/// Paths of every file and directory below `dir`, relative to it, sorted;
+/// empty when `dir` does not exist.
+pub fn files_below(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(path.clone());
+            }
+            if let Ok(rel) = path.strip_prefix(dir) {
+                out.push(rel.display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Workspace binaries `bins` (paths relative to [`bin_dir`]), built with
@@ -202,62 +227,6 @@ pub fn bin_command(bin: &Path) -> Command {
         }
         None => Command::new(bin),
     }
-}
-
-/// Path of the libcni runner (`<target>/cnirunner`, or `$PODGATE_CNIRUNNER`).
-///
-/// Built once by `integration/runner/build.sh` when missing or older than its
-/// source; guarded by a `Once` and a file lock so parallel tests (and parallel
-/// test processes) never race.
-pub fn cnirunner() -> PathBuf {
-    if let Some(path) = std::env::var_os("PODGATE_CNIRUNNER").filter(|d| !d.is_empty()) {
-        return PathBuf::from(path);
-    }
-    static BUILD: Once = Once::new();
-    let out = target_dir().join("cnirunner");
-    BUILD.call_once(|| build_cnirunner(&out));
-    assert!(out.is_file(), "cnirunner missing at {}", out.display());
-    out
-}
-
-fn build_cnirunner(out: &Path) {
-    let runner_dir = workspace_root().join("integration").join("runner");
-    if let Some(parent) = out.parent() {
-        fs::create_dir_all(parent).unwrap();
-    }
-    let lock_path = out.with_extension("lock");
-    let lock = File::create(&lock_path)
-        .unwrap_or_else(|e| panic!("creating {}: {e}", lock_path.display()));
-    // SAFETY: flock on a valid, owned descriptor; released when `lock` closes.
-    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-    assert!(
-        rc == 0,
-        "flock {}: {}",
-        lock_path.display(),
-        std::io::Error::last_os_error()
-    );
-
-    let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
-    let up_to_date = match (mtime(out), mtime(&runner_dir.join("main.go"))) {
-        (Some(bin), Some(src)) => bin >= src,
-        (Some(_), None) => true,
-        _ => false,
-    };
-    if up_to_date {
-        return;
-    }
-    let output = Command::new("bash")
-        .arg(runner_dir.join("build.sh"))
-        .arg(out)
-        .output()
-        .expect("running integration/runner/build.sh");
-    assert!(
-        output.status.success(),
-        "building cnirunner failed ({}); run integration/install-deps.sh first\n{}",
-        output.status,
-        output_text(&output)
-    );
-    drop(lock);
 }
 
 /// 8 random hex characters from the kernel's CSPRNG.

@@ -1,4 +1,5 @@
-//! A simulated Kubernetes node driving CNI through the real libcni.
+//! A simulated Kubernetes node driving CNI through the real libcni: upstream
+//! `cnitool`, or `cnirunner` for what cnitool cannot do (see [`Driver`]).
 
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
@@ -9,21 +10,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
 use serde_json::{json, Value};
+use sha2::{Digest, Sha512};
 
-use crate::{bin_dir, bin_runner, cnirunner, sanitize, Netns, TempDir};
+use crate::tools::{cnirunner, cnirunner_libcni13, cnitool, upstream_plugins_dir};
+use crate::{bin_dir, bin_runner, sanitize, Netns, TempDir};
 
 /// Where the distribution's reference CNI plugins live.
 pub const SYSTEM_CNI_DIR: &str = "/usr/lib/cni";
 
-/// Seconds before a single runner invocation is killed (`timeout(1)`).
+/// Seconds before a single libcni invocation is killed (`timeout(1)`).
 const CNI_TIMEOUT_SECS: &str = "120";
 
-/// CNI operation performed by the runner.
+/// A libcni operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
     Add,
     Check,
     Del,
+    /// The network's GC (spec 1.1.0; libcni first DELs the cached
+    /// attachments that are not valid).
+    Gc,
+    /// The network's STATUS (spec 1.1.0).
+    Status,
 }
 
 impl Verb {
@@ -32,8 +40,56 @@ impl Verb {
             Verb::Add => "add",
             Verb::Check => "check",
             Verb::Del => "del",
+            Verb::Gc => "gc",
+            Verb::Status => "status",
         }
     }
+}
+
+/// What drives libcni for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// Upstream `cnitool` (libcni 1.3), the way its README documents it: the
+    /// container ID is [`cnitool_container_id`] of the netns path, a failure
+    /// is its message on stderr (no CNI error code), GC sends no valid
+    /// attachments.
+    Cnitool,
+    /// `cnirunner` on Debian's libcni 1.1.2: any container ID, DEL without
+    /// a netns, the CNI error code.
+    Runner,
+    /// `cnirunner` on libcni 1.3: GC with a valid-attachments list, STATUS
+    /// with its code.
+    RunnerLibcni13,
+}
+
+/// The reference plugins a node's `cni-bin/` holds: the primaries the
+/// chains start with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primaries {
+    /// Debian's `containernetworking-plugins` 1.1.1 in [`SYSTEM_CNI_DIR`]
+    /// (spec up to 1.0.0).
+    Debian,
+    /// The reference plugins v1.10.0 built by `integration/go-tools.sh`
+    /// (spec up to 1.1.0): `bridge`, `host-local`, `loopback`, `portmap`,
+    /// `ptp`, `tuning`.
+    Upstream,
+}
+
+impl Primaries {
+    pub fn dir(self) -> PathBuf {
+        match self {
+            Primaries::Debian => PathBuf::from(SYSTEM_CNI_DIR),
+            Primaries::Upstream => upstream_plugins_dir(),
+        }
+    }
+}
+
+/// The container ID `cnitool` gives the attachments of `netns`:
+/// `cnitool-` and the first 10 bytes of the SHA-512 of its (absolute) path.
+pub fn cnitool_container_id(netns: &Path) -> String {
+    let digest = Sha512::digest(netns.as_os_str().as_encoded_bytes());
+    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    format!("cnitool-{hex}")
 }
 
 impl fmt::Display for Verb {
@@ -44,12 +100,15 @@ impl fmt::Display for Verb {
 
 /// A Kubernetes-node stand-in: its own netns plus a temp dir with
 ///
-/// * `net.d/`   conflists (`--conf-dir`)
-/// * `cache/`   libcni result cache (`--cache-dir`)
+/// * `net.d/`   conflists (`NETCONFPATH`, `--conf-dir`)
+/// * `var-lib/` the node's `/var/lib`: every libcni call runs in a private
+///   mount namespace with it bound over `/var/lib`, so libcni's result cache
+///   (`/var/lib/cni`, which cnitool cannot move) is `var-lib/cni/`, and the
+///   machine's own `/var/lib/cni` is never written
 /// * `ipam/`    host-local `dataDir`
 /// * `state/`   podgate `stateDir`
-/// * `cni-bin/` symlinks to every `/usr/lib/cni/*` plugin and every
-///   `podgate-*` binary in [`bin_dir`] (`--cni-path`); scripts running them
+/// * `cni-bin/` symlinks to every plugin of its [`Primaries`] and every
+///   `podgate-*` binary in [`bin_dir`] (`CNI_PATH`); scripts running them
 ///   through [`crate::bin_runner`] when one is set
 ///
 /// Fields drop in order: the netns (and everything in it) first, then the dir.
@@ -57,6 +116,7 @@ pub struct TestNode {
     pub ns: Netns,
     pub dir: TempDir,
     env: Vec<(String, String)>,
+    primaries: Primaries,
 }
 
 impl fmt::Debug for TestNode {
@@ -69,22 +129,33 @@ impl fmt::Debug for TestNode {
 }
 
 impl TestNode {
-    /// A node with IPv4/IPv6 forwarding explicitly enabled (like a real node).
+    /// A node with IPv4/IPv6 forwarding explicitly enabled (like a real node)
+    /// and Debian's primaries.
     pub fn new(prefix: &str) -> TestNode {
-        TestNode::with_forwarding(prefix, true)
+        TestNode::build(prefix, true, Primaries::Debian)
     }
 
     /// A node with `net.ipv4.ip_forward` / `net.ipv6.conf.all.forwarding`
     /// explicitly set to `forwarding`.
     pub fn with_forwarding(prefix: &str, forwarding: bool) -> TestNode {
+        TestNode::build(prefix, forwarding, Primaries::Debian)
+    }
+
+    /// A forwarding node whose `cni-bin/` holds `primaries`.
+    pub fn with_primaries(prefix: &str, primaries: Primaries) -> TestNode {
+        TestNode::build(prefix, true, primaries)
+    }
+
+    fn build(prefix: &str, forwarding: bool, primaries: Primaries) -> TestNode {
         let ns = Netns::new_with_forwarding(&format!("node-{}", sanitize(prefix, 16)), forwarding);
         let dir = TempDir::new(prefix);
         let node = TestNode {
             ns,
             dir,
             env: Vec::new(),
+            primaries,
         };
-        for sub in ["net.d", "cache", "ipam", "state", "cni-bin"] {
+        for sub in ["net.d", "var-lib/cni", "ipam", "state", "cni-bin"] {
             fs::create_dir_all(node.dir.path().join(sub)).unwrap();
         }
         node.link_plugins();
@@ -94,9 +165,10 @@ impl TestNode {
     fn link_plugins(&self) {
         let bin = self.cni_bin_dir();
         let mut sources: Vec<PathBuf> = Vec::new();
-        if let Ok(entries) = fs::read_dir(SYSTEM_CNI_DIR) {
-            sources.extend(entries.flatten().map(|e| e.path()));
-        }
+        let primaries = self.primaries.dir();
+        let listed = fs::read_dir(&primaries)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", primaries.display()));
+        sources.extend(listed.flatten().map(|e| e.path()));
         if let Ok(entries) = fs::read_dir(bin_dir()) {
             sources.extend(entries.flatten().map(|e| e.path()).filter(|p| {
                 p.file_name()
@@ -147,8 +219,13 @@ impl TestNode {
     pub fn conf_dir(&self) -> PathBuf {
         self.root().join("net.d")
     }
+    /// The node's `/var/lib` (bound there for every libcni call).
+    pub fn var_lib_dir(&self) -> PathBuf {
+        self.root().join("var-lib")
+    }
+    /// libcni's result cache: the node's `/var/lib/cni`.
     pub fn cache_dir(&self) -> PathBuf {
-        self.root().join("cache")
+        self.var_lib_dir().join("cni")
     }
     pub fn ipam_dir(&self) -> PathBuf {
         self.root().join("ipam")
@@ -160,7 +237,7 @@ impl TestNode {
         self.root().join("cni-bin")
     }
 
-    /// Extra environment for every runner invocation (libcni passes its whole
+    /// Extra environment for every libcni invocation (libcni passes its whole
     /// environment on to the plugins), e.g. `RUST_LOG`.
     pub fn set_env(&mut self, key: &str, value: &str) {
         self.env.retain(|(k, _)| k != key);
@@ -233,36 +310,83 @@ impl TestNode {
         })
     }
 
-    /// Runs `cnirunner <verb>` inside the node netns for `pod`:
-    /// `--conf-dir net.d --name <network> --netns <pod path> --container-id
-    /// <container_id> --ifname <ifname> --cni-path cni-bin --cache-dir cache
-    /// [--args <args>] [--capability-args <json>]`.
-    #[allow(clippy::too_many_arguments)]
+    /// `cnitool <verb> <network> <pod's netns path>` inside the node netns
+    /// ([`Driver::Cnitool`]), with `CNI_IFNAME`, `CNI_ARGS` and `CAP_ARGS`
+    /// (capability args as a JSON object) as its README documents.
     pub fn cni(
         &self,
         verb: Verb,
         network: &str,
         pod: &Netns,
-        container_id: &str,
         ifname: &str,
         args: Option<&str>,
         capability_args: Option<Value>,
     ) -> CniOutcome {
-        self.cni_with_netns_path(
-            verb,
-            network,
-            pod.path(),
-            container_id,
-            ifname,
-            args,
-            capability_args,
-        )
+        self.cni_with_netns_path(verb, network, pod.path(), ifname, args, capability_args)
     }
 
     /// [`TestNode::cni`] with an explicit netns path, e.g. one whose netns was
-    /// already deleted (DEL after the sandbox is gone).
-    #[allow(clippy::too_many_arguments)]
+    /// already deleted (DEL after the sandbox is gone: the same path gives
+    /// the same container ID).
     pub fn cni_with_netns_path(
+        &self,
+        verb: Verb,
+        network: &str,
+        netns: &Path,
+        ifname: &str,
+        args: Option<&str>,
+        capability_args: Option<Value>,
+    ) -> CniOutcome {
+        let mut cmd = self.cnitool_command(verb, network, netns);
+        cmd.env("CNI_IFNAME", ifname);
+        if let Some(a) = args {
+            cmd.env("CNI_ARGS", a);
+        }
+        if let Some(c) = capability_args {
+            cmd.env("CAP_ARGS", c.to_string());
+        }
+        self.run(
+            Driver::Cnitool,
+            verb,
+            cmd,
+            Some(cnitool_container_id(netns)),
+        )
+    }
+
+    /// `cnitool gc <network>`: libcni DELs every cached attachment of the
+    /// network, then (spec 1.1.0) sends GC without a valid-attachments list.
+    pub fn cnitool_gc(&self, network: &str) -> CniOutcome {
+        let cmd = self.cnitool_command(Verb::Gc, network, self.ns.path());
+        self.run(Driver::Cnitool, Verb::Gc, cmd, None)
+    }
+
+    /// `cnitool status <network>` (spec 1.1.0; libcni skips older versions).
+    pub fn cnitool_status(&self, network: &str) -> CniOutcome {
+        let cmd = self.cnitool_command(Verb::Status, network, self.ns.path());
+        self.run(Driver::Cnitool, Verb::Status, cmd, None)
+    }
+
+    /// `cnitool <verb> <network> <netns>` (the netns only names the
+    /// container for GC and STATUS).
+    fn cnitool_command(&self, verb: Verb, network: &str, netns: &Path) -> Command {
+        let mut cmd = self.libcni_command(&cnitool());
+        cmd.arg(verb.as_str())
+            .arg(network)
+            .arg(netns)
+            .env("NETCONFPATH", self.conf_dir())
+            .env("CNI_PATH", self.cni_bin_dir())
+            .env_remove("CNI_IFNAME")
+            .env_remove("CNI_ARGS")
+            .env_remove("CAP_ARGS");
+        cmd
+    }
+
+    /// `cnirunner <verb>` on Debian's libcni 1.1.2 inside the node netns
+    /// ([`Driver::Runner`]), for what cnitool cannot do: a container ID of
+    /// the test's choosing, a DEL with an empty `netns` (the sandbox gone),
+    /// the CNI error code ([`CniOutcome::assert_cni_error`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn runner(
         &self,
         verb: Verb,
         network: &str,
@@ -272,7 +396,59 @@ impl TestNode {
         args: Option<&str>,
         capability_args: Option<Value>,
     ) -> CniOutcome {
-        let runner = cnirunner();
+        let mut cmd = self.runner_command(&cnirunner(), verb, network);
+        cmd.arg("--netns")
+            .arg(netns)
+            .arg("--container-id")
+            .arg(container_id)
+            .arg("--ifname")
+            .arg(ifname);
+        if let Some(a) = args {
+            cmd.arg("--args").arg(a);
+        }
+        if let Some(c) = capability_args {
+            cmd.arg("--capability-args").arg(c.to_string());
+        }
+        self.run(Driver::Runner, verb, cmd, Some(container_id.to_string()))
+    }
+
+    /// libcni 1.3's GC of `network` with `valid` (container ID, ifname) as
+    /// the valid attachments ([`Driver::RunnerLibcni13`]; cnitool sends none).
+    pub fn runner_gc(&self, network: &str, valid: &[(&str, &str)]) -> CniOutcome {
+        let list: Vec<Value> = valid
+            .iter()
+            .map(|(c, i)| json!({"containerID": c, "ifname": i}))
+            .collect();
+        let mut cmd = self.runner_command(&cnirunner_libcni13(), Verb::Gc, network);
+        cmd.arg("--valid-attachments")
+            .arg(Value::from(list).to_string());
+        self.run(Driver::RunnerLibcni13, Verb::Gc, cmd, None)
+    }
+
+    /// libcni 1.3's STATUS of `network`, with the CNI error code.
+    pub fn runner_status(&self, network: &str) -> CniOutcome {
+        let cmd = self.runner_command(&cnirunner_libcni13(), Verb::Status, network);
+        self.run(Driver::RunnerLibcni13, Verb::Status, cmd, None)
+    }
+
+    /// `<runner> <verb> --conf-dir net.d --name <network> --cni-path cni-bin`
+    /// (libcni's cache: its default, the node's `/var/lib/cni`).
+    fn runner_command(&self, runner: &Path, verb: Verb, network: &str) -> Command {
+        let mut cmd = self.libcni_command(runner);
+        cmd.arg(verb.as_str())
+            .arg("--conf-dir")
+            .arg(self.conf_dir())
+            .arg("--name")
+            .arg(network)
+            .arg("--cni-path")
+            .arg(self.cni_bin_dir());
+        cmd
+    }
+
+    /// `program` inside the node netns and a private mount namespace in which
+    /// the node's `var-lib/` is `/var/lib` (libcni's cache is
+    /// `/var/lib/cni`), bounded by `timeout(1)`, with the node's extra env.
+    fn libcni_command(&self, program: &Path) -> Command {
         let mut cmd = Command::new("timeout");
         cmd.args([
             "--kill-after=5",
@@ -281,54 +457,52 @@ impl TestNode {
             "netns",
             "exec",
             self.ns.name(),
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            r#"mount --bind "$0" /var/lib && exec "$@""#,
         ])
-        .arg(&runner)
-        .arg(verb.as_str())
-        .arg("--conf-dir")
-        .arg(self.conf_dir())
-        .arg("--name")
-        .arg(network)
-        .arg("--netns")
-        .arg(netns)
-        .arg("--container-id")
-        .arg(container_id)
-        .arg("--ifname")
-        .arg(ifname)
-        .arg("--cni-path")
-        .arg(self.cni_bin_dir())
-        .arg("--cache-dir")
-        .arg(self.cache_dir());
-        if let Some(a) = args {
-            cmd.arg("--args").arg(a);
-        }
-        if let Some(c) = capability_args {
-            cmd.arg("--capability-args").arg(c.to_string());
-        }
-        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null());
+        .arg(self.var_lib_dir())
+        .arg(program)
+        .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(
+        &self,
+        driver: Driver,
+        verb: Verb,
+        mut cmd: Command,
+        container_id: Option<String>,
+    ) -> CniOutcome {
         let command = format!("{cmd:?}");
         let out = cmd
             .output()
             .unwrap_or_else(|e| panic!("spawning {command}: {e}"));
-        CniOutcome::new(verb, command, out)
+        CniOutcome::new(driver, verb, command, out, container_id)
     }
 
-    /// ADD `pod` (ifname eth0) to `network`; panics unless it succeeds.
-    /// Returns the CNI result.
-    pub fn add(&self, network: &str, pod: &Netns, container_id: &str) -> Value {
-        let out = self.cni(Verb::Add, network, pod, container_id, "eth0", None, None);
+    /// ADD `pod` (ifname eth0) to `network` through cnitool; panics unless it
+    /// succeeds. Returns the CNI result.
+    pub fn add(&self, network: &str, pod: &Netns) -> Value {
+        let out = self.cni(Verb::Add, network, pod, "eth0", None, None);
         out.assert_ok();
         out.result.unwrap_or(Value::Null)
     }
 
-    /// CHECK `pod` (ifname eth0) on `network`.
-    pub fn check(&self, network: &str, pod: &Netns, container_id: &str) -> CniOutcome {
-        self.cni(Verb::Check, network, pod, container_id, "eth0", None, None)
+    /// CHECK `pod` (ifname eth0) on `network` through cnitool.
+    pub fn check(&self, network: &str, pod: &Netns) -> CniOutcome {
+        self.cni(Verb::Check, network, pod, "eth0", None, None)
     }
 
-    /// DEL `pod` (ifname eth0) from `network`.
-    pub fn del(&self, network: &str, pod: &Netns, container_id: &str) -> CniOutcome {
-        self.cni(Verb::Del, network, pod, container_id, "eth0", None, None)
+    /// DEL `pod` (ifname eth0) from `network` through cnitool.
+    pub fn del(&self, network: &str, pod: &Netns) -> CniOutcome {
+        self.cni(Verb::Del, network, pod, "eth0", None, None)
     }
 
     /// Snapshot of the node netns (see [`crate::snapshot`]).
@@ -365,22 +539,33 @@ pub fn bridge_name(network: &str) -> String {
     format!("pgbr{:08x}", h.finish() & 0xffff_ffff)
 }
 
-/// What one runner invocation did.
+/// What one libcni invocation did.
 pub struct CniOutcome {
+    pub driver: Driver,
     pub verb: Verb,
     /// The command line, for messages.
     pub command: String,
+    /// The attachment's container ID (cnitool's is derived from the netns
+    /// path); none for GC and STATUS.
+    pub container_id: Option<String>,
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
     /// Parsed stdout of a successful ADD.
     pub result: Option<Value>,
-    /// Parsed `CNI_ERROR {...}` line (`{"code","msg","details"}`), if any.
+    /// The runner's `CNI_ERROR {...}` line (`{"code","msg","details"}`), if
+    /// any (cnitool prints only the message: [`CniOutcome::error_msg`]).
     pub error: Option<Value>,
 }
 
 impl CniOutcome {
-    fn new(verb: Verb, command: String, out: std::process::Output) -> CniOutcome {
+    fn new(
+        driver: Driver,
+        verb: Verb,
+        command: String,
+        out: std::process::Output,
+        container_id: Option<String>,
+    ) -> CniOutcome {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let result = if out.status.success() && verb == Verb::Add {
@@ -394,8 +579,10 @@ impl CniOutcome {
             .find_map(|l| l.strip_prefix("CNI_ERROR "))
             .and_then(|j| serde_json::from_str(j).ok());
         CniOutcome {
+            driver,
             verb,
             command,
+            container_id,
             status: out.status,
             stdout,
             stderr,
@@ -408,8 +595,9 @@ impl CniOutcome {
         self.status.success()
     }
 
-    /// Exit code: 0 ok, 2 CNI error (see [`CniOutcome::error`]), 1 other error,
-    /// 124/137 timeout.
+    /// Exit code: 0 ok; the runner's 2 for a CNI error (see
+    /// [`CniOutcome::error`]), 1 for any other failure (cnitool: any
+    /// failure); 124/137 timeout.
     pub fn code(&self) -> Option<i32> {
         self.status.code()
     }
@@ -419,9 +607,28 @@ impl CniOutcome {
         self.error.as_ref().and_then(|e| e["code"].as_u64())
     }
 
-    /// The CNI error message, if any.
+    /// The CNI error message, if any: the runner's `msg`; cnitool's last
+    /// stderr line of a failure (libcni's `msg; details`).
     pub fn error_msg(&self) -> Option<&str> {
-        self.error.as_ref().and_then(|e| e["msg"].as_str())
+        match self.driver {
+            Driver::Cnitool if !self.success() => {
+                self.stderr.lines().rev().find(|l| !l.trim().is_empty())
+            }
+            Driver::Cnitool => None,
+            Driver::Runner | Driver::RunnerLibcni13 => {
+                self.error.as_ref().and_then(|e| e["msg"].as_str())
+            }
+        }
+    }
+
+    /// Panics unless it failed; returns the failure's message.
+    pub fn assert_failed(&self) -> &str {
+        assert!(
+            !self.success(),
+            "expected CNI {} to fail:\n{self:?}",
+            self.verb
+        );
+        self.error_msg().unwrap_or_default()
     }
 
     /// Panics (showing the command and its output) unless it succeeded.
@@ -430,8 +637,13 @@ impl CniOutcome {
         self
     }
 
-    /// Panics unless it failed with a CNI error of `code`.
+    /// Panics unless it failed with a CNI error of `code` (a runner's call:
+    /// cnitool does not print the code).
     pub fn assert_cni_error(&self, code: u64) -> &Self {
+        assert!(
+            self.driver != Driver::Cnitool,
+            "cnitool prints no CNI error code: drive this call through TestNode::runner\n{self:?}"
+        );
         assert!(
             !self.success() && self.error_code() == Some(code),
             "expected CNI {} to fail with CNI error code {code}:\n{self:?}",

@@ -447,12 +447,13 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         Verb::Add,
         NET,
         &gw,
-        "cid-gw",
         "eth0",
         Some(&pod_args("vpn", "openvpn-gw-0")),
         None,
     );
     out.assert_ok();
+    // cnitool's container IDs: `cnitool-` and 20 hex digits of the netns path's hash.
+    let cid_gw = out.container_id.clone().unwrap();
     let routed = node.pod("routed");
     routed.set_forwarding(false);
     let ann = json!({"io.kubernetes.cri.pod-annotations": {
@@ -461,22 +462,22 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         Verb::Add,
         NET,
         &routed,
-        "cid-routed",
         "eth0",
         Some(&pod_args("vpn", "web")),
         Some(ann),
     );
     out.assert_ok();
+    let cid_routed = out.container_id.clone().unwrap();
     let routed_ip = pod_ip(out.result.as_ref().unwrap());
 
     let r = podgate(&["inspect", "--all", "--state-dir", sd, "--node-netns", nn]);
     assert_eq!(r.code, 0, "{r:?}");
     for needle in [
-        "attachment vpnnet/cid-gw/eth0",
+        &format!("attachment vpnnet/{cid_gw}/eth0"),
         "profile:     vpn-gateway (selected by assign[0])",
         "net.ipv4.ip_forward = 1 (was 0)",
         "masquerade:  inet podgate-eth0: 10.8.0.0/24 out eth0",
-        "attachment vpnnet/cid-routed/eth0",
+        &format!("attachment vpnnet/{cid_routed}/eth0"),
         "profile:     vpn-routed (selected by annotation podgate.dev/profile)",
         &format!("10.8.1.0/24 via {routed_ip} dev {}", bridge_name(NET)),
         "proto podgate",
@@ -488,7 +489,7 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "inspect",
         "--json",
         "--container",
-        "cid-gw",
+        &cid_gw,
         "--state-dir",
         sd,
         "--node-netns",
@@ -499,14 +500,14 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
     assert_eq!(a.as_array().unwrap().len(), 1, "{j}");
     assert_eq!(a[0]["state"], "holds");
     assert_eq!(a[0]["profile"], "vpn-gateway");
-    assert_eq!(a[0]["key"]["containerID"], "cid-gw");
+    assert_eq!(a[0]["key"]["containerID"], cid_gw.as_str());
 
     // --container selects the recorded netns for the other commands too (prefix ok).
     let r = podgate(&[
         "sysctl",
         "get",
         "--container",
-        "cid-g",
+        &cid_gw[..16],
         "--state-dir",
         sd,
         "net.ipv4.ip_forward",
@@ -516,7 +517,14 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         (0, "net.ipv4.ip_forward = 1\n"),
         "{r:?}"
     );
-    let r = podgate(&["route", "list", "--container", "cid", "--state-dir", sd]);
+    let r = podgate(&[
+        "route",
+        "list",
+        "--container",
+        "cnitool-",
+        "--state-dir",
+        sd,
+    ]);
     assert_eq!(r.code, 1, "ambiguous prefix: {r:?}");
     assert!(r.err.contains("ambiguous"), "{r:?}");
 
@@ -526,7 +534,7 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
     let r = podgate(&[
         "inspect",
         "--container",
-        "cid-gw",
+        &cid_gw,
         "--state-dir",
         sd,
         "--node-netns",
@@ -548,7 +556,7 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "inspect",
         "--json",
         "--container",
-        "cid-routed",
+        &cid_routed,
         "--state-dir",
         sd,
         "--node-netns",
@@ -572,7 +580,7 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
     let r = podgate(&[
         "inspect",
         "--container",
-        "cid-routed",
+        &cid_routed,
         "--state-dir",
         sd,
         "--node-netns",
@@ -588,7 +596,6 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         Verb::Del,
         NET,
         &routed_path,
-        "cid-routed",
         "eth0",
         Some(&pod_args("vpn", "web")),
         None,
@@ -598,7 +605,6 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         Verb::Del,
         NET,
         &gw,
-        "cid-gw",
         "eth0",
         Some(&pod_args("vpn", "openvpn-gw-0")),
         None,
@@ -781,7 +787,6 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
         Verb::Add,
         NET,
         &backend,
-        "backend",
         "eth0",
         Some(&pod_args("default", "backend")),
         None,
@@ -881,7 +886,6 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
             Verb::Add,
             NET,
             &vpn_pod,
-            name,
             "eth0",
             Some(&pod_args("vpn", name)),
             Some(cap.clone()),
@@ -908,7 +912,7 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
             // Pools come from podgate's record.
             vec![
                 "--container".into(),
-                name.into(),
+                out.container_id.clone().unwrap(),
                 "--state-dir".into(),
                 sd.clone(),
             ]
@@ -1003,7 +1007,6 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
             Verb::Del,
             NET,
             &vpn_pod,
-            name,
             "eth0",
             Some(&pod_args("vpn", name)),
             Some(cap),
@@ -1014,7 +1017,6 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
         Verb::Del,
         NET,
         &backend,
-        "backend",
         "eth0",
         Some(&pod_args("default", "backend")),
         None,
@@ -1031,7 +1033,6 @@ fn diagnose_classifies_dns_apart_from_forwarding() {
         Verb::Add,
         NET,
         &dnspod,
-        "dns",
         "eth0",
         Some(&pod_args("default", "dns")),
         None,
@@ -1067,7 +1068,6 @@ while True:
         Verb::Add,
         NET,
         &pod,
-        "client",
         "eth0",
         Some(&pod_args("default", "client")),
         None,
@@ -1109,12 +1109,11 @@ while True:
             || r.out.contains("silent"),
         "{r:?}"
     );
-    for (p_, id, n) in [(&pod, "client", "client"), (&dnspod, "dns", "dns")] {
+    for (p_, n) in [(&pod, "client"), (&dnspod, "dns")] {
         node.cni(
             Verb::Del,
             NET,
             p_,
-            id,
             "eth0",
             Some(&pod_args("default", n)),
             None,
@@ -1135,21 +1134,24 @@ fn diagnose_names_the_primarys_anti_spoofing_for_routed_pools() {
     let (sd, nn) = (s(&sd), p(&node.ns));
     let routed = node.pod("routed");
     let ann = json!({"io.kubernetes.cri.pod-annotations": {"podgate.dev/profile": "vpn-routed"}});
-    node.cni(
-        Verb::Add,
-        NET,
-        &routed,
-        "cid-routed",
-        "eth0",
-        Some(&pod_args("vpn", "web")),
-        Some(ann.clone()),
-    )
-    .assert_ok();
+    let cid_routed = node
+        .cni(
+            Verb::Add,
+            NET,
+            &routed,
+            "eth0",
+            Some(&pod_args("vpn", "web")),
+            Some(ann.clone()),
+        )
+        .assert_ok()
+        .container_id
+        .clone()
+        .unwrap();
     let diagnose = |conf_dir: &Path, json: bool| {
         let mut args = vec![
             "diagnose",
             "--container",
-            "cid-routed",
+            &cid_routed,
             "--state-dir",
             sd,
             "--node-netns",
@@ -1213,7 +1215,6 @@ fn diagnose_names_the_primarys_anti_spoofing_for_routed_pools() {
         Verb::Del,
         NET,
         &routed,
-        "cid-routed",
         "eth0",
         Some(&pod_args("vpn", "web")),
         Some(ann),

@@ -1,17 +1,20 @@
 //! Proves the integration harness itself, using only the reference CNI
-//! plugins (bridge, host-local, portmap) driven through the real libcni.
+//! plugins (bridge, host-local, portmap; Debian's 1.1.1 and v1.10.0) driven
+//! through the real libcni: upstream cnitool, and the runner where cnitool
+//! cannot go.
 //!
 //! Root only: `cargo test -p podgate-integration --test harness_smoke`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use podgate_integration::{
-    assert_same, cnirunner, ping, require_root, snapshot, state_files, tcp_connect_ok, tcp_listen,
-    tcp_request, Netns, TestNode, Verb,
+    assert_same, cnirunner, cnirunner_libcni13, cnitool_container_id, files_below, ping,
+    require_root, snapshot, state_files, tcp_connect_ok, tcp_listen, tcp_request, Netns, Primaries,
+    TestNode, Verb,
 };
 use serde_json::json;
 
@@ -32,11 +35,11 @@ fn cache_results(node: &TestNode) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// ADD / CHECK / DEL / DEL of a bridge+host-local pod at `version`, with the
-/// node left exactly as after a warm-up pod's ADD+DEL.
-fn bridge_lifecycle(version: &str) {
+/// ADD / CHECK / DEL / DEL of a bridge+host-local pod at `version` through
+/// cnitool, with the node left exactly as after a warm-up pod's ADD+DEL.
+fn bridge_lifecycle(version: &str, primaries: Primaries) {
     require_root();
-    let node = TestNode::new("smoke");
+    let node = TestNode::with_primaries("smoke", primaries);
     let net = format!("smoke-{}", version.replace('.', ""));
     let subnet = "10.244.1.0/24";
     node.write_conflist(
@@ -46,8 +49,8 @@ fn bridge_lifecycle(version: &str) {
 
     // Warm-up: the bridge, its gateway address and sysctls persist after DEL.
     let warm = node.pod("warm");
-    node.add(&net, &warm, "warm-ctr");
-    node.del(&net, &warm, "warm-ctr").assert_ok();
+    node.add(&net, &warm);
+    node.del(&net, &warm).assert_ok();
     drop(warm);
     let before = snapshot(&node.ns);
     assert!(
@@ -56,7 +59,7 @@ fn bridge_lifecycle(version: &str) {
     );
 
     let pod = node.pod("p1");
-    let add = node.cni(Verb::Add, &net, &pod, "ctr-1", "eth0", None, None);
+    let add = node.cni(Verb::Add, &net, &pod, "eth0", None, None);
     add.assert_ok();
     let result = add.result.as_ref().expect("ADD printed a result");
     assert_eq!(result["cniVersion"], version, "{add:?}");
@@ -65,9 +68,13 @@ fn bridge_lifecycle(version: &str) {
     assert_eq!(pod.ipv4("eth0").as_deref(), Some(ip.as_str()));
     assert!(ping(&node.ns, &ip, 2), "node cannot ping pod {ip}");
     assert!(ping(&pod, "10.244.1.1", 1), "pod cannot ping its gateway");
-    assert_eq!(cache_results(&node).len(), 1, "libcni cached the result");
+    assert_eq!(
+        cache_results(&node),
+        [format!("{net}-{}-eth0", cnitool_container_id(pod.path()))],
+        "libcni cached the result under cnitool's container ID"
+    );
 
-    let check = node.check(&net, &pod, "ctr-1");
+    let check = node.check(&net, &pod);
     if version == "0.3.1" {
         // libcni refuses CHECK below 0.4.0 before calling any plugin.
         assert_eq!(check.code(), Some(1), "{check:?}");
@@ -80,9 +87,9 @@ fn bridge_lifecycle(version: &str) {
         check.assert_ok();
     }
 
-    node.del(&net, &pod, "ctr-1").assert_ok();
+    node.del(&net, &pod).assert_ok();
     assert!(!pod.link_exists("eth0"));
-    node.del(&net, &pod, "ctr-1").assert_ok();
+    node.del(&net, &pod).assert_ok();
     assert!(
         cache_results(&node).is_empty(),
         "DEL removed the cache entry"
@@ -94,17 +101,27 @@ fn bridge_lifecycle(version: &str) {
 
 #[test]
 fn bridge_lifecycle_cni_1_0_0() {
-    bridge_lifecycle("1.0.0");
+    bridge_lifecycle("1.0.0", Primaries::Debian);
 }
 
 #[test]
 fn bridge_lifecycle_cni_0_4_0() {
-    bridge_lifecycle("0.4.0");
+    bridge_lifecycle("0.4.0", Primaries::Debian);
 }
 
 #[test]
 fn bridge_lifecycle_cni_0_3_1() {
-    bridge_lifecycle("0.3.1");
+    bridge_lifecycle("0.3.1", Primaries::Debian);
+}
+
+#[test]
+fn bridge_lifecycle_upstream_plugins_cni_1_1_0() {
+    bridge_lifecycle("1.1.0", Primaries::Upstream);
+}
+
+#[test]
+fn bridge_lifecycle_upstream_plugins_cni_0_3_1() {
+    bridge_lifecycle("0.3.1", Primaries::Upstream);
 }
 
 /// CNI_ARGS and runtimeConfig capability args reach the plugins: host-local
@@ -127,26 +144,10 @@ fn args_and_capability_args_reach_plugins() {
 
     // Warm-up creates the bridge and portmap's long-lived base chains.
     let warm = node.pod("warm");
-    node.cni(
-        Verb::Add,
-        net,
-        &warm,
-        "warm",
-        "eth0",
-        None,
-        Some(mappings(18081)),
-    )
-    .assert_ok();
-    node.cni(
-        Verb::Del,
-        net,
-        &warm,
-        "warm",
-        "eth0",
-        None,
-        Some(mappings(18081)),
-    )
-    .assert_ok();
+    node.cni(Verb::Add, net, &warm, "eth0", None, Some(mappings(18081)))
+        .assert_ok();
+    node.cni(Verb::Del, net, &warm, "eth0", None, Some(mappings(18081)))
+        .assert_ok();
     drop(warm);
     let before = node.snapshot();
 
@@ -154,11 +155,11 @@ fn args_and_capability_args_reach_plugins() {
     let server = tcp_listen(&pod, 8080);
 
     // Without IgnoreUnknown the reference plugins reject unknown CNI_ARGS:
-    // exercises the runner's CNI_ERROR / exit 2 path.
-    let rejected = node.cni(
+    // exercises the runner's CNI_ERROR / exit 2 path, and cnitool's message.
+    let rejected = node.runner(
         Verb::Add,
         net,
-        &pod,
+        pod.path(),
         "web-1",
         "eth0",
         Some("K8S_POD_NAME=web"),
@@ -170,7 +171,15 @@ fn args_and_capability_args_reach_plugins() {
         .unwrap_or_default()
         .contains("K8S_POD_NAME"));
     assert_eq!(rejected.code(), Some(2));
-    node.cni(Verb::Del, net, &pod, "web-1", "eth0", None, None)
+    node.runner(Verb::Del, net, pod.path(), "web-1", "eth0", None, None)
+        .assert_ok();
+    let rejected = node.cni(Verb::Add, net, &pod, "eth0", Some("K8S_POD_NAME=web"), None);
+    assert_eq!(rejected.code(), Some(1), "{rejected:?}");
+    assert!(
+        rejected.assert_failed().contains("K8S_POD_NAME"),
+        "{rejected:?}"
+    );
+    node.cni(Verb::Del, net, &pod, "eth0", None, None)
         .assert_ok();
 
     let args = "IgnoreUnknown=1;K8S_POD_NAME=web;K8S_POD_NAMESPACE=default;IP=10.244.2.77";
@@ -178,7 +187,6 @@ fn args_and_capability_args_reach_plugins() {
         Verb::Add,
         net,
         &pod,
-        "web-1",
         "eth0",
         Some(args),
         Some(mappings(18080)),
@@ -208,13 +216,12 @@ fn args_and_capability_args_reach_plugins() {
         Duration::from_secs(1)
     ));
 
-    node.check(net, &pod, "web-1").assert_ok();
+    node.check(net, &pod).assert_ok();
     for _ in 0..2 {
         node.cni(
             Verb::Del,
             net,
             &pod,
-            "web-1",
             "eth0",
             Some(args),
             Some(mappings(18080)),
@@ -313,17 +320,92 @@ fn everything_is_removed_on_drop() {
 #[test]
 fn runner_reports_usage_and_config_errors() {
     require_root();
-    let runner = cnirunner();
-    let out = Command::new(&runner).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("usage: cnirunner"));
+    for runner in [cnirunner(), cnirunner_libcni13()] {
+        let out = Command::new(&runner).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("usage: cnirunner"));
+    }
 
     let node = TestNode::new("errs");
+    node.write_conflist(
+        "n",
+        &node.bridge_conflist("n", "1.0.0", "10.244.9.0/24", vec![]),
+    );
     let pod = node.pod("p");
-    let missing = node.cni(Verb::Add, "no-such-net", &pod, "c1", "eth0", None, None);
+    let missing = node.runner(
+        Verb::Add,
+        "no-such-net",
+        pod.path(),
+        "c1",
+        "eth0",
+        None,
+        None,
+    );
     assert_eq!(missing.code(), Some(1), "{missing:?}");
     assert!(missing.error.is_none());
     assert!(missing.stderr.contains("no-such-net"), "{missing:?}");
+    let missing = node.cni(Verb::Add, "no-such-net", &pod, "eth0", None, None);
+    assert_eq!(missing.code(), Some(1), "{missing:?}");
+    assert!(
+        missing.assert_failed().contains("no-such-net"),
+        "{missing:?}"
+    );
+    // Debian's libcni 1.1.2 has no GC: that runner says so.
+    let mut gc = Command::new(cnirunner());
+    gc.args(["gc", "--name", "n", "--conf-dir"])
+        .arg(node.conf_dir())
+        .arg("--cni-path")
+        .arg(node.cni_bin_dir());
+    let out = gc.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gc and status need libcni >= 1.2"));
+}
+
+/// libcni's result cache (`/var/lib/cni/results`, cnitool cannot move it)
+/// and host-local's default data dir (`/var/lib/cni/networks`) land in the
+/// node's own `var-lib/`; the machine's `/var/lib/cni` gets neither.
+/// (`test.sh` checks the same two dirs around the whole suite.)
+#[test]
+fn cnitool_keeps_libcni_cache_and_host_local_default_in_the_node() {
+    require_root();
+    let node = TestNode::new("varlib");
+    let net = format!("varlib-{}", node.ns.name());
+    let mut conf = node.bridge_conflist(&net, "1.0.0", "10.244.3.0/24", vec![]);
+    // host-local without a dataDir: its default, /var/lib/cni/networks.
+    conf["plugins"][0]["ipam"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dataDir");
+    node.write_conflist("10-varlib", &conf);
+    let pod = node.pod("p");
+    let add = node.cni(Verb::Add, &net, &pod, "eth0", None, None);
+    add.assert_ok();
+    let cid = add.container_id.clone().unwrap();
+    let ip = add.first_ip().unwrap();
+
+    let in_node = files_below(&node.cache_dir());
+    assert!(
+        in_node.contains(&format!("results/{net}-{cid}-eth0")),
+        "{in_node:?}"
+    );
+    assert!(
+        in_node.contains(&format!("networks/{net}/{ip}")),
+        "{in_node:?}"
+    );
+    let machine = Path::new("/var/lib/cni");
+    let leaked: Vec<String> = files_below(machine)
+        .into_iter()
+        .filter(|f| f.contains(&net) || f.contains(&cid))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "written to the machine's /var/lib/cni: {leaked:?}"
+    );
+
+    node.del(&net, &pod).assert_ok();
+    assert!(!files_below(&node.cache_dir())
+        .iter()
+        .any(|f| f.contains(&cid)));
 }
 
 /// Snapshots see routes, rules, nftables objects, links and addresses, and

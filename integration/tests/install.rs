@@ -1002,19 +1002,18 @@ fn wire_pod_through_installed_chain(single_conf: bool) {
     gw.set_forwarding(false);
     let plain = node.pod("plain");
     plain.set_forwarding(false);
-    let add = |pod: &podgate_integration::Netns, cid: &str, name: &str| {
+    let add = |pod: &podgate_integration::Netns, name: &str| {
         node.cni(
             Verb::Add,
             net,
             pod,
-            cid,
             "eth0",
             Some(&pod_args("vpn", name)),
             None,
         )
     };
-    add(&gw, "gw", "openvpn-gw-0").assert_ok();
-    add(&plain, "plain", "plain").assert_ok();
+    add(&gw, "openvpn-gw-0").assert_ok();
+    add(&plain, "plain").assert_ok();
     assert_eq!(
         gw.sysctl_get("net.ipv4.ip_forward"),
         "1",
@@ -1030,12 +1029,11 @@ fn wire_pod_through_installed_chain(single_conf: bool) {
         "podgate-router recorded its work"
     );
 
-    for (pod, cid, name) in [(&gw, "gw", "openvpn-gw-0"), (&plain, "plain", "plain")] {
+    for (pod, name) in [(&gw, "openvpn-gw-0"), (&plain, "plain")] {
         node.cni(
             Verb::Del,
             net,
             pod,
-            cid,
             "eth0",
             Some(&pod_args("vpn", name)),
             None,
@@ -1119,7 +1117,6 @@ fn example_bridge_conflist_works_through_libcni() {
             Verb::Add,
             &net,
             &pod,
-            name,
             "eth0",
             Some(&pod_args("vpn", name)),
             Some(caps.clone()),
@@ -1130,7 +1127,6 @@ fn example_bridge_conflist_works_through_libcni() {
             Verb::Del,
             &net,
             &pod,
-            name,
             "eth0",
             Some(&pod_args("vpn", name)),
             Some(caps),

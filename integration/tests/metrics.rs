@@ -114,25 +114,20 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     gw.set_forwarding(false);
     let plain = node.pod("plain");
     let other = node.pod("other");
-    let add = |pod: &Netns, cid: &str, ns: &str, name: &str, cap: Option<Value>| {
-        node.cni(
-            Verb::Add,
-            NET,
-            pod,
-            cid,
-            "eth0",
-            Some(&pod_args(ns, name)),
-            cap,
-        )
+    let add = |pod: &Netns, ns: &str, name: &str| {
+        node.cni(Verb::Add, NET, pod, "eth0", Some(&pod_args(ns, name)), None)
     };
-    add(&gw, "gw", "vpn", "openvpn-gw-0", None).assert_ok();
-    add(&plain, "plain", "vpn", "plain", None).assert_ok();
-    // A pod outside allow.annotationNamespaces asking for a profile.
-    add(
-        &other,
+    add(&gw, "vpn", "openvpn-gw-0").assert_ok();
+    add(&plain, "vpn", "plain").assert_ok();
+    // A pod outside allow.annotationNamespaces asking for a profile (the
+    // runner: its CNI error code).
+    node.runner(
+        Verb::Add,
+        NET,
+        other.path(),
         "other",
-        "default",
-        "other",
+        "eth0",
+        Some(&pod_args("default", "other")),
         Some(json!({"io.kubernetes.cri.pod-annotations": {"podgate.dev/profile": "vpn-gateway"}})),
     )
     .assert_cni_error(100);
@@ -258,7 +253,6 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
         Verb::Del,
         NET,
         &gw,
-        "gw",
         "eth0",
         Some(&pod_args("vpn", "openvpn-gw-0")),
         None,
@@ -279,7 +273,7 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     );
 
     // Stale: a pod's netns is deleted before its DEL.
-    add(&gw, "gw2", "vpn", "openvpn-gw-0", None).assert_ok();
+    add(&gw, "vpn", "openvpn-gw-0").assert_ok();
     let gw_path = gw.path().to_path_buf();
     drop(gw);
     assert!(!gw_path.exists());
@@ -290,23 +284,29 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
         Verb::Del,
         NET,
         &gw_path,
-        "gw2",
         "eth0",
         Some(&pod_args("vpn", "openvpn-gw-0")),
         None,
     )
     .assert_ok();
-    for (pod, cid, ns) in [(&plain, "plain", "vpn"), (&other, "other", "default")] {
-        node.cni(
-            Verb::Del,
-            NET,
-            pod,
-            cid,
-            "eth0",
-            Some(&pod_args(ns, cid)),
-            None,
-        )
-        .assert_ok();
-    }
+    node.cni(
+        Verb::Del,
+        NET,
+        &plain,
+        "eth0",
+        Some(&pod_args("vpn", "plain")),
+        None,
+    )
+    .assert_ok();
+    node.runner(
+        Verb::Del,
+        NET,
+        other.path(),
+        "other",
+        "eth0",
+        Some(&pod_args("default", "other")),
+        None,
+    )
+    .assert_ok();
     agent.kill();
 }

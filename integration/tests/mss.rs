@@ -139,7 +139,7 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
     );
 
     let backend = node.pod("backend");
-    let b = node.cni(Verb::Add, APPS_NET, &backend, "backend", "eth0", None, None);
+    let b = node.cni(Verb::Add, APPS_NET, &backend, "eth0", None, None);
     b.assert_ok();
     let backend_ip = ip_of(&b);
     assert_eq!(
@@ -161,7 +161,6 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
             Verb::Add,
             VPN_NET,
             &pod,
-            name,
             "eth0",
             Some(&args(name)),
             Some(portmap.clone()),
@@ -223,7 +222,9 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
             let inspect = || {
                 let out =
                     std::process::Command::new(podgate_integration::bin_dir().join("podgate"))
-                        .args(["inspect", "--container", name, "--state-dir"])
+                        .args(["inspect", "--container"])
+                        .arg(out.container_id.as_deref().unwrap())
+                        .arg("--state-dir")
                         .arg(node.state_dir())
                         .arg("--node-netns")
                         .arg(node.ns.path())
@@ -284,7 +285,6 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
             Verb::Del,
             VPN_NET,
             &pod,
-            name,
             "eth0",
             Some(&args(name)),
             Some(portmap.clone()),
@@ -329,6 +329,6 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
     assert_eq!(fixed.received, Some(BULK));
 
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
-    node.cni(Verb::Del, APPS_NET, &backend, "backend", "eth0", None, None)
+    node.cni(Verb::Del, APPS_NET, &backend, "eth0", None, None)
         .assert_ok();
 }

@@ -114,7 +114,7 @@ fn diagnose(c: &Cluster, vp: &VpnPod<'_>, pod: &str) -> Run {
     let state_dir = c.node_a().node.state_dir();
     let out = c.diagnose(&[
         "--container",
-        &vp.name,
+        &vp.container_id,
         "--state-dir",
         state_dir.to_str().unwrap(),
         "--pod",

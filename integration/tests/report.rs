@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{bin_dir, require_root, TestNode, Verb};
+use podgate_integration::{bin_dir, cnitool_container_id, require_root, TestNode, Verb};
 use serde_json::{json, Value};
 use std::fs;
 use std::path::Path;
@@ -80,18 +80,21 @@ fn report_has_every_part_and_no_key_material() {
 
     let gw = node.pod("openvpn-gw-0");
     let rt = node.pod("openvpn-rt-0");
-    for (pod, cid, name) in [(&gw, "gw", "openvpn-gw-0"), (&rt, "rt", "openvpn-rt-0")] {
+    for (pod, name) in [(&gw, "openvpn-gw-0"), (&rt, "openvpn-rt-0")] {
         node.cni(
             Verb::Add,
             NET,
             pod,
-            cid,
             "eth0",
             Some(&pod_args("vpn", name)),
             None,
         )
         .assert_ok();
     }
+    let (gw_id, rt_id) = (
+        cnitool_container_id(gw.path()),
+        cnitool_container_id(rt.path()),
+    );
     // ...and a log (a JSON line, a plain line).
     let mut log = fs::read_to_string(&router_log).unwrap();
     log += &format!(
@@ -177,24 +180,27 @@ fn report_has_every_part_and_no_key_material() {
     let counters: Value = serde_json::from_str(&read("agent/state/metrics.json")).unwrap();
     assert_eq!(counters["v"], 1, "the agent's counters");
     let inspect: Value = serde_json::from_str(&read("records/inspect.json")).unwrap();
-    let ids: Vec<&str> = inspect["attachments"]
+    let mut ids: Vec<&str> = inspect["attachments"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a["key"]["containerID"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, vec!["gw", "rt"], "{inspect}");
+    ids.sort_unstable();
+    let mut want = vec![gw_id.as_str(), rt_id.as_str()];
+    want.sort_unstable();
+    assert_eq!(ids, want, "{inspect}");
     assert!(inspect["attachments"][0]["state"] == "holds", "{inspect}");
     assert!(read("records/inspect.txt").contains("status:      holds"));
     // The claims index, as `podgate inspect` shows it.
     assert_eq!(
         inspect["claims"],
-        json!([{"pool": "10.8.3.0/24", "owner": {"network": NET, "containerID": "rt", "ifname": "eth0"}, "trusted": true}]),
+        json!([{"pool": "10.8.3.0/24", "owner": {"network": NET, "containerID": rt_id, "ifname": "eth0"}, "trusted": true}]),
         "{inspect}"
     );
     assert!(
         read("records/inspect.txt")
-            .contains(&format!("claim: pool 10.8.3.0/24 -> {NET}/rt/eth0\n")),
+            .contains(&format!("claim: pool 10.8.3.0/24 -> {NET}/{rt_id}/eth0\n")),
         "{}",
         read("records/inspect.txt")
     );
@@ -208,8 +214,9 @@ fn report_has_every_part_and_no_key_material() {
     read("node/rules.txt");
     let nft = read("node/nftables.txt");
     assert!(
-        nft.contains("pod reportnet/gw/eth0 table inet podgate-eth0")
-            && nft.contains("10.8.0.0/24"),
+        nft.contains(&format!(
+            "pod reportnet/{gw_id}/eth0 table inet podgate-eth0"
+        )) && nft.contains("10.8.0.0/24"),
         "{nft}"
     );
     let logs = |needle: &str| {
@@ -246,12 +253,11 @@ fn report_has_every_part_and_no_key_material() {
     assert!(read("cni/20-secret.conflist").contains("[redacted"));
     assert!(logs("[redacted key]") && logs("[redacted PEM PRIVATE KEY]"));
 
-    for (pod, cid, name) in [(&gw, "gw", "openvpn-gw-0"), (&rt, "rt", "openvpn-rt-0")] {
+    for (pod, name) in [(&gw, "openvpn-gw-0"), (&rt, "openvpn-rt-0")] {
         node.cni(
             Verb::Del,
             NET,
             pod,
-            cid,
             "eth0",
             Some(&pod_args("vpn", name)),
             None,

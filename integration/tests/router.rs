@@ -1,9 +1,14 @@
-//! podgate-router through the real libcni, bridge + host-local (+ portmap)
-//! primaries, in throwaway node/pod namespaces.
+//! podgate-router through the real libcni (upstream cnitool; the runner for
+//! a refusal's CNI error code, libcni 1.3's GC with valid attachments and
+//! STATUS), bridge + host-local (+ portmap) primaries, Debian's and v1.10.0,
+//! in throwaway node/pod namespaces.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{assert_same, require_root, vpn, Netns, TestNode, Verb};
+use podgate_integration::{
+    assert_same, cnitool_container_id, require_root, vpn, CniOutcome, Netns, Primaries, TestNode,
+    Verb,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -26,15 +31,25 @@ fn router_entry(node: &TestNode) -> Value {
 }
 
 fn setup(prefix: &str, with_portmap: bool) -> TestNode {
+    setup_with(prefix, with_portmap, Primaries::Debian, "1.0.0")
+}
+
+/// A node with `primaries` and the conflist at `cni_version`.
+fn setup_with(
+    prefix: &str,
+    with_portmap: bool,
+    primaries: Primaries,
+    cni_version: &str,
+) -> TestNode {
     require_root();
-    let node = TestNode::new(prefix);
+    let node = TestNode::with_primaries(prefix, primaries);
     let mut extra = Vec::new();
     if with_portmap {
         extra
             .push(json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}));
     }
     extra.push(router_entry(&node));
-    node.write_conflist(NET, &node.bridge_conflist(NET, "1.0.0", SUBNET, extra));
+    node.write_conflist(NET, &node.bridge_conflist(NET, cni_version, SUBNET, extra));
     node
 }
 
@@ -61,18 +76,28 @@ fn node_routes(node: &TestNode) -> String {
     node.ns.exec_ok(&["ip", "route", "show", "table", "all"])
 }
 
-fn add(
+fn add(node: &TestNode, pod: &Netns, args: &str, cap: Option<Value>) -> CniOutcome {
+    node.cni(Verb::Add, NET, pod, "eth0", Some(args), cap)
+}
+
+fn del(node: &TestNode, pod: &Netns, args: &str) -> CniOutcome {
+    node.cni(Verb::Del, NET, pod, "eth0", Some(args), None)
+}
+
+/// ADD through the runner as container `cid`, for a test that asserts the
+/// CNI error code (cnitool prints only the message).
+fn add_runner(
     node: &TestNode,
     pod: &Netns,
     cid: &str,
     args: &str,
     cap: Option<Value>,
-) -> podgate_integration::CniOutcome {
-    node.cni(Verb::Add, NET, pod, cid, "eth0", Some(args), cap)
+) -> CniOutcome {
+    node.runner(Verb::Add, NET, pod.path(), cid, "eth0", Some(args), cap)
 }
 
-fn del(node: &TestNode, pod: &Netns, cid: &str, args: &str) -> podgate_integration::CniOutcome {
-    node.cni(Verb::Del, NET, pod, cid, "eth0", Some(args), None)
+fn del_runner(node: &TestNode, pod: &Netns, cid: &str, args: &str) -> CniOutcome {
+    node.runner(Verb::Del, NET, pod.path(), cid, "eth0", Some(args), None)
 }
 
 fn pod_ip(result: &Value) -> String {
@@ -98,17 +123,22 @@ fn seen_source(from: &Netns, ip: &str, port: u16) -> Option<String> {
 /// router (masqueraded or with a return route).
 #[test]
 fn openvpn_article_scenario() {
-    let node = setup("ovpn", true);
+    openvpn_scenario(Primaries::Debian);
+}
+
+/// The same with the reference plugins v1.10.0's bridge, host-local and
+/// portmap.
+#[test]
+fn openvpn_article_scenario_upstream_plugins() {
+    openvpn_scenario(Primaries::Upstream);
+}
+
+fn openvpn_scenario(primaries: Primaries) {
+    let node = setup_with("ovpn", true, primaries, "1.0.0");
     let vpn = vpn::client(&node, "c");
 
     let backend = pod(&node, "backend");
-    let b = add(
-        &node,
-        &backend,
-        "backend",
-        &pod_args("default", "backend"),
-        None,
-    );
+    let b = add(&node, &backend, &pod_args("default", "backend"), None);
     b.assert_ok();
     let backend_ip = pod_ip(b.result.as_ref().unwrap());
     let _srv = podgate_integration::tcp_listen_peer_echo(&backend, 8080);
@@ -132,7 +162,6 @@ fn openvpn_article_scenario() {
         let out = add(
             &node,
             &server_pod,
-            name,
             &pod_args("vpn", name),
             Some(cap.clone()),
         );
@@ -187,7 +216,6 @@ fn openvpn_article_scenario() {
             Verb::Del,
             NET,
             &server_pod,
-            name,
             "eth0",
             Some(&pod_args("vpn", name)),
             Some(cap),
@@ -198,7 +226,7 @@ fn openvpn_article_scenario() {
             "{name}: return route left behind"
         );
     }
-    del(&node, &backend, "backend", &pod_args("default", "backend")).assert_ok();
+    del(&node, &backend, &pod_args("default", "backend")).assert_ok();
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
 }
 
@@ -211,7 +239,7 @@ fn a_return_route_is_added_checked_and_deleted() {
     let p = pod(&node, "routed");
     let args = pod_args("vpn", "web");
     let cap = annotations(json!({"podgate.dev/profile": "vpn-routed"}));
-    let out = add(&node, &p, "c-routed", &args, Some(cap.clone()));
+    let out = add(&node, &p, &args, Some(cap.clone()));
     out.assert_ok();
     let ip = pod_ip(out.result.as_ref().unwrap());
     let routes = node_routes(&node);
@@ -220,26 +248,10 @@ fn a_return_route_is_added_checked_and_deleted() {
         "{routes}"
     );
     assert_eq!(p.sysctl_get("net.ipv4.ip_forward"), "1");
-    node.cni(
-        Verb::Check,
-        NET,
-        &p,
-        "c-routed",
-        "eth0",
-        Some(&args),
-        Some(cap.clone()),
-    )
-    .assert_ok();
-    node.cni(
-        Verb::Del,
-        NET,
-        &p,
-        "c-routed",
-        "eth0",
-        Some(&args),
-        Some(cap),
-    )
-    .assert_ok();
+    node.cni(Verb::Check, NET, &p, "eth0", Some(&args), Some(cap.clone()))
+        .assert_ok();
+    node.cni(Verb::Del, NET, &p, "eth0", Some(&args), Some(cap))
+        .assert_ok();
     let routes = node_routes(&node);
     assert!(!routes.contains("10.8.0.0/24"), "{routes}");
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
@@ -258,13 +270,7 @@ fn selection_by_assign_annotation_and_args_and_check_drift() {
 
     // assign rule
     let p1 = pod(&node, "assign");
-    let r = add(
-        &node,
-        &p1,
-        "c-assign",
-        &pod_args("vpn", "openvpn-gw-1"),
-        None,
-    );
+    let r = add(&node, &p1, &pod_args("vpn", "openvpn-gw-1"), None);
     r.assert_ok();
     assert_eq!(p1.sysctl_get("net.ipv4.ip_forward"), "1");
     let nft = p1.exec_ok(&["nft", "list", "table", "inet", "podgate-eth0"]);
@@ -276,7 +282,6 @@ fn selection_by_assign_annotation_and_args_and_check_drift() {
         Verb::Check,
         NET,
         &p1,
-        "c-assign",
         "eth0",
         Some(&pod_args("vpn", "openvpn-gw-1")),
         None,
@@ -290,7 +295,6 @@ fn selection_by_assign_annotation_and_args_and_check_drift() {
         Verb::Check,
         NET,
         &p1,
-        "c-assign",
         "eth0",
         Some(&pod_args("vpn", "openvpn-gw-1")),
         None,
@@ -299,20 +303,19 @@ fn selection_by_assign_annotation_and_args_and_check_drift() {
     let msg = c.error_msg().unwrap_or_default().to_string();
     assert!(msg.contains("net.ipv4.ip_forward is 0, want 1"), "{msg}");
     assert!(msg.contains("inet podgate-eth0 is missing"), "{msg}");
-    del(&node, &p1, "c-assign", &pod_args("vpn", "openvpn-gw-1")).assert_ok();
+    del(&node, &p1, &pod_args("vpn", "openvpn-gw-1")).assert_ok();
 
     // annotation
     let p2 = pod(&node, "ann");
     add(
         &node,
         &p2,
-        "c-ann",
         &pod_args("vpn", "web"),
         Some(annotations(json!({"podgate.dev/profile": "vpn-routed"}))),
     )
     .assert_ok();
     assert!(node_routes(&node).contains("10.8.0.0/24 via"));
-    del(&node, &p2, "c-ann", &pod_args("vpn", "web")).assert_ok();
+    del(&node, &p2, &pod_args("vpn", "web")).assert_ok();
 
     // args.cni
     let p3 = pod(&node, "args");
@@ -320,7 +323,6 @@ fn selection_by_assign_annotation_and_args_and_check_drift() {
         Verb::Add,
         "argsnet",
         &p3,
-        "c-args",
         "eth0",
         Some(&pod_args("vpn", "web")),
         None,
@@ -335,7 +337,6 @@ fn selection_by_assign_annotation_and_args_and_check_drift() {
         Verb::Del,
         "argsnet",
         &p3,
-        "c-args",
         "eth0",
         Some(&pod_args("vpn", "web")),
         None,
@@ -344,13 +345,13 @@ fn selection_by_assign_annotation_and_args_and_check_drift() {
 
     // no profile: passed through untouched
     let p4 = pod(&node, "none");
-    add(&node, &p4, "c-none", &pod_args("default", "web"), None).assert_ok();
+    add(&node, &p4, &pod_args("default", "web"), None).assert_ok();
     assert_eq!(p4.sysctl_get("net.ipv4.ip_forward"), "0");
     assert!(!p4
         .exec(&["nft", "list", "table", "inet", "podgate-eth0"])
         .status
         .success());
-    del(&node, &p4, "c-none", &pod_args("default", "web")).assert_ok();
+    del(&node, &p4, &pod_args("default", "web")).assert_ok();
     assert!(node.state_files().is_empty());
 }
 
@@ -358,13 +359,16 @@ fn selection_by_assign_annotation_and_args_and_check_drift() {
 fn refusals_apply_nothing() {
     let node = setup("refuse", false);
     let warm = pod(&node, "warm");
-    add(&node, &warm, "warm", &pod_args("default", "warm"), None).assert_ok();
+    add(&node, &warm, &pod_args("default", "warm"), None).assert_ok();
 
     let other = pod(&node, "owner");
+    let owned_by = format!(
+        "already routed to pod {}",
+        cnitool_container_id(other.path())
+    );
     add(
         &node,
         &other,
-        "owner",
         &pod_args("vpn", "web"),
         Some(annotations(json!({"podgate.dev/profile": "vpn-routed"}))),
     )
@@ -411,7 +415,7 @@ fn refusals_apply_nothing() {
         (
             "vpn",
             json!({"podgate.dev/profile": "vpn-routed"}),
-            "already routed to pod owner",
+            &owned_by,
         ),
         (
             "vpn",
@@ -427,7 +431,7 @@ fn refusals_apply_nothing() {
     for (i, (ns, ann, needle)) in cases.into_iter().enumerate() {
         let p = pod(&node, &format!("bad{i}"));
         let cid = format!("bad{i}");
-        let out = add(
+        let out = add_runner(
             &node,
             &p,
             &cid,
@@ -446,26 +450,35 @@ fn refusals_apply_nothing() {
             "{ann}: nothing applied in the pod"
         );
         // libcni does not DEL a failed ADD by itself; the runtime does.
-        del(&node, &p, &cid, &pod_args(ns, "web")).assert_ok();
+        del_runner(&node, &p, &cid, &pod_args(ns, "web")).assert_ok();
     }
     assert_same(&before, &node.snapshot());
-    del(&node, &other, "owner", &pod_args("vpn", "web")).assert_ok();
-    del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
+    del(&node, &other, &pod_args("vpn", "web")).assert_ok();
+    del(&node, &warm, &pod_args("default", "warm")).assert_ok();
     assert!(node.state_files().is_empty());
 }
 
 #[test]
 fn del_after_netns_is_gone_leaves_nothing() {
-    let node = setup("gone", false);
+    del_after_netns_is_gone(Primaries::Debian);
+}
+
+/// The same with the reference plugins v1.10.0's bridge and host-local.
+#[test]
+fn del_after_netns_is_gone_leaves_nothing_upstream_plugins() {
+    del_after_netns_is_gone(Primaries::Upstream);
+}
+
+fn del_after_netns_is_gone(primaries: Primaries) {
+    let node = setup_with("gone", false, primaries, "1.0.0");
     let warm = pod(&node, "warm");
-    add(&node, &warm, "warm", &pod_args("default", "warm"), None).assert_ok();
+    add(&node, &warm, &pod_args("default", "warm"), None).assert_ok();
     let before = node.settled_snapshot();
 
     let p = pod(&node, "routed");
     add(
         &node,
         &p,
-        "routed",
         &pod_args("vpn", "web"),
         Some(annotations(json!({"podgate.dev/profile": "vpn-routed"}))),
     )
@@ -480,7 +493,6 @@ fn del_after_netns_is_gone_leaves_nothing() {
         Verb::Del,
         NET,
         &path,
-        "routed",
         "eth0",
         Some(&pod_args("vpn", "web")),
         None,
@@ -502,13 +514,12 @@ fn del_after_netns_is_gone_leaves_nothing() {
         Verb::Del,
         NET,
         &path,
-        "routed",
         "eth0",
         Some(&pod_args("vpn", "web")),
         None,
     )
     .assert_ok();
-    del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
+    del(&node, &warm, &pod_args("default", "warm")).assert_ok();
 }
 
 /// Run `f` for every pod on its own thread, all at once; each must succeed.
@@ -533,7 +544,7 @@ fn all_at_once(
 fn thirty_two_pods_at_once_leave_the_node_as_before() {
     let node = setup("many", false);
     let warm = pod(&node, "warm");
-    add(&node, &warm, "warm", &pod_args("default", "warm"), None).assert_ok();
+    add(&node, &warm, &pod_args("default", "warm"), None).assert_ok();
     let before = node.settled_snapshot();
 
     let pods: Vec<Netns> = (0..32).map(|i| pod(&node, &format!("p{i}"))).collect();
@@ -543,13 +554,7 @@ fn thirty_two_pods_at_once_leave_the_node_as_before() {
         )
     };
     all_at_once(&pods, |i, p| {
-        add(
-            &node,
-            p,
-            &format!("c{i}"),
-            &pod_args("vpn", &format!("p{i}")),
-            Some(ann(i)),
-        )
+        add(&node, p, &pod_args("vpn", &format!("p{i}")), Some(ann(i)))
     });
     let routes = node_routes(&node);
     for i in 0..32 {
@@ -560,76 +565,230 @@ fn thirty_two_pods_at_once_leave_the_node_as_before() {
     }
     assert_eq!(node.state_files().len(), 32);
     all_at_once(&pods, |i, p| {
-        del(
-            &node,
-            p,
-            &format!("c{i}"),
-            &pod_args("vpn", &format!("p{i}")),
-        )
+        del(&node, p, &pod_args("vpn", &format!("p{i}")))
     });
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
     assert_same(&before, &node.snapshot());
-    del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
+    del(&node, &warm, &pod_args("default", "warm")).assert_ok();
 }
 
-/// GC (spec 1.1.0; Debian's libcni 1.1.2 cannot send it, so the binary is
-/// driven directly the way a 1.1 runtime does, inside the node netns).
+fn routed(pool: &str) -> Value {
+    annotations(json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": pool}))
+}
+
+/// host-local's files in the node's `ipam/`, but the reservation of `ip`:
+/// an attachment only GC learns of keeps its address, as bridge v1.10.0
+/// implements no GC and so never passes it on to host-local's.
+fn ipam_files_but(node: &TestNode, ip: Option<&str>) -> Vec<String> {
+    let mut files = podgate_integration::files_below(&node.ipam_dir());
+    files.retain(|f| ip.is_none_or(|ip| *f != format!("{NET}/{ip}")));
+    files
+}
+
+/// GC through libcni 1.3 with a valid-attachments list, as a runtime sends
+/// it after a restart (cniVersion 1.1.0, the v1.10.0 primaries): a pod still
+/// valid keeps everything; one the runtime no longer lists (its sandbox
+/// still there) is collected by the router's GC although libcni's cache lost
+/// it (its ADD's result never cached: the runtime died first), by libcni's
+/// DEL when cached: routes, records, the pods' forwarding and addresses go
+/// (but the uncached one's address, see [`ipam_files_but`]), and the node is
+/// as with the valid pod alone.
 #[test]
-fn gc_collects_attachments_that_are_no_longer_valid() {
-    let node = setup("gc", false);
+fn gc_through_libcni_keeps_valid_attachments_and_collects_the_rest() {
+    let node = setup_with("gc", false, Primaries::Upstream, "1.1.0");
+    let warm = pod(&node, "warm");
+    add(&node, &warm, &pod_args("default", "warm"), None).assert_ok();
     let keep = pod(&node, "keep");
-    let stale = pod(&node, "stale");
-    let routed = |i: u32| {
-        annotations(
-            json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": format!("10.8.{i}.0/24")}),
-        )
-    };
     add(
         &node,
         &keep,
-        "keep",
         &pod_args("vpn", "keep"),
-        Some(routed(1)),
+        Some(routed("10.8.1.0/24")),
     )
     .assert_ok();
+    let with_keep = node.settled_snapshot();
+    let ipam_with_keep = podgate_integration::files_below(&node.ipam_dir());
+    let uncached = pod(&node, "uncached");
+    let uncached_ip = add(
+        &node,
+        &uncached,
+        &pod_args("vpn", "uncached"),
+        Some(routed("10.8.2.0/24")),
+    )
+    .assert_ok()
+    .first_ip();
+    let cached = pod(&node, "cached");
     add(
         &node,
-        &stale,
-        "stale",
-        &pod_args("vpn", "stale"),
-        Some(routed(2)),
+        &cached,
+        &pod_args("vpn", "cached"),
+        Some(routed("10.8.3.0/24")),
     )
     .assert_ok();
-    assert_eq!(node.state_files().len(), 2);
+    assert_eq!(node.state_files().len(), 3);
+    let uncached_id = cnitool_container_id(uncached.path());
+    let entry = node
+        .cache_dir()
+        .join(format!("results/{NET}-{uncached_id}-eth0"));
+    std::fs::remove_file(&entry).unwrap_or_else(|e| panic!("{}: {e}", entry.display()));
 
-    let mut conf = router_entry(&node);
-    conf["cniVersion"] = json!("1.1.0");
-    conf["name"] = json!(NET);
-    conf["cni.dev/valid-attachments"] = json!([{"containerID": "keep", "ifname": "eth0"}]);
-    let bin = podgate_integration::bin_dir().join("podgate-router");
-    let out = podgate_integration::run_with_stdin(
-        node.ns
-            .command(bin.to_str().unwrap())
-            .env_clear()
-            .env("CNI_COMMAND", "GC")
-            .env("CNI_PATH", node.cni_bin_dir()),
-        conf.to_string().as_bytes(),
-    );
-    out.ok();
-
+    let valid = [
+        cnitool_container_id(warm.path()),
+        cnitool_container_id(keep.path()),
+    ];
+    node.runner_gc(NET, &[(&valid[0], "eth0"), (&valid[1], "eth0")])
+        .assert_ok();
     let routes = node_routes(&node);
     assert!(
         routes.contains("10.8.1.0/24"),
-        "kept attachment's route must stay:\n{routes}"
+        "the valid pod's route must stay:\n{routes}"
     );
-    assert!(
-        !routes.contains("10.8.2.0/24"),
-        "stale attachment's route must go:\n{routes}"
-    );
+    for pool in ["10.8.2.0/24", "10.8.3.0/24"] {
+        assert!(
+            !routes.contains(pool),
+            "{pool} outlived its pod's GC:\n{routes}"
+        );
+    }
     assert_eq!(node.state_files().len(), 1, "{:?}", node.state_files());
-    del(&node, &keep, "keep", &pod_args("vpn", "keep")).assert_ok();
-    del(&node, &stale, "stale", &pod_args("vpn", "stale")).assert_ok();
+    assert_eq!(keep.sysctl_get("net.ipv4.ip_forward"), "1");
+    for p in [&uncached, &cached] {
+        assert_eq!(
+            p.sysctl_get("net.ipv4.ip_forward"),
+            "0",
+            "forwarding restored"
+        );
+    }
+    node.cni(
+        Verb::Check,
+        NET,
+        &keep,
+        "eth0",
+        Some(&pod_args("vpn", "keep")),
+        Some(routed("10.8.1.0/24")),
+    )
+    .assert_ok();
+    // The uncached pod's interface is its sandbox's to take (GC does not
+    // remove links); with it gone, nothing of either is left.
+    drop(uncached);
+    drop(cached);
+    let gone = vpn::wait_for(|| node.snapshot().links == with_keep.links, 20);
+    assert!(
+        gone,
+        "a collected pod's veth is still on the node after 20 s"
+    );
+    assert_same(&with_keep, &node.snapshot());
+    assert_eq!(
+        ipam_files_but(&node, uncached_ip.as_deref()),
+        ipam_with_keep
+    );
+    del(&node, &keep, &pod_args("vpn", "keep")).assert_ok();
+    del(&node, &warm, &pod_args("default", "warm")).assert_ok();
     assert!(node.state_files().is_empty());
+}
+
+/// `cnitool gc` (no valid attachments: everything goes) for every spec
+/// version podgate declares, the v1.10.0 primaries before the router:
+/// libcni DELs every cached attachment, and at 1.1.0 sends GC, which
+/// collects an attachment libcni's cache lost too. Nothing is left: routes,
+/// records, pods' forwarding, addresses (but the lost one's, see
+/// [`ipam_files_but`]), interfaces.
+#[test]
+fn cnitool_gc_leaves_nothing_for_every_spec_version() {
+    for version in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+        let node = setup_with(
+            &format!("cgc{version}"),
+            false,
+            Primaries::Upstream,
+            version,
+        );
+        let warm = pod(&node, "warm");
+        add(&node, &warm, &pod_args("default", "warm"), None).assert_ok();
+        del(&node, &warm, &pod_args("default", "warm")).assert_ok();
+        let before = node.settled_snapshot();
+        let ipam_before = podgate_integration::files_below(&node.ipam_dir());
+        let gw = pod(&node, "gw");
+        add(&node, &gw, &pod_args("vpn", "openvpn-gw-0"), None).assert_ok();
+        let rt = pod(&node, "rt");
+        add(
+            &node,
+            &rt,
+            &pod_args("vpn", "rt"),
+            Some(routed("10.8.4.0/24")),
+        )
+        .assert_ok();
+        let mut pods = vec![&gw, &rt];
+        let lost = pod(&node, "lost");
+        let mut lost_ip = None;
+        if version == "1.1.0" {
+            lost_ip = add(
+                &node,
+                &lost,
+                &pod_args("vpn", "lost"),
+                Some(routed("10.8.5.0/24")),
+            )
+            .assert_ok()
+            .first_ip();
+            let id = cnitool_container_id(lost.path());
+            std::fs::remove_file(node.cache_dir().join(format!("results/{NET}-{id}-eth0")))
+                .unwrap();
+            pods.push(&lost);
+        }
+
+        node.cnitool_gc(NET).assert_ok();
+        assert!(
+            node.state_files().is_empty(),
+            "{version}: {:?}",
+            node.state_files()
+        );
+        let routes = node_routes(&node);
+        assert!(!routes.contains("10.8."), "{version}: {routes}");
+        for p in pods {
+            assert_eq!(p.sysctl_get("net.ipv4.ip_forward"), "0", "{version}");
+            assert!(
+                !p.exec_ok(&["nft", "list", "tables"]).contains("podgate"),
+                "{version}: masquerade left in a pod"
+            );
+        }
+        drop(lost);
+        let gone = vpn::wait_for(|| node.snapshot().links == before.links, 20);
+        assert!(
+            gone,
+            "{version}: a pod's veth is still on the node after 20 s"
+        );
+        assert_same(&before, &node.snapshot());
+        assert_eq!(
+            ipam_files_but(&node, lost_ip.as_deref()),
+            ipam_before,
+            "{version}"
+        );
+    }
+}
+
+/// STATUS through libcni 1.3 (cniVersion 1.1.0, the v1.10.0 primaries,
+/// libcni sends it to no older version): the router's answer is "state dir
+/// unusable" (code 50 through the runner) while its stateDir cannot be
+/// opened, and success once it can.
+#[test]
+fn status_through_libcni_reports_an_unusable_state_dir() {
+    let node = setup_with("status", false, Primaries::Upstream, "1.1.0");
+    node.cnitool_status(NET).assert_ok();
+    node.runner_status(NET).assert_ok();
+    let state = node.state_dir();
+    std::fs::remove_dir_all(&state).unwrap();
+    std::fs::write(&state, b"not a directory").unwrap();
+    let out = node.cnitool_status(NET);
+    assert!(
+        out.assert_failed().contains("state dir unusable"),
+        "{out:?}"
+    );
+    let out = node.runner_status(NET);
+    out.assert_cni_error(50);
+    assert!(
+        out.error_msg().unwrap().contains("state dir unusable"),
+        "{out:?}"
+    );
+    std::fs::remove_file(&state).unwrap();
+    node.cnitool_status(NET).assert_ok();
 }
 
 /// podRoutes land in the pod and in the result; a step that fails half-way
@@ -652,7 +811,7 @@ fn pod_routes_and_rollback_on_half_way_failure() {
     );
 
     let p = pod(&node, "routes");
-    let out = add(&node, &p, "routes", &pod_args("default", "routes-0"), None);
+    let out = add(&node, &p, &pod_args("default", "routes-0"), None);
     out.assert_ok();
     let routes = out.result.as_ref().unwrap()["routes"].to_string();
     assert!(
@@ -664,11 +823,11 @@ fn pod_routes_and_rollback_on_half_way_failure() {
         in_pod.contains("10.99.0.0/24 via 10.22.0.1 dev eth0"),
         "{in_pod}"
     );
-    del(&node, &p, "routes", &pod_args("default", "routes-0")).assert_ok();
+    del(&node, &p, &pod_args("default", "routes-0")).assert_ok();
     assert!(!p.exec_ok(&["ip", "route"]).contains("10.99.0.0/24"));
 
     let b = pod(&node, "broken");
-    let out = add(&node, &b, "broken", &pod_args("default", "broken-0"), None);
+    let out = add_runner(&node, &b, "broken", &pod_args("default", "broken-0"), None);
     out.assert_cni_error(101);
     assert!(
         out.error_msg().unwrap().contains("10.99.0.0/24"),
@@ -687,7 +846,7 @@ fn pod_routes_and_rollback_on_half_way_failure() {
         "masquerade rolled back"
     );
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
-    del(&node, &b, "broken", &pod_args("default", "broken-0")).assert_ok();
+    del_runner(&node, &b, "broken", &pod_args("default", "broken-0")).assert_ok();
 }
 
 /// 32 concurrent ADDs against a log one line short of `logMaxBytes`: they all
@@ -712,13 +871,7 @@ fn log_rotation_under_thirty_two_concurrent_adds_loses_no_line() {
 
     let pods: Vec<Netns> = (0..32).map(|i| pod(&node, &format!("r{i}"))).collect();
     all_at_once(&pods, |i, p| {
-        add(
-            &node,
-            p,
-            &format!("c{i}"),
-            &pod_args("vpn", &format!("openvpn-gw-{i}")),
-            None,
-        )
+        add(&node, p, &pod_args("vpn", &format!("openvpn-gw-{i}")), None)
     });
     let rotated = std::fs::read_to_string(node.root().join("router.log.1")).unwrap();
     assert!(
@@ -736,8 +889,10 @@ fn log_rotation_under_thirty_two_concurrent_adds_loses_no_line() {
                 .or_insert(0) += 1;
         }
     }
-    let want: std::collections::BTreeMap<String, i32> =
-        (0..32).map(|i| (format!("c{i}"), 1)).collect();
+    let want: std::collections::BTreeMap<String, i32> = pods
+        .iter()
+        .map(|p| (cnitool_container_id(p.path()), 1))
+        .collect();
     assert_eq!(applied, want, "every ADD's line exactly once");
     assert!(
         current.len() <= max,
@@ -745,12 +900,7 @@ fn log_rotation_under_thirty_two_concurrent_adds_loses_no_line() {
         current.len()
     );
     all_at_once(&pods, |i, p| {
-        del(
-            &node,
-            p,
-            &format!("c{i}"),
-            &pod_args("vpn", &format!("openvpn-gw-{i}")),
-        )
+        del(&node, p, &pod_args("vpn", &format!("openvpn-gw-{i}")))
     });
 }
 
@@ -775,7 +925,7 @@ fn sysctls_through_handles_per_interface_and_missing() {
     let conf = node.bridge_conflist(NET, "1.0.0", SUBNET, vec![entry]);
     node.write_conflist(NET, &conf);
     let warm = pod(&node, "warm");
-    add(&node, &warm, "warm", &pod_args("default", "warm"), None).assert_ok();
+    add(&node, &warm, &pod_args("default", "warm"), None).assert_ok();
     let before = node.settled_snapshot();
 
     let p = pod(&node, "perif");
@@ -783,17 +933,17 @@ fn sysctls_through_handles_per_interface_and_missing() {
     p.sysctl_set("net.ipv4.conf.default.rp_filter", "0");
     let args = pod_args("vpn", "web");
     let ann = Some(annotations(json!({"podgate.dev/profile": "per-if"})));
-    add(&node, &p, "perif", &args, ann).assert_ok();
+    add(&node, &p, &args, ann).assert_ok();
     assert_eq!(p.sysctl_get("net.ipv4.conf.eth0.rp_filter"), "2");
     assert_eq!(p.sysctl_get("net.ipv4.ip_forward"), "1");
     assert_eq!(p.sysctl_get("net.ipv4.conf.default.rp_filter"), "0");
-    del(&node, &p, "perif", &args).assert_ok();
+    del(&node, &p, &args).assert_ok();
     // The primary's DEL removed eth0 with its conf/; ip_forward went back.
     assert_eq!(p.sysctl_get("net.ipv4.ip_forward"), "0");
 
     let q = pod(&node, "missing");
     let ann = Some(annotations(json!({"podgate.dev/profile": "missing"})));
-    let out = add(&node, &q, "missing", &args, ann);
+    let out = add_runner(&node, &q, "missing", &args, ann);
     out.assert_cni_error(101);
     let msg = out.error_msg().unwrap_or_default().to_string();
     assert!(
@@ -806,8 +956,8 @@ fn sysctls_through_handles_per_interface_and_missing() {
         q.exec_ok(&["nft", "list", "tables"]).trim().is_empty(),
         "no nf_tables table in the pod"
     );
-    del(&node, &q, "missing", &args).assert_ok();
+    del_runner(&node, &q, "missing", &args).assert_ok();
     assert_same(&before, &node.snapshot());
-    del(&node, &warm, "warm", &pod_args("default", "warm")).assert_ok();
+    del(&node, &warm, &pod_args("default", "warm")).assert_ok();
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
 }

@@ -11,8 +11,9 @@
 
 use podgate_integration::agent::{wait_for, Agent};
 use podgate_integration::{
-    assert_same, bin_dir, ping, require_root, tcp_connect_ok, tcp_listen, tcp_listen_peer_echo,
-    tcp_request, udp_answer, udp_request, Netns, TestNode, Verb,
+    assert_same, bin_dir, cnitool_container_id, ping, require_root, tcp_connect_ok, tcp_listen,
+    tcp_listen_peer_echo, tcp_request, udp_answer, udp_request, CniOutcome, Netns, Primaries,
+    TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -44,8 +45,13 @@ struct Lab {
 }
 
 fn lab(prefix: &str) -> Lab {
+    lab_with(prefix, Primaries::Debian)
+}
+
+/// The lab with `primaries`' ptp and host-local.
+fn lab_with(prefix: &str, primaries: Primaries) -> Lab {
     require_root();
-    let node = TestNode::new(prefix);
+    let node = TestNode::with_primaries(prefix, primaries);
     let fabric = Netns::new_with_forwarding("fabric", true);
     node.ns.exec_ok(&[
         "ip",
@@ -233,7 +239,7 @@ fn args(name: &str) -> String {
     format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}")
 }
 
-fn add(lab: &Lab, pod: &Netns, name: &str) -> podgate_integration::CniOutcome {
+fn add(lab: &Lab, pod: &Netns, name: &str) -> CniOutcome {
     add_on(lab, NET, pod, name)
 }
 
@@ -241,24 +247,24 @@ fn del(lab: &Lab, pod: &Netns, name: &str) {
     del_on(lab, NET, pod, name);
 }
 
-fn add_on(lab: &Lab, net: &str, pod: &Netns, name: &str) -> podgate_integration::CniOutcome {
+fn add_on(lab: &Lab, net: &str, pod: &Netns, name: &str) -> CniOutcome {
     lab.node
-        .cni(Verb::Add, net, pod, name, "eth0", Some(&args(name)), None)
+        .cni(Verb::Add, net, pod, "eth0", Some(&args(name)), None)
 }
 
 fn del_on(lab: &Lab, net: &str, pod: &Netns, name: &str) {
     lab.node
-        .cni(Verb::Del, net, pod, name, "eth0", Some(&args(name)), None)
+        .cni(Verb::Del, net, pod, "eth0", Some(&args(name)), None)
         .assert_ok();
 }
 
-fn check_on(lab: &Lab, net: &str, pod: &Netns, name: &str) -> podgate_integration::CniOutcome {
+fn check_on(lab: &Lab, net: &str, pod: &Netns, name: &str) -> CniOutcome {
     lab.node
-        .cni(Verb::Check, net, pod, name, "eth0", Some(&args(name)), None)
+        .cni(Verb::Check, net, pod, "eth0", Some(&args(name)), None)
 }
 
 /// The result's addresses without prefix length, in order.
-fn ips_of(out: &podgate_integration::CniOutcome) -> Vec<String> {
+fn ips_of(out: &CniOutcome) -> Vec<String> {
     out.ips()
         .iter()
         .map(|a| a.split('/').next().unwrap().to_string())
@@ -266,7 +272,7 @@ fn ips_of(out: &podgate_integration::CniOutcome) -> Vec<String> {
 }
 
 /// The pod's gateway of the family of `v6`, from the result.
-fn gateway_of(out: &podgate_integration::CniOutcome, v6: bool) -> String {
+fn gateway_of(out: &CniOutcome, v6: bool) -> String {
     out.result.as_ref().unwrap()["ips"]
         .as_array()
         .unwrap()
@@ -278,7 +284,7 @@ fn gateway_of(out: &podgate_integration::CniOutcome, v6: bool) -> String {
 }
 
 /// The node side of the pod's veth as ptp reports it: name and MAC.
-fn host_veth(out: &podgate_integration::CniOutcome) -> (String, String) {
+fn host_veth(out: &CniOutcome) -> (String, String) {
     let i = &out.result.as_ref().unwrap()["interfaces"][0];
     (
         i["name"].as_str().unwrap().to_string(),
@@ -327,7 +333,32 @@ fn rules_d(ns: &Netns) -> String {
         + &ns.exec_ok(&["ip", "-d", "-6", "rule", "show"])
 }
 
-fn ip_of(out: &podgate_integration::CniOutcome) -> String {
+/// `verb` through the runner on `net` as container `name`, for a test that
+/// asserts the CNI error code (cnitool prints only the message).
+fn runner_on(lab: &Lab, verb: Verb, net: &str, pod: &Netns, name: &str) -> CniOutcome {
+    lab.node
+        .runner(verb, net, pod.path(), name, "eth0", Some(&args(name)), None)
+}
+
+fn runner(lab: &Lab, verb: Verb, pod: &Netns, name: &str) -> CniOutcome {
+    runner_on(lab, verb, NET, pod, name)
+}
+
+/// CHECK of cnitool's attachment of `pod` on `net` through the runner (same
+/// container ID, same cache): a drift's CNI error code.
+fn runner_check_on(lab: &Lab, net: &str, pod: &Netns, name: &str) -> CniOutcome {
+    lab.node.runner(
+        Verb::Check,
+        net,
+        pod.path(),
+        &cnitool_container_id(pod.path()),
+        "eth0",
+        Some(&args(name)),
+        None,
+    )
+}
+
+fn ip_of(out: &CniOutcome) -> String {
     let v: &Value = out.result.as_ref().unwrap();
     v["ips"][0]["address"]
         .as_str()
@@ -409,7 +440,17 @@ const T: Duration = Duration::from_secs(2);
 
 #[test]
 fn strict_sends_same_node_and_node_traffic_through_the_boundary() {
-    let lab = lab("strict");
+    strict_through_the_boundary(Primaries::Debian);
+}
+
+/// The same with the reference plugins v1.10.0's ptp and host-local.
+#[test]
+fn strict_sends_same_node_and_node_traffic_through_the_boundary_upstream_plugins() {
+    strict_through_the_boundary(Primaries::Upstream);
+}
+
+fn strict_through_the_boundary(primaries: Primaries) {
+    let lab = lab_with("strict", primaries);
     let before = lab.node.settled_snapshot();
 
     let a = lab.node.pod("a");
@@ -450,17 +491,7 @@ fn strict_sends_same_node_and_node_traffic_through_the_boundary() {
     );
 
     // CHECK holds, then names drift.
-    lab.node
-        .cni(
-            Verb::Check,
-            NET,
-            &b,
-            "b-strict-0",
-            "eth0",
-            Some(&args("b-strict-0")),
-            None,
-        )
-        .assert_ok();
+    check(&lab, &b, "b-strict-0").assert_ok();
 
     del(&lab, &b, "b-strict-0");
     del(&lab, &a, "a-client");
@@ -483,7 +514,17 @@ fn strict_sends_same_node_and_node_traffic_through_the_boundary() {
 /// the fabric. Then what the pod reaches on its own node, and how.
 #[test]
 fn strict_pod_starts_connections_right_after_add() {
-    let lab = lab("strictout");
+    strict_pod_first_packets(Primaries::Debian);
+}
+
+/// The same with the reference plugins v1.10.0's ptp and host-local.
+#[test]
+fn strict_pod_starts_connections_right_after_add_upstream_plugins() {
+    strict_pod_first_packets(Primaries::Upstream);
+}
+
+fn strict_pod_first_packets(primaries: Primaries) {
+    let lab = lab_with("strictout", primaries);
     let before = lab.node.settled_snapshot();
     let b = lab.node.pod("b-strict");
     let out_b = add(&lab, &b, "b-strict-0");
@@ -548,17 +589,9 @@ fn strict_pod_starts_connections_right_after_add() {
         .nth(1)
         .unwrap()
         .to_string();
-    let check = |l: &Lab| {
-        l.node.cni(
-            Verb::Check,
-            NET,
-            &b,
-            "b-strict-0",
-            "eth0",
-            Some(&args("b-strict-0")),
-            None,
-        )
-    };
+    // The runner CHECKs cnitool's attachment (same container ID, same
+    // cache): the drift's CNI error code.
+    let check = |l: &Lab| runner_check_on(l, NET, &b, "b-strict-0");
     check(&lab).assert_ok();
     let knob = format!("net.ipv4.conf.{host_if}.proxy_arp");
     lab.node.ns.sysctl_set(&knob, "0");
@@ -587,7 +620,6 @@ fn strict_pod_starts_connections_right_after_add() {
             Verb::Del,
             NET,
             &path,
-            "b-strict-1",
             "eth0",
             Some(&args("b-strict-1")),
             None,
@@ -675,14 +707,14 @@ fn strict_exempt_covering_the_pod_subnet_is_refused() {
     let lab = lab("strictexempt2");
     let before = lab.node.settled_snapshot();
     let b = lab.node.pod("b-wide");
-    let out = add(&lab, &b, "b-wide-0");
+    let out = runner(&lab, Verb::Add, &b, "b-wide-0");
     out.assert_cni_error(100);
     let msg = out.error_msg().unwrap();
     assert!(
         msg.contains("refused by routing.exempt") && msg.contains("10.30.0.0/24"),
         "{msg}"
     );
-    del(&lab, &b, "b-wide-0");
+    runner(&lab, Verb::Del, &b, "b-wide-0").assert_ok();
     assert_same(&before, &lab.node.settled_snapshot());
 }
 
@@ -727,14 +759,14 @@ fn strict_with_masquerade_is_refused() {
     let lab = lab("strictmasq");
     let before = lab.node.settled_snapshot();
     let b = lab.node.pod("b-masq");
-    let out = add(&lab, &b, "b-masq-0");
+    let out = runner(&lab, Verb::Add, &b, "b-masq-0");
     out.assert_cni_error(100);
     assert!(
         out.error_msg().unwrap().contains("masquerade"),
         "{:?}",
         out.error_msg()
     );
-    del(&lab, &b, "b-masq-0");
+    runner(&lab, Verb::Del, &b, "b-masq-0").assert_ok();
     assert_same(&before, &lab.node.settled_snapshot());
 }
 
@@ -757,15 +789,7 @@ fn strict_ipv6_profile_is_refused() {
     });
     lab.node.write_conflist("routed6", &conf);
     let b = lab.node.pod("b-v6");
-    let out = lab.node.cni(
-        Verb::Add,
-        "routed6",
-        &b,
-        "b-v6-0",
-        "eth0",
-        Some(&args("b-v6-0")),
-        None,
-    );
+    let out = runner_on(&lab, Verb::Add, "routed6", &b, "b-v6-0");
     out.assert_cni_error(7);
     assert!(
         out.error_msg().unwrap().contains("gateway6"),
@@ -773,15 +797,7 @@ fn strict_ipv6_profile_is_refused() {
         out.error_msg()
     );
     // DEL reads the same (invalid) config; the node netns goes with the test.
-    let _ = lab.node.cni(
-        Verb::Del,
-        "routed6",
-        &b,
-        "b-v6-0",
-        "eth0",
-        Some(&args("b-v6-0")),
-        None,
-    );
+    let _ = runner_on(&lab, Verb::Del, "routed6", &b, "b-v6-0");
 }
 
 /// Issue 36 (1): an IPv4 strict pod on a node with IPv6 reaches no node
@@ -822,7 +838,7 @@ fn an_ipv4_strict_pod_reaches_no_node_service_at_its_veths_link_local_address() 
     // CHECK covers the knob.
     check_on(&lab, NET, &b, "b-strict-0").assert_ok();
     lab.node.ns.sysctl_set(&knob, "0");
-    let drift = check_on(&lab, NET, &b, "b-strict-0");
+    let drift = runner_check_on(&lab, NET, &b, "b-strict-0");
     drift.assert_cni_error(101);
     assert!(drift.error_msg().unwrap().contains(&knob), "{drift:?}");
     lab.node.ns.sysctl_set(&knob, "1");
@@ -944,7 +960,7 @@ fn a_dual_stack_pod_on_a_strict_profile_without_gateway6_is_refused() {
     let lab = lab("strictds4");
     let before = lab.node.settled_snapshot();
     let b = lab.node.pod("b-strict");
-    let out = add_on(&lab, NET_DS4, &b, "b-strict-ds");
+    let out = runner_on(&lab, Verb::Add, NET_DS4, &b, "b-strict-ds");
     if out.success() {
         // What that pod could do: its IPv6 reaches the node directly.
         let _n = tcp_listen(&lab.node.ns, 7171);
@@ -968,7 +984,7 @@ fn a_dual_stack_pod_on_a_strict_profile_without_gateway6_is_refused() {
         msg.contains("gateway6") && msg.contains("fd00:35::"),
         "{msg}"
     );
-    del_on(&lab, NET_DS4, &b, "b-strict-ds");
+    runner_on(&lab, Verb::Del, NET_DS4, &b, "b-strict-ds").assert_ok();
     assert_same(&before, &lab.node.settled_snapshot());
 }
 
@@ -1074,7 +1090,7 @@ fn a_strict_pods_return_route_pool_crosses_the_boundary() {
     assert_same(&before, &lab.node.settled_snapshot());
 }
 
-fn check(lab: &Lab, pod: &Netns, name: &str) -> podgate_integration::CniOutcome {
+fn check(lab: &Lab, pod: &Netns, name: &str) -> CniOutcome {
     check_on(lab, NET, pod, name)
 }
 
@@ -1169,7 +1185,7 @@ fn a_rule_ahead_of_the_strict_boundary_is_reported_by_check_inspect_and_the_agen
             "{what}: the rule must open the node to B directly (else this test proves nothing)"
         );
         let rule = format!("rule {pref}: from all lookup 255 (proto unspec) comes before the strict rules of pod {b_ip}");
-        let drift = check(&lab, &b, "b-strict-0");
+        let drift = runner_check_on(&lab, NET, &b, "b-strict-0");
         drift.assert_cni_error(101);
         assert!(
             drift.error_msg().unwrap().contains(&rule),

@@ -1,5 +1,7 @@
-//! podgate-tunnel-guard through the real libcni (bridge + host-local +
-//! podgate-tunnel-guard, cniVersion 1.0.0) on a test node with a real
+//! podgate-tunnel-guard through the real libcni (upstream cnitool; the runner
+//! where a test asserts the CNI error code; bridge + host-local +
+//! podgate-tunnel-guard, cniVersion 1.0.0, and 1.1.0 with the v1.10.0
+//! primaries for GC and STATUS) on a test node with a real
 //! ovsdb-server (the agent's lease keys, OVN tunnel Ports/Interfaces), the
 //! fixture agent serving Kube-OVN's public protection endpoint (computed from
 //! the live kernel policies and the live OVSDB) and real kernel XFRM policies
@@ -12,10 +14,8 @@
 
 mod common_ipsec;
 
-use common_ipsec::{
-    armed_state, lease, rfc3339_from_now, run_plugin, AgentOpts, GuardNode, MARK, TIMEOUT_MS,
-};
-use podgate_integration::Verb;
+use common_ipsec::{armed_state, lease, rfc3339_from_now, AgentOpts, GuardNode, MARK, TIMEOUT_MS};
+use podgate_integration::{Primaries, Verb};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -361,11 +361,11 @@ fn excluded_namespace_passes_with_a_note_while_not_ready() {
         .as_str()
         .unwrap()
         .ends_with("(namespace cert-manager in excludeNamespaces: allowed)"));
-    g.cni(Verb::Del, &pod, "ctr-issuer").assert_ok();
+    g.cni(Verb::Del, &pod).assert_ok();
     // Any other namespace is refused.
-    let (pod, out) = g.add_in("web", Some("default"));
+    let (pod, out) = g.add_runner_in("web", Some("default"));
     out.assert_cni_error(11);
-    g.cni(Verb::Del, &pod, "ctr-web").assert_ok();
+    g.runner(Verb::Del, &pod, "ctr-web").assert_ok();
 }
 
 #[test]
@@ -418,11 +418,13 @@ fn audit_mode_logs_and_lets_pods_through() {
     let g = GuardNode::new("audit");
     g.remove_guard("", MARK);
     g.configure(json!({"mode": "audit"}));
-    g.expect_ready("p");
+    let (pod, out) = g.add("p");
+    out.assert_ok();
     let add = g.last_log("ADD");
+    g.cni(Verb::Del, &pod).assert_ok();
     assert_eq!(add["level"], "warn");
     assert_eq!(add["verdict"], "notReady");
-    assert_eq!(add["containerID"], "ctr-p");
+    assert_eq!(add["containerID"], out.container_id.unwrap());
     let msg = add["msg"].as_str().unwrap();
     assert!(
         msg.contains(&format!("guard ipv4 mark {MARK} missing")),
@@ -442,46 +444,89 @@ fn del_always_succeeds() {
     st["mode"] = json!("hang");
     g.agent.set(&st);
     let start = Instant::now();
-    g.cni(Verb::Del, &pod, "ctr-p").assert_ok();
+    g.cni(Verb::Del, &pod).assert_ok();
     assert!(start.elapsed() < Duration::from_secs(5));
     // The agent is gone entirely.
     g.agent.set(&armed_state(&g.chassis));
     let (pod2, add) = g.add("p2");
     add.assert_ok();
     g.agent.stop();
-    g.cni(Verb::Del, &pod2, "ctr-p2").assert_ok();
+    g.cni(Verb::Del, &pod2).assert_ok();
     // DEL is idempotent.
-    g.cni(Verb::Del, &pod2, "ctr-p2").assert_ok();
+    g.cni(Verb::Del, &pod2).assert_ok();
 }
 
 #[test]
 fn check_reruns_the_checks() {
     let g = GuardNode::new("check");
-    let (pod, add) = g.add("p");
+    let (pod, add) = g.add_runner_in("p", None);
     add.assert_ok();
-    g.cni(Verb::Check, &pod, "ctr-p").assert_ok();
+    g.runner(Verb::Check, &pod, "ctr-p").assert_ok();
     g.remove_guard("", MARK);
-    let out = g.cni(Verb::Check, &pod, "ctr-p");
+    let out = g.runner(Verb::Check, &pod, "ctr-p");
     out.assert_cni_error(11);
     assert!(out.error_msg().unwrap().contains("guard ipv4"));
-    g.cni(Verb::Del, &pod, "ctr-p").assert_ok();
+    g.runner(Verb::Del, &pod, "ctr-p").assert_ok();
 }
 
+/// STATUS through libcni 1.3 (cniVersion 1.1.0, the v1.10.0 primaries
+/// before the guard): with `reportStatus` and IPsec required and not ready,
+/// cnitool's STATUS fails with the guard's answer (code 50 through the
+/// runner); without `reportStatus`, or once ready, it passes.
 #[test]
-fn status_fails_only_when_opted_in() {
-    // libcni 1.1.2 cannot send STATUS (cniVersion 1.1.0): call the plugin directly.
-    let g = GuardNode::new("status-verb");
+fn status_through_libcni_is_the_guards_answer_only_when_opted_in() {
+    let g = GuardNode::with_agent_on("status-verb", AgentOpts::default(), Primaries::Upstream);
+    g.configure_at("1.1.0", json!({"required": "always"}));
+    g.node.cnitool_status(&g.net).assert_ok();
     g.remove_guard("", MARK);
-    let mut conf = g.guard_conf(json!({}));
-    conf["cniVersion"] = json!("1.1.0");
-    conf["name"] = json!(g.net);
-    let (code, out) = run_plugin(&g.node.ns, "STATUS", &conf);
-    assert_eq!(code, 0, "{out}");
-    conf["reportStatus"] = json!(true);
-    let (code, out) = run_plugin(&g.node.ns, "STATUS", &conf);
-    assert_eq!((code, out["code"].as_u64()), (1, Some(50)), "{out}");
-    assert!(out["msg"].as_str().unwrap().contains("guard ipv4"));
+    g.node.cnitool_status(&g.net).assert_ok();
+    g.configure_at("1.1.0", json!({"required": "always", "reportStatus": true}));
+    let out = g.node.cnitool_status(&g.net);
+    let msg = out.assert_failed();
+    assert!(msg.contains("guard ipv4"), "{out:?}");
+    let out = g.node.runner_status(&g.net);
+    out.assert_cni_error(50);
+    assert!(out.error_msg().unwrap().contains("guard ipv4"), "{out:?}");
     g.install_guard("", MARK);
-    let (code, out) = run_plugin(&g.node.ns, "STATUS", &conf);
-    assert_eq!(code, 0, "{out}");
+    g.node.cnitool_status(&g.net).assert_ok();
+    g.node.runner_status(&g.net).assert_ok();
+}
+
+/// GC through libcni 1.3 of a chain with the guard (cniVersion 1.1.0, the
+/// v1.10.0 primaries), IPsec required and the agent hanging: a GC with a
+/// valid-attachments list takes the stale pod off the node and leaves the
+/// live one; `cnitool gc` (no list) takes everything; neither waits for the
+/// agent, and the node is as before.
+#[test]
+fn gc_through_libcni_never_waits_for_the_agent() {
+    let g = GuardNode::with_agent_on("gc", AgentOpts::default(), Primaries::Upstream);
+    g.configure_at("1.1.0", json!({"required": "always"}));
+    g.expect_ready("warm");
+    let before = g.node.settled_snapshot();
+    let ipam_before = podgate_integration::files_below(&g.node.ipam_dir());
+    let (live, out) = g.add("live");
+    out.assert_ok();
+    let live_id = out.container_id.unwrap();
+    let (stale, out) = g.add("stale");
+    out.assert_ok();
+    let mut st = armed_state(&g.chassis);
+    st["mode"] = json!("hang");
+    g.agent.set(&st);
+
+    let start = Instant::now();
+    g.node.runner_gc(&g.net, &[(&live_id, "eth0")]).assert_ok();
+    assert!(!stale.link_exists("eth0"), "the stale pod is still wired");
+    assert!(live.link_exists("eth0"), "the live pod lost its interface");
+    g.node.cnitool_gc(&g.net).assert_ok();
+    assert!(!live.link_exists("eth0"), "cnitool gc left the pod wired");
+    assert!(
+        start.elapsed() < Duration::from_millis(TIMEOUT_MS),
+        "GC waited for the agent: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        podgate_integration::files_below(&g.node.ipam_dir()),
+        ipam_before
+    );
+    podgate_integration::assert_same(&before, &g.node.settled_snapshot());
 }

@@ -9,7 +9,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use podgate_integration::{
-    output_text, require_root, workspace_root, CniOutcome, Netns, TestNode, Verb,
+    output_text, require_root, workspace_root, CniOutcome, Netns, Primaries, TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -406,9 +406,14 @@ impl GuardNode {
     }
 
     pub fn with_agent(name: &str, opts: AgentOpts) -> GuardNode {
+        GuardNode::with_agent_on(name, opts, Primaries::Debian)
+    }
+
+    /// A ready node whose `cni-bin/` holds `primaries`.
+    pub fn with_agent_on(name: &str, opts: AgentOpts, primaries: Primaries) -> GuardNode {
         require_root();
         ensure_plugin();
-        let node = TestNode::new(&format!("tg-{name}"));
+        let node = TestNode::with_primaries(&format!("tg-{name}"), primaries);
         let chassis = format!("chassis-{name}");
         let ovsdb = Ovsdb::start(&node.ns, node.root(), &chassis);
         ovsdb.publish_lease(&lease(&chassis));
@@ -485,11 +490,17 @@ impl GuardNode {
         c
     }
 
-    /// (Re)write the conflist with `extra` merged into the guard's entry.
+    /// (Re)write the conflist (cniVersion 1.0.0) with `extra` merged into
+    /// the guard's entry.
     pub fn configure(&self, extra: Value) {
+        self.configure_at("1.0.0", extra);
+    }
+
+    /// [`GuardNode::configure`] at `cni_version`.
+    pub fn configure_at(&self, cni_version: &str, extra: Value) {
         let conflist =
             self.node
-                .bridge_conflist(&self.net, "1.0.0", SUBNET, vec![self.guard_conf(extra)]);
+                .bridge_conflist(&self.net, cni_version, SUBNET, vec![self.guard_conf(extra)]);
         self.node.write_conflist("10-tg", &conflist);
     }
 
@@ -529,36 +540,61 @@ impl GuardNode {
         ));
     }
 
-    pub fn cni(&self, verb: Verb, pod: &Netns, id: &str) -> CniOutcome {
-        self.node.cni(verb, &self.net, pod, id, "eth0", None, None)
+    /// `verb` for `pod` through cnitool.
+    pub fn cni(&self, verb: Verb, pod: &Netns) -> CniOutcome {
+        self.node.cni(verb, &self.net, pod, "eth0", None, None)
     }
 
-    /// ADD a new pod; returns the pod netns and the outcome.
+    /// `verb` for `pod` as container `id` through the runner: for a test
+    /// that asserts the CNI error code (cnitool prints only the message).
+    pub fn runner(&self, verb: Verb, pod: &Netns, id: &str) -> CniOutcome {
+        self.node
+            .runner(verb, &self.net, pod.path(), id, "eth0", None, None)
+    }
+
+    /// ADD a new pod through cnitool; returns the pod netns and the outcome.
     pub fn add(&self, pod: &str) -> (Netns, CniOutcome) {
         self.add_in(pod, None)
     }
 
-    /// ADD with CNI_ARGS naming the pod's namespace.
+    /// ADD with CNI_ARGS naming the pod's namespace, through cnitool.
     pub fn add_in(&self, pod: &str, namespace: Option<&str>) -> (Netns, CniOutcome) {
         let ns = self.node.pod(pod);
-        let args =
-            namespace.map(|n| format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={n};K8S_POD_NAME={pod}"));
         let out = self.node.cni(
             Verb::Add,
             &self.net,
             &ns,
-            &format!("ctr-{pod}"),
             "eth0",
-            args.as_deref(),
+            Self::pod_args(pod, namespace).as_deref(),
             None,
         );
         (ns, out)
     }
 
-    /// ADD must fail with code 11 and a message containing every `needle`;
-    /// libcni must not have cached a result; the runtime's DEL then succeeds.
+    /// [`GuardNode::add_in`] through the runner as container `ctr-<pod>`.
+    pub fn add_runner_in(&self, pod: &str, namespace: Option<&str>) -> (Netns, CniOutcome) {
+        let ns = self.node.pod(pod);
+        let out = self.node.runner(
+            Verb::Add,
+            &self.net,
+            ns.path(),
+            &format!("ctr-{pod}"),
+            "eth0",
+            Self::pod_args(pod, namespace).as_deref(),
+            None,
+        );
+        (ns, out)
+    }
+
+    fn pod_args(pod: &str, namespace: Option<&str>) -> Option<String> {
+        namespace.map(|n| format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={n};K8S_POD_NAME={pod}"))
+    }
+
+    /// ADD must fail with code 11 (the runner's) and a message containing
+    /// every `needle`; libcni must not have cached a result; the runtime's
+    /// DEL then succeeds.
     pub fn expect_not_ready(&self, pod: &str, needles: &[&str]) -> String {
-        let (ns, out) = self.add(pod);
+        let (ns, out) = self.add_runner_in(pod, None);
         out.assert_cni_error(11);
         let msg = out.error_msg().unwrap_or_default().to_string();
         eprintln!("[{}] ADD {pod}: {msg}", self.net);
@@ -572,17 +608,18 @@ impl GuardNode {
             "failed ADD was cached: {:?}",
             self.cached_results()
         );
-        self.cni(Verb::Del, &ns, &id).assert_ok();
+        self.runner(Verb::Del, &ns, &id).assert_ok();
         msg
     }
 
+    /// ADD, CHECK and DEL of a new pod through cnitool, each succeeding;
+    /// returns ADD's result.
     pub fn expect_ready(&self, pod: &str) -> Value {
         let (ns, out) = self.add(pod);
         out.assert_ok();
         let result = out.result.clone().expect("ADD result");
-        self.cni(Verb::Check, &ns, &format!("ctr-{pod}"))
-            .assert_ok();
-        self.cni(Verb::Del, &ns, &format!("ctr-{pod}")).assert_ok();
+        self.cni(Verb::Check, &ns).assert_ok();
+        self.cni(Verb::Del, &ns).assert_ok();
         result
     }
 
@@ -620,18 +657,4 @@ impl GuardNode {
 pub fn armed_state(chassis: &str) -> Value {
     json!({"lease": lease(chassis), "boundUuid": null, "preparing": false,
            "mode": "normal", "status": good_status(chassis)})
-}
-
-/// Run the plugin binary directly (as a runtime would) inside `ns`, for verbs
-/// libcni 1.1.2 cannot send (STATUS needs cniVersion 1.1.0).
-pub fn run_plugin(ns: &Netns, command: &str, conf: &Value) -> (i32, Value) {
-    let out = podgate_integration::run_with_stdin(
-        ns.command(ensure_plugin().to_str().unwrap())
-            .env("CNI_COMMAND", command)
-            .env("CNI_PATH", "/usr/lib/cni")
-            .stderr(Stdio::piped()),
-        conf.to_string().as_bytes(),
-    );
-    let v = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
-    (out.code.unwrap_or(-1), v)
 }
