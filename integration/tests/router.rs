@@ -461,8 +461,9 @@ const POOLNET: &str = "poolnet";
 /// A node whose uplink `up0` holds 10.0.0.5/24 and fd00::5/64, with its
 /// default routes via 10.0.0.254 and fd00::fe, another node (10.0.0.7,
 /// fd00::7) routing 10.8.5.0/24 and fd08:0:5::/48 (the static route the
-/// README recommends for a routed pool), and a route through an onlink
-/// gateway 10.8.7.1 outside every connected subnet; dual-stack pods on the
+/// README recommends for a routed pool), a route through an onlink gateway
+/// 10.8.7.1 outside every connected subnet and a multipath one with an
+/// onlink next hop 10.8.8.1; dual-stack pods on the
 /// bridge primary (10.24.0.0/16, fd24::/64), and `vpn` may pick pools in
 /// 10.8.0.0/16, the node's subnet 10.0.0.0/24 and fd08::/16.
 fn pool_node() -> TestNode {
@@ -484,7 +485,9 @@ fn pool_node() -> TestNode {
          ip route add default via 10.0.0.254 && ip -6 route add default via fd00::fe && \
          ip route add 10.8.5.0/24 via 10.0.0.7 proto static && \
          ip -6 route add fd08:0:5::/48 via fd00::7 proto static && \
-         ip route add 10.9.0.0/16 via 10.8.7.1 dev up0 onlink proto static",
+         ip route add 10.9.0.0/16 via 10.8.7.1 dev up0 onlink proto static && \
+         ip route add 10.10.0.0/16 proto static nexthop via 10.0.0.8 dev up0 \
+             nexthop via 10.8.8.1 dev up0 onlink",
     );
     node
 }
@@ -494,7 +497,8 @@ fn pool_node() -> TestNode {
 /// pool carved out of another node's route (10.8.5.0/25 inside 10.8.5.0/24,
 /// fd08:0:5:1::/64 inside fd08:0:5::/48), a pool around one (10.8.4.0/23,
 /// fd08::/32), a pool inside the node's subnet holding its gateway but no
-/// node address (10.0.0.128/25), a pool holding an onlink gateway, and a
+/// node address (10.0.0.128/25), a pool holding an onlink gateway (a
+/// route's own, a multipath route's next hop's), and a
 /// pool inside or around another pod's (10.8.0.0/25, 10.8.0.0/23 with
 /// 10.8.0.0/24 routed to pod `owner`). The node's default routes contain
 /// every pool and refuse none: a pool that overlaps nothing else is routed
@@ -539,6 +543,10 @@ fn pools_overlapping_the_nodes_routes_subnets_gateways_or_other_pods_pools_are_r
         (
             "10.8.7.0/24",
             "it contains 10.8.7.1, the gateway of the node's route 10.9.0.0/16",
+        ),
+        (
+            "10.8.8.0/24",
+            "it contains 10.8.8.1, the gateway of the node's route 10.10.0.0/16",
         ),
         (
             "fd08:0:5:1::/64",

@@ -116,7 +116,7 @@ fn pool_conflict(pool: &IpNet, key: &Key, pod_ips: &[IpNet], view: &NodeView) ->
             .iter()
             .filter(|r| r.table == TABLE_MAIN && same_family(r.dst.addr(), pool.addr()))
     };
-    if let Some((r, g)) = main().find_map(|r| Some((r, r.gateway.filter(|g| pool.contains(g))?))) {
+    if let Some((r, g)) = main().find_map(|r| Some((r, r.gateways().find(|g| pool.contains(g))?))) {
         return Some(format!(
             "it contains {g}, the gateway of the node's route {} (proto {})",
             r.dst,

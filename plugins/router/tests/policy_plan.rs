@@ -178,6 +178,7 @@ fn route(dst: &str, gw: Option<&str>, oif: u32, proto: u8) -> RouteEntry {
         scope: 0,
         kind: 1,
         prefsrc: None,
+        multipath: Vec::new(),
     }
 }
 
@@ -336,8 +337,9 @@ fn routed_with(pools: &str) -> (RouterConfig, podgate_router::intent::Selection)
 /// A dual-stack pod (10.22.0.5/16, fd22::5/64) on a node with default
 /// routes in both families, another node's routes (10.8.5.0/24 via
 /// 10.0.0.7, fd08:0:5::/48 via fd00::7), a route through an onlink gateway
-/// outside every connected subnet, a strict pod's host route (podgate's
-/// own protocol) and a route in another table.
+/// outside every connected subnet, a multipath route with one such next
+/// hop, a strict pod's host route (podgate's own protocol) and a route in
+/// another table.
 fn carved_node() -> NodeView {
     let mut v = node();
     v.routes.extend([
@@ -351,6 +353,9 @@ fn carved_node() -> NodeView {
         route("fd22::/64", None, 3, 2),
         route("fd08:0:5::/48", Some("fd00::7"), 2, 4),
     ]);
+    let mut multipath = route("10.10.0.0/16", None, 2, 4);
+    multipath.multipath = vec!["10.0.0.8".parse().unwrap(), "10.8.8.1".parse().unwrap()];
+    v.routes.push(multipath);
     let mut other = route("10.8.30.0/24", Some("10.0.0.8"), 2, 4);
     other.table = 100;
     v.routes.push(other);
@@ -398,6 +403,11 @@ fn plan_refuses_pools_overlapping_node_routes_subnets_gateways_and_claims_either
         (
             "172.31.1.0/24",
             "it contains 172.31.1.1, the gateway of the node's route 10.9.0.0/16",
+        ),
+        // A multipath route's onlink next hop.
+        (
+            "10.8.8.0/24",
+            "it contains 10.8.8.1, the gateway of the node's route 10.10.0.0/16",
         ),
         // podgate's own route no claim accounts for (a strict pod's host route).
         (
