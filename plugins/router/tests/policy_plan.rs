@@ -255,21 +255,20 @@ fn plan_return_route_via_pod_on_connected_subnet_and_onlink_for_host_routes() {
     );
 }
 
+/// `v` with pod `c0`'s claim of 10.8.0.0/24 (`vpn-routed`).
+fn claimed_by_c0(mut v: NodeView) -> NodeView {
+    let c0 = Key::new("n", "c0", "eth0");
+    let other = build(&cfg(), &routed(), &c0, &prev(), &node()).unwrap();
+    v.claims
+        .push(Record::pending(&c0, &other, Default::default()).claim());
+    v
+}
+
 #[test]
 fn plan_refuses_conflicting_return_routes() {
     let key = Key::new("n", "c1", "eth0");
     // Already routed to another pod.
-    let other = build(
-        &cfg(),
-        &routed(),
-        &Key::new("n", "c0", "eth0"),
-        &prev(),
-        &node(),
-    )
-    .unwrap();
-    let mut v = node();
-    v.claims
-        .push(Record::pending(&Key::new("n", "c0", "eth0"), &other, Default::default()).claim());
+    let v = claimed_by_c0(node());
     let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
     assert!(e.msg.contains("already routed to pod c0"), "{}", e.msg);
 
@@ -290,34 +289,20 @@ fn plan_refuses_conflicting_return_routes() {
     let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
     assert!(e.msg.contains("node's address 10.8.0.7"), "{}", e.msg);
 
-    let mut c = cfg();
-    c.allow.pools.push("10.22.0.0/16".parse().unwrap());
-    c.allow.pools.push("169.254.0.0/16".parse().unwrap());
     for (pool, needle) in [
         ("10.22.3.0/24", "pod's own subnet"),
         ("169.254.1.0/24", "link-local"),
     ] {
-        let sel = select(
-            &c,
-            &intent(
-                "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
-                annotations(
-                    json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": pool}),
-                ),
-            ),
-        )
-        .unwrap()
-        .unwrap();
+        let (c, sel) = routed_with(&["10.22.0.0/16", "169.254.0.0/16"], pool);
         let e = build(&c, &sel, &key, &prev(), &node()).unwrap_err();
         assert!(e.msg.contains(needle), "{pool}: {}", e.msg);
     }
 }
 
-/// `vpn-routed` with `pools` annotated, where `cfg()` also allows the
-/// node's subnet 10.0.0.0/24, 172.31.0.0/16 and fd08::/16.
-fn routed_with(pools: &str) -> (RouterConfig, podgate_router::intent::Selection) {
+/// `vpn-routed` with `pools` annotated, where `cfg()` also allows `allow`.
+fn routed_with(allow: &[&str], pools: &str) -> (RouterConfig, podgate_router::intent::Selection) {
     let mut c = cfg();
-    for p in ["10.0.0.0/24", "172.31.0.0/16", "fd08::/16"] {
+    for p in allow {
         c.allow.pools.push(p.parse().unwrap());
     }
     let sel = select(
@@ -376,7 +361,8 @@ fn dual_prev() -> CniResult {
 fn plan_refuses_pools_overlapping_node_routes_subnets_gateways_and_claims_either_way() {
     let key = Key::new("n", "c1", "eth0");
     let plan = |pools: &str, v: &NodeView| {
-        let (c, sel) = routed_with(pools);
+        // The node's subnet and an onlink gateway's are allowed pools here.
+        let (c, sel) = routed_with(&["10.0.0.0/24", "172.31.0.0/16", "fd08::/16"], pools);
         build(&c, &sel, &key, &dual_prev(), v)
     };
     let v = carved_node();
@@ -451,17 +437,7 @@ fn plan_refuses_pools_overlapping_node_routes_subnets_gateways_and_claims_either
     );
 
     // Another pod's pool, inside or around.
-    let other = build(
-        &cfg(),
-        &routed(),
-        &Key::new("n", "c0", "eth0"),
-        &prev(),
-        &node(),
-    )
-    .unwrap();
-    let mut v = carved_node();
-    v.claims
-        .push(Record::pending(&Key::new("n", "c0", "eth0"), &other, Default::default()).claim());
+    let v = claimed_by_c0(carved_node());
     for pool in ["10.8.0.0/25", "10.8.0.0/23"] {
         let e = plan(pool, &v).unwrap_err();
         assert!(
