@@ -16,7 +16,7 @@
 
 use podgate_integration::agent::{self, Agent};
 use podgate_integration::containerd::Containerd;
-use podgate_integration::cri::{pod_nft, sysctl_in, Cri, Pod};
+use podgate_integration::cri::{in_netns, pod_nft, sysctl_in, Cri, Pod};
 use podgate_integration::{
     assert_same, bin_dir, claims_index_matches_records, output_text, require_root, state_files_in,
     Snapshot, TempDir, TestNode,
@@ -51,10 +51,14 @@ fn write_plugins(node: &TestNode, assign: Value) {
     .unwrap();
 }
 
-/// The router's records (`<network>+<id>+<ifname>.json`), by file name.
+/// The router's records (`<network>+<id>+<ifname>.json`), by file name;
+/// not a writer's temp file (`.tmp-<pid>-<record file>`, maybe half
+/// written).
 fn record_files(node: &TestNode) -> Vec<String> {
     let mut v = node.state_files();
-    v.retain(|f| !f.contains('/') && f.ends_with(".json") && f.contains('+'));
+    v.retain(|f| {
+        !f.contains('/') && !f.starts_with('.') && f.ends_with(".json") && f.contains('+')
+    });
     v
 }
 
@@ -747,6 +751,84 @@ fn a_one_shot_adoption_killed_at_any_call_converges_on_the_next_scan_and_leaves_
         calls.len(),
         started.elapsed()
     );
+}
+
+/// The pod interface's addresses in a sandbox: `ip -o addr show dev eth0`
+/// of one family, as `address/prefix`, in the kernel's listing order.
+fn eth0_addresses(netns: &Path, family: &str) -> Vec<String> {
+    let out = in_netns(netns, &["ip", "-o", family, "addr", "show", "dev", "eth0"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .skip_while(|w| !w.starts_with("inet"))
+                .nth(1)
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// A pod with NET_ADMIN that started before the chain takes another pod's
+/// address and lists it before its own (the test acts as the pod: its
+/// addresses flushed, the other pod's added, then its own): the one-shot
+/// scan refuses to adopt it, since its interface holds an address the
+/// runtime does not report for the sandbox, names the pod and the rule,
+/// exits 1 and counts the refusal (`podgate_refusals{rule="adoption"}`).
+/// Nothing is bound to the foreign address: no record, no return route,
+/// no claim, forwarding and nf_tables untouched in the pod. Stop + Remove
+/// of both pods leave the node as before podgate.
+#[test]
+fn a_sandbox_holding_another_pods_address_is_refused_and_nothing_is_bound_to_it() {
+    let mut s = OneShot::start("adoptforeign");
+    let victim = s.cri.run(&s.c, &Pod::new("default", "victim")).unwrap();
+    let victim_ns = s.cri.netns(&victim);
+    let (id, netns) = s.pod_without_chain();
+    let forwarding = sysctl_in(&netns, "net.ipv4.ip_forward");
+    let [theirs] = &eth0_addresses(&victim_ns, "-4")[..] else {
+        panic!("the victim has one IPv4 address")
+    };
+    let [own] = &eth0_addresses(&netns, "-4")[..] else {
+        panic!("the pod has one IPv4 address")
+    };
+    let script = format!(
+        "ip -4 addr flush dev eth0 && ip addr add {theirs} dev eth0 && \
+         ip addr add {own} dev eth0 && ip route add default via 10.28.0.1"
+    );
+    let out = in_netns(&netns, &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert_eq!(eth0_addresses(&netns, "-4"), [theirs.clone(), own.clone()]);
+
+    let out = s.once(&[]);
+    let text = output_text(&out);
+    let node = s.node();
+    let bound = format!(
+        "the pod's address {own}, the other pod's {theirs}\nrecords: {:?}\nreturn routes: {}",
+        record_files(node),
+        return_routes(node)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}\n{bound}");
+    let theirs_ip = theirs.split('/').next().unwrap();
+    assert!(
+        text.lines().any(|l| l.contains("vpn/kp-0")
+            && l.contains("refused by adoption")
+            && l.contains(theirs_ip)),
+        "the agent names the pod, the rule and the address:\n{text}"
+    );
+    assert!(record_files(node).is_empty(), "{bound}");
+    assert_eq!(return_routes(node), "", "{bound}");
+    assert_eq!(sysctl_in(&netns, "net.ipv4.ip_forward"), forwarding);
+    assert_eq!(pod_nft(&netns), None);
+    claims_index_matches_records(&node.state_dir(), "a refused adoption");
+    let refusals = std::fs::read(node.root().join("agent/metrics.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["counters"]["refusals"]["adoption"].as_u64());
+    assert_eq!(refusals, Some(1), "the refusal is counted");
+
+    s.cri.stop_and_remove(&id);
+    s.cri.stop_and_remove(&victim);
+    s.assert_clean("a refused adoption, then Stop+Remove");
 }
 
 /// How long the stop test pauses the agent (strace `delay_enter`/`delay_exit`).

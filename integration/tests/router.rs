@@ -425,7 +425,7 @@ fn refusals_apply_nothing() {
         (
             "vpn",
             json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": "10.8.6.0/24"}),
-            "the node already routes it (proto 4)",
+            "the node already routes 10.8.6.0/24 (proto static)",
         ),
     ];
     for (i, (ns, ann, needle)) in cases.into_iter().enumerate() {
@@ -456,6 +456,173 @@ fn refusals_apply_nothing() {
     del(&node, &other, &pod_args("vpn", "web")).assert_ok();
     del(&node, &warm, &pod_args("default", "warm")).assert_ok();
     assert!(node.state_files().is_empty());
+}
+
+/// The network of [`pools_overlapping_the_nodes_routes_subnets_gateways_or_other_pods_pools_are_refused`]:
+/// dual-stack pods.
+const POOLNET: &str = "poolnet";
+
+/// A node whose uplink `up0` holds 10.0.0.5/24 and fd00::5/64, with its
+/// default routes via 10.0.0.254 and fd00::fe, another node (10.0.0.7,
+/// fd00::7) routing 10.8.5.0/24 and fd08:0:5::/48 (the static route the
+/// README recommends for a routed pool), a route through an onlink gateway
+/// 10.8.7.1 outside every connected subnet and a multipath one with an
+/// onlink next hop 10.8.8.1; dual-stack pods on the
+/// bridge primary (10.24.0.0/16, fd24::/64), and `vpn` may pick pools in
+/// 10.8.0.0/16, the node's subnet 10.0.0.0/24 and fd08::/16.
+fn pool_node() -> TestNode {
+    let node = setup("pools", false);
+    let mut router = router_entry(&node);
+    router["allow"]["pools"] = json!(["10.8.0.0/16", "10.0.0.0/24", "fd08::/16"]);
+    let mut list = node.bridge_conflist(POOLNET, "1.0.0", "10.24.0.0/16", vec![router]);
+    list["plugins"][0]["ipam"]["ranges"] =
+        json!([[{"subnet": "10.24.0.0/16"}], [{"subnet": "fd24::/64"}]]);
+    list["plugins"][0]["ipam"]["routes"] = json!([{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]);
+    node.write_conflist(POOLNET, &list);
+    // No duplicate address detection: the bridge's IPv6 address would
+    // finish it (and get its local routes) in the middle of the test.
+    node.ns.sysctl_set("net.ipv6.conf.default.accept_dad", "0");
+    node.ns.sysctl_set("net.ipv6.conf.all.accept_dad", "0");
+    node.ns.sh_ok(
+        "ip link add up0 type veth peer name up0p && ip link set up0p up && ip link set up0 up && \
+         ip addr add 10.0.0.5/24 dev up0 && ip -6 addr add fd00::5/64 dev up0 nodad && \
+         ip route add default via 10.0.0.254 && ip -6 route add default via fd00::fe && \
+         ip route add 10.8.5.0/24 via 10.0.0.7 proto static && \
+         ip -6 route add fd08:0:5::/48 via fd00::7 proto static && \
+         ip route add 10.9.0.0/16 via 10.8.7.1 dev up0 onlink proto static && \
+         ip route add 10.10.0.0/16 proto static nexthop via 10.0.0.8 dev up0 \
+             nexthop via 10.8.8.1 dev up0 onlink",
+    );
+    node
+}
+
+/// A return-route pool that overlaps, either way, what the node routes
+/// elsewhere is refused before anything is applied, in both families: a
+/// pool carved out of another node's route (10.8.5.0/25 inside 10.8.5.0/24,
+/// fd08:0:5:1::/64 inside fd08:0:5::/48), a pool around one (10.8.4.0/23,
+/// fd08::/32), a pool inside the node's subnet holding its gateway but no
+/// node address (10.0.0.128/25), a pool holding an onlink gateway (a
+/// route's own, a multipath route's next hop's), and a
+/// pool inside or around another pod's (10.8.0.0/25, 10.8.0.0/23 with
+/// 10.8.0.0/24 routed to pod `owner`). The node's default routes contain
+/// every pool and refuse none: a pool that overlaps nothing else is routed
+/// to the pod in both families.
+#[test]
+fn pools_overlapping_the_nodes_routes_subnets_gateways_or_other_pods_pools_are_refused() {
+    let node = pool_node();
+    let args = pod_args("vpn", "web");
+    let pool_annotations = |pools: Option<&str>| {
+        let mut ann = json!({"podgate.dev/profile": "vpn-routed"});
+        if let Some(pools) = pools {
+            ann["podgate.dev/return-routes"] = json!(pools);
+        }
+        annotations(ann)
+    };
+    // Through the runner as container `cid`: the refusals' CNI error code,
+    // and the owner's container ID they name.
+    let add_pool = |p: &Netns, cid: &str, pools: Option<&str>| {
+        node.runner(
+            Verb::Add,
+            POOLNET,
+            p.path(),
+            cid,
+            "eth0",
+            Some(&args),
+            Some(pool_annotations(pools)),
+        )
+    };
+    let del_pool = |p: &Netns, cid: &str| {
+        node.runner(Verb::Del, POOLNET, p.path(), cid, "eth0", Some(&args), None)
+            .assert_ok();
+    };
+    let owner = pod(&node, "owner");
+    add_pool(&owner, "owner", None).assert_ok();
+    let before = node.settled_snapshot();
+
+    let cases = [
+        (
+            "10.8.5.0/25",
+            "the node already routes 10.8.5.0/24 via 10.0.0.7",
+        ),
+        (
+            "10.8.4.0/23",
+            "the node already routes 10.8.5.0/24 via 10.0.0.7",
+        ),
+        ("10.0.0.128/25", "overlaps the node's subnet 10.0.0.0/24"),
+        (
+            "10.8.7.0/24",
+            "it contains 10.8.7.1, the gateway of the node's route 10.9.0.0/16",
+        ),
+        (
+            "10.8.8.0/24",
+            "it contains 10.8.8.1, the gateway of the node's route 10.10.0.0/16",
+        ),
+        (
+            "fd08:0:5:1::/64",
+            "the node already routes fd08:0:5::/48 via fd00::7",
+        ),
+        (
+            "fd08::/32",
+            "the node already routes fd08:0:5::/48 via fd00::7",
+        ),
+        ("10.8.0.0/25", "already routed to pod owner"),
+        ("10.8.0.0/23", "already routed to pod owner"),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (pool, needle)) in cases.into_iter().enumerate() {
+        let p = pod(&node, &format!("carve{i}"));
+        let cid = format!("carve{i}");
+        let out = add_pool(&p, &cid, Some(pool));
+        let msg = out.error_msg().unwrap_or_default().to_string();
+        if out.error_code() != Some(100) || !msg.contains(needle) {
+            wrong.push(format!(
+                "{pool}: want refusal {needle:?}, got code {:?} {msg:?}",
+                out.error_code()
+            ));
+        } else if p.sysctl_get("net.ipv4.ip_forward") != "0" {
+            wrong.push(format!("{pool}: refused, but forwarding is on in the pod"));
+        }
+        // libcni does not DEL a failed ADD by itself; the runtime does.
+        del_pool(&p, &cid);
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_same(&before, &node.snapshot());
+
+    // Inside the default routes and nothing else: routed to the pod.
+    let free = pod(&node, "free");
+    let out = node.cni(
+        Verb::Add,
+        POOLNET,
+        &free,
+        "eth0",
+        Some(&args),
+        Some(pool_annotations(Some("10.8.9.0/24,fd08:0:9::/64"))),
+    );
+    out.assert_ok();
+    let result = out.result.as_ref().unwrap();
+    let v4 = pod_ip(result);
+    let v6 = result["ips"][1]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let routes = node_routes(&node);
+    assert!(
+        routes.contains(&format!("10.8.9.0/24 via {v4}")),
+        "{routes}"
+    );
+    let routes = node
+        .ns
+        .exec_ok(&["ip", "-6", "route", "show", "table", "all"]);
+    assert!(
+        routes.contains(&format!("fd08:0:9::/64 via {v6}")),
+        "{routes}"
+    );
+    node.cni(Verb::Del, POOLNET, &free, "eth0", Some(&args), None)
+        .assert_ok();
+    del_pool(&owner, "owner");
+    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
 }
 
 #[test]

@@ -184,6 +184,11 @@ pub struct Scan {
     /// Candidates stopped while this scan judged them, and what was done
     /// (undone, or nothing applied), one line each.
     pub stopped_meanwhile: Vec<String>,
+    /// The rule of each candidate refused by policy (its line is in
+    /// `errors`), as `podgate_refusals` counts it: ADD's rules, and
+    /// `adoption` for a sandbox whose interface does not hold exactly the
+    /// addresses the runtime reports for it.
+    pub refused: Vec<String>,
     /// Why adoption did not run (the runtime does not serve the chain, or
     /// the history does not say it does).
     pub skipped: Option<String>,
@@ -377,6 +382,9 @@ impl Adopter {
                     log(&line);
                     out.stopped_meanwhile.push(line);
                     return Ok(());
+                }
+                if e.code == podgate_cni::code::POLICY_REFUSED {
+                    out.refused.push(podgate_cni::event::refusal_rule(&e.msg));
                 }
                 Err(format!("not adopting {pod}: {}", e.msg))
             }

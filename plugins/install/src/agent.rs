@@ -12,7 +12,7 @@
 //! and read netlink, so they stay off the server's thread) and the
 //! current-thread tokio runtime serving HTTP and waiting for SIGTERM/SIGINT.
 
-use crate::adopt::{Adopter, Repair};
+use crate::adopt::{Adopter, Repair, Scan};
 use crate::history::HistoryFile;
 use crate::metrics::{self, events::Spool, http};
 use crate::sweep::Sweep;
@@ -184,12 +184,27 @@ fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> Option
     for e in &scan.errors {
         log(format!("warning: adoption: {e}"));
     }
-    for (_, profile) in &scan.adopted {
-        if let Err(e) = spool.count_adopted(profile) {
-            log(format!("warning: counting an adoption: {e}"));
-        }
+    for e in count(spool, &scan) {
+        log(format!("warning: {e}"));
     }
     scan.unguarded
+}
+
+/// Count a scan's adoptions (by profile) and refused candidates (by rule);
+/// what could not be counted.
+fn count(spool: &mut Spool, scan: &Scan) -> Vec<String> {
+    let mut failed = Vec::new();
+    for (_, profile) in &scan.adopted {
+        if let Err(e) = spool.count_adopted(profile) {
+            failed.push(format!("counting an adoption: {e}"));
+        }
+    }
+    for rule in &scan.refused {
+        if let Err(e) = spool.count_refusal(rule) {
+            failed.push(format!("counting a refused adoption: {e}"));
+        }
+    }
+    failed
 }
 
 /// `--once`: one adoption scan (counted as the daemon counts) and one
@@ -208,10 +223,8 @@ fn once(
             let scan = a.scan(probe);
             for (pod, profile) in &scan.adopted {
                 println!("adopted {pod}: profile {profile:?}");
-                if let Err(e) = spool.count_adopted(profile) {
-                    failed.push(format!("counting an adoption: {e}"));
-                }
             }
+            failed.extend(count(&mut spool, &scan));
             for line in &scan.stopped_meanwhile {
                 println!("{line}");
             }

@@ -264,9 +264,19 @@ pub struct RouteEntry {
     pub scope: u8,
     pub kind: u8,
     pub prefsrc: Option<IpAddr>,
+    /// The gateways of a multipath route's next hops (`RTA_MULTIPATH`;
+    /// `gateway` is then None). A route through a nexthop object
+    /// (`RTA_NH_ID`) lists its gateways in neither.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub multipath: Vec<IpAddr>,
 }
 
 impl RouteEntry {
+    /// Every gateway the route names: its own and its next hops'.
+    pub fn gateways(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.gateway.iter().chain(&self.multipath).copied()
+    }
+
     pub fn route_protocol(&self) -> RouteProtocol {
         RouteProtocol(self.protocol)
     }
@@ -307,7 +317,33 @@ pub(crate) fn entry_of(payload: &[u8]) -> std::result::Result<Option<RouteEntry>
         scope: h.scope,
         kind: h.kind,
         prefsrc: opt(&attrs, RTA_PREFSRC, |b| addr_of(v6, b, "RTA_PREFSRC"))?,
+        multipath: opt(&attrs, RTA_MULTIPATH, |b| multipath_gateways(v6, b))?.unwrap_or_default(),
     }))
+}
+
+/// The gateways in an `RTA_MULTIPATH` attribute: next hops one after the
+/// other, each a `struct rtnexthop` (its length with its attributes, u16;
+/// flags, hops, u8; ifindex, i32) and then its attributes, `RTA_GATEWAY`
+/// among them, padded to 4 bytes.
+fn multipath_gateways(v6: bool, mut b: &[u8]) -> std::result::Result<Vec<IpAddr>, String> {
+    const RTNH_LEN: usize = 8;
+    let mut out = Vec::new();
+    while let [l0, l1, ..] = b {
+        let len = usize::from(u16::from_ne_bytes([*l0, *l1]));
+        let attrs = b
+            .get(RTNH_LEN..len)
+            .ok_or_else(|| format!("RTA_MULTIPATH: next hop length {len} out of bounds"))
+            .and_then(|a| {
+                crate::netlink::msg::Attrs::parse(a).map_err(|e| format!("RTA_MULTIPATH: {e}"))
+            })?;
+        out.extend(opt(&attrs, RTA_GATEWAY, |g| {
+            addr_of(v6, g, "RTA_MULTIPATH gateway")
+        })?);
+        b = b
+            .get(crate::netlink::msg::align4(len)..)
+            .unwrap_or_default();
+    }
+    Ok(out)
 }
 
 /// Add a route; `replace` overwrites an existing one with the same key.
@@ -442,6 +478,7 @@ impl From<&RouteSpec> for RouteEntry {
             scope: scope.0,
             kind: RouteType::UNICAST.0,
             prefsrc: None,
+            multipath: Vec::new(),
         }
     }
 }

@@ -160,6 +160,7 @@ mod tests {
             scope: 0,
             kind: 1,
             prefsrc: None,
+            multipath: Vec::new(),
         };
         assert_eq!(
             row_of(&e, &links).line(),
@@ -175,6 +176,7 @@ mod tests {
             scope: 254,
             kind: 2,
             prefsrc: Some("10.22.0.5".parse().unwrap()),
+            multipath: Vec::new(),
         };
         assert_eq!(
             row_of(&l, &links).line(),

@@ -62,8 +62,8 @@ impl Families {
 /// unread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
-    /// Node routes: return routes (a conflicting route, the connected
-    /// route to the pod) in each pool's family; a routing boundary (the
+    /// Node routes: return routes (a route overlapping a pool or a gateway
+    /// in one, the connected route to the pod) in each pool's family; a routing boundary (the
     /// pod's host route) in its gateway's family, and both when it picks a
     /// free table (a table is taken if either family has a route in it).
     pub routes: Families,
@@ -73,8 +73,8 @@ pub struct Needs {
     /// only that table, not the local one (a route for every node address,
     /// thousands with kube-proxy in IPVS mode) or others.
     pub all_tables: bool,
-    /// Node addresses: a return-route pool must not contain one (each
-    /// pool's family).
+    /// Node addresses: a return-route pool must not contain one or
+    /// overlap its subnet (each pool's family).
     pub addresses: Families,
     /// Other pods' records (pool owners, tables, strict slots).
     pub claims: bool,

@@ -77,6 +77,64 @@ fn connected_route(view: &NodeView, ip: IpAddr) -> Option<&RouteEntry> {
         .max_by_key(|r| r.dst.prefix_len())
 }
 
+/// Why `pool` may not be routed to the attachment `key` (addresses
+/// `pod_ips`), None when nothing holds any of it: a special range, the
+/// pod's own subnet, a node address or subnet, another live pod's pool,
+/// a main-table route (default routes aside) or a gateway of one. Overlap
+/// counts either way: a pool inside a prefix would take that part of it
+/// from whoever has it (the longest prefix wins within a table), a pool
+/// around one would take the rest. Only the main table is looked at: the
+/// return route goes there, and a table looked up before it wins whatever
+/// the prefix length (README: "Profile selection and refusals").
+fn pool_conflict(pool: &IpNet, key: &Key, pod_ips: &[IpNet], view: &NodeView) -> Option<String> {
+    if let Some(what) = special(pool) {
+        return Some(format!("it overlaps {what}"));
+    }
+    if let Some(own) = pod_ips.iter().find(|ip| overlaps(&ip.trunc(), pool)) {
+        return Some(format!("it overlaps the pod's own subnet {}", own.trunc()));
+    }
+    if let Some(a) = view.addresses.iter().find(|a| pool.contains(&a.addr())) {
+        return Some(format!("it contains the node's address {}", a.addr()));
+    }
+    if let Some(a) = view.addresses.iter().find(|a| overlaps(&a.trunc(), pool)) {
+        return Some(format!(
+            "it overlaps the node's subnet {} (address {})",
+            a.trunc(),
+            a.addr()
+        ));
+    }
+    for c in view.claims.iter().filter(|c| c.key != *key) {
+        if let Some(n) = c.pools.iter().find(|n| overlaps(n, pool)) {
+            return Some(format!(
+                "it overlaps {n}, already routed to pod {} ({}/{})",
+                c.key.container_id, c.key.network, c.key.ifname
+            ));
+        }
+    }
+    let main = || {
+        view.routes
+            .iter()
+            .filter(|r| r.table == TABLE_MAIN && same_family(r.dst.addr(), pool.addr()))
+    };
+    if let Some((r, g)) = main().find_map(|r| Some((r, r.gateways().find(|g| pool.contains(g))?))) {
+        return Some(format!(
+            "it contains {g}, the gateway of the node's route {} (proto {})",
+            r.dst,
+            r.route_protocol()
+        ));
+    }
+    main()
+        .find(|r| r.dst.prefix_len() > 0 && overlaps(&r.dst, pool))
+        .map(|r| {
+            format!(
+                "the node already routes {}{} (proto {}), which overlaps it",
+                r.dst,
+                r.gateway.map(|g| format!(" via {g}")).unwrap_or_default(),
+                r.route_protocol()
+            )
+        })
+}
+
 /// The sysctls the selected profile sets on `ifname`, as `build` names
 /// them: ADD reads their current values in the pod's namespace before the
 /// plan is built (outside the node-wide lock). Names `build` refuses are
@@ -134,42 +192,9 @@ pub fn build(
     let mut node_routes = Vec::new();
     for pool in &sel.return_routes {
         let pool = pool.trunc();
-        if let Some(what) = special(&pool) {
+        if let Some(why) = pool_conflict(&pool, key, &pod_ips, view) {
             return Err(CniError::policy(format!(
-                "return route {pool} refused: it overlaps {what}"
-            )));
-        }
-        if let Some(own) = pod_ips.iter().find(|ip| overlaps(&ip.trunc(), &pool)) {
-            return Err(CniError::policy(format!(
-                "return route {pool} refused: it overlaps the pod's own subnet {}",
-                own.trunc()
-            )));
-        }
-        if let Some(a) = view.addresses.iter().find(|a| pool.contains(&a.addr())) {
-            return Err(CniError::policy(format!(
-                "return route {pool} refused: it contains the node's address {}",
-                a.addr()
-            )));
-        }
-        if let Some(r) = view
-            .claims
-            .iter()
-            .find(|c| c.key != *key && c.pools.iter().any(|n| overlaps(n, &pool)))
-        {
-            return Err(CniError::policy(format!(
-                "return route {pool} refused: already routed to pod {} ({}/{})",
-                r.key.container_id, r.key.network, r.key.ifname
-            )));
-        }
-        if let Some(r) = view
-            .routes
-            .iter()
-            .find(|r| r.table == TABLE_MAIN && r.dst == pool && r.protocol != RTPROT_PODGATE)
-        {
-            return Err(CniError::policy(format!(
-                "return route {pool} refused: the node already routes it (proto {}{})",
-                r.protocol,
-                r.gateway.map(|g| format!(" via {g}")).unwrap_or_default()
+                "return route {pool} refused: {why}"
             )));
         }
         let via = pod_ips

@@ -178,6 +178,7 @@ fn route(dst: &str, gw: Option<&str>, oif: u32, proto: u8) -> RouteEntry {
         scope: 0,
         kind: 1,
         prefsrc: None,
+        multipath: Vec::new(),
     }
 }
 
@@ -255,21 +256,20 @@ fn plan_return_route_via_pod_on_connected_subnet_and_onlink_for_host_routes() {
     );
 }
 
+/// `v` with pod `c0`'s claim of 10.8.0.0/24 (`vpn-routed`).
+fn claimed_by_c0(mut v: NodeView) -> NodeView {
+    let c0 = Key::new("n", "c0", "eth0");
+    let other = build(&cfg(), &routed(), &c0, &prev(), &node()).unwrap();
+    v.claims
+        .push(Record::pending(&c0, &other, Default::default()).claim());
+    v
+}
+
 #[test]
 fn plan_refuses_conflicting_return_routes() {
     let key = Key::new("n", "c1", "eth0");
     // Already routed to another pod.
-    let other = build(
-        &cfg(),
-        &routed(),
-        &Key::new("n", "c0", "eth0"),
-        &prev(),
-        &node(),
-    )
-    .unwrap();
-    let mut v = node();
-    v.claims
-        .push(Record::pending(&Key::new("n", "c0", "eth0"), &other, Default::default()).claim());
+    let v = claimed_by_c0(node());
     let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
     assert!(e.msg.contains("already routed to pod c0"), "{}", e.msg);
 
@@ -277,7 +277,12 @@ fn plan_refuses_conflicting_return_routes() {
     let mut v = node();
     v.routes.push(route("10.8.0.0/24", Some("10.0.0.1"), 2, 4));
     let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
-    assert!(e.msg.contains("already routes it"), "{}", e.msg);
+    assert!(
+        e.msg
+            .contains("the node already routes 10.8.0.0/24 via 10.0.0.1 (proto static)"),
+        "{}",
+        e.msg
+    );
 
     // Node address inside the pool, pod subnet overlap.
     let mut v = node();
@@ -285,26 +290,163 @@ fn plan_refuses_conflicting_return_routes() {
     let e = build(&cfg(), &routed(), &key, &prev(), &v).unwrap_err();
     assert!(e.msg.contains("node's address 10.8.0.7"), "{}", e.msg);
 
-    let mut c = cfg();
-    c.allow.pools.push("10.22.0.0/16".parse().unwrap());
-    c.allow.pools.push("169.254.0.0/16".parse().unwrap());
     for (pool, needle) in [
         ("10.22.3.0/24", "pod's own subnet"),
         ("169.254.1.0/24", "link-local"),
     ] {
-        let sel = select(
-            &c,
-            &intent(
-                "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
-                annotations(
-                    json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": pool}),
-                ),
-            ),
-        )
-        .unwrap()
-        .unwrap();
+        let (c, sel) = routed_with(&["10.22.0.0/16", "169.254.0.0/16"], pool);
         let e = build(&c, &sel, &key, &prev(), &node()).unwrap_err();
         assert!(e.msg.contains(needle), "{pool}: {}", e.msg);
+    }
+}
+
+/// `vpn-routed` with `pools` annotated, where `cfg()` also allows `allow`.
+fn routed_with(allow: &[&str], pools: &str) -> (RouterConfig, podgate_router::intent::Selection) {
+    let mut c = cfg();
+    for p in allow {
+        c.allow.pools.push(p.parse().unwrap());
+    }
+    let sel = select(
+        &c,
+        &intent(
+            "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
+            annotations(
+                json!({"podgate.dev/profile": "vpn-routed", "podgate.dev/return-routes": pools}),
+            ),
+        ),
+    )
+    .unwrap()
+    .unwrap();
+    (c, sel)
+}
+
+/// A dual-stack pod (10.22.0.5/16, fd22::5/64) on a node with default
+/// routes in both families, another node's routes (10.8.5.0/24 via
+/// 10.0.0.7, fd08:0:5::/48 via fd00::7), a route through an onlink gateway
+/// outside every connected subnet, a multipath route with one such next
+/// hop, a strict pod's host route (podgate's own protocol) and a route in
+/// another table.
+fn carved_node() -> NodeView {
+    let mut v = node();
+    v.routes.extend([
+        route("0.0.0.0/0", Some("10.0.0.254"), 2, 4),
+        route("10.8.5.0/24", Some("10.0.0.7"), 2, 4),
+        route("10.9.0.0/16", Some("172.31.1.1"), 2, 4),
+        route("10.8.40.7/32", Some("10.0.0.254"), 2, RTPROT_PODGATE),
+        route("::/0", Some("fe80::1"), 2, 9),
+        route("fe80::/64", None, 2, 2),
+        route("fd00::/64", None, 2, 2),
+        route("fd22::/64", None, 3, 2),
+        route("fd08:0:5::/48", Some("fd00::7"), 2, 4),
+    ]);
+    let mut multipath = route("10.10.0.0/16", None, 2, 4);
+    multipath.multipath = vec!["10.0.0.8".parse().unwrap(), "10.8.8.1".parse().unwrap()];
+    v.routes.push(multipath);
+    let mut other = route("10.8.30.0/24", Some("10.0.0.8"), 2, 4);
+    other.table = 100;
+    v.routes.push(other);
+    v.addresses.push("fd00::10/64".parse().unwrap());
+    v
+}
+
+fn dual_prev() -> CniResult {
+    serde_json::from_value(json!({
+        "interfaces": [{"name": "cni0"}, {"name": "veth1"}, {"name": "eth0", "sandbox": "/run/netns/p"}],
+        "ips": [{"address": "10.22.0.5/16", "gateway": "10.22.0.1", "interface": 2},
+                {"address": "fd22::5/64", "gateway": "fd22::1", "interface": 2}]
+    }))
+    .unwrap()
+}
+
+#[test]
+fn plan_refuses_pools_overlapping_node_routes_subnets_gateways_and_claims_either_way() {
+    let key = Key::new("n", "c1", "eth0");
+    let plan = |pools: &str, v: &NodeView| {
+        // The node's subnet and an onlink gateway's are allowed pools here.
+        let (c, sel) = routed_with(&["10.0.0.0/24", "172.31.0.0/16", "fd08::/16"], pools);
+        build(&c, &sel, &key, &dual_prev(), v)
+    };
+    let v = carved_node();
+    for (pool, needle) in [
+        // Inside another node's route, around it, the same prefix.
+        (
+            "10.8.5.0/25",
+            "the node already routes 10.8.5.0/24 via 10.0.0.7 (proto static)",
+        ),
+        (
+            "10.8.4.0/23",
+            "the node already routes 10.8.5.0/24 via 10.0.0.7",
+        ),
+        (
+            "10.8.5.0/24",
+            "the node already routes 10.8.5.0/24 via 10.0.0.7",
+        ),
+        // Inside the node's subnet, holding its gateway but no address of it.
+        (
+            "10.0.0.128/25",
+            "it overlaps the node's subnet 10.0.0.0/24 (address 10.0.0.10)",
+        ),
+        // An onlink gateway outside every connected subnet.
+        (
+            "172.31.1.0/24",
+            "it contains 172.31.1.1, the gateway of the node's route 10.9.0.0/16",
+        ),
+        // A multipath route's onlink next hop.
+        (
+            "10.8.8.0/24",
+            "it contains 10.8.8.1, the gateway of the node's route 10.10.0.0/16",
+        ),
+        // podgate's own route no claim accounts for (a strict pod's host route).
+        (
+            "10.8.40.0/24",
+            "the node already routes 10.8.40.7/32 via 10.0.0.254 (proto podgate)",
+        ),
+        // IPv6: inside, around, the node's own subnet.
+        (
+            "fd08:0:5:1::/64",
+            "the node already routes fd08:0:5::/48 via fd00::7",
+        ),
+        (
+            "fd08::/32",
+            "the node already routes fd08:0:5::/48 via fd00::7",
+        ),
+    ] {
+        let e = plan(pool, &v).unwrap_err();
+        assert_eq!(e.code, 100, "{pool}: {}", e.msg);
+        assert!(
+            e.msg.starts_with(&format!("return route {pool} refused: ")) && e.msg.contains(needle),
+            "{pool}: {}",
+            e.msg
+        );
+    }
+    // The default routes contain every pool and refuse none; a route in
+    // another table does not either (a table looked up before main wins
+    // whatever the return route's prefix).
+    let p = plan("10.8.9.0/24,fd08:0:9::/64,10.8.30.0/24", &v).unwrap();
+    let installed: Vec<String> = p
+        .node_routes
+        .iter()
+        .map(|r| format!("{} via {}", r.dst, r.gateway.unwrap()))
+        .collect();
+    assert_eq!(
+        installed,
+        [
+            "10.8.9.0/24 via 10.22.0.5",
+            "fd08:0:9::/64 via fd22::5",
+            "10.8.30.0/24 via 10.22.0.5"
+        ]
+    );
+
+    // Another pod's pool, inside or around.
+    let v = claimed_by_c0(carved_node());
+    for pool in ["10.8.0.0/25", "10.8.0.0/23"] {
+        let e = plan(pool, &v).unwrap_err();
+        assert!(
+            e.msg
+                .contains("it overlaps 10.8.0.0/24, already routed to pod c0 (n/eth0)"),
+            "{pool}: {}",
+            e.msg
+        );
     }
 }
 

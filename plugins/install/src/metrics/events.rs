@@ -159,6 +159,17 @@ impl Spool {
         self.save()
     }
 
+    /// One refusal by `rule` that no plugin call recorded (the agent's
+    /// adoption), kept across restarts.
+    pub fn count_refusal(&mut self, rule: &str) -> Result<(), String> {
+        self.refused(rule);
+        self.save()
+    }
+
+    fn refused(&mut self, rule: &str) {
+        *self.state.counters.refusals.entry(label(rule)).or_default() += 1;
+    }
+
     fn remember(&mut self, id: &str) {
         self.state.recent.push_back(id.to_string());
         while self.state.recent.len() > RECENT {
@@ -174,7 +185,7 @@ impl Spool {
     fn count_event(&mut self, ev: &Event) {
         self.count(&ev.plugin, &ev.command, &ev.outcome);
         if let Some(rule) = &ev.rule {
-            *self.state.counters.refusals.entry(label(rule)).or_default() += 1;
+            self.refused(rule);
         }
         if ev.seconds.is_finite() && ev.seconds >= 0.0 {
             let key = format!("{}|{}", label(&ev.plugin), label(&ev.command));

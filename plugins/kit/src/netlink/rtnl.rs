@@ -31,6 +31,7 @@ pub(crate) const RTA_OIF: u16 = 4;
 pub(crate) const RTA_GATEWAY: u16 = 5;
 pub(crate) const RTA_PRIORITY: u16 = 6;
 pub(crate) const RTA_PREFSRC: u16 = 7;
+pub(crate) const RTA_MULTIPATH: u16 = 9;
 pub(crate) const RTA_TABLE: u16 = 15;
 /// `rtm_table` of a table id that does not fit a byte (RTA_TABLE carries it).
 pub(crate) const RT_TABLE_UNSPEC: u8 = 0;

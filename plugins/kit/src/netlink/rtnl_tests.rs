@@ -273,6 +273,7 @@ fn decodes_route_rows_the_kernel_sent() {
             scope: 0,
             kind: 1,
             prefsrc: Some("10.20.0.1".parse().unwrap()),
+            multipath: Vec::new(),
         }
     );
     let e = entry_of(&unhex(ROUTE6_ROW)).unwrap().unwrap();
@@ -288,6 +289,7 @@ fn decodes_route_rows_the_kernel_sent() {
             scope: 0,
             kind: 1,
             prefsrc: None,
+            multipath: Vec::new(),
         }
     );
     // A row of another family (AF_MPLS) is not ours to read.
@@ -694,6 +696,51 @@ fn kernel_round_trip() {
     let shown = |dst: &str| ip4.iter().find(|j| j["dst"] == dst).unwrap().clone();
     assert_eq!(shown("default")["flags"], serde_json::json!(["onlink"]));
     assert_eq!(shown("10.40.0.7")["scope"], "link");
+    // A multipath route lists its next hops' gateways, in both families
+    // (IPv6 next hops come back as RTA_MULTIPATH too).
+    ip(&[
+        "route",
+        "add",
+        "10.50.0.0/16",
+        "nexthop",
+        "via",
+        "10.20.0.2",
+        "dev",
+        "pg-a",
+        "nexthop",
+        "via",
+        "10.20.0.3",
+        "dev",
+        "pg-a",
+    ]);
+    ip(&[
+        "-6",
+        "route",
+        "add",
+        "fd00:50::/48",
+        "nexthop",
+        "via",
+        "fd00:20::2",
+        "dev",
+        "pg-a",
+        "nexthop",
+        "via",
+        "fd00:20::3",
+        "dev",
+        "pg-a",
+    ]);
+    let listed_now = route::list_all(&mut s).unwrap();
+    for (dst, hops) in [
+        ("10.50.0.0/16", ["10.20.0.2", "10.20.0.3"]),
+        ("fd00:50::/48", ["fd00:20::2", "fd00:20::3"]),
+    ] {
+        let e = listed_now.iter().find(|e| e.dst == net(dst)).unwrap();
+        let want: Vec<std::net::IpAddr> = hops.iter().map(|h| h.parse().unwrap()).collect();
+        assert_eq!((e.gateway, &e.multipath), (None, &want), "{e:?}");
+        assert_eq!(e.gateways().collect::<Vec<_>>(), want);
+    }
+    ip(&["route", "del", "10.50.0.0/16"]);
+    ip(&["-6", "route", "del", "fd00:50::/48"]);
     // The kernel's own routes decode too (local table, prefsrc).
     assert!(listed.iter().any(|e| e.table == 255
         && e.dst == net("10.20.0.1/32")

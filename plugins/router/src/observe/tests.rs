@@ -209,21 +209,34 @@ fn refusals_reading_the_node_still_refuse_in_each_family() {
     assert!(m.contains("contains the node's address 10.60.0.1"), "{m}");
     let m = refused(&["fd60::/64"]);
     assert!(m.contains("contains the node's address fd60::1"), "{m}");
-    let m = refused(&["10.70.0.0/24"]);
-    assert!(m.contains("the node already routes it (proto 4)"), "{m}");
-    let m = refused(&["fd70::/64"]);
-    assert!(m.contains("the node already routes it (proto 4)"), "{m}");
+    let m = refused(&["10.70.0.0/25"]);
+    assert!(
+        m.contains("the node already routes 10.70.0.0/24 (proto static)"),
+        "{m}"
+    );
+    let m = refused(&["fd70::/48"]);
+    assert!(
+        m.contains("the node already routes fd70::/64 (proto static)"),
+        "{m}"
+    );
     // An IPv6 pool is checked even when an IPv4 one comes first and passes.
     let m = refused(&["10.9.0.0/24", "fd60::/64"]);
     assert!(m.contains("fd60::1"), "{m}");
-    // A route podgate owns is not a foreign one (a stale return route).
-    let s = sel("r", &["10.70.0.0/24"]);
+    // A route podgate owns that no live attachment claims (a strict pod's
+    // host route, one no record describes) counts too: the live pods'
+    // pools are their claims, and stale ones overlapping the pool are
+    // cleared before the node is read.
+    let s = sel("r", &["10.70.0.0/23"]);
     let mut k = node();
     if let Some(r) = k.routes.iter_mut().find(|r| r.dst == net("10.70.0.0/24")) {
         r.protocol = RTPROT_PODGATE;
     }
     let view = node_view(&mut k, &Needs::of(&cfg, &s), Vec::new).unwrap();
-    assert!(plan::build(&cfg, &s, &key, &prev(), &view).is_ok());
+    let m = plan::build(&cfg, &s, &key, &prev(), &view).unwrap_err().msg;
+    assert!(
+        m.contains("the node already routes 10.70.0.0/24 (proto podgate)"),
+        "{m}"
+    );
 }
 
 #[test]

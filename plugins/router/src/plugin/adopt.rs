@@ -4,12 +4,13 @@
 //! Nothing here decides policy or applies anything itself: the sandbox's
 //! metadata and annotations become the request ADD would have had (CNI_ARGS
 //! `K8S_POD_NAMESPACE`/`K8S_POD_NAME`, the annotation capability only when
-//! podgate-router's entry declares it, as libcni passes it), its interface's
-//! addresses, read from its netns, become prevResult, and ADD's own code
-//! selects, plans, refuses, writes the record ahead and applies. The record
-//! says `adopted`.
+//! podgate-router's entry declares it, as libcni passes it), the addresses
+//! the runtime reports for it become prevResult (refused unless its
+//! interface holds exactly those: the pod's own listing is not trusted),
+//! and ADD's own code selects, plans, refuses, writes the record ahead and
+//! applies. The record says `adopted`.
 
-use super::{add, io_err, key_of, load, selection, store, Router};
+use super::{add, io_err, load, selection, store, Router};
 use crate::config::ANNOTATIONS_CAPABILITY;
 use crate::record;
 use podgate_cni::version::Version;
@@ -53,8 +54,9 @@ pub enum Adoption {
 
 /// The request ADD would have had for `sb` on `ifname`, with `entry`
 /// (podgate-router's entry of the loaded conflist, `name` and `cniVersion`
-/// set as the runtime sets them). Reads the interface's addresses in the
-/// sandbox's netns: a netns that is gone is CNI code 3 (unknown container).
+/// set as the runtime sets them). prevResult lists the runtime's addresses
+/// for the sandbox, as its interface holds them ([`addresses_of`]): a
+/// netns that is gone is CNI code 3 (unknown container).
 pub fn request(entry: &Value, ifname: &str, sb: &Sandbox) -> Result<Request, CniError> {
     podgate_cni::env::validate_ifname(ifname)?;
     let mut conf = conf_of(entry, sb)?;
@@ -168,46 +170,81 @@ pub fn pick_interface(held: &[(String, IpAddr)], ips: &[IpAddr]) -> Result<Strin
         .filter(|(_, a)| ips.contains(a))
         .map(|(n, _)| n.as_str())
         .collect();
-    let list = || {
-        ips.iter()
-            .map(IpAddr::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     match names.len() {
         1 => Ok(names.into_iter().collect::<String>()),
-        0 => Err(format!("no interface in its netns holds {}", list())),
+        0 => Err(format!("no interface in its netns holds {}", joined(ips))),
         _ => Err(format!(
             "several interfaces in its netns hold {}: {}; not guessing which is the pod's",
-            list(),
+            joined(ips),
             names.into_iter().collect::<Vec<_>>().join(", ")
         )),
     }
 }
 
-/// The interface's global addresses in the sandbox's netns (what the
-/// primary's result listed).
+/// The pod's addresses for prevResult: the runtime's for the sandbox
+/// ([`Sandbox::ips`]), in the runtime's order, each with the prefix length
+/// `ifname` holds it with in the sandbox's netns. Refused when the
+/// interface holds another address (IPv6 link-local aside: the kernel
+/// gives every interface one) or lacks one of them: the pod's own listing
+/// is not trusted (with NET_ADMIN it can add another pod's address before
+/// its own, and a routing boundary or return route would be bound to it).
 fn addresses_of(sb: &Sandbox, ifname: &str) -> Result<Vec<ipnet::IpNet>, CniError> {
     let (_ns, mut sock) = netns_of(sb)?;
     let index = link::index_of(&mut sock, ifname).map_err(|e| gone(sb, e))?;
-    let ips: Vec<_> = link::addresses(&mut sock)
+    let held: Vec<ipnet::IpNet> = link::addresses(&mut sock)
         .map_err(|e| gone(sb, e))?
         .into_iter()
         .filter(|a| a.index == index)
         .map(|a| a.addr)
-        .filter(|a| match a {
-            ipnet::IpNet::V4(_) => true,
-            // fe80::/10 is not an address a primary hands out.
-            ipnet::IpNet::V6(n) => n.addr().segments()[0] & 0xffc0 != 0xfe80,
-        })
         .collect();
-    if ips.is_empty() {
-        return Err(CniError::new(
-            code::UNKNOWN_CONTAINER,
-            format!("sandbox {}: {ifname} has no address", sb.id),
+    reported_addresses(&held, &sb.ips).map_err(|m| {
+        CniError::policy(format!(
+            "refused by adoption: sandbox {}: {ifname} {m}; not adopted (the pod may have changed its addresses)",
+            sb.id
+        ))
+    })
+}
+
+/// Of `held` (an interface's addresses, as listed), those in `reported`
+/// (the runtime's, in its order); Err saying what differs when the
+/// interface holds an address not reported (IPv6 link-local aside) or
+/// lacks a reported one.
+fn reported_addresses(
+    held: &[ipnet::IpNet],
+    reported: &[IpAddr],
+) -> Result<Vec<ipnet::IpNet>, String> {
+    let link_local =
+        |a: &IpAddr| matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+    let foreign: Vec<IpAddr> = held
+        .iter()
+        .map(ipnet::IpNet::addr)
+        .filter(|a| !link_local(a) && !reported.contains(a))
+        .collect();
+    if !foreign.is_empty() {
+        return Err(format!(
+            "holds {}, which the runtime does not report for the sandbox (it reports {})",
+            joined(&foreign),
+            joined(reported)
         ));
     }
-    Ok(ips)
+    reported
+        .iter()
+        .map(|r| {
+            held.iter()
+                .find(|h| h.addr() == *r)
+                .copied()
+                .ok_or_else(|| {
+                    format!("does not hold {r}, which the runtime reports for the sandbox")
+                })
+        })
+        .collect()
+}
+
+fn joined(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(IpAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Policy's verdict on `sb` first (its metadata and annotations: no profile,
@@ -228,9 +265,9 @@ pub fn adopt(entry: &Value, sb: &Sandbox) -> Result<Adoption, CniError> {
         return Ok(Adoption::NotSelected);
     };
     let ifname = interface_of(sb)?;
-    let req = request(entry, &ifname, sb)?;
     let store = store(&cfg)?;
-    match record::read(&store, &key_of(&req)) {
+    let key = podgate_kit::state::Key::new(&policy.conf.name, &sb.id, &ifname);
+    match record::read(&store, &key) {
         // An adoption killed half-way (the agent died) left its pending
         // record: ADD replaces it, as a repeated ADD does. Any other record
         // is the runtime's or a finished adoption.
@@ -239,6 +276,9 @@ pub fn adopt(entry: &Value, sb: &Sandbox) -> Result<Adoption, CniError> {
         Ok(None) => {}
         Err(e) => return Err(io_err(e)),
     }
+    // Only now the pod's addresses: a recorded sandbox is left alone
+    // whatever it holds since.
+    let req = request(entry, &ifname, sb)?;
     add::add_as(&req, true)?;
     Ok(Adoption::Applied {
         profile: sel.profile,
@@ -478,6 +518,64 @@ mod tests {
         assert!(pick_interface(&netns, &[])
             .unwrap_err()
             .contains("no address"));
+    }
+
+    #[test]
+    fn prev_result_lists_the_runtimes_addresses_and_an_interface_holding_others_is_refused() {
+        let nets =
+            |v: &[&str]| -> Vec<ipnet::IpNet> { v.iter().map(|a| a.parse().unwrap()).collect() };
+        let ips = |v: &[&str]| -> Vec<IpAddr> { v.iter().map(|a| a.parse().unwrap()).collect() };
+        // The runtime's order, the interface's prefixes; IPv6 link-local
+        // (every interface has one) is not an address of the pod.
+        assert_eq!(
+            reported_addresses(
+                &nets(&["fd00::5/64", "fe80::1/64", "10.77.0.5/24"]),
+                &ips(&["10.77.0.5", "fd00::5"])
+            )
+            .unwrap(),
+            nets(&["10.77.0.5/24", "fd00::5/64"])
+        );
+        // Another pod's address listed first, an IPv4 link-local one, an
+        // IPv6 one: refused, each named.
+        for extra in ["10.77.0.9/24", "169.254.1.1/16", "fd00::9/64"] {
+            let held = nets(&[extra, "10.77.0.5/24", "fd00::5/64"]);
+            let e = reported_addresses(&held, &ips(&["10.77.0.5", "fd00::5"])).unwrap_err();
+            let a = extra.split('/').next().unwrap();
+            assert!(
+                e.contains(&format!("holds {a}, which the runtime does not report")),
+                "{e}"
+            );
+        }
+        // A reported address the interface lacks.
+        let e = reported_addresses(&nets(&["10.77.0.5/24"]), &ips(&["10.77.0.5", "fd00::5"]))
+            .unwrap_err();
+        assert!(e.contains("does not hold fd00::5"), "{e}");
+    }
+
+    #[test]
+    fn a_sandbox_holding_an_address_the_runtime_does_not_report_is_refused_and_nothing_applied() {
+        let (state, entry) = fixture("adopt-foreign");
+        let node = PodNs::new("fnode", false);
+        let pod = PodNs::new("fpod", true);
+        // As a pod with NET_ADMIN would: another pod's address before its own.
+        ip(&["-n", &pod.0, "addr", "flush", "dev", "eth0"]);
+        ip(&["-n", &pod.0, "addr", "add", "10.77.0.9/24", "dev", "eth0"]);
+        ip(&["-n", &pod.0, "addr", "add", "10.77.0.5/24", "dev", "eth0"]);
+        on_node(&node, || {
+            let sb = sandbox("vpn", pod.path());
+            let e = adopt(&entry, &sb).unwrap_err();
+            assert_eq!(e.code, code::POLICY_REFUSED, "{}", e.msg);
+            assert!(
+                e.msg.starts_with("refused by adoption: ") && e.msg.contains("holds 10.77.0.9"),
+                "{}",
+                e.msg
+            );
+            let key = podgate_kit::state::Key::new("n", &sb.id, "eth0");
+            let st = podgate_kit::state::StateStore::open(&state).unwrap();
+            assert!(record::read(&st, &key).unwrap().is_none());
+            assert_eq!(pod.forwarding(), "0");
+        });
+        let _ = std::fs::remove_dir_all(&state);
     }
 
     #[test]
