@@ -12,8 +12,10 @@ use std::path::PathBuf;
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/podgate";
 pub const ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(from = "Wire")]
+/// Read only through its `Deserialize`, which refuses every key the router
+/// does not read, at any depth ([`podgate_cni::config::deserialize_known`]):
+/// the nested types below are never deserialized on their own.
+#[derive(Debug, Clone)]
 pub struct RouterConfig {
     pub state_dir: PathBuf,
     pub log_file: Option<PathBuf>,
@@ -33,7 +35,9 @@ pub struct RouterConfig {
 /// fields of their own rather than a `#[serde(flatten)]` [`Telemetry`]:
 /// flatten makes serde buffer every key it does not know (`prevResult`,
 /// `capabilities`, the runtime's additions) into a tree of its own before
-/// looking at them; without it they are skipped in place.
+/// looking at them; without it they are skipped in place (and a key that
+/// is not the router's, nor one the spec or the runtime adds, is seen and
+/// refused).
 ///
 /// [`Telemetry`]: podgate_cni::log::Telemetry
 #[derive(Deserialize)]
@@ -62,6 +66,12 @@ struct Wire {
     nft_table: String,
     #[serde(default = "default_max_strict")]
     max_strict_pods: usize,
+}
+
+impl<'de> Deserialize<'de> for RouterConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        podgate_cni::config::deserialize_known::<Wire, D>(d).map(RouterConfig::from)
+    }
 }
 
 impl From<Wire> for RouterConfig {
@@ -96,7 +106,7 @@ fn default_nft_table() -> String {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Profile {
     /// Namespaced sysctls to set inside the pod netns (`IFNAME` = CNI_IFNAME).
     #[serde(default)]
@@ -194,7 +204,7 @@ fn table_auto() -> TableChoice {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Routing {
     pub mode: RoutingMode,
     /// Node interface towards the security boundary.
@@ -210,19 +220,16 @@ pub struct Routing {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct Pool {
     pub source: IpNet,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct ReturnRoute {
     pub dst: IpNet,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 pub struct PodRoute {
     pub dst: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,7 +237,7 @@ pub struct PodRoute {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct AssignRule {
     #[serde(default)]
     pub namespace: Option<String>,
@@ -257,7 +264,7 @@ impl AssignRule {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Allow {
     /// Namespaces whose pods may choose a profile or pools by annotation or args.
     #[serde(default)]
