@@ -130,6 +130,13 @@ pub struct ChainArgs {
     /// `none`: trust the conf dir alone.
     #[arg(long, value_name = "ENDPOINT")]
     pub runtime_endpoint: Option<String>,
+    /// Also accept the entries' host paths (stateDir, logFile, eventFile,
+    /// protectionDir, ovsdbSocket, agentSocket) under DIR, besides
+    /// podgate's, Kube-OVN's and Open vSwitch's own directories (repeatable;
+    /// a node laid out otherwise, tests). An argument of the DaemonSet, not
+    /// of the ConfigMap: who may edit the DaemonSet is root on the node.
+    #[arg(long, value_name = "DIR")]
+    pub plugin_path_root: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -341,6 +348,10 @@ fn source_of(args: &ChainArgs) -> Result<Source, Error> {
         binaries_dir,
         plugins_file: args.plugins.clone(),
         primary,
+        host_paths: validate::HostPaths {
+            extra_roots: args.plugin_path_root.clone(),
+            installer_state: args.node.state_dir.clone(),
+        },
     })
 }
 
