@@ -211,6 +211,9 @@ mod tests {
                 "{name}: podgate entries must come last, after the primary's plugins"
             );
             validate_entries(&ours).unwrap_or_else(|e| panic!("{name}: {e}"));
+            host_paths()
+                .check(&ours)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             seen += 1;
         }
         assert!(seen >= 3, "expected the example conflists under conf/");

@@ -99,7 +99,7 @@ pub enum Mode {
 ///  "ovsdbSocket": "/run/openvswitch/db.sock",
 ///  "required": "auto", "mode": "enforce", "excludeNamespaces": ["cert-manager"],
 ///  "timeoutMs": 3000, "agentSocket": null, "minCertValidity": "10m",
-///  "reportStatus": false, "logFile": "/var/log/podgate-tunnel-guard.log"}
+///  "reportStatus": false, "logFile": "/var/log/podgate/tunnel-guard.log"}
 /// ```
 ///
 /// Read only through [`GuardConfig::from_value`] or its `Deserialize`, which
