@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::netlink::consts::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
-use crate::netlink::msg::{attr_string, MsgWriter};
+use crate::netlink::msg::{attr_string, Attrs, MsgWriter};
 use crate::netlink::rtnl::*;
 use crate::netlink::RouteSocket;
 use ipnet::IpNet;
@@ -118,8 +118,44 @@ pub fn del(sock: &mut RouteSocket, r: &RuleSpec) -> Result<bool> {
     }
 }
 
+/// A rule as the kernel lists it: what [`RuleSpec`] holds, and the rest of
+/// its selectors and its action, so that a caller matching a rule on every
+/// field never takes a rule it cannot name (`fwmark 0x10 lookup 100`) for
+/// one it can (`from all lookup 100`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedRule {
+    #[serde(flatten)]
+    pub spec: RuleSpec,
+    /// `not`: the rule applies where its selectors do not match.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub invert: bool,
+    /// Selectors [`RuleSpec`] has no field for, as `ip rule` words
+    /// (`fwmark 0x10/0xff`, `oif eth1`, `tos 0x10`, `uidrange 0-999`, ...;
+    /// `attribute N` for one this code does not know).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub selectors: Vec<String>,
+    /// An action other than looking up `table` (`blackhole`, `goto 200`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+}
+
+impl ListedRule {
+    /// Nothing beyond what [`RuleSpec`] holds: a plain `lookup` rule.
+    pub fn is_plain(&self) -> bool {
+        !self.invert && self.selectors.is_empty() && self.action.is_none()
+    }
+}
+
 /// One row of a rule dump; `None` for families other than IPv4/IPv6.
+#[cfg(test)]
 pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, String> {
+    Ok(listed_of(payload)?.map(|l| l.spec))
+}
+
+/// One row of a rule dump, every field; `None` for families other than
+/// IPv4/IPv6.
+pub(crate) fn listed_of(payload: &[u8]) -> std::result::Result<Option<ListedRule>, String> {
     let (h, attrs) = FibRuleHdr::parse(payload)?;
     let Some(v6) = is_v6(h.family) else {
         return Ok(None);
@@ -127,7 +163,7 @@ pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, S
     let net = |name: &'static str, len: u8| {
         move |b: &[u8]| addr_of(v6, b, name).map(|a| IpNet::new(a, len))
     };
-    Ok(Some(RuleSpec {
+    let spec = RuleSpec {
         v6,
         priority: opt(&attrs, FRA_PRIORITY, |b| u32_of(b, "FRA_PRIORITY"))?.unwrap_or(0),
         // A prefix length the address cannot have selects nothing we know.
@@ -141,10 +177,108 @@ pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, S
             u32_of(b, "FRA_SUPPRESS_PREFIXLEN")
         })?
         .filter(|n| *n != u32::MAX),
+    };
+    Ok(Some(ListedRule {
+        spec,
+        invert: h.flags & FIB_RULE_INVERT != 0,
+        selectors: other_selectors(&h, &attrs)?,
+        action: action_of(&h, &attrs)?,
     }))
 }
 
-pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RuleSpec>> {
+/// `tos` and every attribute [`RuleSpec`] does not hold, as `ip rule` words.
+fn other_selectors(h: &FibRuleHdr, attrs: &Attrs<'_>) -> std::result::Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    if h.tos != 0 {
+        out.push(format!("tos {:#x}", h.tos));
+    }
+    let mark = opt(attrs, FRA_FWMARK, |b| u32_of(b, "FRA_FWMARK"))?;
+    let mask = opt(attrs, FRA_FWMASK, |b| u32_of(b, "FRA_FWMASK"))?;
+    if mark.is_some() || mask.is_some_and(|m| m != 0) {
+        out.push(format!(
+            "fwmark {:#x}/{:#x}",
+            mark.unwrap_or(0),
+            mask.unwrap_or(u32::MAX)
+        ));
+    }
+    let u16_of = |b: &[u8], name: &str| {
+        <[u8; 2]>::try_from(b)
+            .map(u16::from_ne_bytes)
+            .map_err(|_| format!("{name}: {} bytes, want 2", b.len()))
+    };
+    let range = |b: &[u8], name: &str| -> std::result::Result<String, String> {
+        match b {
+            [a0, a1, b0, b1] => Ok(format!(
+                "{}-{}",
+                u16::from_ne_bytes([*a0, *a1]),
+                u16::from_ne_bytes([*b0, *b1])
+            )),
+            [a0, a1, a2, a3, b0, b1, b2, b3] => Ok(format!(
+                "{}-{}",
+                u32::from_ne_bytes([*a0, *a1, *a2, *a3]),
+                u32::from_ne_bytes([*b0, *b1, *b2, *b3])
+            )),
+            _ => Err(format!("{name}: {} bytes", b.len())),
+        }
+    };
+    for (ty, b) in attrs.iter() {
+        let word = match ty {
+            // What RuleSpec holds, the action's, and padding.
+            FRA_DST
+            | FRA_SRC
+            | FRA_IIFNAME
+            | FRA_PRIORITY
+            | FRA_TABLE
+            | FRA_PROTOCOL
+            | FRA_SUPPRESS_PREFIXLEN
+            | FRA_GOTO
+            | FRA_FWMARK
+            | FRA_FWMASK
+            | FRA_PAD
+            | 0 => None,
+            FRA_OIFNAME => Some(format!("oif {}", attr_string(b))),
+            FRA_FLOW => Some(format!("realms {:#x}", u32_of(b, "FRA_FLOW")?)),
+            FRA_TUN_ID => Some(format!(
+                "tun_id {}",
+                <[u8; 8]>::try_from(b)
+                    .map(u64::from_be_bytes)
+                    .map_err(|_| "FRA_TUN_ID: want 8 bytes".to_string())?
+            )),
+            FRA_SUPPRESS_IFGROUP => Some(u32_of(b, "FRA_SUPPRESS_IFGROUP")?)
+                .filter(|g| *g != u32::MAX)
+                .map(|g| format!("suppress_ifgroup {g}")),
+            FRA_L3MDEV => (u8_of(b, "FRA_L3MDEV")? != 0).then(|| "l3mdev".to_string()),
+            FRA_UID_RANGE => Some(format!("uidrange {}", range(b, "FRA_UID_RANGE")?)),
+            FRA_IP_PROTO => Some(format!("ipproto {}", u8_of(b, "FRA_IP_PROTO")?)),
+            FRA_SPORT_RANGE => Some(format!("sport {}", range(b, "FRA_SPORT_RANGE")?)),
+            FRA_DPORT_RANGE => Some(format!("dport {}", range(b, "FRA_DPORT_RANGE")?)),
+            FRA_SPORT_MASK => Some(format!("sport_mask {:#x}", u16_of(b, "FRA_SPORT_MASK")?)),
+            FRA_DPORT_MASK => Some(format!("dport_mask {:#x}", u16_of(b, "FRA_DPORT_MASK")?)),
+            other => Some(format!("attribute {other}")),
+        };
+        out.extend(word);
+    }
+    Ok(out)
+}
+
+/// The action when it is not "look up the table".
+fn action_of(h: &FibRuleHdr, attrs: &Attrs<'_>) -> std::result::Result<Option<String>, String> {
+    Ok(match h.action {
+        FR_ACT_TO_TBL => None,
+        FR_ACT_GOTO => Some(match opt(attrs, FRA_GOTO, |b| u32_of(b, "FRA_GOTO"))? {
+            Some(t) => format!("goto {t}"),
+            None => "goto".to_string(),
+        }),
+        FR_ACT_NOP => Some("nop".into()),
+        FR_ACT_BLACKHOLE => Some("blackhole".into()),
+        FR_ACT_UNREACHABLE => Some("unreachable".into()),
+        FR_ACT_PROHIBIT => Some("prohibit".into()),
+        other => Some(format!("action {other}")),
+    })
+}
+
+/// The rules of `v4`/`v6` with every field ([`ListedRule`]).
+pub fn list_all_fields(sock: &mut RouteSocket, v6: bool) -> Result<Vec<ListedRule>> {
     let header = FibRuleHdr {
         family: family_of(v6),
         action: FR_ACT_UNSPEC,
@@ -156,6 +290,14 @@ pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RuleSpec>> {
         RTM_NEWRULE,
         "list rules",
         |w| header.write(w),
-        spec_of,
+        listed_of,
     )
+}
+
+/// The rules of `v4`/`v6` as [`RuleSpec`]s (what a rule podgate adds holds).
+pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RuleSpec>> {
+    Ok(list_all_fields(sock, v6)?
+        .into_iter()
+        .map(|l| l.spec)
+        .collect())
 }

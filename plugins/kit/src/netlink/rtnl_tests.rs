@@ -750,4 +750,75 @@ fn kernel_round_trip() {
             .iter()
             .any(|l| l.matches(r)));
     }
+
+    // Rules with fields a RuleSpec does not hold are listed with them, as
+    // `ip rule` words; the kernel's own rules are plain.
+    let listed = rule::list_all_fields(&mut s, false).unwrap();
+    assert!(listed.iter().all(rule::ListedRule::is_plain), "{listed:?}");
+    /// `ip rule add` words, pref, then what the listing must say.
+    type Case<'a> = (&'a [&'a str], u32, bool, &'a [&'a str], Option<&'a str>);
+    let cases: [Case; 5] = [
+        (
+            &["fwmark", "0x10/0xff", "lookup", "100"],
+            50,
+            false,
+            &["fwmark 0x10/0xff"],
+            None,
+        ),
+        (
+            &["not", "from", "10.8.0.0/24", "lookup", "100"],
+            60,
+            true,
+            &[],
+            None,
+        ),
+        (
+            &["from", "10.9.0.0/24", "blackhole"],
+            70,
+            false,
+            &[],
+            Some("blackhole"),
+        ),
+        (
+            &["oif", "pg-a", "tos", "0x10", "lookup", "100"],
+            80,
+            false,
+            &["oif pg-a", "tos 0x10"],
+            None,
+        ),
+        (
+            &[
+                "uidrange", "100-200", "ipproto", "tcp", "dport", "443", "goto", "100",
+            ],
+            90,
+            false,
+            &["uidrange 100-200", "ipproto 6", "dport 443-443"],
+            Some("goto 100"),
+        ),
+    ];
+    for (words, pref, invert, selectors, action) in cases {
+        let mut args = vec!["rule", "add"];
+        args.extend_from_slice(words);
+        let pref_s = pref.to_string();
+        args.extend_from_slice(&["pref", &pref_s]);
+        ip(&args);
+        let listed = rule::list_all_fields(&mut s, false).unwrap();
+        let l = listed.iter().find(|l| l.spec.priority == pref).unwrap();
+        // Newer kernels also list the port's mask (FRA_DPORT_MASK).
+        let mut got: Vec<String> = l
+            .selectors
+            .iter()
+            .filter(|w| w.as_str() != "dport_mask 0xffff")
+            .cloned()
+            .collect();
+        got.sort();
+        let mut want: Vec<String> = selectors.iter().map(|w| w.to_string()).collect();
+        want.sort();
+        assert_eq!(
+            (l.invert, got, l.action.as_deref()),
+            (invert, want, action),
+            "{words:?}: {l:?}"
+        );
+        assert!(!l.is_plain());
+    }
 }
