@@ -1067,6 +1067,8 @@ fn wire_pod_through_installed_chain(single_conf: bool) {
             bin_dir().as_os_str(),
             OsStr::new("--plugins"),
             plugins.as_os_str(),
+            OsStr::new("--plugin-path-root"),
+            node.root().as_os_str(),
         ],
     );
     assert_eq!(fs::read(&file).unwrap(), original, "primary untouched");
