@@ -320,11 +320,8 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
     rep.insert(2, "--replace");
     assert_eq!(podgate(&rep).code, 0);
 
-    let r = podgate(&[
-        "rule",
-        "add",
-        "--netns",
-        ns,
+    // `rule del` with the words of `rule add` deletes what they added.
+    let words = [
         "from",
         "10.8.0.0/24",
         "iif",
@@ -333,7 +330,8 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
         "100",
         "pref",
         "100",
-    ]);
+    ];
+    let r = podgate(&[&["rule", "add", "--netns", ns][..], &words].concat());
     assert_eq!(r.code, 0, "{r:?}");
     let r = podgate(&[
         "rule",
@@ -365,20 +363,7 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
     assert_eq!(j.as_array().unwrap().len(), 1, "{j}");
     assert_eq!(j[0]["from"], "10.8.0.0/24");
 
-    let first = [
-        "rule",
-        "del",
-        "--netns",
-        ns,
-        "from",
-        "10.8.0.0/24",
-        "iif",
-        "d0",
-        "lookup",
-        "100",
-        "pref",
-        "100",
-    ];
+    let first = [&["rule", "del", "--netns", ns][..], &words].concat();
     assert_eq!(podgate(&first).code, 0);
     assert_eq!(
         podgate(&[

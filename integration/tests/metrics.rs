@@ -86,12 +86,13 @@ fn router_add_killed_half_way(node: &TestNode, pod: &Netns) -> Option<i32> {
         .or_else(|| out.code.filter(|c| *c > 128).map(|c| c - 128))
 }
 
-#[test]
-fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
+/// A node whose primary is alone in its conf dir, [`entries`] as the
+/// plugins file, and the installer and agent started: the agent chains
+/// podgate after the primary.
+fn node_with_agent(prefix: &str) -> (TestNode, Agent) {
     require_root();
     podgate_integration::built_shipped();
-    let node = TestNode::new("metrics");
-    // The primary alone: the agent chains podgate after it.
+    let node = TestNode::new(prefix);
     node.write_conflist(
         &format!("10-{NET}"),
         &node.bridge_conflist(NET, "1.0.0", "10.24.0.0/16", vec![]),
@@ -105,6 +106,12 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     wait_for(&node, &agent, "install ready", |b| {
         value(b, "podgate_install_ready") == Some(1.0)
     });
+    (node, agent)
+}
+
+#[test]
+fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
+    let (node, agent) = node_with_agent("metrics");
     assert!(
         node.state_dir().join("events.jsonl").is_file(),
         "the agent makes the channel"
@@ -319,22 +326,7 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
 /// outside `allow.annotationNamespaces`, get the plain info line.
 #[test]
 fn a_pod_that_could_not_choose_its_profile_by_annotation_is_a_counted_warning() {
-    require_root();
-    podgate_integration::built_shipped();
-    let node = TestNode::new("noann");
-    node.write_conflist(
-        &format!("10-{NET}"),
-        &node.bridge_conflist(NET, "1.0.0", "10.24.0.0/16", vec![]),
-    );
-    std::fs::write(
-        node.root().join("plugins.json"),
-        serde_json::to_vec(&entries(&node)).unwrap(),
-    )
-    .unwrap();
-    let agent = Agent::start(&node);
-    wait_for(&node, &agent, "install ready", |b| {
-        value(b, "podgate_install_ready") == Some(1.0)
-    });
+    let (node, agent) = node_with_agent("noann");
     let add = |name: &str, ns: &str, cap: Option<Value>| {
         let pod = node.pod(name);
         pod.set_forwarding(false);

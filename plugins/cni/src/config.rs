@@ -378,6 +378,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.required.as_deref(), Some("always"));
+        let c = own(r#"{"profiles": {"vpn": {"routing": {"mode": "strict"}}}, "assign": [{}]}"#)
+            .unwrap();
+        let routing = c.profiles["vpn"].routing.as_ref().unwrap();
+        assert_eq!((routing.mode.as_str(), c.assign.len()), ("strict", 1));
         // Reserved at the top only: inside the plugin's own objects they are typos.
         let e = own(r#"{"profiles": {"p": {"name": "x"}}}"#).unwrap_err();
         assert!(e.contains("profiles.p.name"), "{e}");

@@ -28,10 +28,9 @@ pub struct Common {
 
 #[derive(Debug, Clone, Args)]
 pub struct Target {
-    /// Work in the namespace podgate runs in: the node's own, when run on
-    /// the node. What commands that only read do without a target; a
-    /// command that changes routes, rules or sysctls needs a target, this
-    /// one included.
+    /// Work in the namespace podgate runs in (the node's own, on the
+    /// node): the default of commands that only read; commands that change
+    /// routes, rules or sysctls need it, or another target, named.
     #[arg(long, global = true, conflicts_with_all = ["netns", "pid", "container", "k8s_pod"])]
     pub node: bool,
     /// Work in this network namespace file (/var/run/netns/NAME, /proc/PID/ns/net).

@@ -53,7 +53,6 @@ fn check_name(name: &str) -> Result<()> {
 /// or read-only there). An interface's knobs are looked up on `lo`, which
 /// every namespace has.
 fn check_per_netns(name: &str) -> Result<()> {
-    check_name(name)?;
     let path = sysctl::path_of(&on_lo(name))?;
     let refused = |why: &str| {
         Error::Refused(format!(
