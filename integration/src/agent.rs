@@ -12,13 +12,9 @@ pub const METRICS_PORT: u16 = 9750;
 
 /// The flags naming `node`'s chain, the same for the installer and the
 /// agent: its conf and bin dirs, the binaries of [`bin_dir`], `plugins` as
-/// the plugins file, the installer's state in `<root>/installer`, and the
-/// node's root as a root of the entries' host paths (its `state/`, logs
-/// and stand-in sockets).
+/// the plugins file, the installer's state in `<root>/installer`.
 fn chain_args<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
-    cmd.arg("--plugin-path-root")
-        .arg(node.root())
-        .arg("--cni-conf-dir")
+    cmd.arg("--cni-conf-dir")
         .arg(node.conf_dir())
         .arg("--cni-bin-dir")
         .arg(node.cni_bin_dir())
@@ -31,9 +27,12 @@ fn chain_args<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c 
 }
 
 /// `cmd` (the `podgate` binary) made `podgate install` for `node` (see
-/// [`chain_args`]).
+/// [`chain_args`]), the node's root a root of the entries' host paths (its
+/// `state/`, logs and stand-in sockets).
 pub fn install<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
     chain_args(cmd.arg("install"), node, plugins)
+        .arg("--plugin-path-root")
+        .arg(node.root())
 }
 
 /// [`install`] with `--watch`.
