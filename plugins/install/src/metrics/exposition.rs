@@ -358,6 +358,6 @@ mod tests {
         ] {
             assert!(out.contains(line), "missing {line:?} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE ").count(), 17, "{out}");
+        assert_eq!(out.matches("# TYPE ").count(), 18, "{out}");
     }
 }
