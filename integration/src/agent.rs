@@ -27,9 +27,12 @@ fn chain_args<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c 
 }
 
 /// `cmd` (the `podgate` binary) made `podgate install` for `node` (see
-/// [`chain_args`]).
+/// [`chain_args`]), the node's root a root of the entries' host paths (its
+/// `state/`, logs and stand-in sockets).
 pub fn install<'c>(cmd: &'c mut Command, node: &TestNode, plugins: &Path) -> &'c mut Command {
     chain_args(cmd.arg("install"), node, plugins)
+        .arg("--plugin-path-root")
+        .arg(node.root())
 }
 
 /// [`install`] with `--watch`.

@@ -58,12 +58,26 @@ impl Run {
 fn podgate(args: &[&str]) -> Run {
     require_root();
     ensure_built();
-    let bin = bin_dir().join("podgate");
-    let out = Command::new(&bin)
-        .args(args)
+    run(Command::new(bin_dir().join("podgate")).args(args))
+}
+
+/// `podgate` entered into `node`, a throwaway netns standing in for a node
+/// (`nsenter --net`): the namespace it runs in, which `--node` and the
+/// read-only commands' default mean, is that one, never this machine's.
+fn podgate_on(node: &Netns, args: &[&str]) -> Run {
+    require_root();
+    ensure_built();
+    run(Command::new("nsenter")
+        .arg(format!("--net={}", node.path().display()))
+        .arg(bin_dir().join("podgate"))
+        .args(args))
+}
+
+fn run(cmd: &mut Command) -> Run {
+    let out = cmd
         .stdin(std::process::Stdio::null())
         .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
     Run {
         code: out.status.code().unwrap_or(-1),
         out: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -306,11 +320,8 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
     rep.insert(2, "--replace");
     assert_eq!(podgate(&rep).code, 0);
 
-    let r = podgate(&[
-        "rule",
-        "add",
-        "--netns",
-        ns,
+    // `rule del` with the words of `rule add` deletes what they added.
+    let words = [
         "from",
         "10.8.0.0/24",
         "iif",
@@ -319,7 +330,8 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
         "100",
         "pref",
         "100",
-    ]);
+    ];
+    let r = podgate(&[&["rule", "add", "--netns", ns][..], &words].concat());
     assert_eq!(r.code, 0, "{r:?}");
     let r = podgate(&[
         "rule",
@@ -351,18 +363,23 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
     assert_eq!(j.as_array().unwrap().len(), 1, "{j}");
     assert_eq!(j[0]["from"], "10.8.0.0/24");
 
+    let first = [&["rule", "del", "--netns", ns][..], &words].concat();
+    assert_eq!(podgate(&first).code, 0);
     assert_eq!(
-        podgate(&["rule", "del", "--netns", ns, "pref", "100"]).code,
+        podgate(&[
+            "rule",
+            "del",
+            "--netns",
+            ns,
+            "to",
+            "10.11.0.0/16",
+            "lookup",
+            "main"
+        ])
+        .code,
         0
     );
-    assert_eq!(
-        podgate(&["rule", "del", "--netns", ns, "to", "10.11.0.0/16"]).code,
-        0
-    );
-    assert_eq!(
-        podgate(&["rule", "del", "--netns", ns, "pref", "100"]).code,
-        1
-    );
+    assert_eq!(podgate(&first).code, 1, "already gone");
     let r = podgate(&["route", "del", "--netns", ns, "10.9.0.0/24"]);
     assert_eq!(r.code, 0, "{r:?}");
     let r = podgate(&[
@@ -386,6 +403,277 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
     assert_eq!(podgate(&["route", "list", "--nope"]).code, 64);
 
     assert_same(&before, &snapshot(&pod));
+}
+
+/// The helper on a node, without a target: what changes routes, rules or
+/// sysctls refuses (64) and the node keeps its IPv6 default route, its
+/// rules (`lookup local` among them) and its forwarding; `--dry-run` says
+/// what would change and changes nothing; a rule is deleted only when every
+/// field is as given (a fwmark rule or a `not` rule is never taken for a
+/// plain one); a sysctl that is not per network namespace is refused even
+/// with `--node`; with `--node`, the command acts on the node's own.
+#[test]
+fn changing_commands_need_a_target_and_match_a_rule_on_every_field() {
+    let node = Netns::new("cli-node-own");
+    node.sh_ok(
+        "ip link add d0 type veth peer name d1 && ip link set d0 up && ip link set d1 up && \
+         ip addr add 10.61.0.1/24 dev d0 && ip -6 addr add fd00:61::1/64 dev d0 nodad && \
+         ip -6 route add default via fd00:61::2 dev d0 && \
+         ip rule add fwmark 0x10 lookup 100 pref 50 && \
+         ip rule add not from 10.8.0.0/24 lookup 100 pref 60 && \
+         ip rule add from 10.9.0.0/24 blackhole pref 70 && \
+         ip rule add from 10.7.0.0/24 lookup 100 pref 90",
+    );
+    node.sysctl_set("net.ipv4.ip_forward", "0");
+    let rules = || node.exec_ok(&["ip", "rule", "show"]);
+    let routes =
+        || node.exec_ok(&["ip", "-6", "route", "show"]) + &node.exec_ok(&["ip", "route", "show"]);
+    let (rules0, routes0) = (rules(), routes());
+    assert!(
+        routes0.contains("default via fd00:61::2 dev d0"),
+        "{routes0}"
+    );
+    assert!(rules0.contains("0:\tfrom all lookup local"), "{rules0}");
+    let unchanged = |what: &str| {
+        assert_eq!(rules(), rules0, "{what}: rules");
+        assert_eq!(routes(), routes0, "{what}: routes");
+        assert_eq!(
+            node.sysctl_get("net.ipv4.ip_forward"),
+            "0",
+            "{what}: forwarding"
+        );
+    };
+
+    for args in [
+        &["route", "del", "-6", "default"][..],
+        &["rule", "del", "from", "all", "lookup", "local"],
+        &["sysctl", "set", "net.ipv4.ip_forward=1"],
+        &["route", "add", "10.62.0.0/24", "via", "10.61.0.2"],
+        &["rule", "add", "from", "10.62.0.0/24", "lookup", "100"],
+        &["route", "del", "--dry-run", "-6", "default"],
+    ] {
+        let r = podgate_on(&node, args);
+        assert_eq!(r.code, 64, "{args:?}: {r:?}");
+        assert!(
+            r.err.contains("give --node for the one podgate runs in"),
+            "{r:?}"
+        );
+        unchanged(&args.join(" "));
+    }
+    // The commands that only read keep their default: the namespace podgate runs in.
+    let r = podgate_on(&node, &["route", "list", "-6"]);
+    assert!(r.out.contains("default via fd00:61::2 dev d0"), "{r:?}");
+
+    for (args, want) in [
+        (
+            &["route", "del", "--node", "--dry-run", "-6", "default"][..],
+            "would delete: default via fd00:61::2 dev d0",
+        ),
+        (
+            &[
+                "route",
+                "add",
+                "--node",
+                "--dry-run",
+                "10.62.0.0/24",
+                "via",
+                "10.61.0.2",
+            ],
+            "would add: 10.62.0.0/24 via 10.61.0.2",
+        ),
+        (
+            &[
+                "rule",
+                "del",
+                "--node",
+                "--dry-run",
+                "from",
+                "10.7.0.0/24",
+                "lookup",
+                "100",
+            ],
+            "would delete: 90: from 10.7.0.0/24 lookup 100 (node (current netns))",
+        ),
+        (
+            &[
+                "rule",
+                "add",
+                "--node",
+                "--dry-run",
+                "from",
+                "10.62.0.0/24",
+                "lookup",
+                "100",
+            ],
+            "would add: 49: from 10.62.0.0/24 lookup 100",
+        ),
+        (
+            &[
+                "sysctl",
+                "set",
+                "--node",
+                "--dry-run",
+                "net.ipv4.ip_forward=1",
+            ],
+            "would change: net.ipv4.ip_forward: 0 -> 1 (node (current netns))",
+        ),
+    ] {
+        let r = podgate_on(&node, args);
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        assert!(r.out.contains(want), "{args:?}: {r:?}");
+        unchanged(&args.join(" "));
+    }
+
+    // Every field: the words name no fwmark, no `not`, no blackhole, so
+    // those rules are not theirs; `from all` alone names no table.
+    for (args, code) in [
+        (&["rule", "del", "--node", "from", "all"][..], 64),
+        (&["rule", "del", "--node", "from", "10.9.0.0/24"], 64),
+        (
+            &["rule", "del", "--node", "from", "all", "lookup", "100"],
+            1,
+        ),
+        (
+            &[
+                "rule",
+                "del",
+                "--node",
+                "from",
+                "10.8.0.0/24",
+                "lookup",
+                "100",
+            ],
+            1,
+        ),
+        (&["rule", "del", "--node", "pref", "50", "lookup", "100"], 1),
+    ] {
+        let r = podgate_on(&node, args);
+        assert_eq!(r.code, code, "{args:?}: {r:?}");
+        unchanged(&args.join(" "));
+    }
+    let r = podgate_on(&node, &["rule", "list", "-4"]);
+    for line in [
+        "50:\tfrom all fwmark 0x10/0xffffffff lookup 100\n",
+        "60:\tnot from 10.8.0.0/24 lookup 100\n",
+        "70:\tfrom 10.9.0.0/24 blackhole\n",
+    ] {
+        assert!(r.out.contains(line), "{line:?}: {r:?}");
+    }
+
+    // Knobs of the node alone, under net.*: refused even with --node
+    // (bpf_jit_harden is absent from other namespaces, rmem_max read-only
+    // there, the default neighbour thresholds absent).
+    let rmem = node.sysctl_get("net.core.rmem_max");
+    for name in [
+        "net.core.bpf_jit_harden=2",
+        "net.core.rmem_max=1048576",
+        "net.ipv4.neigh.default.gc_thresh3=1",
+    ] {
+        let r = podgate_on(&node, &["sysctl", "set", "--node", name]);
+        assert_eq!(r.code, 3, "{name}: {r:?}");
+        assert!(
+            r.err.contains("is not per network namespace"),
+            "{name}: {r:?}"
+        );
+    }
+    assert_eq!(node.sysctl_get("net.core.rmem_max"), rmem);
+    unchanged("global knobs");
+
+    // Named, it acts: on the node's own namespace with --node.
+    let r = podgate_on(
+        &node,
+        &[
+            "sysctl",
+            "set",
+            "--node",
+            "net.ipv4.conf.d0.rp_filter=2",
+            "net.ipv4.ip_forward=1",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(node.sysctl_get("net.ipv4.conf.d0.rp_filter"), "2");
+    assert_eq!(node.sysctl_get("net.ipv4.ip_forward"), "1");
+    node.sysctl_set("net.ipv4.ip_forward", "0");
+    let r = podgate_on(
+        &node,
+        &[
+            "rule",
+            "del",
+            "--node",
+            "from",
+            "10.7.0.0/24",
+            "lookup",
+            "100",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        rules(),
+        rules0.replace("90:\tfrom 10.7.0.0/24 lookup 100\n", "")
+    );
+    let r = podgate_on(&node, &["route", "del", "--node", "-6", "default"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!routes().contains("default via fd00:61::2"), "{}", routes());
+    assert!(rules().contains("0:\tfrom all lookup local"));
+}
+
+/// Strict routing's own IPv6 rules on a host-side interface (`ipproto
+/// ipv6-icmp ... lookup local`, then a blackhole) beside a plain rule of
+/// the same preference and selectors: `rule del` of the plain rule is
+/// refused while the ipproto rule, listed first, is the one the kernel
+/// would delete (it matches only the fields it is sent), and with a
+/// blackhole beside it, it deletes the plain rule and never the blackhole.
+#[test]
+fn rule_del_never_takes_an_ipproto_or_blackhole_rule_for_a_plain_one() {
+    let node = Netns::new("cli-node-proto");
+    node.sh_ok(
+        "ip link add d0 type veth peer name d1 && ip link set d0 up && \
+         ip -6 rule add to fe80::/10 iif d0 ipproto ipv6-icmp lookup local pref 95 proto 94 && \
+         ip -6 rule add to fe80::/10 iif d0 lookup local pref 95 && \
+         ip -6 rule add to fe80::/10 iif d0 blackhole pref 96 proto 94 && \
+         ip -6 rule add to fe80::/10 iif d0 lookup local pref 96",
+    );
+    let rules = || node.exec_ok(&["ip", "-6", "rule", "show"]);
+    let rules0 = rules();
+    let icmp = "95:\tfrom all to fe80::/10 iif d0 ipproto ipv6-icmp lookup local proto 94\n";
+    let blackhole = "96:\tfrom all to fe80::/10 iif d0 blackhole proto 94\n";
+    for line in [icmp, blackhole] {
+        assert!(rules0.contains(line), "{line:?}: {rules0}");
+    }
+    let del = |pref: &str| {
+        podgate_on(
+            &node,
+            &[
+                "rule",
+                "del",
+                "--node",
+                "-6",
+                "to",
+                "fe80::/10",
+                "iif",
+                "d0",
+                "lookup",
+                "local",
+                "pref",
+                pref,
+            ],
+        )
+    };
+
+    let r = del("95");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.err.contains("would not tell"), "{r:?}");
+    assert_eq!(rules(), rules0, "nothing deleted");
+
+    let r = del("96");
+    assert_eq!(r.code, 0, "{r:?}");
+    let after = rules();
+    assert!(after.contains(icmp) && after.contains(blackhole), "{after}");
+    assert_eq!(
+        after,
+        rules0.replace("96:\tfrom all to fe80::/10 iif d0 lookup local\n", ""),
+        "only the plain rule at 96 went"
+    );
 }
 
 fn router_entry(node: &TestNode) -> Value {

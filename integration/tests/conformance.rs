@@ -538,6 +538,95 @@ fn hostile_input_gets_a_code_and_changes_nothing() {
 
 /// Without CAP_NET_ADMIN the plugin says which capability is missing and why,
 /// instead of a bare EPERM half-way through.
+/// A misspelt key is read by neither plugin as its default: ADD fails with
+/// code 7 naming it, before anything is applied. Spelt right, the same
+/// configs apply the profile and close the gate, which is what the typo
+/// would have silently undone (`assgin`: no assignment, the pod passes
+/// through; `requried: always`: `auto`, and without IPsec signals the pod
+/// passes the guard).
+#[test]
+fn a_misspelt_key_fails_add_naming_it_and_applies_nothing() {
+    require_root();
+    let dir = TempDir::new("typo");
+    let pod = Netns::new("typo");
+    pod.exec_ok(&[
+        "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+    ]);
+    pod.exec_ok(&["ip", "addr", "add", "10.22.0.5/16", "dev", "eth0"]);
+    pod.sysctl_set("net.ipv4.ip_forward", "0");
+    let netns = pod.path().to_str().unwrap().to_string();
+    let env = |cmd: &'static str| {
+        vec![
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", "typo-1"),
+            ("CNI_NETNS", netns.as_str()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_ARGS", "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0"),
+        ]
+    };
+    let prev = json!({"prevResult": prev_result("1.0.0", pod.path())});
+    let (_, mut router) = configs(dir.path()).remove(0);
+    router["assign"] = json!([{"namespace": "default", "profile": "p"}]);
+    let stdin = with(&router, "1.0.0", prev.clone());
+    let out = call("podgate-router", &env("ADD"), &stdin);
+    assert_eq!(out.code, 0, "spelt right: {} {}", out.stdout, out.stderr);
+    assert_eq!(
+        pod.sysctl_get("net.ipv4.ip_forward"),
+        "1",
+        "profile applied"
+    );
+    call("podgate-router", &env("DEL"), &stdin).assert_ok_empty("DEL");
+    assert_eq!(pod.sysctl_get("net.ipv4.ip_forward"), "0");
+
+    let mut typo = router.clone();
+    let assign = typo.as_object_mut().unwrap().remove("assign").unwrap();
+    typo["assgin"] = assign;
+    let mut nested = router.clone();
+    nested["profiles"]["p"]["sysctl"] = json!({"net.ipv4.ip_forward": "1"});
+    for (conf, key) in [(typo, "\"assgin\""), (nested, "\"profiles.p.sysctl\"")] {
+        let out = call(
+            "podgate-router",
+            &env("ADD"),
+            &with(&conf, "1.0.0", prev.clone()),
+        );
+        let e = out.assert_error(7, key);
+        let msg = e["msg"].as_str().unwrap();
+        assert!(msg.contains(&format!("unknown key {key}")), "{e}");
+        assert_eq!(
+            pod.sysctl_get("net.ipv4.ip_forward"),
+            "0",
+            "{key}: nothing applied"
+        );
+    }
+
+    // The guard with no IPsec signal on this "node": always is not ready.
+    let guard = json!({"name": "conf", "type": "podgate-tunnel-guard", "required": "always",
+                       "protectionDir": dir.path().join("no-protection"),
+                       "ovsdbSocket": dir.path().join("no-ovsdb.sock")});
+    let out = call(
+        "podgate-tunnel-guard",
+        &env("ADD"),
+        &with(&guard, "1.0.0", prev.clone()),
+    );
+    out.assert_error(11, "required: always without IPsec");
+    let mut typo = guard.clone();
+    let required = typo.as_object_mut().unwrap().remove("required").unwrap();
+    typo["requried"] = required;
+    let out = call(
+        "podgate-tunnel-guard",
+        &env("ADD"),
+        &with(&typo, "1.0.0", prev),
+    );
+    let e = out.assert_error(7, "requried");
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("unknown key \"requried\""),
+        "{e}"
+    );
+}
+
 #[test]
 fn missing_capability_is_named() {
     require_root();

@@ -275,7 +275,15 @@ impl Node {
         };
         for c in template["spec"]["containers"].as_array().unwrap() {
             let name = c["name"].as_str().unwrap();
-            let spec = k.container(&template, name);
+            let mut spec = k.container(&template, name);
+            if spec.config.args.first().is_some_and(|a| a == "install") {
+                // The ConfigMap's host paths are this node's, mapped under
+                // its host root (`configmaps`): the installer is told that
+                // root, as on a node laid out otherwise.
+                spec.config
+                    .args
+                    .push(format!("--plugin-path-root={}", self.host.display()));
+            }
             let id = self
                 .cri
                 .start_container(&out.sandbox, &sandbox_config, spec.config.clone())

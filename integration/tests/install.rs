@@ -148,6 +148,8 @@ impl Dirs {
             .arg(self.root().join("src"))
             .arg("--plugins")
             .arg(self.plugins())
+            .arg("--plugin-path-root")
+            .arg(self.root())
             .args(extra)
             .stdin(Stdio::null());
         // No runtime here: readiness is the file check (tests/containerd.rs
@@ -905,6 +907,77 @@ fn watch_waits_for_the_primary_and_reports_readiness() {
     );
 }
 
+/// The podgate-plugins ConfigMap is edited by someone who may not be root
+/// on the node, and what the installer renders from it runs as root: a
+/// misspelt key (which the plugins would read as its default) and a host
+/// path outside podgate's directories are refused by the installer, which
+/// keeps the last good chain, stays unready and says which key, until the
+/// ConfigMap is fixed. A one-shot install refuses the same way.
+#[test]
+fn a_misspelt_key_or_a_node_root_path_in_the_configmap_is_not_installed() {
+    let d = Dirs::new("configmap-refusals");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    let w = Watcher::start(&d, &[]);
+    wait_for("first chain", WAIT, || {
+        chained(&d, "flannel") && d.ready().exists()
+    });
+    let good = d.read(OWN);
+    let mut router = router_entry(&d.root().join("router"));
+    let cases = [
+        (
+            json!([{"type": "podgate-tunnel-guard", "requried": "always"}, router.clone()]),
+            "plugins[0] (podgate-tunnel-guard): podgate-tunnel-guard config: unknown key \"requried\"",
+        ),
+        (
+            json!([guard_entry(), {"type": "podgate-router", "stateDir": d.root().join("router"),
+                   "profiles": {"vpn-gateway": {}},
+                   "assgin": [{"namespace": "vpn", "profile": "vpn-gateway"}]}]),
+            "plugins[1] (podgate-router): unknown key \"assgin\"",
+        ),
+        (
+            json!([guard_entry(), {"type": "podgate-router", "stateDir": "/etc"}]),
+            "plugins[1] (podgate-router): stateDir /etc is outside /var/lib/cni/podgate, /var/lib/podgate",
+        ),
+        (
+            {
+                router["logFile"] = json!("/etc/cron.d/podgate");
+                json!([guard_entry(), router.clone()])
+            },
+            "plugins[1] (podgate-router): logFile /etc/cron.d/podgate is outside /var/log/podgate",
+        ),
+        (
+            json!([{"type": "podgate-tunnel-guard", "required": "always",
+                    "ovsdbSocket": "/run/containerd/containerd.sock"},
+                   router_entry(&d.root().join("router"))]),
+            "plugins[0] (podgate-tunnel-guard): ovsdbSocket /run/containerd/containerd.sock is outside /run/openvswitch",
+        ),
+    ];
+    for (entries, want) in cases {
+        d.set_plugins(&entries);
+        wait_for(want, WAIT, || w.log().contains(want) && !d.ready().exists());
+        assert_eq!(d.read(OWN), good, "{want}: the last good chain stays");
+        let once = d.install(&[]);
+        assert!(!once.status.success(), "{want}: {}", text(&once));
+        assert!(text(&once).contains(want), "{}", text(&once));
+        assert_eq!(
+            d.read(OWN),
+            good,
+            "{want}: a one-shot install wrote nothing"
+        );
+    }
+    assert!(!Path::new("/etc/cron.d/podgate").exists());
+
+    d.set_plugins(&json!([
+        guard_entry(),
+        router_entry(&d.root().join("router"))
+    ]));
+    wait_for("ready again once the ConfigMap is fixed", WAIT, || {
+        chained(&d, "flannel") && d.ready().exists()
+    });
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+}
+
 #[test]
 fn watch_uninstall_on_exit_removes_its_file() {
     let d = Dirs::new("onexit");
@@ -994,6 +1067,8 @@ fn wire_pod_through_installed_chain(single_conf: bool) {
             bin_dir().as_os_str(),
             OsStr::new("--plugins"),
             plugins.as_os_str(),
+            OsStr::new("--plugin-path-root"),
+            node.root().as_os_str(),
         ],
     );
     assert_eq!(fs::read(&file).unwrap(), original, "primary untouched");

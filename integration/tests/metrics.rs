@@ -86,12 +86,13 @@ fn router_add_killed_half_way(node: &TestNode, pod: &Netns) -> Option<i32> {
         .or_else(|| out.code.filter(|c| *c > 128).map(|c| c - 128))
 }
 
-#[test]
-fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
+/// A node whose primary is alone in its conf dir, [`entries`] as the
+/// plugins file, and the installer and agent started: the agent chains
+/// podgate after the primary.
+fn node_with_agent(prefix: &str) -> (TestNode, Agent) {
     require_root();
     podgate_integration::built_shipped();
-    let node = TestNode::new("metrics");
-    // The primary alone: the agent chains podgate after it.
+    let node = TestNode::new(prefix);
     node.write_conflist(
         &format!("10-{NET}"),
         &node.bridge_conflist(NET, "1.0.0", "10.24.0.0/16", vec![]),
@@ -105,6 +106,12 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     wait_for(&node, &agent, "install ready", |b| {
         value(b, "podgate_install_ready") == Some(1.0)
     });
+    (node, agent)
+}
+
+#[test]
+fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
+    let (node, agent) = node_with_agent("metrics");
     assert!(
         node.state_dir().join("events.jsonl").is_file(),
         "the agent makes the channel"
@@ -308,5 +315,73 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
         None,
     )
     .assert_ok();
+    agent.kill();
+}
+
+/// A pod in a namespace that may choose its profile by annotation, ADDed by
+/// a runtime that delivers no annotations (Multus, CRI-O before 1.29, a
+/// conflist without the capability), passes through without its profile:
+/// the router says why in a warning and the agent counts it. A pod whose
+/// runtime delivered annotations (none of them podgate's), and a pod
+/// outside `allow.annotationNamespaces`, get the plain info line.
+#[test]
+fn a_pod_that_could_not_choose_its_profile_by_annotation_is_a_counted_warning() {
+    let (node, agent) = node_with_agent("noann");
+    // Through the runner as container `name`: the log line is matched by
+    // its container ID.
+    let add = |name: &str, ns: &str, cap: Option<Value>| {
+        let pod = node.pod(name);
+        pod.set_forwarding(false);
+        node.runner(
+            Verb::Add,
+            NET,
+            pod.path(),
+            name,
+            "eth0",
+            Some(&pod_args(ns, name)),
+            cap,
+        )
+        .assert_ok();
+        pod
+    };
+    let delivered = add(
+        "delivered",
+        "vpn",
+        Some(json!({"io.kubernetes.cri.pod-annotations": {"app": "web"}})),
+    );
+    let outside = add("outside", "default", None);
+    let blind = add("blind", "vpn", None);
+    for pod in [&delivered, &outside, &blind] {
+        assert_eq!(pod.sysctl_get("net.ipv4.ip_forward"), "0", "passed through");
+    }
+
+    let series = "podgate_cni_warnings_total{plugin=\"podgate-router\",warning=\"noAnnotations\"}";
+    let body = wait_for(&node, &agent, "the warning counted", |b| {
+        value(b, &requests("podgate-router", "ADD", "ok")) == Some(3.0)
+    });
+    assert_eq!(value(&body, series), Some(1.0), "{body}");
+    let log = std::fs::read_to_string(node.root().join("router.log")).unwrap();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l["cmd"] == "ADD")
+        .collect();
+    let warned: Vec<&Value> = lines.iter().filter(|l| l["level"] == "warn").collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert_eq!(warned[0]["containerID"], "blind", "{log}");
+    let msg = warned[0]["msg"].as_str().unwrap();
+    assert!(
+        msg.starts_with(
+            "no profile for this pod; passing through: the runtime delivered no pod annotations"
+        ) && msg.contains("\"vpn\"")
+            && msg.contains("io.kubernetes.cri.pod-annotations"),
+        "{msg}"
+    );
+    assert_eq!(warned[0]["warning"], "noAnnotations");
+    let info = lines
+        .iter()
+        .filter(|l| l["level"] == "info" && l["msg"] == "no profile for this pod; passing through")
+        .count();
+    assert_eq!(info, 2, "{log}");
     agent.kill();
 }

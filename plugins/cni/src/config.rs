@@ -93,6 +93,88 @@ impl<'de: 'a, 'a> Deserialize<'de> for Top<'a> {
     }
 }
 
+/// Top-level keys that are not a plugin's own settings: what the CNI spec
+/// defines for every plugin configuration object (`type`, `capabilities`;
+/// `runtimeConfig` and `args`, reserved for the runtime) and what runtimes
+/// insert when they execute a list (`cniVersion` and `name` from the list,
+/// `prevResult`). Keys starting with [`RESERVED_PREFIX`] are reserved too.
+/// The spec's well-known `ipMasq`, `ipam` and `dns` are not here: they mean
+/// something only to a plugin that implements them, and podgate's do not.
+pub const PROTOCOL_KEYS: [&str; 7] = [
+    "cniVersion",
+    "name",
+    "type",
+    "capabilities",
+    "runtimeConfig",
+    "args",
+    "prevResult",
+];
+/// "Any keys starting with `cni.dev/`" are reserved for the protocol
+/// (1.1.0's GC adds `cni.dev/valid-attachments`).
+pub const RESERVED_PREFIX: &str = "cni.dev/";
+
+/// Deserialize a plugin's own config, refusing every key it does not read,
+/// at any depth, except the [`PROTOCOL_KEYS`] at the top: a misspelt
+/// setting (`"requried": "always"`) would otherwise be skipped and leave the
+/// setting at its default. The error names every such key by its path
+/// (`requried`, `profiles.vpn.maskerade`, `assign[0].profil`).
+///
+/// A config type calls this from its `Deserialize` impl on a type without
+/// `#[serde(flatten)]` (serde hands a flattened struct's unknown keys to no
+/// one, so they could not be seen).
+pub fn deserialize_known<'de, T, D>(d: D) -> Result<T, D::Error>
+where
+    T: Deserialize<'de>,
+    D: Deserializer<'de>,
+{
+    let mut unknown = Vec::new();
+    let value = serde_ignored::deserialize(d, |path| {
+        if !is_protocol_key(&path) {
+            unknown.push(key_path(&path));
+        }
+    })?;
+    match unknown.as_slice() {
+        [] => Ok(value),
+        [one] => Err(serde::de::Error::custom(format!(
+            "unknown key {one:?} (not a setting of this plugin: check its spelling)"
+        ))),
+        many => Err(serde::de::Error::custom(format!(
+            "unknown keys {} (not settings of this plugin: check their spelling)",
+            many.iter()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+fn is_protocol_key(path: &serde_ignored::Path) -> bool {
+    match path {
+        serde_ignored::Path::Map {
+            parent: serde_ignored::Path::Root,
+            key,
+        } => PROTOCOL_KEYS.contains(&key.as_str()) || key.starts_with(RESERVED_PREFIX),
+        _ => false,
+    }
+}
+
+/// `profiles.vpn.maskerade`, `assign[0].profil`: map keys joined by dots,
+/// list indexes in brackets, options and newtypes left out.
+fn key_path(path: &serde_ignored::Path) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", key_path(parent)),
+        Path::Map { parent, key } => match key_path(parent) {
+            p if p.is_empty() => key.clone(),
+            p => format!("{p}.{key}"),
+        },
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => key_path(parent),
+    }
+}
+
 /// A serde_json error without its " at line L column C": the messages of a
 /// typed parse from text read as they did when the parse went through a
 /// `Value`, which has no positions.
@@ -178,7 +260,8 @@ impl NetConf {
     }
 
     /// Deserialize the plugin-specific config from the text in one typed
-    /// pass; errors are code 7 with the serde message.
+    /// pass; errors are code 7 with the serde message (a plugin's config
+    /// type refuses the keys it does not read: [`deserialize_known`]).
     pub fn plugin_config<T: DeserializeOwned>(&self) -> Result<T, CniError> {
         serde_json::from_str(&self.text).map_err(|e| {
             CniError::invalid_config(format!("{} config: {}", self.plugin_type, message_of(&e)))
@@ -231,6 +314,77 @@ mod tests {
             NetConf::parse(br#"{"args":{"cni":3}}"#).unwrap_err().code,
             7
         );
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Own {
+        #[serde(default)]
+        required: Option<String>,
+        #[serde(default)]
+        profiles: std::collections::BTreeMap<String, Inner>,
+        #[serde(default)]
+        assign: Vec<Inner>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Inner {
+        #[serde(default)]
+        routing: Option<Leaf>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Leaf {
+        #[serde(default)]
+        mode: String,
+    }
+
+    fn own(text: &str) -> Result<Own, String> {
+        deserialize_known(&mut serde_json::Deserializer::from_str(text))
+            .map_err(|e: serde_json::Error| message_of(&e))
+    }
+
+    #[test]
+    fn a_plugin_config_refuses_keys_it_does_not_read_at_any_depth() {
+        let e = own(r#"{"requried": "always"}"#).unwrap_err();
+        assert_eq!(
+            e,
+            r#"unknown key "requried" (not a setting of this plugin: check its spelling)"#
+        );
+        let e = own(
+            r#"{"assgin": [], "profiles": {"vpn": {"maskerade": 1, "routing": {"mode": "x", "gatway": 1}}},
+                "assign": [{"routing": null, "profil": "p"}], "ipMasq": true}"#,
+        )
+        .unwrap_err();
+        for key in [
+            "\"assgin\"",
+            "\"profiles.vpn.maskerade\"",
+            "\"profiles.vpn.routing.gatway\"",
+            "\"assign[0].profil\"",
+            "\"ipMasq\"",
+        ] {
+            assert!(e.contains(key), "{key}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_keys_the_spec_and_the_runtime_add_are_not_a_plugins_own() {
+        let c = own(
+            r#"{"cniVersion": "1.1.0", "name": "n", "type": "t", "required": "always",
+                "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+                "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"a": "b"}},
+                "args": {"cni": {"profile": "vpn"}}, "prevResult": {"ips": []},
+                "cni.dev/valid-attachments": [], "cni.dev/later": 1}"#,
+        )
+        .unwrap();
+        assert_eq!(c.required.as_deref(), Some("always"));
+        let c = own(r#"{"profiles": {"vpn": {"routing": {"mode": "strict"}}}, "assign": [{}]}"#)
+            .unwrap();
+        let routing = c.profiles["vpn"].routing.as_ref().unwrap();
+        assert_eq!((routing.mode.as_str(), c.assign.len()), ("strict", 1));
+        // Reserved at the top only: inside the plugin's own objects they are typos.
+        let e = own(r#"{"profiles": {"p": {"name": "x"}}}"#).unwrap_err();
+        assert!(e.contains("profiles.p.name"), "{e}");
     }
 
     #[test]

@@ -81,6 +81,38 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
     pub seconds: f64,
+    /// Conditions the request met that the operator should know about even
+    /// when it succeeded ([`warn`]), as bounded labels (`noAnnotations`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Labels of [`warn`] for this process's request. A plugin process answers
+/// one request, so its warnings are the process's; a set of `'static`
+/// labels stays bounded where a long-lived process calls a plugin's code
+/// (the node agent's adoption), which records no event.
+static WARNINGS: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Note a condition of this request for the agent's metrics
+/// (`podgate_cni_warnings_total{plugin, warning}`), next to the log line
+/// that explains it. `label` is one of a fixed set, camelCase.
+pub fn warn(label: &'static str) {
+    WARNINGS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(label);
+}
+
+fn take_warnings() -> Vec<String> {
+    std::mem::take(
+        &mut *WARNINGS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+    .into_iter()
+    .map(str::to_string)
+    .collect()
 }
 
 /// What the in-flight file holds: enough to count a crash.
@@ -186,6 +218,7 @@ impl Recorder {
             code,
             rule,
             seconds: self.started.elapsed().as_secs_f64(),
+            warnings: take_warnings(),
         };
         if let Ok(line) = serde_json::to_string(&ev) {
             let _ = append_line(&self.file, &line, Limit::Drop(MAX_EVENT_FILE));
@@ -315,6 +348,28 @@ mod tests {
             (ev.outcome.as_str(), ev.rule.as_deref(), ev.command.as_str()),
             ("refused", Some("allow.pools"), "ADD")
         );
+        assert!(ev.warnings.is_empty());
+        // A warning goes out with the request's event, once.
+        std::fs::write(&f, "").unwrap();
+        let r = Recorder::start(&f, "p", "ADD", Instant::now()).unwrap();
+        warn("noAnnotations");
+        warn("noAnnotations");
+        r.finish(0, "");
+        let r = Recorder::start(&f, "p", "DEL", Instant::now()).unwrap();
+        r.finish(0, "");
+        let lines: Vec<Event> = std::fs::read_to_string(&f)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0].warnings, vec!["noAnnotations".to_string()]);
+        assert!(lines[1].warnings.is_empty());
+        // Lines of agents and plugins without the field read as none.
+        let old: Event = serde_json::from_str(
+            r#"{"v":1,"id":"x","ts":"t","plugin":"p","command":"ADD","outcome":"ok","code":0,"seconds":0.1}"#,
+        )
+        .unwrap();
+        assert!(old.warnings.is_empty());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -159,6 +159,13 @@ pub struct InstallArgs {
     /// With --watch: re-check this often even without events.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     pub resync_secs: u64,
+    /// Also accept the entries' host paths (stateDir, logFile, eventFile,
+    /// protectionDir, ovsdbSocket, agentSocket) under DIR, besides
+    /// podgate's, Kube-OVN's and Open vSwitch's own directories (repeatable;
+    /// a node laid out otherwise, tests). An argument of the DaemonSet, not
+    /// of the ConfigMap: who may edit the DaemonSet is root on the node.
+    #[arg(long, value_name = "DIR")]
+    pub plugin_path_root: Vec<PathBuf>,
     #[command(flatten)]
     pub log: AgentLogArgs,
 }
@@ -341,6 +348,10 @@ fn source_of(args: &ChainArgs) -> Result<Source, Error> {
         binaries_dir,
         plugins_file: args.plugins.clone(),
         primary,
+        host_paths: validate::HostPaths {
+            extra_roots: Vec::new(),
+            installer_state: args.node.state_dir.clone(),
+        },
     })
 }
 
@@ -360,7 +371,8 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
         };
     }
     let node = args.chain.node.node()?;
-    let src = source_of(&args.chain)?;
+    let mut src = source_of(&args.chain)?;
+    src.host_paths.extra_roots = args.plugin_path_root.clone();
     let runtime = Runtime::from_arg(args.chain.runtime_endpoint.as_deref());
     if args.watch {
         let opts = watch::WatchOpts {

@@ -36,6 +36,9 @@ pub struct Source {
     pub plugins_file: PathBuf,
     /// `--primary`: a file name in the conf dir.
     pub primary: Option<String>,
+    /// Where the entries' host paths may point (checked before an install
+    /// pass writes them into the chain).
+    pub host_paths: validate::HostPaths,
 }
 
 /// What one install pass did to the chain.
@@ -544,6 +547,12 @@ fn restore_orphan(node: &Node, conf: &str) -> Result<String, Error> {
 /// A whole install pass: entries, binaries, chain.
 pub fn install_once(node: &Node, src: &Source) -> Result<Applied, Error> {
     let entries = load_entries(&src.plugins_file)?;
+    src.host_paths
+        .check(&entries)
+        .map_err(|e| Error::PluginsFile {
+            path: src.plugins_file.clone(),
+            msg: e.to_string(),
+        })?;
     let _lock = node.state.lock()?;
     let written = install_binaries(src, node)?;
     if !written.is_empty() {

@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::netlink::consts::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
-use crate::netlink::msg::{attr_string, MsgWriter};
+use crate::netlink::msg::{attr_string, Attrs, MsgWriter};
 use crate::netlink::rtnl::*;
 use crate::netlink::RouteSocket;
 use ipnet::IpNet;
@@ -184,6 +184,34 @@ impl RuleSpec {
             && self.ip_proto == other.ip_proto
             && self.action == other.action
     }
+
+    /// Whether the kernel, asked by [`del`] to delete `self`, may take
+    /// `other` instead. It compares only what the request carries (the
+    /// action, the preference, a lookup's table, and the selectors `self`
+    /// has: a source or destination of prefix length 0 is none) and
+    /// deletes the first rule that agrees, so a selector `self` lacks
+    /// matches any of `other`'s, as does every field a [`RuleSpec`] cannot
+    /// carry (fwmark, oif, tos, `not`, ...: [`ListedRule`]). A caller
+    /// deleting one listed rule makes sure no other is taken.
+    pub fn delete_takes(&self, other: &RuleSpec) -> bool {
+        let net = |mine: Option<IpNet>, theirs: Option<IpNet>| match mine {
+            Some(m) if m.prefix_len() > 0 => theirs.map(|n| n.trunc()) == Some(m.trunc()),
+            _ => true,
+        };
+        fn given<T: PartialEq>(mine: &Option<T>, theirs: &Option<T>) -> bool {
+            mine.is_none() || mine == theirs
+        }
+        self.v6 == other.v6
+            && self.action == other.action
+            && self.priority == other.priority
+            && (!self.action.is_lookup() || self.table == 0 || self.table == other.table)
+            && net(self.from, other.from)
+            && net(self.to, other.to)
+            && given(&self.iif, &other.iif)
+            && (self.protocol == 0 || self.protocol == other.protocol)
+            && given(&self.suppress_prefixlen, &other.suppress_prefixlen)
+            && given(&self.ip_proto, &other.ip_proto)
+    }
 }
 
 pub fn add(sock: &mut RouteSocket, r: &RuleSpec) -> Result<()> {
@@ -210,8 +238,61 @@ pub fn del(sock: &mut RouteSocket, r: &RuleSpec) -> Result<bool> {
     }
 }
 
+/// A rule as the kernel lists it: what [`RuleSpec`] holds (its ipproto
+/// and action among them), and the rest of its selectors, so that a caller
+/// matching a rule on every field never takes a rule it cannot name
+/// (`fwmark 0x10 lookup 100`) for one it can (`from all lookup 100`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedRule {
+    #[serde(flatten)]
+    pub spec: RuleSpec,
+    /// `not`: the rule applies where its selectors do not match.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub invert: bool,
+    /// Selectors [`RuleSpec`] has no field for, as `ip rule` words
+    /// (`fwmark 0x10/0xff`, `oif eth1`, `tos 0x10`, `uidrange 0-999`, ...;
+    /// `attribute N` for one this code does not know).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub selectors: Vec<String>,
+    /// The rule a `goto` action jumps to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goto: Option<u32>,
+}
+
+impl ListedRule {
+    /// Nothing beyond what [`RuleSpec`] holds, and a `lookup` rule.
+    pub fn is_plain(&self) -> bool {
+        !self.invert && self.selectors.is_empty() && self.spec.action.is_lookup()
+    }
+
+    /// The action as `ip rule` words when it is not "look up the table"
+    /// (`blackhole`, `goto 200`, ...).
+    pub fn action(&self) -> Option<String> {
+        Some(match self.spec.action {
+            RuleAction::Lookup => return None,
+            RuleAction::Blackhole => "blackhole".into(),
+            RuleAction::Other(FR_ACT_GOTO) => match self.goto {
+                Some(t) => format!("goto {t}"),
+                None => "goto".into(),
+            },
+            RuleAction::Other(FR_ACT_NOP) => "nop".into(),
+            RuleAction::Other(FR_ACT_UNREACHABLE) => "unreachable".into(),
+            RuleAction::Other(FR_ACT_PROHIBIT) => "prohibit".into(),
+            RuleAction::Other(a) => format!("action {a}"),
+        })
+    }
+}
+
 /// One row of a rule dump; `None` for families other than IPv4/IPv6.
+#[cfg(test)]
 pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, String> {
+    Ok(listed_of(payload)?.map(|l| l.spec))
+}
+
+/// One row of a rule dump, every field; `None` for families other than
+/// IPv4/IPv6.
+pub(crate) fn listed_of(payload: &[u8]) -> std::result::Result<Option<ListedRule>, String> {
     let (h, attrs) = FibRuleHdr::parse(payload)?;
     let Some(v6) = is_v6(h.family) else {
         return Ok(None);
@@ -219,7 +300,7 @@ pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, S
     let net = |name: &'static str, len: u8| {
         move |b: &[u8]| addr_of(v6, b, name).map(|a| IpNet::new(a, len))
     };
-    Ok(Some(RuleSpec {
+    let spec = RuleSpec {
         v6,
         priority: opt(&attrs, FRA_PRIORITY, |b| u32_of(b, "FRA_PRIORITY"))?.unwrap_or(0),
         // A prefix length the address cannot have selects nothing we know.
@@ -235,10 +316,93 @@ pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, S
         .filter(|n| *n != u32::MAX),
         ip_proto: opt(&attrs, FRA_IP_PROTO, |b| u8_of(b, "FRA_IP_PROTO"))?.filter(|p| *p != 0),
         action: RuleAction::of(h.action),
+    };
+    Ok(Some(ListedRule {
+        spec,
+        invert: h.flags & FIB_RULE_INVERT != 0,
+        selectors: other_selectors(&h, &attrs)?,
+        goto: opt(&attrs, FRA_GOTO, |b| u32_of(b, "FRA_GOTO"))?,
     }))
 }
 
-pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RuleSpec>> {
+/// `tos` and every selector attribute [`RuleSpec`] does not hold, as `ip
+/// rule` words.
+fn other_selectors(h: &FibRuleHdr, attrs: &Attrs<'_>) -> std::result::Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    if h.tos != 0 {
+        out.push(format!("tos {:#x}", h.tos));
+    }
+    let mark = opt(attrs, FRA_FWMARK, |b| u32_of(b, "FRA_FWMARK"))?;
+    let mask = opt(attrs, FRA_FWMASK, |b| u32_of(b, "FRA_FWMASK"))?;
+    if mark.is_some() || mask.is_some_and(|m| m != 0) {
+        out.push(format!(
+            "fwmark {:#x}/{:#x}",
+            mark.unwrap_or(0),
+            mask.unwrap_or(u32::MAX)
+        ));
+    }
+    let u16_of = |b: &[u8], name: &str| {
+        <[u8; 2]>::try_from(b)
+            .map(u16::from_ne_bytes)
+            .map_err(|_| format!("{name}: {} bytes, want 2", b.len()))
+    };
+    let range = |b: &[u8], name: &str| -> std::result::Result<String, String> {
+        match b {
+            [a0, a1, b0, b1] => Ok(format!(
+                "{}-{}",
+                u16::from_ne_bytes([*a0, *a1]),
+                u16::from_ne_bytes([*b0, *b1])
+            )),
+            [a0, a1, a2, a3, b0, b1, b2, b3] => Ok(format!(
+                "{}-{}",
+                u32::from_ne_bytes([*a0, *a1, *a2, *a3]),
+                u32::from_ne_bytes([*b0, *b1, *b2, *b3])
+            )),
+            _ => Err(format!("{name}: {} bytes", b.len())),
+        }
+    };
+    for (ty, b) in attrs.iter() {
+        let word = match ty {
+            // What RuleSpec holds, the action's, and padding.
+            FRA_DST
+            | FRA_SRC
+            | FRA_IIFNAME
+            | FRA_PRIORITY
+            | FRA_TABLE
+            | FRA_PROTOCOL
+            | FRA_SUPPRESS_PREFIXLEN
+            | FRA_IP_PROTO
+            | FRA_GOTO
+            | FRA_FWMARK
+            | FRA_FWMASK
+            | FRA_PAD
+            | 0 => None,
+            FRA_OIFNAME => Some(format!("oif {}", attr_string(b))),
+            FRA_FLOW => Some(format!("realms {:#x}", u32_of(b, "FRA_FLOW")?)),
+            FRA_TUN_ID => Some(format!(
+                "tun_id {}",
+                <[u8; 8]>::try_from(b)
+                    .map(u64::from_be_bytes)
+                    .map_err(|_| "FRA_TUN_ID: want 8 bytes".to_string())?
+            )),
+            FRA_SUPPRESS_IFGROUP => Some(u32_of(b, "FRA_SUPPRESS_IFGROUP")?)
+                .filter(|g| *g != u32::MAX)
+                .map(|g| format!("suppress_ifgroup {g}")),
+            FRA_L3MDEV => (u8_of(b, "FRA_L3MDEV")? != 0).then(|| "l3mdev".to_string()),
+            FRA_UID_RANGE => Some(format!("uidrange {}", range(b, "FRA_UID_RANGE")?)),
+            FRA_SPORT_RANGE => Some(format!("sport {}", range(b, "FRA_SPORT_RANGE")?)),
+            FRA_DPORT_RANGE => Some(format!("dport {}", range(b, "FRA_DPORT_RANGE")?)),
+            FRA_SPORT_MASK => Some(format!("sport_mask {:#x}", u16_of(b, "FRA_SPORT_MASK")?)),
+            FRA_DPORT_MASK => Some(format!("dport_mask {:#x}", u16_of(b, "FRA_DPORT_MASK")?)),
+            other => Some(format!("attribute {other}")),
+        };
+        out.extend(word);
+    }
+    Ok(out)
+}
+
+/// The rules of `v4`/`v6` with every field ([`ListedRule`]).
+pub fn list_all_fields(sock: &mut RouteSocket, v6: bool) -> Result<Vec<ListedRule>> {
     let header = FibRuleHdr {
         family: family_of(v6),
         action: FR_ACT_UNSPEC,
@@ -250,6 +414,14 @@ pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RuleSpec>> {
         RTM_NEWRULE,
         "list rules",
         |w| header.write(w),
-        spec_of,
+        listed_of,
     )
+}
+
+/// The rules of `v4`/`v6` as [`RuleSpec`]s (what a rule podgate adds holds).
+pub fn list(sock: &mut RouteSocket, v6: bool) -> Result<Vec<RuleSpec>> {
+    Ok(list_all_fields(sock, v6)?
+        .into_iter()
+        .map(|l| l.spec)
+        .collect())
 }

@@ -198,6 +198,7 @@ pub fn parse_route(tokens: &[String], list: bool) -> Result<RouteArgs, String> {
                 let v = value(&mut it, "to")?;
                 set_dst(&mut r, v)?;
             }
+            other if other.starts_with("--") => return Err(option_after_words(other)),
             other => set_dst(&mut r, other)?,
         }
     }
@@ -207,6 +208,12 @@ pub fn parse_route(tokens: &[String], list: bool) -> Result<RouteArgs, String> {
         );
     }
     Ok(r)
+}
+
+/// An option among the route's or rule's words (where everything after the
+/// first word is taken as words).
+fn option_after_words(opt: &str) -> String {
+    format!("{opt}: options go before the route's or rule's words (`podgate route del --node --dry-run 10.8.0.0/24`)")
 }
 
 fn set_dst(r: &mut RouteArgs, v: &str) -> Result<(), String> {
@@ -279,6 +286,7 @@ pub fn parse_rule(tokens: &[String]) -> Result<RuleArgs, String> {
             }
             "lookup" | "table" => r.table = Some(names::parse_table(value(&mut it, "lookup")?)?),
             "proto" | "protocol" => r.proto = Some(names::parse_proto(value(&mut it, "proto")?)?),
+            other if other.starts_with("--") => return Err(option_after_words(other)),
             other => {
                 return Err(format!(
                     "unknown keyword {other:?} (from, to, iif, pref, lookup, proto)"

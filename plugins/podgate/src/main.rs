@@ -26,9 +26,13 @@ use error::{exit, Error, Found};
 use select::Common;
 
 const AFTER_HELP: &str = "\
-Selecting a namespace (after the command name; default: the namespace podgate runs in, i.e. the node's):
+Selecting a namespace (after the command name):
   --netns /var/run/netns/NAME | --netns /proc/PID/ns/net | --pid PID | --container ID [--state-dir DIR]
   --k8s-pod NAMESPACE/NAME [--runtime-endpoint unix:///run/containerd/containerd.sock]
+  --node: the namespace podgate runs in (the node's own, on the node)
+Commands that only read (sysctl get/diff, route list, rule list, diagnose, inspect, ipsec) work in the
+namespace podgate runs in when none is named. Commands that change routes, rules or sysctls (route add/del,
+rule add/del, sysctl set) need one named, --node included, and take --dry-run (print, change nothing).
 
 Examples:
   podgate sysctl get --pid 4242 net.ipv4.ip_forward
@@ -36,7 +40,8 @@ Examples:
   podgate sysctl get --k8s-pod vpn/openvpn-0 net.ipv4.ip_forward
   podgate sysctl set --netns /var/run/netns/vpn net.ipv4.ip_forward=1
   podgate route list --netns /var/run/netns/vpn table all
-  podgate route add 10.8.0.0/24 via 10.22.0.5          (on the node)
+  podgate route add --node 10.8.0.0/24 via 10.22.0.5
+  podgate route del --node --dry-run -6 default
   podgate rule add --netns /var/run/netns/vpn from 10.8.0.0/24 lookup 100 pref 100
   podgate diagnose --container 3f9a --peer 10.8.0.2 --from 10.8.0.1 \\
           --pod 10.22.0.3 --service 10.96.0.1:443 --public 1.1.1.1 --dns kubernetes.default
@@ -323,5 +328,61 @@ mod tests {
                 ..
             })
         ));
+        let n = Cli::try_parse_from([
+            "podgate",
+            "route",
+            "del",
+            "--node",
+            "--dry-run",
+            "-6",
+            "default",
+        ])
+        .unwrap();
+        let Cmd::Route(n) = n.cmd else { panic!() };
+        assert!(n.common.target.node);
+        let cmd::route::RouteCmd::Del { change, route } = n.cmd else {
+            panic!()
+        };
+        assert!(change.dry_run && route.family.v6);
+        assert!(
+            Cli::try_parse_from(["podgate", "rule", "del", "--node", "--netns", "/x"]).is_err()
+        );
+    }
+
+    /// What changes routes, rules or sysctls needs a target named, before
+    /// anything is opened. Run in a network namespace of its own thread,
+    /// so that a regression acts there and not on this machine's.
+    #[test]
+    fn changing_commands_need_a_named_target() {
+        std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            refused_without_a_target();
+        })
+        .join()
+        .unwrap();
+    }
+
+    fn refused_without_a_target() {
+        for args in [
+            &["podgate", "route", "del", "-6", "default"][..],
+            &["podgate", "route", "add", "10.8.0.0/24", "via", "10.22.0.5"],
+            &["podgate", "rule", "del", "from", "all", "lookup", "local"],
+            &[
+                "podgate",
+                "rule",
+                "add",
+                "from",
+                "10.8.0.0/24",
+                "lookup",
+                "100",
+            ],
+            &["podgate", "sysctl", "set", "net.ipv4.ip_forward=1"],
+            &["podgate", "route", "del", "--dry-run", "-6", "default"],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let e = dispatch(&cli).unwrap_err();
+            assert_eq!(e.exit_code(), error::exit::USAGE, "{args:?}: {e}");
+            assert!(e.to_string().contains("--node"), "{args:?}: {e}");
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! Which network namespace a command works in: `--netns PATH`, `--pid PID`,
 //! `--container ID` (from podgate's state store), `--k8s-pod NS/NAME` (from
-//! the node's CRI runtime), or the current (node) one.
+//! the node's CRI runtime), or the current (node) one: by default for the
+//! commands that only read, only with `--node` for those that change
+//! routes, rules or sysctls ([`Target::select_to_change`]).
 
 use crate::error::{Error, Result};
 use clap::Args;
@@ -26,6 +28,11 @@ pub struct Common {
 
 #[derive(Debug, Clone, Args)]
 pub struct Target {
+    /// Work in the namespace podgate runs in (the node's own, on the
+    /// node): the default of commands that only read; commands that change
+    /// routes, rules or sysctls need it, or another target, named.
+    #[arg(long, global = true, conflicts_with_all = ["netns", "pid", "container", "k8s_pod"])]
+    pub node: bool,
     /// Work in this network namespace file (/var/run/netns/NAME, /proc/PID/ns/net).
     #[arg(long, global = true, value_name = "PATH", conflicts_with_all = ["pid", "container", "k8s_pod"])]
     pub netns: Option<PathBuf>,
@@ -112,7 +119,35 @@ fn open(path: &Path, what: &str) -> Result<NetNs> {
     })
 }
 
+/// `--dry-run` of the commands that change something.
+#[derive(Debug, Clone, Args)]
+pub struct ChangeArgs {
+    /// Print what would change; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
 impl Target {
+    /// [`Target::select`] for a command that changes routes, rules or
+    /// sysctls (`what`): only with a target named on the command line,
+    /// `--node` for the namespace podgate runs in. A default there would
+    /// make a command meant for a pod, typed without its `--netns`, change
+    /// the node.
+    pub fn select_to_change(&self, what: &str) -> Result<Selected> {
+        let named = self.node
+            || self.netns.is_some()
+            || self.pid.is_some()
+            || self.container.is_some()
+            || self.k8s_pod.is_some();
+        if !named {
+            return Err(Error::usage(format!(
+                "{what} changes the network namespace it works in: name it with --netns PATH, --pid PID, \
+                 --container ID or --k8s-pod NAMESPACE/NAME, or give --node for the one podgate runs in (the node's own)"
+            )));
+        }
+        self.select()
+    }
+
     pub fn select(&self) -> Result<Selected> {
         if let Some(p) = &self.netns {
             return Ok(Selected {

@@ -12,8 +12,10 @@ use std::path::PathBuf;
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/podgate";
 pub const ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(from = "Wire")]
+/// Read only through its `Deserialize`, which refuses every key the router
+/// does not read, at any depth ([`podgate_cni::config::deserialize_known`]):
+/// the nested types below are never deserialized on their own.
+#[derive(Debug, Clone)]
 pub struct RouterConfig {
     pub state_dir: PathBuf,
     pub log_file: Option<PathBuf>,
@@ -33,7 +35,9 @@ pub struct RouterConfig {
 /// fields of their own rather than a `#[serde(flatten)]` [`Telemetry`]:
 /// flatten makes serde buffer every key it does not know (`prevResult`,
 /// `capabilities`, the runtime's additions) into a tree of its own before
-/// looking at them; without it they are skipped in place.
+/// looking at them; without it they are skipped in place (and a key that
+/// is not the router's, nor one the spec or the runtime adds, is seen and
+/// refused).
 ///
 /// [`Telemetry`]: podgate_cni::log::Telemetry
 #[derive(Deserialize)]
@@ -62,6 +66,12 @@ struct Wire {
     nft_table: String,
     #[serde(default = "default_max_strict")]
     max_strict_pods: usize,
+}
+
+impl<'de> Deserialize<'de> for RouterConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        podgate_cni::config::deserialize_known::<Wire, D>(d).map(RouterConfig::from)
+    }
 }
 
 impl From<Wire> for RouterConfig {
@@ -96,7 +106,7 @@ fn default_nft_table() -> String {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Profile {
     /// Namespaced sysctls to set inside the pod netns (`IFNAME` = CNI_IFNAME).
     #[serde(default)]
@@ -194,7 +204,7 @@ fn table_auto() -> TableChoice {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Routing {
     pub mode: RoutingMode,
     /// Node interface towards the security boundary.
@@ -225,19 +235,16 @@ impl Routing {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct Pool {
     pub source: IpNet,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct ReturnRoute {
     pub dst: IpNet,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 pub struct PodRoute {
     pub dst: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -245,7 +252,7 @@ pub struct PodRoute {
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct AssignRule {
     #[serde(default)]
     pub namespace: Option<String>,
@@ -272,7 +279,7 @@ impl AssignRule {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Allow {
     /// Namespaces whose pods may choose a profile or pools by annotation or args.
     #[serde(default)]
@@ -456,5 +463,33 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.contains("strict mode only"), "{e}");
+    }
+
+    /// Strict routing's keys are the router's own under its refusal of
+    /// unknown keys; a misspelt one inside `routing` is refused by its path.
+    #[test]
+    fn strict_routing_keys_are_read_and_a_misspelt_one_is_named() {
+        let c = cfg(strict(serde_json::json!({
+            "gateway6": "2001:db8::fe",
+            "exempt": ["169.254.20.10/32"],
+            "table": 100
+        })))
+        .unwrap();
+        let r = c.profiles["p"].routing.clone().unwrap();
+        assert_eq!(
+            (r.gateway6, r.exempt.len(), r.table),
+            (
+                Some("2001:db8::fe".parse().unwrap()),
+                1,
+                TableChoice::Id(100)
+            )
+        );
+        for key in ["gatway6", "exmept"] {
+            let e = cfg(strict(serde_json::json!({ key: "2001:db8::fe" }))).unwrap_err();
+            assert!(
+                e.contains(&format!("unknown key \"profiles.p.routing.{key}\"")),
+                "{key}: {e}"
+            );
+        }
     }
 }

@@ -82,6 +82,20 @@ impl PodIntent {
     }
 }
 
+/// The pod's namespace when the pod may choose its profile by annotation
+/// (`allow.annotationNamespaces`) but the runtime delivered no annotations
+/// at all (no `runtimeConfig` capability: the entry does not ask for it, or
+/// the runtime does not fill it), so a choice it made cannot be seen.
+pub fn annotations_missing(cfg: &RouterConfig, env: &Env, conf: &NetConf) -> Option<String> {
+    let ns = env.arg("K8S_POD_NAMESPACE")?;
+    let allowed = cfg.allow.annotation_namespaces.iter().any(|a| a == ns);
+    let delivered = !matches!(
+        conf.runtime_config.get(ANNOTATIONS_CAPABILITY),
+        None | Some(Value::Null)
+    );
+    (allowed && !delivered).then(|| ns.to_string())
+}
+
 /// The outcome of policy: which profile, and the pools in force.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Selection {

@@ -99,51 +99,105 @@ pub enum Mode {
 ///  "ovsdbSocket": "/run/openvswitch/db.sock",
 ///  "required": "auto", "mode": "enforce", "excludeNamespaces": ["cert-manager"],
 ///  "timeoutMs": 3000, "agentSocket": null, "minCertValidity": "10m",
-///  "reportStatus": false, "logFile": "/var/log/podgate-tunnel-guard.log"}
+///  "reportStatus": false, "logFile": "/var/log/podgate/tunnel-guard.log"}
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+///
+/// Read only through [`GuardConfig::from_value`] or its `Deserialize`, which
+/// refuses every key the guard does not read
+/// ([`podgate_cni::config::deserialize_known`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GuardConfig {
     /// The agent's public protection endpoint directory (`protection.sock`,
     /// `required`).
-    #[serde(default = "default_protection_dir")]
     pub protection_dir: PathBuf,
     /// OVSDB: the `Open_vSwitch` `_uuid`, the lease keys and the tunnel interfaces.
-    #[serde(default = "default_ovsdb_socket")]
     pub ovsdb_socket: PathBuf,
-    #[serde(default)]
     pub required: Required,
-    #[serde(default)]
     pub mode: Mode,
     /// Pods in these namespaces pass while the node is not ready (with a
     /// logged note): bootstrap components such as the certificate issuer.
-    #[serde(default)]
     pub exclude_namespaces: Vec<String>,
     /// Total time budget of one evaluation, all I/O included (1..=30000).
-    #[serde(default = "default_timeout")]
     pub timeout_ms: u64,
     /// The agent's private status socket (`--runtime-dir`/status.sock), only
     /// where an operator made it reachable: extra diagnostics (phase, expiry,
     /// identity), never the presence signal and never a pass.
-    #[serde(default)]
     pub agent_socket: Option<PathBuf>,
     /// With `agentSocket`: warn when the certificate expires sooner than this.
-    #[serde(
-        default = "default_min_validity",
-        deserialize_with = "de_duration",
-        serialize_with = "ser_duration"
-    )]
+    #[serde(serialize_with = "ser_duration")]
     pub min_cert_validity: Duration,
     /// Whether STATUS fails (code 50) when not ready. Off by default: a failing
     /// STATUS marks the whole node NotReady in containerd >= 2.0.
-    #[serde(default)]
     pub report_status: bool,
     /// JSON-lines log; without it only warnings and errors go to stderr.
-    #[serde(default)]
     pub log_file: Option<PathBuf>,
     /// `logLevel`, `logMaxBytes`, `eventFile`.
     #[serde(flatten)]
     pub telemetry: podgate_cni::log::Telemetry,
+}
+
+/// [`GuardConfig`] as the conflist spells it: the telemetry keys are fields
+/// of their own, not a `#[serde(flatten)]` [`Telemetry`], so that a key the
+/// guard does not read is seen and refused (serde hands the keys a
+/// flattened struct does not take to no one).
+///
+/// [`Telemetry`]: podgate_cni::log::Telemetry
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire {
+    #[serde(default = "default_protection_dir")]
+    protection_dir: PathBuf,
+    #[serde(default = "default_ovsdb_socket")]
+    ovsdb_socket: PathBuf,
+    #[serde(default)]
+    required: Required,
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default)]
+    exclude_namespaces: Vec<String>,
+    #[serde(default = "default_timeout")]
+    timeout_ms: u64,
+    #[serde(default)]
+    agent_socket: Option<PathBuf>,
+    #[serde(default = "default_min_validity", deserialize_with = "de_duration")]
+    min_cert_validity: Duration,
+    #[serde(default)]
+    report_status: bool,
+    #[serde(default)]
+    log_file: Option<PathBuf>,
+    #[serde(default)]
+    log_level: podgate_cni::log::Level,
+    #[serde(
+        default = "podgate_cni::log::default_max_bytes",
+        deserialize_with = "podgate_cni::log::de_max_bytes"
+    )]
+    log_max_bytes: u64,
+    #[serde(default)]
+    event_file: Option<PathBuf>,
+}
+
+impl<'de> Deserialize<'de> for GuardConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w: Wire = podgate_cni::config::deserialize_known(d)?;
+        Ok(GuardConfig {
+            protection_dir: w.protection_dir,
+            ovsdb_socket: w.ovsdb_socket,
+            required: w.required,
+            mode: w.mode,
+            exclude_namespaces: w.exclude_namespaces,
+            timeout_ms: w.timeout_ms,
+            agent_socket: w.agent_socket,
+            min_cert_validity: w.min_cert_validity,
+            report_status: w.report_status,
+            log_file: w.log_file,
+            telemetry: podgate_cni::log::Telemetry {
+                log_level: w.log_level,
+                log_max_bytes: w.log_max_bytes,
+                event_file: w.event_file,
+            },
+        })
+    }
 }
 
 fn default_protection_dir() -> PathBuf {
@@ -186,9 +240,10 @@ pub enum ConfigError {
 }
 
 impl GuardConfig {
-    /// Read the plugin's fields from its conflist entry (unknown keys, such as
-    /// `cniVersion` or `prevResult`, are ignored; removed ones are refused)
-    /// and validate them.
+    /// Read the plugin's fields from its conflist entry (the keys the spec
+    /// and the runtime add, such as `cniVersion` or `prevResult`, are not the
+    /// guard's and pass; removed ones are refused with the reason, any other
+    /// unknown key by name) and validate them.
     pub fn from_value(v: &Value) -> Result<GuardConfig, ConfigError> {
         for (key, why) in REMOVED_KEYS {
             if v.get(key).is_some() {
@@ -342,6 +397,34 @@ mod tests {
         }
         let e = GuardConfig::from_value(&json!({"tunnelPorts": [1]})).unwrap_err();
         assert!(e.to_string().contains("refuses custom ports"), "{e}");
+    }
+
+    #[test]
+    fn a_misspelt_key_is_refused_by_name_not_left_at_its_default() {
+        for (entry, key) in [
+            (json!({"requried": "always"}), "\"requried\""),
+            (
+                json!({"mode": "enforce", "excludeNamespace": ["x"]}),
+                "\"excludeNamespace\"",
+            ),
+            (json!({"loglevel": "debug"}), "\"loglevel\""),
+            (json!({"ipMasq": true}), "\"ipMasq\""),
+        ] {
+            let e = GuardConfig::from_value(&entry).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("unknown key {key}"))
+                    && e.starts_with("podgate-tunnel-guard config:"),
+                "{entry}: {e}"
+            );
+        }
+        // What the spec and the runtimes add is not a typo.
+        GuardConfig::from_value(&json!({
+            "cniVersion": "1.1.0", "name": "n", "type": "podgate-tunnel-guard",
+            "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+            "runtimeConfig": {}, "args": {"cni": {}}, "prevResult": {},
+            "cni.dev/valid-attachments": [], "logLevel": "debug", "eventFile": "/e"
+        }))
+        .unwrap();
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub struct Counters {
     /// profile -> sandboxes the agent adopted.
     #[serde(default)]
     pub adopted: BTreeMap<String, u64>,
+    /// `plugin|warning` -> requests that noted it (`Event::warnings`).
+    #[serde(default)]
+    pub warnings: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -186,6 +189,10 @@ impl Spool {
         self.count(&ev.plugin, &ev.command, &ev.outcome);
         if let Some(rule) = &ev.rule {
             self.refused(rule);
+        }
+        for w in &ev.warnings {
+            let key = format!("{}|{}", label(&ev.plugin), label(w));
+            *self.state.counters.warnings.entry(key).or_default() += 1;
         }
         if ev.seconds.is_finite() && ev.seconds >= 0.0 {
             let key = format!("{}|{}", label(&ev.plugin), label(&ev.command));

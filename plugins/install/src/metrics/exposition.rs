@@ -197,6 +197,21 @@ impl Collector for Collection {
             "Sandboxes that started without podgate's chain and got their profile from the agent, by profile.",
             &adopted,
         )?;
+        let warnings: Vec<_> = s
+            .counters
+            .warnings
+            .iter()
+            .map(|(k, n)| {
+                let (plugin, warning, _) = split3(k);
+                (vec![("plugin", plugin), ("warning", warning)], *n)
+            })
+            .collect();
+        counters(
+            &mut enc,
+            "podgate_cni_warnings",
+            "Requests that met a condition the operator should know about, by plugin and warning (noAnnotations: a pod that may choose its profile by annotation got none, because the runtime delivered no annotations).",
+            &warnings,
+        )?;
         let durations: Vec<_> = s
             .counters
             .durations
@@ -305,6 +320,9 @@ mod tests {
             .insert("podgate-router|ADD|ok".into(), 3);
         s.counters.refusals.insert("allow.pools".into(), 1);
         s.counters.adopted.insert("vpn".into(), 2);
+        s.counters
+            .warnings
+            .insert("podgate-router|noAnnotations".into(), 4);
         s.unguarded = Some(1);
         let h = crate::metrics::events::Histogram {
             counts: vec![2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4],
@@ -329,6 +347,7 @@ mod tests {
             "podgate_cni_requests_total{plugin=\"podgate-router\",command=\"ADD\",outcome=\"ok\"} 3\n",
             "podgate_refusals_total{rule=\"allow.pools\"} 1\n",
             "podgate_adopted_total{profile=\"vpn\"} 2\n",
+            "podgate_cni_warnings_total{plugin=\"podgate-router\",warning=\"noAnnotations\"} 4\n",
             "podgate_unguarded_sandboxes 1\n",
             "podgate_attachments{network=\"n\",profile=\"p\\\"q\",routing=\"none\"} 2\n",
             "# TYPE podgate_cni_request_duration_seconds histogram\n",
@@ -346,6 +365,6 @@ mod tests {
         ] {
             assert!(out.contains(line), "missing {line:?} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE ").count(), 18, "{out}");
+        assert_eq!(out.matches("# TYPE ").count(), 19, "{out}");
     }
 }

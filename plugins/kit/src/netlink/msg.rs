@@ -263,6 +263,11 @@ impl<'a> Attrs<'a> {
             .map(|(_, p)| *p)
     }
 
+    /// Every attribute, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u16, &'a [u8])> + '_ {
+        self.items.iter().copied()
+    }
+
     pub(crate) fn all(&self, ty: u16) -> impl Iterator<Item = &'a [u8]> + '_ {
         self.items
             .iter()

@@ -51,10 +51,30 @@ pub(crate) const FRA_PRIORITY: u16 = 6;
 pub(crate) const FRA_SUPPRESS_PREFIXLEN: u16 = 14;
 pub(crate) const FRA_TABLE: u16 = 15;
 pub(crate) const FRA_PROTOCOL: u16 = 21;
+pub(crate) const FRA_GOTO: u16 = 4;
+pub(crate) const FRA_FWMARK: u16 = 10;
+pub(crate) const FRA_FLOW: u16 = 11;
+pub(crate) const FRA_TUN_ID: u16 = 12;
+pub(crate) const FRA_SUPPRESS_IFGROUP: u16 = 13;
+pub(crate) const FRA_FWMASK: u16 = 16;
+pub(crate) const FRA_OIFNAME: u16 = 17;
+pub(crate) const FRA_PAD: u16 = 18;
+pub(crate) const FRA_L3MDEV: u16 = 19;
+pub(crate) const FRA_UID_RANGE: u16 = 20;
 pub(crate) const FRA_IP_PROTO: u16 = 22;
+pub(crate) const FRA_SPORT_RANGE: u16 = 23;
+pub(crate) const FRA_DPORT_RANGE: u16 = 24;
+pub(crate) const FRA_SPORT_MASK: u16 = 28;
+pub(crate) const FRA_DPORT_MASK: u16 = 29;
 pub(crate) const FR_ACT_UNSPEC: u8 = 0;
 pub(crate) const FR_ACT_TO_TBL: u8 = 1;
+pub(crate) const FR_ACT_GOTO: u8 = 2;
+pub(crate) const FR_ACT_NOP: u8 = 3;
 pub(crate) const FR_ACT_BLACKHOLE: u8 = 6;
+pub(crate) const FR_ACT_UNREACHABLE: u8 = 7;
+pub(crate) const FR_ACT_PROHIBIT: u8 = 8;
+/// `fib_rule_hdr.flags`: `not`, the selectors inverted.
+pub(crate) const FIB_RULE_INVERT: u32 = 2;
 
 /// `linux/if_link.h`, `linux/if_addr.h`.
 pub(crate) const IFLA_IFNAME: u16 = 3;

@@ -861,4 +861,145 @@ fn kernel_round_trip() {
         assert!(rule::del(&mut s, r).unwrap(), "{r:?}");
         assert!(!rule::del(&mut s, r).unwrap(), "{r:?}");
     }
+
+    // Rules with fields a RuleSpec does not hold are listed with them, as
+    // `ip rule` words; the kernel's own rules are plain.
+    let listed = rule::list_all_fields(&mut s, false).unwrap();
+    assert!(listed.iter().all(rule::ListedRule::is_plain), "{listed:?}");
+    /// `ip rule add` words, pref, then what the listing must say (`not`,
+    /// the other selectors, the action, and RuleSpec's ipproto).
+    type Case<'a> = (
+        &'a [&'a str],
+        u32,
+        bool,
+        &'a [&'a str],
+        Option<&'a str>,
+        Option<u8>,
+    );
+    let cases: [Case; 5] = [
+        (
+            &["fwmark", "0x10/0xff", "lookup", "100"],
+            50,
+            false,
+            &["fwmark 0x10/0xff"],
+            None,
+            None,
+        ),
+        (
+            &["not", "from", "10.8.0.0/24", "lookup", "100"],
+            60,
+            true,
+            &[],
+            None,
+            None,
+        ),
+        (
+            &["from", "10.9.0.0/24", "blackhole"],
+            70,
+            false,
+            &[],
+            Some("blackhole"),
+            None,
+        ),
+        (
+            &["oif", "pg-a", "tos", "0x10", "lookup", "100"],
+            80,
+            false,
+            &["oif pg-a", "tos 0x10"],
+            None,
+            None,
+        ),
+        (
+            &[
+                "uidrange", "100-200", "ipproto", "tcp", "dport", "443", "goto", "100",
+            ],
+            90,
+            false,
+            &["uidrange 100-200", "dport 443-443"],
+            Some("goto 100"),
+            Some(6),
+        ),
+    ];
+    for (words, pref, invert, selectors, action, ip_proto) in cases {
+        let mut args = vec!["rule", "add"];
+        args.extend_from_slice(words);
+        let pref_s = pref.to_string();
+        args.extend_from_slice(&["pref", &pref_s]);
+        ip(&args);
+        let listed = rule::list_all_fields(&mut s, false).unwrap();
+        let l = listed.iter().find(|l| l.spec.priority == pref).unwrap();
+        // Newer kernels also list the port's mask (FRA_DPORT_MASK).
+        let mut got: Vec<String> = l
+            .selectors
+            .iter()
+            .filter(|w| w.as_str() != "dport_mask 0xffff")
+            .cloned()
+            .collect();
+        got.sort();
+        let mut want: Vec<String> = selectors.iter().map(|w| w.to_string()).collect();
+        want.sort();
+        assert_eq!(
+            (l.invert, got, l.action().as_deref(), l.spec.ip_proto),
+            (invert, want, action, ip_proto),
+            "{words:?}: {l:?}"
+        );
+        assert!(!l.is_plain());
+    }
+
+    // What a delete takes: the kernel compares only the fields the request
+    // carries and deletes the first rule that agrees. An ipproto rule
+    // listed before a plain one of the same preference is taken for it; a
+    // blackhole rule never is; a request without a source takes a rule
+    // with one. RuleSpec::delete_takes says the same.
+    for words in [
+        &[
+            "from",
+            "10.5.0.0/24",
+            "ipproto",
+            "tcp",
+            "lookup",
+            "100",
+            "pref",
+            "110",
+        ][..],
+        &["from", "10.5.0.0/24", "lookup", "100", "pref", "110"],
+        &["from", "10.9.0.0/24", "blackhole", "pref", "120"],
+        &["from", "10.9.0.0/24", "lookup", "100", "pref", "120"],
+        &["from", "10.6.0.0/24", "lookup", "100", "pref", "130"],
+    ] {
+        let mut args = vec!["rule", "add"];
+        args.extend_from_slice(words);
+        ip(&args);
+    }
+    let at = |s: &mut RouteSocket, pref: u32| -> Vec<RuleSpec> {
+        let listed = rule::list(s, false).unwrap();
+        listed.into_iter().filter(|r| r.priority == pref).collect()
+    };
+    let [tcp, plain] = &at(&mut s, 110)[..] else {
+        panic!("two rules at 110")
+    };
+    assert_eq!((tcp.ip_proto, plain.ip_proto), (Some(6), None));
+    assert!(plain.delete_takes(tcp) && !tcp.delete_takes(plain));
+    assert!(rule::del(&mut s, plain).unwrap());
+    assert_eq!(
+        at(&mut s, 110),
+        std::slice::from_ref(plain),
+        "the tcp rule went"
+    );
+    let [blackhole, lookup] = &at(&mut s, 120)[..] else {
+        panic!("two rules at 120")
+    };
+    assert!(!lookup.delete_takes(blackhole) && !blackhole.delete_takes(lookup));
+    assert!(rule::del(&mut s, lookup).unwrap());
+    assert_eq!(at(&mut s, 120), std::slice::from_ref(blackhole));
+    let [six] = &at(&mut s, 130)[..] else {
+        panic!("one rule at 130")
+    };
+    let all = RuleSpec {
+        from: None,
+        ..six.clone()
+    };
+    assert!(all.delete_takes(six) && !six.delete_takes(&all));
+    assert!(rule::del(&mut s, &all).unwrap());
+    assert_eq!(at(&mut s, 130), [], "the 10.6.0.0/24 rule went");
 }

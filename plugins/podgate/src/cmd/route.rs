@@ -4,7 +4,7 @@ use crate::error::{Error, Found, Result};
 use crate::ipargs::{self, RouteArgs, Selector, Spec};
 use crate::output;
 use crate::routes::{row_of, RouteRow};
-use crate::select::Target;
+use crate::select::{ChangeArgs, Target};
 use clap::Subcommand;
 use podgate_kit::link;
 use podgate_kit::netlink::RouteSocket;
@@ -16,49 +16,88 @@ pub enum RouteCmd {
     /// `podgate route list --netns /var/run/netns/vpn [table all|main|local|N] [dev IF] [proto P] [PREFIX]`.
     #[command(visible_aliases = ["show", "ls"])]
     List(Selector),
-    /// Add a route: `podgate route add --netns ... 10.8.0.0/24 via 10.22.0.5 [dev eth0] [table T] [metric N] [proto P] [onlink]`.
+    /// Add a route: `podgate route add --netns ... 10.8.0.0/24 via 10.22.0.5 [dev eth0] [table T] [metric N] [proto P] [onlink]`
+    /// (the node's own routes: `--node`).
     Add {
         /// Replace a route with the same key instead of failing (`ip route replace`).
         #[arg(long)]
         replace: bool,
         #[command(flatten)]
+        change: ChangeArgs,
+        #[command(flatten)]
         route: Spec,
     },
-    /// Delete a route: `podgate route del --netns ... 10.8.0.0/24 [via GW] [dev IF] [table T]`.
+    /// Delete a route: `podgate route del --netns ... 10.8.0.0/24 [via GW] [dev IF] [table T]`
+    /// (the node's own routes: `--node`).
     #[command(visible_alias = "delete")]
-    Del(Spec),
+    Del {
+        #[command(flatten)]
+        change: ChangeArgs,
+        #[command(flatten)]
+        route: Spec,
+    },
 }
 
 pub fn run(cmd: &RouteCmd, target: &Target, json: bool) -> Result<Found> {
-    let sel = target.select()?;
-    let mut sock = RouteSocket::in_netns(&sel.ns)?;
     match cmd {
         RouteCmd::List(Selector { family, args }) => {
             let a = ipargs::parse_route(args, true).map_err(Error::Usage)?;
+            let sel = target.select()?;
+            let mut sock = RouteSocket::in_netns(&sel.ns)?;
             list(&mut sock, a.family.or(family.flag()), &a, json)
         }
         RouteCmd::Add {
             replace,
+            change,
             route: Spec { family, args },
         } => {
             let a = ipargs::parse_route(args, false).map_err(Error::Usage)?;
+            let sel = target.select_to_change("route add")?;
+            let mut sock = RouteSocket::in_netns(&sel.ns)?;
             let spec = spec_of(&mut sock, &a, family.flag(), true)?;
+            if change.dry_run {
+                return report("would add", &mut sock, &spec, &sel.chosen.label(), json);
+            }
             route::add(&mut sock, &spec, *replace)?;
             report("added", &mut sock, &spec, &sel.chosen.label(), json)
         }
-        RouteCmd::Del(Spec { family, args }) => {
+        RouteCmd::Del {
+            change,
+            route: Spec { family, args },
+        } => {
             let a = ipargs::parse_route(args, false).map_err(Error::Usage)?;
+            let sel = target.select_to_change("route del")?;
+            let mut sock = RouteSocket::in_netns(&sel.ns)?;
             let spec = spec_of(&mut sock, &a, family.flag(), false)?;
-            if !route::del(&mut sock, &spec)? {
-                return Err(Error::msg(format!(
+            let missing = || {
+                Error::msg(format!(
                     "no route {} in {}",
                     spec.describe(),
                     sel.chosen.label()
-                )));
+                ))
+            };
+            if change.dry_run {
+                let listed = route::list(&mut sock, spec.dst.addr().is_ipv6())?;
+                let found = RouteSpec::from(&first_deleted(listed, &spec).ok_or_else(missing)?);
+                return report("would delete", &mut sock, &found, &sel.chosen.label(), json);
+            }
+            if !route::del(&mut sock, &spec)? {
+                return Err(missing());
             }
             report("deleted", &mut sock, &spec, &sel.chosen.label(), json)
         }
     }
+}
+
+/// The route a delete of `spec` takes, as the kernel picks it: the first
+/// with its prefix and table and, where given, its gateway, interface,
+/// metric and protocol.
+fn first_deleted(mut listed: Vec<RouteEntry>, spec: &RouteSpec) -> Option<RouteEntry> {
+    listed.retain(|e| {
+        spec.metric.is_none_or(|m| e.metric == Some(m))
+            && (spec.protocol == RouteProtocol::UNSPEC.0 || e.protocol == spec.protocol)
+    });
+    route::find(&listed, spec).cloned()
 }
 
 fn spec_of(

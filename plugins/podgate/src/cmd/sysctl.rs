@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Found, Result};
 use crate::output::{self, Table};
-use crate::select::Target;
+use crate::select::{ChangeArgs, Target};
 use clap::Subcommand;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
@@ -18,8 +18,12 @@ pub enum SysctlCmd {
         names: Vec<String>,
     },
     /// Write sysctls inside the netns (read first; unchanged values are not rewritten):
-    /// `podgate sysctl set --netns /var/run/netns/vpn net.ipv4.ip_forward=1`.
+    /// `podgate sysctl set --netns /var/run/netns/vpn net.ipv4.ip_forward=1`
+    /// (the node's own: `--node`). Only names every network namespace has a
+    /// copy of its own.
     Set {
+        #[command(flatten)]
+        change: ChangeArgs,
         #[arg(required = true, value_name = "NAME=VALUE")]
         pairs: Vec<String>,
     },
@@ -37,6 +41,60 @@ fn check_name(name: &str) -> Result<()> {
              a node-wide setting belongs to the node's own configuration)"
         ))
     })
+}
+
+/// Refuse a name that is not per network namespace, before touching
+/// anything: `net.*` also holds knobs only the node's namespace has, whose
+/// value is the whole machine's (`net.core.bpf_jit_harden`,
+/// `net.core.rmem_max`, `net.ipv4.neigh.default.gc_thresh3`, conntrack's
+/// table size). The test is the kernel's own: a namespace made for the
+/// purpose, on a thread of its own, has a writable copy of every
+/// per-namespace knob and of no other (those of the node alone are absent
+/// or read-only there). An interface's knobs are looked up on `lo`, which
+/// every namespace has.
+fn check_per_netns(name: &str) -> Result<()> {
+    let path = sysctl::path_of(&on_lo(name))?;
+    let refused = |why: &str| {
+        Error::Refused(format!(
+            "{name} is not per network namespace ({why}): its value is the whole machine's, and podgate \
+             sets only sysctls every network namespace has a copy of; a node-wide setting belongs to the \
+             node's own configuration"
+        ))
+    };
+    let seen = std::thread::spawn(move || -> std::io::Result<Option<bool>> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+        match std::fs::metadata(&path) {
+            Ok(m) => Ok(Some(
+                std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o222 != 0,
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    })
+    .join()
+    .map_err(|_| Error::msg(format!("{name}: the check in a new network namespace panicked")))?
+    .map_err(|e| {
+        Error::msg(format!(
+            "{name}: cannot tell whether it is per network namespace (a new namespace: {e}); nothing written"
+        ))
+    })?;
+    match seen {
+        Some(true) => Ok(()),
+        Some(false) => Err(refused("a new network namespace has it read-only")),
+        None => Err(refused("a new network namespace has no copy of it")),
+    }
+}
+
+/// `name` with the interface of `net.<family>.conf.<if>.*` or
+/// `net.<family>.neigh.<if>.*` replaced by `lo`.
+fn on_lo(name: &str) -> String {
+    let mut seg: Vec<&str> = name.split('.').collect();
+    if let [_net, _family, kind, dev, _knob, ..] = seg.as_mut_slice() {
+        if matches!(*kind, "conf" | "neigh") && !matches!(*dev, "all" | "default") {
+            *dev = "lo";
+        }
+    }
+    seg.join(".")
 }
 
 #[derive(Debug, Serialize)]
@@ -57,12 +115,15 @@ struct Change {
     #[serde(skip_serializing_if = "Option::is_none")]
     previous: Option<String>,
     changed: bool,
+    /// `--dry-run`: `changed` says what a run would change; nothing was.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    dry_run: bool,
 }
 
 pub fn run(cmd: &SysctlCmd, target: &Target, json: bool) -> Result<Found> {
     match cmd {
         SysctlCmd::Get { names } => get(names, target, json),
-        SysctlCmd::Set { pairs } => set(pairs, target, json),
+        SysctlCmd::Set { change, pairs } => set(pairs, change.dry_run, target, json),
         SysctlCmd::Diff => diff(target, json),
     }
 }
@@ -132,23 +193,33 @@ fn parse_pair(p: &str) -> Result<(String, String)> {
     Ok((n.to_string(), v.to_string()))
 }
 
-fn set(pairs: &[String], target: &Target, json: bool) -> Result<Found> {
+fn set(pairs: &[String], dry_run: bool, target: &Target, json: bool) -> Result<Found> {
     let wanted: Vec<(String, String)> =
         pairs.iter().map(|p| parse_pair(p)).collect::<Result<_>>()?;
     for (n, _) in &wanted {
         check_name(n)?;
     }
-    let sel = target.select()?;
+    let sel = target.select_to_change("sysctl set")?;
+    for (n, _) in &wanted {
+        check_per_netns(n)?;
+    }
     let w = wanted.clone();
     let (changes, failure) = sel.ns.run(move || {
         let mut done = Vec::new();
         for (name, value) in &w {
-            match sysctl::ensure(name, value) {
+            let outcome = if dry_run {
+                sysctl::read(name)
+                    .map(|now| (sysctl::normalize(&now) != sysctl::normalize(value)).then_some(now))
+            } else {
+                sysctl::ensure(name, value)
+            };
+            match outcome {
                 Ok(previous) => done.push(Change {
                     name: name.clone(),
                     value: value.clone(),
                     changed: previous.is_some(),
                     previous,
+                    dry_run,
                 }),
                 Err(e) => return (done, Some(e)),
             }
@@ -159,10 +230,16 @@ fn set(pairs: &[String], target: &Target, json: bool) -> Result<Found> {
         output::json(&changes)?;
     } else {
         let mut s = String::new();
+        let would = if dry_run { "would change: " } else { "" };
         for c in &changes {
             match &c.previous {
                 Some(p) => {
-                    s += &format!("{}: {p} -> {} ({})\n", c.name, c.value, sel.chosen.label())
+                    s += &format!(
+                        "{would}{}: {p} -> {} ({})\n",
+                        c.name,
+                        c.value,
+                        sel.chosen.label()
+                    )
                 }
                 None => s += &format!("{} = {} (unchanged)\n", c.name, c.value),
             }

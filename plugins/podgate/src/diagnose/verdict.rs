@@ -588,7 +588,9 @@ mod tests {
         let next = d.verdict.next.unwrap();
         assert!(
             next.contains("sysctls {\"net.ipv6.conf.all.forwarding\": \"1\"}")
-                && next.contains("podgate sysctl set net.ipv6.conf.all.forwarding=1"),
+                && next.contains(
+                    "podgate sysctl set --netns <that netns> net.ipv6.conf.all.forwarding=1"
+                ),
             "{next}"
         );
         assert!(!next.contains("ipv4"), "{next}");
@@ -604,6 +606,6 @@ mod tests {
             .verdict
             .next
             .unwrap()
-            .contains("podgate sysctl set net.ipv4.ip_forward=1"),);
+            .contains("podgate sysctl set --netns <that netns> net.ipv4.ip_forward=1"),);
     }
 }

@@ -248,7 +248,7 @@ pub fn hop_next(h: &HopFinding) -> Option<String> {
         HopFinding::SilentPastPod { target, .. } => next_past_pod(target).into(),
         HopFinding::ForwardingOff { target, .. } => {
             let s = fwd_name(target.addr.is_ipv6());
-            format!("turn forwarding on in the pod netns so it survives restarts: a podgate-router profile with sysctls {{\"{s}\": \"1\"}} (to test: podgate sysctl set {s}=1 in that netns)")
+            format!("turn forwarding on in the pod netns so it survives restarts: a podgate-router profile with sysctls {{\"{s}\": \"1\"}} (to test: podgate sysctl set --netns <that netns> {s}=1)")
         }
         HopFinding::NoReturnPath { .. } => "the return path: masquerade the pool in the pod (podgate-router profile `masquerade`; works from every node), or, when the cluster routes the pool to this node from every node, route it back via the pod on the node (`returnRoutes`: on this node only)".into(),
         HopFinding::ClientRepliesLost {

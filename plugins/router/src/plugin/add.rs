@@ -433,7 +433,7 @@ pub(super) fn add_as(req: &Request, adopted: bool) -> Result<Added, CniError> {
     let sel = match selection(&cfg, req) {
         Ok(Some(s)) => s,
         Ok(None) => {
-            log.info("no profile for this pod; passing through", json!({}));
+            super::passing_through(&cfg, req, &log);
             return Ok(Added::PrevResult);
         }
         Err(e) => {

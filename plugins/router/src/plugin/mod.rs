@@ -5,7 +5,7 @@ pub mod adopt;
 mod del;
 mod gc;
 
-use crate::config::RouterConfig;
+use crate::config::{RouterConfig, ANNOTATIONS_CAPABILITY};
 use crate::intent::{self, PodIntent, Selection};
 use crate::lifecycle::Swept;
 use podgate_cni::log::Logger;
@@ -115,6 +115,32 @@ fn selection(cfg: &RouterConfig, req: &Request) -> Result<Option<Selection>, Cni
     let intent = PodIntent::from_request(&req.env, &req.conf)?;
     intent::select(cfg, &intent)
 }
+
+/// The log line (and, where the runtime delivered no annotations to a pod
+/// that may choose its profile by annotation, the warning counted as
+/// `noAnnotations`) of a pod that gets no profile.
+pub(super) fn passing_through(cfg: &RouterConfig, req: &Request, log: &Logger) {
+    match intent::annotations_missing(cfg, &req.env, &req.conf) {
+        Some(ns) => {
+            log.warn(
+                &format!(
+                    "no profile for this pod; passing through: the runtime delivered no pod annotations \
+                     (runtimeConfig has no {ANNOTATIONS_CAPABILITY}), so a {} annotation of this pod in \
+                     namespace {ns:?} (allow.annotationNamespaces) could not be seen; the entry needs \
+                     capabilities {{\"{ANNOTATIONS_CAPABILITY}\": true}} and a runtime that fills it \
+                     (containerd >= 1.5, CRI-O >= 1.29; Multus passes none: use assign or args.cni.profile)",
+                    intent::ANN_PROFILE
+                ),
+                json!({"warning": NO_ANNOTATIONS}),
+            );
+            podgate_cni::event::warn(NO_ANNOTATIONS);
+        }
+        None => log.info("no profile for this pod; passing through", json!({})),
+    }
+}
+
+/// The event label of [`passing_through`]'s warning.
+const NO_ANNOTATIONS: &str = "noAnnotations";
 
 impl Plugin for Router {
     fn add(&self, req: &Request) -> Result<Added, CniError> {
