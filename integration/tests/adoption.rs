@@ -561,13 +561,15 @@ fn strace_available() -> bool {
 /// opening and writing files (records, claims, sysctls), renaming them
 /// into place (the claims index by exchange, the old one then unlinked),
 /// netlink (routes, addresses, nf_tables), connecting to CRI.
-const CALLS: [&str; 9] = [
+const CALLS: [&str; 11] = [
     "setns",
     "openat",
     "write",
     "rename",
+    "renameat",
     "renameat2",
     "unlink",
+    "unlinkat",
     "sendto",
     "sendmsg",
     "connect",

@@ -358,14 +358,17 @@ fn index_matches_records(rig: &Rig, what: &str) {
 }
 
 /// The calls a kill point is put before: netlink, file writes, renames
-/// into place (the claims index by exchange, the old one then unlinked).
-const CALLS: [&str; 7] = [
+/// into place (records relative to the state dir's handle, the claims
+/// index by exchange, the old one then unlinked).
+const CALLS: [&str; 9] = [
     "sendto",
     "sendmsg",
     "write",
     "rename",
+    "renameat",
     "renameat2",
     "unlink",
+    "unlinkat",
     "openat",
 ];
 
@@ -773,6 +776,17 @@ fn delay_opening(path: &std::path::Path, when: u32) -> Vec<String> {
         .collect()
 }
 
+/// strace arguments that hold the traced process 4 s at its `when`th
+/// `flock` (the state dir's files are opened relative to its handle, so a
+/// path filter would not name one of them).
+fn delay_flock(when: u32) -> Vec<String> {
+    ["-f", "-qq", "-o", "/dev/null", "-e", "trace=flock", "-e"]
+        .map(String::from)
+        .into_iter()
+        .chain([format!("inject=flock:delay_enter=4000000:when={when}")])
+        .collect()
+}
+
 /// GC collecting every strict pod of the node puts the node-wide strict
 /// settings back: each pod it removed no longer counts as live when it
 /// judges the next (it kept them, each pod seeing the other).
@@ -873,7 +887,8 @@ fn a_profile_change_that_checks_no_claims_keeps_the_strict_settings_of_a_pod_add
     let pod2 = Netns::new("lc-pod-waited2");
     wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
     let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
-    let delay = delay_opening(&rig.state_dir().join(".lock"), 1);
+    // Its second flock: the node-wide lock, after the pod's.
+    let delay = delay_flock(2);
     let conf = rig.conf(sysctl_only.clone(), false);
     std::thread::scope(|s| {
         let changed = s.spawn(|| rig.spawn(&delay, rig.env("ADD", "x"), &conf));

@@ -454,7 +454,7 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
 /// under podgate-router's node-wide lock, so an ADD still running from the
 /// old chain is either seen or runs after.
 fn purge_state_dir(dir: &std::path::Path) -> Result<(), Error> {
-    let Some(store) = podgate_kit::state::StateStore::existing(dir) else {
+    let Some(store) = podgate_kit::state::StateStore::existing(dir)? else {
         return Ok(());
     };
     if let podgate_kit::state::Purge::RecordsLeft(n) = store.purge_unless_records()? {

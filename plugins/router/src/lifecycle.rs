@@ -455,7 +455,7 @@ pub fn sweep_temp_in(
 /// caller runs in the node's network namespace (node routes of a dead pod
 /// are removed there). A missing state dir is nothing to do.
 pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
-    let Some(store) = StateStore::existing(state_dir) else {
+    let Some(store) = StateStore::existing(state_dir)? else {
         return Ok(Swept::default());
     };
     let _lock = store.lock()?;

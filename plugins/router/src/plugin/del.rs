@@ -16,7 +16,7 @@ use serde_json::json;
 pub(super) fn del(req: &Request) -> Result<(), CniError> {
     let cfg = load(&req.conf)?;
     let log = logger(&cfg, req);
-    let Some(store) = StateStore::existing(&cfg.state_dir) else {
+    let Some(store) = StateStore::existing(&cfg.state_dir).map_err(io_err)? else {
         return Ok(());
     };
     let key = key_of(req);

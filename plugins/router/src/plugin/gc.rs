@@ -19,6 +19,7 @@ pub(super) fn check(req: &Request) -> Result<(), CniError> {
     let sel = selection(&cfg, req)?;
     let key = key_of(req);
     let rec = StateStore::existing(&cfg.state_dir)
+        .map_err(io_err)?
         .map(|s| record::read(&s, &key))
         .transpose()
         .map_err(|e| CniError::io(e.to_string()))?
@@ -55,7 +56,7 @@ pub(super) fn status(conf: &NetConf) -> Result<(), CniError> {
 
 pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     let cfg = load(conf)?;
-    let Some(store) = StateStore::existing(&cfg.state_dir) else {
+    let Some(store) = StateStore::existing(&cfg.state_dir).map_err(io_err)? else {
         return Ok(());
     };
     let log = Logger::new("podgate-router", cfg.log_file.as_deref())

@@ -499,7 +499,7 @@ pub struct RecordInfo {
 /// namespaces, not by the caller's own netns (as the installer's sweep), so
 /// a reporter running outside the node netns still reports correctly.
 pub fn scan(state_dir: &Path) -> Result<Vec<RecordInfo>, podgate_kit::Error> {
-    let Some(store) = StateStore::existing(state_dir) else {
+    let Some(store) = StateStore::existing(state_dir)? else {
         return Ok(Vec::new());
     };
     let here = Here {
