@@ -1158,6 +1158,172 @@ fn the_node_agent_sweeps_records_of_dead_pods() {
     assert!(!routes.contains("10.9.0.0/24"), "{routes}");
 }
 
+/// `podgate agent --once` with `--router-state-dir` the rig's, in the node
+/// netns (no runtime: the one-shot sweep alone); its stdout and stderr.
+fn sweep_once(rig: &Rig) -> String {
+    let conf = rig.dir.path().join("net.d");
+    std::fs::create_dir_all(&conf).unwrap();
+    let out = Command::new("nsenter")
+        .arg(format!("--net={}", rig.node.path().display()))
+        .arg(podgate())
+        .args(["agent", "--once", "--runtime-endpoint", "none"])
+        .arg("--router-state-dir")
+        .arg(rig.state_dir())
+        .arg("--agent-state-dir")
+        .arg(rig.dir.path().join("agent"))
+        .arg("--cni-conf-dir")
+        .arg(&conf)
+        .arg("--cni-bin-dir")
+        .arg(rig.dir.path().join("bin"))
+        .arg("--state-dir")
+        .arg(rig.dir.path().join("installer"))
+        .arg("--plugins")
+        .arg(rig.dir.path().join("plugins.json"))
+        .output()
+        .unwrap();
+    podgate_integration::output_text(&out)
+}
+
+/// `podgate uninstall --wait --purge-state-dir` the rig's state dir, then
+/// SIGTERM: what the uninstall DaemonSet does; its log.
+fn uninstall_purge(rig: &Rig) -> String {
+    let log = rig.dir.path().join("uninstall.log");
+    let conf = rig.dir.path().join("net.d");
+    std::fs::create_dir_all(&conf).unwrap();
+    let mut child = Command::new(podgate())
+        .arg("uninstall")
+        .arg("--cni-conf-dir")
+        .arg(&conf)
+        .arg("--cni-bin-dir")
+        .arg(rig.dir.path().join("bin"))
+        .arg("--state-dir")
+        .arg(rig.dir.path().join("installer"))
+        .args(["--wait", "--purge-state-dir"])
+        .arg(rig.state_dir())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("waiting for SIGTERM")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "uninstall never waited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{text}");
+    text
+}
+
+/// podgate's own routes and rules on the node (protocol 94).
+fn podgate_objects(rig: &Rig) -> String {
+    let rules: String = rig
+        .node
+        .exec_ok(&["ip", "-d", "rule"])
+        .lines()
+        .filter(|l| l.ends_with(" proto 94"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let routes = rig
+        .node
+        .exec_ok(&["ip", "route", "show", "table", "all", "proto", "94"]);
+    format!("{rules}{routes}")
+}
+
+/// A strict pod's record emptied (what a power cut leaves of a record
+/// written without fsync, or any record podgate cannot read), and the pod
+/// gone without a DEL (its netns deleted, its veth with it): the node
+/// agent's sweep moves the record to `quarantine/` and says so, removes
+/// what the pod left on the node (found from its host-side rule, whose
+/// interface went with the netns), puts the node-wide strict settings
+/// back, and the uninstall purge then empties the state dir. Before, the
+/// unreadable record pinned all three forever.
+#[test]
+fn an_unreadable_strict_record_whose_netns_is_gone_no_longer_pins_the_node() {
+    require_root();
+    let rig = Rig::routed("unread");
+    strict_values_to_change(&rig);
+    let alone = strict_node_wide(&rig);
+    let rules_before = rig.node.exec_ok(&["ip", "rule"]);
+    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    rig.router("ADD", "s1", &strict, None).ok();
+    assert_ne!(strict_node_wide(&rig), alone, "strict settings in place");
+    let file = "lcnet+s1+eth0.json";
+    std::fs::write(rig.state_dir().join(file), b"").unwrap();
+    // The pod dies without a DEL: its netns goes, and its veth with it.
+    rig.pod.recreate();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while rig.node.link_exists("pgs0") {
+        assert!(std::time::Instant::now() < deadline, "pgs0 never went");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let out = sweep_once(&rig);
+    assert_eq!(
+        strict_node_wide(&rig),
+        alone,
+        "the node-wide strict settings are back:\n{out}"
+    );
+    assert_eq!(rig.node.exec_ok(&["ip", "rule"]), rules_before, "{out}");
+    assert_eq!(podgate_objects(&rig), "", "what the pod left: {out}");
+    assert!(
+        out.contains(&format!("quarantined unreadable record {file}")),
+        "{out}"
+    );
+    assert!(rig.state_dir().join("quarantine").join(file).exists());
+    let log = uninstall_purge(&rig);
+    assert_eq!(
+        state_files_in(&rig.state_dir()),
+        Vec::<String>::new(),
+        "the purge ran: {log}"
+    );
+}
+
+/// The same emptied record while the strict pod lives: the sweep
+/// quarantines it but the node-wide settings stay (the kernel shows the
+/// pod bound: its host-side interface exists), and the runtime's DEL then
+/// finds it in quarantine, removes the pod's objects by ownership (its
+/// prevResult address and host-side rule) and puts the settings back.
+#[test]
+fn an_unreadable_strict_record_of_a_live_pod_keeps_the_node_bound_until_its_del() {
+    require_root();
+    let rig = Rig::routed("unreadlive");
+    strict_values_to_change(&rig);
+    let alone = strict_node_wide(&rig);
+    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    rig.router("ADD", "s1", &strict, None).ok();
+    let with_strict = strict_node_wide(&rig);
+    let file = "lcnet+s1+eth0.json";
+    std::fs::write(rig.state_dir().join(file), b"").unwrap();
+    let out = sweep_once(&rig);
+    assert!(
+        out.contains(&format!("quarantined unreadable record {file}")),
+        "{out}"
+    );
+    assert_eq!(strict_node_wide(&rig), with_strict, "kept: {out}");
+    let objects = podgate_objects(&rig);
+    assert!(
+        objects.contains("iif pgs0"),
+        "the pod stays bound: {objects}"
+    );
+    rig.router("DEL", "s1", &strict, None).ok();
+    assert_eq!(strict_node_wide(&rig), alone, "back after its DEL");
+    assert_eq!(podgate_objects(&rig), "");
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "{:?}",
+        state_files_in(&rig.state_dir())
+    );
+}
+
 /// Calls per syscall in an `strace -f` log written with [`counting`].
 fn strace_counts(path: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
     let text = std::fs::read_to_string(path).unwrap();

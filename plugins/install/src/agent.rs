@@ -233,6 +233,9 @@ fn once(
         for r in &swept.removed {
             println!("swept {r}");
         }
+        for q in &swept.quarantined {
+            println!("swept: {q}");
+        }
         failed.extend(swept.failures.into_iter().map(|f| format!("sweep: {f}")));
     }
     match failed.is_empty() {

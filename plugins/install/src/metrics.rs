@@ -27,6 +27,7 @@ pub struct Snapshot {
     pub stale: u64,
     pub pending: u64,
     pub corrupt: u64,
+    pub quarantined: u64,
     pub drift: u64,
     pub drift_unchecked: u64,
     pub ipsec: Option<IpsecState>,
@@ -110,6 +111,7 @@ pub(crate) fn collect_once(probe: &ChainProbe, spool: &mut events::Spool) -> Sna
                 snap.stale += scan.stale;
                 snap.pending += scan.pending;
                 snap.corrupt += scan.corrupt;
+                snap.quarantined += scan.quarantined;
                 live.extend(scan.live);
             }
             Err(e) => errs.push(error("records", e)),

@@ -167,6 +167,11 @@ impl Dir {
     /// The regular file `name`, opened as `how` says without following a
     /// link and without blocking (a FIFO opens at once and is refused).
     pub fn open_file(&self, name: impl AsRef<OsStr>, how: Open) -> io::Result<File> {
+        self.open_regular(name, how).map(|(f, _)| f)
+    }
+
+    /// [`Dir::open_file`], with the size `fstat` found.
+    fn open_regular(&self, name: impl AsRef<OsStr>, how: Open) -> io::Result<(File, u64)> {
         let (flags, mode) = match how {
             Open::Read => (OFlag::O_RDONLY, 0),
             Open::CreateNew(m) => (OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL, m),
@@ -184,21 +189,25 @@ impl Dir {
         )
         .map_err(|e| refused(e, "the file"))?;
         let f = File::from(fd);
-        if !f.metadata()?.file_type().is_file() {
+        let m = f.metadata()?;
+        if !m.file_type().is_file() {
             return Err(not_regular());
         }
-        Ok(f)
+        Ok((f, m.len()))
     }
 
     /// The bytes of the regular file `name`, at most `max` of them (more is
     /// an error, not a truncated read); None when it does not exist.
     pub fn read(&self, name: impl AsRef<OsStr>, max: u64) -> io::Result<Option<Vec<u8>>> {
-        let f = match self.open_file(name, Open::Read) {
+        let (f, len) = match self.open_regular(name, Open::Read) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        read_bounded(f, max).map(Some)
+        if len > max {
+            return Err(too_large(max));
+        }
+        read_bounded(f, max, len).map(Some)
     }
 
     /// `renameat(from, to)`, both names in this directory.
@@ -254,6 +263,16 @@ impl Dir {
             }
         }
         self.remove_dir(name)
+    }
+
+    /// Is there anything (a link too) named `name`?
+    pub fn exists(&self, name: impl AsRef<OsStr>) -> bool {
+        fstatat(
+            self.fd(),
+            name.as_ref(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
     }
 
     /// Is `name` a regular file (a link is not)? False when missing.
@@ -314,15 +333,22 @@ impl Dir {
     }
 }
 
-/// All of `f`, at most `max` bytes (more is an error).
-pub fn read_bounded(f: File, max: u64) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
+fn too_large(max: u64) -> io::Error {
+    io::Error::new(
+        ErrorKind::InvalidData,
+        format!("larger than {max} bytes: not read"),
+    )
+}
+
+/// All of `f`, at most `max` bytes (more is an error); `hint`: the size
+/// `fstat` gave, room made for it at once (one `read` for a file that does
+/// not grow meanwhile).
+pub fn read_bounded(f: File, max: u64, hint: u64) -> io::Result<Vec<u8>> {
+    let room = usize::try_from(hint.min(max).saturating_add(1)).unwrap_or(0);
+    let mut out = Vec::with_capacity(room);
     f.take(max.saturating_add(1)).read_to_end(&mut out)?;
     if out.len() as u64 > max {
-        return Err(io::Error::new(
-            ErrorKind::InvalidData,
-            format!("larger than {max} bytes: not read"),
-        ));
+        return Err(too_large(max));
     }
     Ok(out)
 }

@@ -133,6 +133,11 @@ impl Collector for Collection {
                 s.corrupt,
             ),
             (
+                "podgate_records_quarantined",
+                "Records that could not be read, moved to quarantine/ by the sweep (they count nowhere; the attachment's DEL removes each).",
+                s.quarantined,
+            ),
+            (
                 "podgate_attachment_drift",
                 "Live attachments whose recorded state no longer holds (periodic CHECK).",
                 s.drift,

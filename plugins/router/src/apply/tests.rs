@@ -801,3 +801,42 @@ fn every_failing_pod_step_after_a_reread_is_undone_by_the_pod_removal() {
         );
     }
 }
+
+/// A strict pod the records cannot show (its record unreadable, or moved to
+/// quarantine) keeps the node-wide strict settings while its host-side
+/// interface exists, as the kernel tells: removing the last readable
+/// strict record leaves them. Once its netns (and the interface) is gone,
+/// they go back.
+#[test]
+fn node_wide_settings_stay_while_a_strict_pods_interface_lives_whatever_its_record() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let before = node_before(&rec);
+    let mut k = node_before(&rec);
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
+    let other = RuleSpec {
+        iif: Some("vethother".into()),
+        table: 30001,
+        priority: crate::routing::PRIO_STRICT,
+        protocol: route::RTPROT_PODGATE,
+        ..local_rule(0)
+    };
+    k.rules.push(other.clone());
+    k.links.push(podgate_kit::link::Link {
+        index: 9,
+        name: "vethother".into(),
+    });
+    assert!(remove_node(&mut k, &rec, &t.1, true).is_empty());
+    assert!(k
+        .rules
+        .contains(&local_rule(crate::routing::PRIO_LOCAL_MOVED)));
+    assert!(!k.rules.iter().any(|x| x.matches(&local_rule(0))));
+    assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "0");
+    assert!(strict_file(&t.1).exists(), "what to restore is kept");
+    // Its netns went, and its interface with it; its rule stays (detached).
+    k.links.clear();
+    assert!(boundary::restore_node(&t.1, &mut k, false).is_empty());
+    assert!(!strict_file(&t.1).exists());
+    k.rules.retain(|r| *r != other);
+    assert!(same_state(&k, &before), "{k:#?}");
+}

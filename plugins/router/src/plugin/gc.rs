@@ -137,6 +137,21 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             _ => keep_unreadable = true,
         }
     }
+    // Those the agent's sweep moved to quarantine/, the same way.
+    if names.contains(lifecycle::QUARANTINE) {
+        let quarantine = lifecycle::quarantine_listing(&store).map_err(io_err)?;
+        for (key, file) in quarantine {
+            match key {
+                Some(k) if k.network == conf.name && !is_valid(&k) => {
+                    log.warn("removing quarantined record", json!({"file": file}));
+                    if let Err(e) = lifecycle::remove_quarantined(&store, &k) {
+                        failures.push(e.to_string());
+                    }
+                }
+                _ => keep_unreadable = true,
+            }
+        }
+    }
     // Records are created and removed only under the node-wide lock,
     // which this GC holds (an ADD finishing outside it renames its
     // pending record to the applied one, same node side): the records

@@ -426,14 +426,6 @@ pub struct Listing {
     pub unreadable: Vec<(Option<Key>, ReadError)>,
 }
 
-impl Listing {
-    /// Some record cannot be judged (unreadable or too new): node-wide
-    /// settings must then be left as they are.
-    pub fn has_unknown(&self) -> bool {
-        !self.newer.is_empty() || !self.unreadable.is_empty()
-    }
-}
-
 pub fn list(store: &StateStore) -> Result<Listing, podgate_kit::Error> {
     list_in(store, &store.names()?)
 }
@@ -477,6 +469,9 @@ pub enum RecordStatus {
     NewerVersion {
         version: u64,
     },
+    /// An unreadable record the agent's sweep moved to `quarantine/`: it
+    /// counts nowhere; the attachment's DEL removes it.
+    Quarantined,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -544,6 +539,15 @@ pub fn scan(state_dir: &Path) -> Result<Vec<RecordInfo>, podgate_kit::Error> {
             profile,
             status,
             record,
+        });
+    }
+    for (key, file) in crate::lifecycle::quarantine_listing(&store)? {
+        out.push(RecordInfo {
+            file: store.dir().join(crate::lifecycle::QUARANTINE).join(file),
+            key,
+            profile: None,
+            status: RecordStatus::Quarantined,
+            record: None,
         });
     }
     Ok(out)
