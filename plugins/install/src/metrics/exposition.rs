@@ -341,9 +341,10 @@ mod tests {
             "podgate_ipsec_certificate_expiry_seconds -5\n",
             "podgate_metrics_collect_errors{source=\"drift\"} 1\n",
             "# TYPE podgate_attachment_drift_unchecked gauge\npodgate_attachment_drift_unchecked 0\n",
+            "# TYPE podgate_records_quarantined gauge\npodgate_records_quarantined 0\n",
         ] {
             assert!(out.contains(line), "missing {line:?} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE ").count(), 17, "{out}");
+        assert_eq!(out.matches("# TYPE ").count(), 18, "{out}");
     }
 }
