@@ -186,6 +186,9 @@ pub struct Scan {
     pub unguarded: Option<u64>,
     /// Unguarded sandboxes stopped by `--repair-unguarded`.
     pub stopped: Vec<String>,
+    /// The runtime could not list its sandboxes (the unguarded count is
+    /// then unknown, not 0).
+    pub runtime_failed: bool,
     /// Why the scan did not run, or what failed.
     pub errors: Vec<String>,
 }
@@ -272,6 +275,7 @@ impl Adopter {
             Ok(r) => r,
             Err(e) => {
                 out.errors.push(e.to_string());
+                out.runtime_failed = true;
                 return out;
             }
         };

@@ -138,11 +138,11 @@ impl Worker {
                 loop {
                     let now = Instant::now();
                     if next_collection <= now {
-                        let unguarded = adopter
-                            .as_mut()
-                            .and_then(|a| adopt_round(a, &probe, &mut spool));
+                        let scan = adopter.as_mut().map(|a| adopt_round(a, &probe, &mut spool));
                         let mut snap = metrics::collect_once(&probe, &mut spool);
-                        snap.unguarded = unguarded;
+                        if let Some(scan) = scan {
+                            snap.take_scan(&scan);
+                        }
                         pages.publish(metrics::exposition::render(snap));
                         next_collection = now + interval;
                     }
@@ -178,8 +178,8 @@ impl Worker {
     }
 }
 
-/// One adoption scan, logged and counted; the unguarded sandboxes.
-fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> Option<u64> {
+/// One adoption scan, logged and counted.
+fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> crate::adopt::Scan {
     let scan = a.scan(probe);
     for e in &scan.errors {
         log(format!("warning: adoption: {e}"));
@@ -189,7 +189,7 @@ fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> Option
             log(format!("warning: counting an adoption: {e}"));
         }
     }
-    scan.unguarded
+    scan
 }
 
 /// `--once`: one adoption scan (counted as the daemon counts) and one

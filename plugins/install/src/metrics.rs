@@ -38,6 +38,19 @@ pub struct Snapshot {
     pub errors: BTreeMap<&'static str, u64>,
 }
 
+impl Snapshot {
+    /// What an adoption scan found: the unguarded count, and a runtime
+    /// that could not list its sandboxes as the collection error `runtime`
+    /// (the count is then unknown: no sample rather than a 0).
+    pub fn take_scan(&mut self, scan: &crate::adopt::Scan) {
+        self.unguarded = scan.unguarded;
+        if scan.runtime_failed {
+            self.unguarded = None;
+            *self.errors.entry("runtime").or_default() += 1;
+        }
+    }
+}
+
 /// What to read, from podgate's entries: event files, router state dirs,
 /// tunnel-guard entries.
 #[derive(Debug, Default)]
