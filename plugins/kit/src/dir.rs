@@ -188,12 +188,7 @@ impl Dir {
             Mode::from_bits_truncate(mode),
         )
         .map_err(|e| refused(e, "the file"))?;
-        let f = File::from(fd);
-        let m = f.metadata()?;
-        if !m.file_type().is_file() {
-            return Err(not_regular());
-        }
-        Ok((f, m.len()))
+        regular(fd)
     }
 
     /// The bytes of the regular file `name`, at most `max` of them (more is
@@ -331,6 +326,34 @@ impl Dir {
     pub fn sync(&self) -> io::Result<()> {
         nix::unistd::fsync(self.fd()).map_err(io::Error::from)
     }
+}
+
+/// The open file `fd` with its size, if it is a regular file.
+fn regular(fd: OwnedFd) -> io::Result<(File, u64)> {
+    let f = File::from(fd);
+    let m = f.metadata()?;
+    if !m.file_type().is_file() {
+        return Err(not_regular());
+    }
+    Ok((f, m.len()))
+}
+
+/// The regular file at `path`, at most `max` bytes, opened non-blocking
+/// (a FIFO opens at once and is refused, never read; a device is refused
+/// too); a link at its last component is followed only with `follow`. For
+/// a file someone less trusted controls that is not in a [`Dir`] (a pod's
+/// `resolv.conf` under `/proc/<pid>/root`).
+pub fn read_regular(path: &Path, max: u64, follow: bool) -> io::Result<Vec<u8>> {
+    let mut flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    if !follow {
+        flags |= OFlag::O_NOFOLLOW;
+    }
+    let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(|e| refused(e, "the file"))?;
+    let (f, len) = regular(fd)?;
+    if len > max {
+        return Err(too_large(max));
+    }
+    read_bounded(f, max, len)
 }
 
 fn too_large(max: u64) -> io::Error {
