@@ -32,12 +32,16 @@ const LOCK_WAIT: Duration = Duration::from_secs(20);
 pub const MAX_RECORD: u64 = 1 << 20;
 
 /// What [`StateStore::purge_unless_records`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Purge {
     /// Nothing removed: this many attachment records are left.
     RecordsLeft(usize),
-    /// No record was left: this many entries were removed.
-    Emptied(usize),
+    /// No record was left: this many entries were removed; `foreign`, the
+    /// names podgate did not make, were left alone.
+    Emptied {
+        removed: usize,
+        foreign: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -242,12 +246,15 @@ impl StateStore {
     }
 
     /// Under the node-wide lock (so no ADD writes a record meanwhile): if
-    /// no attachment record is left, remove everything in the store but
-    /// the pod locks held right now (their holders unlink them), the lock
-    /// file last, while still held (a waiter then retries on the path),
-    /// and keep the directory itself (it may be a mount point). For
+    /// no attachment record is left, remove what podgate made in the
+    /// store: its own files (the pod locks not held right now, whose
+    /// holders unlink them; temp files) and the names `ours` accepts (the
+    /// callers' files and subdirectories), then the lock file, last and
+    /// while still held (a waiter then retries on the path). Anything else
+    /// (another network's `stateDir` placed under this one, an operator's
+    /// file) and the directory itself (it may be a mount point) stay. For
     /// uninstall.
-    pub fn purge_unless_records(&self) -> Result<Purge> {
+    pub fn purge_unless_records(&self, ours: impl Fn(&str) -> bool) -> Result<Purge> {
         let lock = self.lock()?;
         let names = self.names()?;
         let records = self.entries_in(&names)?.len();
@@ -255,10 +262,15 @@ impl StateStore {
             return Ok(Purge::RecordsLeft(records));
         }
         let mut removed = 0;
+        let mut foreign = Vec::new();
         for raw in names.iter() {
             let name = raw.to_string_lossy();
             let pod_lock = name.starts_with(POD_LOCK_PREFIX) && name.ends_with(LOCK_SUFFIX);
             if name == LOCK_FILE || (pod_lock && kfs::lock_busy(&self.dir, raw)) {
+                continue;
+            }
+            if !(pod_lock || name.starts_with(".tmp-") || ours(&name)) {
+                foreign.push(name.into_owned());
                 continue;
             }
             let path = self.dir.join(raw);
@@ -284,7 +296,11 @@ impl StateStore {
                 source,
             })?;
         drop(lock);
-        Ok(Purge::Emptied(removed + 1))
+        foreign.sort();
+        Ok(Purge::Emptied {
+            removed: removed + 1,
+            foreign,
+        })
     }
 
     /// [`StateStore::lock_pod`] without waiting: None while an ADD, DEL or
@@ -629,7 +645,7 @@ mod tests {
     }
 
     #[test]
-    fn purge_keeps_everything_while_a_record_is_left_then_all_but_the_locks_in_use() {
+    fn purge_keeps_everything_while_a_record_is_left_then_what_podgate_made_but_the_locks_in_use() {
         let d = tmpdir("purge");
         let s = StateStore::open(&d).unwrap();
         let key = Key::new("n", "c1", "eth0");
@@ -637,17 +653,31 @@ mod tests {
         fs::create_dir_all(d.join("node")).unwrap();
         fs::write(d.join("node/strict.json"), b"{}").unwrap();
         fs::write(d.join("events.jsonl"), b"{}").unwrap();
-        assert_eq!(s.purge_unless_records().unwrap(), Purge::RecordsLeft(1));
+        // Another network's stateDir under this one, an operator's file.
+        fs::create_dir_all(d.join("net2")).unwrap();
+        fs::write(d.join("net2/net2+c9+eth0.json"), b"{}").unwrap();
+        fs::write(d.join("NOTES"), b"mine").unwrap();
+        let ours = |n: &str| n == "node" || n == "events.jsonl";
+        assert_eq!(s.purge_unless_records(ours).unwrap(), Purge::RecordsLeft(1));
         assert!(d.join("node/strict.json").exists());
         s.remove(&key).unwrap();
         let busy = s.lock_pod("busy").unwrap();
         fs::write(d.join(pod_lock_name("dead")), b"").unwrap();
-        assert_eq!(s.purge_unless_records().unwrap(), Purge::Emptied(4));
-        let left: Vec<String> = fs::read_dir(&d)
+        fs::write(d.join(".tmp-1-x"), b"").unwrap();
+        assert_eq!(
+            s.purge_unless_records(ours).unwrap(),
+            Purge::Emptied {
+                removed: 5,
+                foreign: vec!["NOTES".into(), "net2".into()]
+            }
+        );
+        let mut left: Vec<String> = fs::read_dir(&d)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(left, [".pod-busy.lock".to_string()]);
+        left.sort();
+        assert_eq!(left, [".pod-busy.lock", "NOTES", "net2"]);
+        assert!(d.join("net2/net2+c9+eth0.json").exists());
         drop(busy);
         fs::remove_dir_all(&d).unwrap();
     }

@@ -397,6 +397,16 @@ pub fn clear_stale(
 /// moved to, with their bytes (see [`quarantine_unreadable`]).
 pub const QUARANTINE: &str = "quarantine";
 
+/// What podgate-router makes in its state dir besides the store's own
+/// files (records, locks, temp files): the uninstall purge removes these
+/// and leaves any other name.
+pub const STATE_DIR_NAMES: [&str; 4] = [
+    claims::FILE,
+    claims::V1_DIR,
+    crate::strict_node::DIR,
+    QUARANTINE,
+];
+
 /// Where an unreadable record's file is: among the records, or moved to
 /// [`QUARANTINE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
