@@ -298,19 +298,11 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
     });
     assert!(cri.ready(&open), "reported, not stopped without the flag");
     until("the chain served", &agent, || served(node));
-    let out = std::process::Command::new(podgate_integration::bin_dir().join("podgate"))
-        .args([
-            "inspect",
-            "--unguarded",
-            "--runtime-endpoint",
-            &c.endpoint(),
-        ])
-        .arg("--installer-state-dir")
-        .arg(node.root().join("installer"))
-        .arg("--plugins")
-        .arg(node.root().join("plugins.json"))
-        .output()
-        .unwrap();
+    let out = agent::inspect_unguarded(
+        &c.endpoint(),
+        &node.root().join("installer"),
+        &node.root().join("plugins.json"),
+    );
     let text = podgate_integration::output_text(&out);
     assert_eq!(
         out.status.code(),

@@ -463,19 +463,7 @@ fn a_runtime_listing_past_4_mib_of_annotations_is_read() {
         .to_string(),
     )
     .unwrap();
-    let out = Command::new(bin_dir().join("podgate"))
-        .args([
-            "inspect",
-            "--unguarded",
-            "--runtime-endpoint",
-            &c.endpoint(),
-        ])
-        .arg("--installer-state-dir")
-        .arg(&installer)
-        .arg("--plugins")
-        .arg(&plugins)
-        .output()
-        .unwrap();
+    let out = podgate_integration::agent::inspect_unguarded(&c.endpoint(), &installer, &plugins);
     let text = output_text(&out);
     assert_eq!(out.status.code(), Some(2), "{text}");
     for id in &ids {

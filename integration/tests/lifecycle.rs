@@ -694,7 +694,7 @@ fn wire_routed_pod(node: &Netns, pod: &Netns, host_if: &str, ip: &str) {
 fn strict_pods_of_a_previous_boot_do_not_count() {
     require_root();
     let rig = Rig::routed("strict");
-    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let strict = strict_profile();
     // Drives the router with maxStrictPods 1 for `pod` (its eth0 has `ip`/32
     // and its host side `host_if`).
     let max_one = |rig: &Rig, cmd: &str, cid: &str, pod: &Netns, ip: &str, host_if: &str| {
@@ -756,6 +756,21 @@ fn strict_node_wide(rig: &Rig) -> String {
     format!("{} {}", sysctls.join(" "), local.join(" "))
 }
 
+/// The strict profile of the routed rig (uplink `pgup0`).
+fn strict_profile() -> Value {
+    json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}})
+}
+
+/// A routed rig whose strict settings differ from podgate's (see
+/// [`strict_values_to_change`]), and its node-wide settings before any
+/// strict pod.
+fn routed_strict(tag: &str) -> (Rig, String) {
+    let rig = Rig::routed(tag);
+    strict_values_to_change(&rig);
+    let alone = strict_node_wide(&rig);
+    (rig, alone)
+}
+
 /// Values the strict settings change, so that one left behind shows.
 fn strict_values_to_change(rig: &Rig) {
     for name in ["net.ipv4.tcp_early_demux", "net.ipv4.udp_early_demux"] {
@@ -793,10 +808,8 @@ fn delay_flock(when: u32) -> Vec<String> {
 #[test]
 fn gc_of_two_strict_pods_puts_the_node_wide_settings_back() {
     require_root();
-    let rig = Rig::routed("gcstrict");
-    strict_values_to_change(&rig);
-    let alone = strict_node_wide(&rig);
-    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let (rig, alone) = routed_strict("gcstrict");
+    let strict = strict_profile();
     let pod2 = Netns::new("lc-pod-gcstrict2");
     wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
     let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
@@ -878,7 +891,7 @@ fn a_profile_change_that_checks_no_claims_keeps_the_strict_settings_of_a_pod_add
     strict_values_to_change(&rig);
     let node_wide = || strict_node_wide(&rig);
     let alone = node_wide();
-    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let strict = strict_profile();
     let sysctl_only = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});
     rig.router("ADD", "x", &strict, None).ok();
     let with_strict = node_wide();
@@ -1108,36 +1121,14 @@ fn the_node_agent_sweeps_records_of_dead_pods() {
     rig.pod.recreate();
     assert!(rig.node.exec_ok(&["ip", "route"]).contains("10.9.0.0/24"));
 
-    let conf = rig.dir.path().join("net.d");
-    let bin = rig.dir.path().join("bin");
-    std::fs::create_dir_all(&conf).unwrap();
-    let child = Command::new("nsenter")
-        .arg(format!("--net={}", rig.node.path().display()))
-        .arg(podgate())
-        .args([
-            "agent",
-            "--metrics-address",
-            "127.0.0.1:9751",
-            "--sweep-secs",
-            "1",
-        ])
-        .args(["--runtime-endpoint", "none"])
-        .arg("--router-state-dir")
-        .arg(rig.state_dir())
-        .arg("--agent-state-dir")
-        .arg(rig.dir.path().join("agent"))
-        .arg("--cni-conf-dir")
-        .arg(&conf)
-        .arg("--cni-bin-dir")
-        .arg(&bin)
-        .arg("--state-dir")
-        .arg(rig.dir.path().join("installer"))
-        .arg("--plugins")
-        .arg(rig.dir.path().join("plugins.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = agent_command(
+        &rig,
+        &["--metrics-address", "127.0.0.1:9751", "--sweep-secs", "1"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !state_files_in(&rig.state_dir()).is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -1158,29 +1149,42 @@ fn the_node_agent_sweeps_records_of_dead_pods() {
     assert!(!routes.contains("10.9.0.0/24"), "{routes}");
 }
 
-/// `podgate agent --once` with `--router-state-dir` the rig's, in the node
-/// netns (no runtime: the one-shot sweep alone); its stdout and stderr.
-fn sweep_once(rig: &Rig) -> String {
-    let conf = rig.dir.path().join("net.d");
-    std::fs::create_dir_all(&conf).unwrap();
-    let out = Command::new("nsenter")
-        .arg(format!("--net={}", rig.node.path().display()))
+/// `podgate agent` with `extra`, in the node netns, the rig's state dirs
+/// and no runtime.
+fn agent_command(rig: &Rig, extra: &[&str]) -> Command {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", rig.node.path().display()))
         .arg(podgate())
-        .args(["agent", "--once", "--runtime-endpoint", "none"])
+        .arg("agent")
+        .args(extra)
+        .args(["--runtime-endpoint", "none"])
         .arg("--router-state-dir")
         .arg(rig.state_dir())
         .arg("--agent-state-dir")
         .arg(rig.dir.path().join("agent"))
-        .arg("--cni-conf-dir")
+        .arg("--plugins")
+        .arg(rig.dir.path().join("plugins.json"));
+    node_dirs(rig, &mut cmd);
+    cmd
+}
+
+/// The rig's CNI dirs and installer state dir, as `podgate agent` and
+/// `podgate uninstall` take them.
+fn node_dirs(rig: &Rig, cmd: &mut Command) {
+    let conf = rig.dir.path().join("net.d");
+    std::fs::create_dir_all(&conf).unwrap();
+    cmd.arg("--cni-conf-dir")
         .arg(&conf)
         .arg("--cni-bin-dir")
         .arg(rig.dir.path().join("bin"))
         .arg("--state-dir")
-        .arg(rig.dir.path().join("installer"))
-        .arg("--plugins")
-        .arg(rig.dir.path().join("plugins.json"))
-        .output()
-        .unwrap();
+        .arg(rig.dir.path().join("installer"));
+}
+
+/// `podgate agent --once` (the one-shot sweep alone, no runtime); its
+/// stdout and stderr.
+fn sweep_once(rig: &Rig) -> String {
+    let out = agent_command(rig, &["--once"]).output().unwrap();
     podgate_integration::output_text(&out)
 }
 
@@ -1188,16 +1192,10 @@ fn sweep_once(rig: &Rig) -> String {
 /// SIGTERM: what the uninstall DaemonSet does; its log.
 fn uninstall_purge(rig: &Rig) -> String {
     let log = rig.dir.path().join("uninstall.log");
-    let conf = rig.dir.path().join("net.d");
-    std::fs::create_dir_all(&conf).unwrap();
-    let mut child = Command::new(podgate())
-        .arg("uninstall")
-        .arg("--cni-conf-dir")
-        .arg(&conf)
-        .arg("--cni-bin-dir")
-        .arg(rig.dir.path().join("bin"))
-        .arg("--state-dir")
-        .arg(rig.dir.path().join("installer"))
+    let mut cmd = Command::new(podgate());
+    cmd.arg("uninstall");
+    node_dirs(rig, &mut cmd);
+    let mut child = cmd
         .args(["--wait", "--purge-state-dir"])
         .arg(rig.state_dir())
         .stdout(Stdio::null())
@@ -1249,11 +1247,9 @@ fn podgate_objects(rig: &Rig) -> String {
 #[test]
 fn an_unreadable_strict_record_whose_netns_is_gone_no_longer_pins_the_node() {
     require_root();
-    let rig = Rig::routed("unread");
-    strict_values_to_change(&rig);
-    let alone = strict_node_wide(&rig);
+    let (rig, alone) = routed_strict("unread");
     let rules_before = rig.node.exec_ok(&["ip", "rule"]);
-    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let strict = strict_profile();
     rig.router("ADD", "s1", &strict, None).ok();
     assert_ne!(strict_node_wide(&rig), alone, "strict settings in place");
     let file = "lcnet+s1+eth0.json";
@@ -1295,10 +1291,8 @@ fn an_unreadable_strict_record_whose_netns_is_gone_no_longer_pins_the_node() {
 #[test]
 fn an_unreadable_strict_record_of_a_live_pod_keeps_the_node_bound_until_its_del() {
     require_root();
-    let rig = Rig::routed("unreadlive");
-    strict_values_to_change(&rig);
-    let alone = strict_node_wide(&rig);
-    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let (rig, alone) = routed_strict("unreadlive");
+    let strict = strict_profile();
     rig.router("ADD", "s1", &strict, None).ok();
     let with_strict = strict_node_wide(&rig);
     let file = "lcnet+s1+eth0.json";
