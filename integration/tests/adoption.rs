@@ -911,12 +911,13 @@ fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
     let (mut s, _dir, calls) = traced_node("adoptstop");
     let lock = calls
         .iter()
-        .position(|c| c.name == "openat" && c.text.contains("/.pod-"))
+        .position(|c| c.name == "openat" && c.text.contains("\".pod-"))
         .expect("no pod lock opened");
+    // Records are renamed into place relative to the state dir's handle.
     let pending = lock
         + calls[lock..]
             .iter()
-            .position(|c| c.name == "rename" && c.text.contains(".json"))
+            .position(|c| c.name.starts_with("rename") && c.text.contains(".json\""))
             .expect("no record written");
     let check = pending
         + calls[pending..]

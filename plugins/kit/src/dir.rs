@@ -364,15 +364,35 @@ fn too_large(max: u64) -> io::Error {
 }
 
 /// All of `f`, at most `max` bytes (more is an error); `hint`: the size
-/// `fstat` gave, room made for it at once (one `read` for a file that does
-/// not grow meanwhile).
-pub fn read_bounded(f: File, max: u64, hint: u64) -> io::Result<Vec<u8>> {
-    let room = usize::try_from(hint.min(max).saturating_add(1)).unwrap_or(0);
-    let mut out = Vec::with_capacity(room);
-    f.take(max.saturating_add(1)).read_to_end(&mut out)?;
-    if out.len() as u64 > max {
-        return Err(too_large(max));
+/// `fstat` gave, room made for it at once, so a file that does not grow
+/// meanwhile is read in one `read` and its end seen in a second, whatever
+/// its size (a growing read buffer would take more calls the larger the
+/// file).
+pub fn read_bounded(mut f: File, max: u64, hint: u64) -> io::Result<Vec<u8>> {
+    let room = usize::try_from(hint.min(max))
+        .unwrap_or(0)
+        .saturating_add(1);
+    let mut out = vec![0u8; room];
+    let mut len = 0;
+    loop {
+        if len == out.len() {
+            let more = out.len().max(4096);
+            out.resize(out.len().saturating_add(more), 0);
+        }
+        let Some(spare) = out.get_mut(len..) else {
+            break;
+        };
+        match f.read(spare) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if len as u64 > max {
+            return Err(too_large(max));
+        }
     }
+    out.truncate(len);
     Ok(out)
 }
 
