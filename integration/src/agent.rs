@@ -160,6 +160,20 @@ impl Drop for Agent {
     }
 }
 
+/// `podgate inspect --unguarded` for `node`: the runtime at `endpoint`,
+/// the installer's history in `installer`, the guard's entry from
+/// `plugins`.
+pub fn inspect_unguarded(endpoint: &str, installer: &Path, plugins: &Path) -> std::process::Output {
+    Command::new(bin_dir().join("podgate"))
+        .args(["inspect", "--unguarded", "--runtime-endpoint", endpoint])
+        .arg("--installer-state-dir")
+        .arg(installer)
+        .arg("--plugins")
+        .arg(plugins)
+        .output()
+        .unwrap()
+}
+
 /// One `GET /metrics` from inside the node netns; None unless it answers 200.
 pub fn scrape(node: &TestNode) -> Option<String> {
     match http_get(

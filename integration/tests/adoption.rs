@@ -79,7 +79,7 @@ fn served(node: &TestNode) -> bool {
     std::fs::read(node.root().join("installer/runtime-chain.json"))
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .is_some_and(|h| h["firstLoaded"].is_u64())
+        .is_some_and(|h| h["router"]["firstLoaded"].is_u64())
 }
 
 fn until(what: &str, agent: &Agent, mut done: impl FnMut() -> bool) {
@@ -231,13 +231,45 @@ fn sandboxes_created_before_the_chain_are_adopted_and_later_ones_never() {
     assert!(!assign_ns.exists() && !ann_ns.exists());
 }
 
+/// The guard entry requiring IPsec (no protection here: not ready) in
+/// `mode`, and the router's, as the plugins file.
+fn write_guarded_plugins(node: &TestNode, mode: &str, assign: Value) {
+    std::fs::write(
+        node.root().join("plugins.json"),
+        json!([
+            {"type": "podgate-tunnel-guard", "required": "always", "mode": mode,
+             "excludeNamespaces": ["kube-system"],
+             "protectionDir": node.root().join("no-protection"),
+             "ovsdbSocket": node.root().join("no-ovsdb.sock")},
+            router_entry(node, assign)
+        ])
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// The installer has seen the runtime serve an enforcing tunnel guard.
+fn guard_enforcing(node: &TestNode) -> bool {
+    std::fs::read(node.root().join("installer/runtime-chain.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .is_some_and(|h| {
+            h["guard"]["firstLoaded"].is_u64()
+                && h["guard"]["missing"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().all(|p| p["seenLoadedAgain"].is_u64()))
+        })
+}
+
 /// Sandboxes created before the installer ran, on a node whose tunnel
 /// guard requires IPsec (`required: always`, audit mode so pods still
 /// start): the one in an ordinary namespace is counted unguarded; the one
-/// in an excluded namespace and the host-network one are not. With
-/// `--repair-unguarded --dry-run` nothing is stopped and the agent says
-/// what it would stop; with `--repair-unguarded` the unguarded sandbox is
-/// stopped through CRI and the others keep running.
+/// in an excluded namespace and the host-network one are not. Once the
+/// guard enforces (repairing while it audits would recreate them
+/// unchecked again): with `--repair-unguarded --dry-run` nothing is
+/// stopped and the agent says what it would stop; with
+/// `--repair-unguarded` the unguarded sandbox is stopped through CRI and
+/// the others keep running.
 #[test]
 fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
     require_root();
@@ -248,18 +280,7 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
         "10-podnet",
         &node.bridge_conflist(NET, "1.0.0", "10.26.0.0/16", vec![]),
     );
-    std::fs::write(
-        node.root().join("plugins.json"),
-        json!([
-            {"type": "podgate-tunnel-guard", "required": "always", "mode": "audit",
-             "excludeNamespaces": ["kube-system"],
-             "protectionDir": node.root().join("no-protection"),
-             "ovsdbSocket": node.root().join("no-ovsdb.sock")},
-            router_entry(&node, json!([]))
-        ])
-        .to_string(),
-    )
-    .unwrap();
+    write_guarded_plugins(&node, "audit", json!([]));
     let c = Containerd::start(node);
     let node = c.node();
     let mut cri = Cri::connect(&c);
@@ -281,19 +302,11 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
     });
     assert!(cri.ready(&open), "reported, not stopped without the flag");
     until("the chain served", &agent, || served(node));
-    let out = std::process::Command::new(podgate_integration::bin_dir().join("podgate"))
-        .args([
-            "inspect",
-            "--unguarded",
-            "--runtime-endpoint",
-            &c.endpoint(),
-        ])
-        .arg("--installer-state-dir")
-        .arg(node.root().join("installer"))
-        .arg("--plugins")
-        .arg(node.root().join("plugins.json"))
-        .output()
-        .unwrap();
+    let out = agent::inspect_unguarded(
+        &c.endpoint(),
+        &node.root().join("installer"),
+        &node.root().join("plugins.json"),
+    );
     let text = podgate_integration::output_text(&out);
     assert_eq!(
         out.status.code(),
@@ -310,7 +323,9 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
     );
     agent.kill();
 
+    write_guarded_plugins(node, "enforce", json!([]));
     let agent = Agent::start_with_args(node, &c.endpoint(), &["--repair-unguarded", "--dry-run"]);
+    until("the guard enforcing", &agent, || guard_enforcing(node));
     until("the dry run's line", &agent, || {
         agent
             .log()
@@ -340,6 +355,131 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
     for id in [&open, &excluded, &host] {
         cri.stop_and_remove(id);
     }
+}
+
+/// `podgate install --check` for `node`: the runtime loaded podgate's
+/// entries as the plugins file has them (the readiness probe).
+fn loaded_as_configured(c: &Containerd) -> bool {
+    let node = c.node();
+    let mut cmd = std::process::Command::new(bin_dir().join("podgate"));
+    agent::install(&mut cmd, node, &node.root().join("plugins.json"))
+        .args(["--check", "--runtime-endpoint", &c.endpoint()])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Pods the chain admitted while no tunnel guard checked them: one while
+/// only podgate-router was in the chain the runtime served, one while the
+/// guard was there in audit mode. Once the guard enforces and the node
+/// requires IPsec, both are counted unguarded: the guard's own enforcing
+/// history decides, not any podgate plugin being loaded (which counted
+/// neither).
+#[test]
+fn pods_admitted_while_the_guard_was_absent_or_auditing_are_counted_unguarded() {
+    require_root();
+    podgate_integration::built_shipped();
+    let node = TestNode::new("guardhist");
+    node.refresh_cni_bin();
+    node.write_conflist(
+        "10-podnet",
+        &node.bridge_conflist(NET, "1.0.0", "10.27.0.0/16", vec![]),
+    );
+    write_plugins(&node, json!([]));
+    let c = Containerd::start(node);
+    let node = c.node();
+    let mut cri = Cri::connect(&c);
+    let agent = Agent::start_with(node, &c.endpoint());
+    until("the chain served", &agent, || {
+        served(node) && loaded_as_configured(&c)
+    });
+    let router_only = cri.run(&c, &Pod::new("default", "router-only")).unwrap();
+
+    write_guarded_plugins(node, "audit", json!([]));
+    until("the auditing guard loaded", &agent, || {
+        loaded_as_configured(&c)
+    });
+    let audited = cri.run(&c, &Pod::new("default", "audited")).unwrap();
+
+    write_guarded_plugins(node, "enforce", json!([]));
+    until("the guard enforcing", &agent, || guard_enforcing(node));
+    agent::wait_for(node, &agent, "podgate_unguarded_sandboxes 2", |b| {
+        b.lines().any(|l| l == "podgate_unguarded_sandboxes 2")
+    });
+    drop(agent);
+    for id in [&router_only, &audited] {
+        cri.stop_and_remove(id);
+    }
+}
+
+/// `runtime-chain.json` lost while the chain is served (deleted here; a
+/// file of another version reads the same): the watch's next look sees
+/// the chain served, which says nothing of the sandboxes created before
+/// it. A pod that went through the chain (router and enforcing guard,
+/// IPsec not required then) is then neither adopted by an `assign` rule
+/// added since nor stopped by `--repair-unguarded` once the node requires
+/// IPsec; a fresh history made every running sandbox a candidate.
+#[test]
+fn a_lost_history_adopts_and_repairs_nothing() {
+    require_root();
+    podgate_integration::built_shipped();
+    let node = TestNode::new("losthist");
+    node.refresh_cni_bin();
+    node.write_conflist(
+        "10-podnet",
+        &node.bridge_conflist(NET, "1.0.0", "10.29.0.0/16", vec![]),
+    );
+    let protection = node.root().join("protection");
+    std::fs::create_dir_all(&protection).unwrap();
+    let plugins = |node: &TestNode, assign: Value| {
+        json!([
+            {"type": "podgate-tunnel-guard", "required": "auto", "mode": "enforce",
+             "protectionDir": protection, "ovsdbSocket": node.root().join("no-ovsdb.sock")},
+            router_entry(node, assign)
+        ])
+        .to_string()
+    };
+    std::fs::write(node.root().join("plugins.json"), plugins(&node, json!([]))).unwrap();
+    let c = Containerd::start(node);
+    let node = c.node();
+    let mut cri = Cri::connect(&c);
+    let agent = Agent::start_with(node, &c.endpoint());
+    until("the chain served", &agent, || {
+        served(node) && guard_enforcing(node) && loaded_as_configured(&c)
+    });
+    let through = cri.run(&c, &Pod::new("vpn", "late-0")).unwrap();
+    let ns = cri.netns(&through);
+    let fresh = sysctl_in(&ns, "net.ipv4.ip_forward");
+    agent.kill();
+
+    std::fs::remove_file(node.root().join("installer/runtime-chain.json")).unwrap();
+    let assign = json!([{"namespace": "vpn", "podNamePrefix": "late-", "profile": "vpn-gateway"}]);
+    std::fs::write(node.root().join("plugins.json"), plugins(node, assign)).unwrap();
+    std::fs::write(
+        protection.join("required"),
+        "IPsec output protection version 1\n",
+    )
+    .unwrap();
+    let agent = Agent::start_with_args(node, &c.endpoint(), &["--repair-unguarded"]);
+    until("the watch looked again", &agent, || served(node));
+    // The node requires IPsec now: the guard is counted, and finds nothing.
+    agent::wait_for(node, &agent, "podgate_unguarded_sandboxes 0", |b| {
+        b.lines().any(|l| l == "podgate_unguarded_sandboxes 0")
+    });
+    // Several collections and scans (one a second).
+    std::thread::sleep(Duration::from_secs(4));
+    let log = agent.log();
+    assert!(cri.ready(&through), "stopped as unguarded:\n{log}");
+    assert!(
+        record_of(&records(node), &through).is_none(),
+        "adopted:\n{log}"
+    );
+    assert_eq!(sysctl_in(&ns, "net.ipv4.ip_forward"), fresh, "{log}");
+    assert!(
+        !log.contains("stopped unguarded") && !log.contains("adopted vpn/late-0"),
+        "{log}"
+    );
+    drop(agent);
+    cri.stop_and_remove(&through);
 }
 
 // ---- The one-shot agent under strace: kills and stops mid-adoption ----
@@ -416,7 +556,7 @@ impl OneShot {
             forwarding,
             pods: 0,
         };
-        s.history_until("the chain served", |h| h["firstLoaded"].is_u64());
+        s.history_until("the chain served", |h| h["router"]["firstLoaded"].is_u64());
         s
     }
 
@@ -439,19 +579,19 @@ impl OneShot {
     /// alone (a copy of it sorting before podgate's file), then the chain
     /// served again: a candidate the policy selects. Its ID and netns.
     fn pod_without_chain(&mut self) -> (String, PathBuf) {
-        let missing = |h: &Value| h["missing"].as_array().map_or(0, Vec::len);
+        let missing = |h: &Value| h["router"]["missing"].as_array().map_or(0, Vec::len);
         let n = missing(&self.history_until("the record", |_| true));
         let hold = Self::primary(self.node());
         self.node().write_conflist("00-aaa", &hold);
         self.history_until("the chain missing", |h| {
-            missing(h) == n + 1 && h["missing"][n]["seenLoadedAgain"].is_null()
+            missing(h) == n + 1 && h["router"]["missing"][n]["seenLoadedAgain"].is_null()
         });
         let name = format!("kp-{}", self.pods);
         self.pods += 1;
         let id = self.cri.run(&self.c, &Pod::new("vpn", &name)).unwrap();
         self.node().remove_conflist("00-aaa");
         self.history_until("the chain served again", |h| {
-            h["missing"][n]["seenLoadedAgain"].is_u64()
+            h["router"]["missing"][n]["seenLoadedAgain"].is_u64()
         });
         let netns = self.cri.netns(&id);
         (id, netns)
@@ -565,13 +705,15 @@ fn strace_available() -> bool {
 /// opening and writing files (records, claims, sysctls), renaming them
 /// into place (the claims index by exchange, the old one then unlinked),
 /// netlink (routes, addresses, nf_tables), connecting to CRI.
-const CALLS: [&str; 9] = [
+const CALLS: [&str; 11] = [
     "setns",
     "openat",
     "write",
     "rename",
+    "renameat",
     "renameat2",
     "unlink",
+    "unlinkat",
     "sendto",
     "sendmsg",
     "connect",
@@ -851,12 +993,13 @@ fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
     let (mut s, _dir, calls) = traced_node("adoptstop");
     let lock = calls
         .iter()
-        .position(|c| c.name == "openat" && c.text.contains("/.pod-"))
+        .position(|c| c.name == "openat" && c.text.contains("\".pod-"))
         .expect("no pod lock opened");
+    // Records are renamed into place relative to the state dir's handle.
     let pending = lock
         + calls[lock..]
             .iter()
-            .position(|c| c.name == "rename" && c.text.contains(".json"))
+            .position(|c| c.name.starts_with("rename") && c.text.contains(".json\""))
             .expect("no record written");
     let check = pending
         + calls[pending..]
@@ -953,7 +1096,7 @@ fn a_sandbox_stopped_mid_adoption_leaves_nothing_and_the_agent_says_so() {
     let hold = OneShot::primary(s.node());
     s.node().write_conflist("00-aaa", &hold);
     s.history_until("the chain missing", |h| {
-        h["missing"]
+        h["router"]["missing"]
             .as_array()
             .and_then(|m| m.last())
             .is_some_and(|m| m["seenLoadedAgain"].is_null())

@@ -1415,6 +1415,73 @@ while True:
 /// names the setting for the node's primary (Calico here, from a copy of a
 /// real Calico conflist), says so when it cannot recognise the primary, and
 /// says nothing about spoofing under bridge.
+/// `diagnose --dns` with `--pid` reads the pod's resolv.conf, which the pod
+/// controls: a FIFO there, a link to `/dev/zero` and `/dev/zero` itself
+/// (bind-mounted) end it at once with an error naming the file, reading
+/// nothing (it neither blocks nor fills memory: it runs under a 1 GiB
+/// address-space limit and a 30 s timeout here).
+#[test]
+fn diagnose_dns_neither_blocks_nor_fills_memory_on_a_hostile_resolv_conf() {
+    require_root();
+    ensure_built();
+    let pod = Netns::new("cli-resolv");
+    for (what, setup, says) in [
+        ("a FIFO", "mkfifo /etc/resolv.conf", "not a regular file"),
+        (
+            "a link to /dev/zero",
+            "ln -s /dev/zero /etc/resolv.conf",
+            "symbolic link",
+        ),
+        (
+            "/dev/zero bind-mounted",
+            ": > /etc/resolv.conf && mount --bind /dev/zero /etc/resolv.conf",
+            "not a regular file",
+        ),
+    ] {
+        // The pod's own mount namespace, its /etc a tmpfs of its own.
+        let script = format!("mount -t tmpfs pg-resolv /etc && {setup} && exec sleep 60");
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net={}", p(&pod)))
+            .args(["unshare", "--mount", "--propagation", "private"])
+            .args(["sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id().to_string();
+        let comm = format!("/proc/{pid}/comm");
+        assert!(
+            vpn::wait_for(
+                || std::fs::read_to_string(&comm).is_ok_and(|c| c == "sleep\n"),
+                10
+            ),
+            "{what}: the pod process never started"
+        );
+        let started = std::time::Instant::now();
+        let out = Command::new("prlimit")
+            .arg("--as=1073741824")
+            .args(["timeout", "30"])
+            .arg(bin_dir().join("podgate"))
+            .args(["diagnose", "--pid", &pid, "--dns", "kubernetes.default"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let took = started.elapsed();
+        let _ = child.kill();
+        let _ = child.wait();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            took < Duration::from_secs(10),
+            "{what}: took {took:?}, exit {:?}: {err}",
+            out.status.code()
+        );
+        assert!(
+            !out.status.success() && err.contains("resolv.conf") && err.contains(says),
+            "{what}: exit {:?}: {err}",
+            out.status.code()
+        );
+    }
+}
+
 #[test]
 fn diagnose_names_the_primarys_anti_spoofing_for_routed_pools() {
     let node = setup("cli-primary", false);

@@ -596,9 +596,12 @@ fn history_until(c: &Containerd, done: impl Fn(&Value) -> bool) -> Value {
     podgate_integration::agent::history_until(node, &log, RELOAD, "the history", done)
 }
 
-/// The installer's watch records in its state dir when it first saw the
-/// runtime serve podgate's chain and each period it saw the chain missing
-/// (another file loaded first), per boot; a restarted watch keeps both.
+/// The installer's watch records in its state dir, per boot, when it first
+/// saw the runtime serve podgate-router and each period it saw it missing
+/// (another file loaded first), the first one back to the boot since
+/// podgate's file was not in the conf dir when the watch started; and,
+/// apart, the same for an enforcing tunnel guard (this one is `required:
+/// never`: never seen enforcing). A restarted watch keeps both.
 #[test]
 fn the_installer_records_when_the_runtime_served_the_chain_and_keeps_it_across_restarts() {
     // The order check is against the file podgate renders from, so another
@@ -607,25 +610,36 @@ fn the_installer_records_when_the_runtime_served_the_chain_and_keeps_it_across_r
     let c = start("co-history", true);
     let before = now_ns();
     let watcher = Watcher::start(&c, &PRIMARY);
-    let h = history_until(&c, |h| h["firstLoaded"].is_u64());
-    let first = h["firstLoaded"].as_u64().unwrap();
+    let h = history_until(&c, |h| h["router"]["firstLoaded"].is_u64());
+    let first = h["router"]["firstLoaded"].as_u64().unwrap();
     assert!(before <= first && first <= now_ns(), "{h}");
-    assert_eq!(h["version"], 1);
+    assert_eq!(h["version"], 2);
     assert_eq!(
         h["bootId"],
         std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .unwrap()
             .trim()
     );
-    assert_eq!(h["missing"], json!([]));
+    let since_boot = &h["router"]["missing"][0];
+    assert!(since_boot["lastSeenLoaded"].is_null(), "{h}");
+    assert!(
+        since_boot["firstSeenMissing"].as_u64().unwrap() >= before,
+        "{h}"
+    );
+    assert_eq!(since_boot["seenLoadedAgain"], first, "{h}");
+    assert_eq!(h["router"]["missing"].as_array().unwrap().len(), 1, "{h}");
+    assert!(h["guard"]["firstLoaded"].is_null(), "{h}");
+    assert!(h["guard"]["missing"][0]["seenLoadedAgain"].is_null(), "{h}");
 
     let gone = now_ns();
     c.node()
         .write_conflist("00-aaa", &primary(c.node(), "10.30.0.0/16"));
     let h = history_until(&c, |h| {
-        h["missing"].as_array().is_some_and(|m| m.len() == 1)
+        h["router"]["missing"]
+            .as_array()
+            .is_some_and(|m| m.len() == 2)
     });
-    let m = &h["missing"][0];
+    let m = &h["router"]["missing"][1];
     assert!(m["seenLoadedAgain"].is_null(), "{h}");
     let (last, missing) = (
         m["lastSeenLoaded"].as_u64().unwrap(),
@@ -634,8 +648,15 @@ fn the_installer_records_when_the_runtime_served_the_chain_and_keeps_it_across_r
     assert!(first <= last && last <= missing && gone <= missing, "{h}");
 
     std::fs::remove_file(c.node().conf_dir().join("00-aaa.conflist")).unwrap();
-    let h = history_until(&c, |h| h["missing"][0]["seenLoadedAgain"].is_u64());
-    assert!(h["missing"][0]["seenLoadedAgain"].as_u64().unwrap() >= missing);
+    let h = history_until(&c, |h| {
+        h["router"]["missing"][1]["seenLoadedAgain"].is_u64()
+    });
+    assert!(
+        h["router"]["missing"][1]["seenLoadedAgain"]
+            .as_u64()
+            .unwrap()
+            >= missing
+    );
 
     drop(watcher);
     let _watcher = Watcher::start(&c, &PRIMARY);

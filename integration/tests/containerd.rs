@@ -419,6 +419,61 @@ fn pods_through_containerd_cri() {
 
 /// containerd restarted while pods run (its CNI state must carry over), then
 /// the pods deleted: still clean.
+/// Sandboxes whose annotations add up to more than gRPC's default answer
+/// of 4 MiB: 20 pods with 256 KiB each (the API server's limit for one
+/// pod). `--k8s-pod` still finds a pod among them, and the unguarded
+/// listing (the node agent's scan, the same code) lists every one.
+#[test]
+fn a_runtime_listing_past_4_mib_of_annotations_is_read() {
+    let c = start("bigann");
+    let node = c.node();
+    let mut cri = Cri::connect(&c);
+    let blob = "x".repeat(256 * 1024);
+    let annotations = [("example.com/blob", blob.as_str())];
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let name = format!("big-{i}");
+        let pod = Pod {
+            annotations: &annotations,
+            ..Pod::new("default", &name)
+        };
+        ids.push(cri.run(&c, &pod).unwrap());
+    }
+    let r = podgate(&c, &["inspect", "--k8s-pod", "default/big-7", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+
+    // Every sandbox unguarded: a guard requiring IPsec, and a history whose
+    // guard series was seen not served since the boot.
+    let installer = node.root().join("installer");
+    std::fs::create_dir_all(&installer).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let open = json!({"firstLoaded": null, "missing": [
+        {"lastSeenLoaded": null, "firstSeenMissing": 1, "seenLoadedAgain": null}]});
+    std::fs::write(
+        installer.join("runtime-chain.json"),
+        json!({"version": 2, "bootId": boot.trim(), "router": open, "guard": open}).to_string(),
+    )
+    .unwrap();
+    let plugins = node.root().join("plugins.json");
+    std::fs::write(
+        &plugins,
+        json!([{"type": "podgate-tunnel-guard", "required": "always",
+                "protectionDir": node.root().join("no-protection"),
+                "ovsdbSocket": node.root().join("no-ovsdb.sock")}])
+        .to_string(),
+    )
+    .unwrap();
+    let out = podgate_integration::agent::inspect_unguarded(&c.endpoint(), &installer, &plugins);
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    for id in &ids {
+        assert!(text.contains(id.as_str()), "{id} not listed: {text}");
+    }
+    for id in &ids {
+        cri.stop_and_remove(id);
+    }
+}
+
 #[test]
 fn containerd_restart_while_pods_run() {
     let mut c = start("ctd-restart");

@@ -6,6 +6,11 @@
 //!   converges once writable;
 //! * the state dir is full (a tiny tmpfs): ADD fails with code 5 before
 //!   applying anything (its write-ahead record is the first write);
+//! * links and FIFOs planted in the state dir (by whoever can write it: the
+//!   agent's container) as the event file, its in-flight directory, a lock
+//!   file, a record, or the state dir itself: nothing is written through a
+//!   link or created at its target, a lock link fails the call closed
+//!   (code 5), GC does not block on a FIFO;
 //! * a second ADD for the same container ID replaces the first: one route,
 //!   one record, one masquerade rule; DEL then leaves nothing;
 //! * an unwritable stderr (a full device) does not change the answer: the
@@ -387,6 +392,166 @@ fn second_add_for_the_same_container_replaces_the_first() {
     assert_eq!(rig.pod_state(0), ("0".to_string(), String::new()));
     assert_same(&node_before, &snapshot(&rig.node));
     assert_same(&pod_before, &snapshot(&rig.pods[0]));
+}
+
+/// A state dir for planting links and FIFOs in, by whoever can write it
+/// (the agent's container mounts it read-write), beside stand-ins for a
+/// file and a directory of the node (`/etc/shadow`, `/etc/cron.d`) that
+/// podgate-router (root) must never write through a link.
+struct Planted {
+    rig: Rig,
+    node_file: PathBuf,
+    node_dir: PathBuf,
+}
+
+const PLANTED_POOL: &str = "10.8.1.0/24";
+
+impl Planted {
+    fn new() -> Planted {
+        let rig = Rig::new(1);
+        let node_file = rig.dir.path().join("node-file");
+        let node_dir = rig.dir.path().join("node-dir");
+        std::fs::create_dir_all(rig.state_dir()).unwrap();
+        std::fs::write(&node_file, "keep\n").unwrap();
+        std::fs::create_dir_all(&node_dir).unwrap();
+        Planted {
+            rig,
+            node_file,
+            node_dir,
+        }
+    }
+
+    fn link(&self, target: &std::path::Path, name: &str) {
+        std::os::unix::fs::symlink(target, self.rig.state_dir().join(name)).unwrap();
+    }
+
+    fn router(&self, cmd: &str) -> Run {
+        self.rig.router(cmd, 0, "ctr-0", PLANTED_POOL)
+    }
+
+    /// Neither stand-in was written through a link.
+    fn untouched(&self, what: &str) {
+        assert_eq!(
+            std::fs::read_to_string(&self.node_file).unwrap(),
+            "keep\n",
+            "{what}: written through the link"
+        );
+        let in_dir: Vec<_> = std::fs::read_dir(&self.node_dir).unwrap().collect();
+        assert!(
+            in_dir.is_empty(),
+            "{what}: files made through the link: {in_dir:?}"
+        );
+    }
+
+    /// A refused call: code 5 naming `what`, nothing applied.
+    fn refused(&self, run: &Run, what: &str, node_before: &podgate_integration::Snapshot) {
+        let e = run.cni_error(5);
+        let msg = e["msg"].as_str().unwrap();
+        assert!(msg.contains(what) && msg.contains("symbolic link"), "{msg}");
+        assert_eq!(
+            self.rig.pod_state(0),
+            ("0".to_string(), String::new()),
+            "{what}"
+        );
+        assert_same(node_before, &snapshot(&self.rig.node));
+        self.untouched(what);
+    }
+}
+
+/// The event file a link to a node file: the call goes through (the event
+/// channel is best effort) and nothing is appended to the file.
+#[test]
+fn an_event_file_planted_as_a_link_gets_nothing_written_through_it() {
+    let p = Planted::new();
+    p.link(&p.node_file, "events.jsonl");
+    std::fs::create_dir(p.rig.state_dir().join("events.jsonl.inflight")).unwrap();
+    p.router("ADD").ok();
+    p.router("DEL").ok();
+    p.untouched("events.jsonl a link");
+}
+
+/// The in-flight directory a link to a node directory: no mark is made
+/// there, not even for a moment (the directory is not modified), and the
+/// event itself is still recorded.
+#[test]
+fn an_inflight_dir_planted_as_a_link_gets_no_mark() {
+    let p = Planted::new();
+    let state = p.rig.state_dir();
+    std::fs::write(state.join("events.jsonl"), "").unwrap();
+    p.link(&p.node_dir, "events.jsonl.inflight");
+    let mtime = || std::fs::metadata(&p.node_dir).unwrap().modified().unwrap();
+    let before = mtime();
+    p.router("ADD").ok();
+    assert_eq!(mtime(), before, "a mark was made through the link");
+    p.untouched("events.jsonl.inflight a link");
+    let events = std::fs::read_to_string(state.join("events.jsonl")).unwrap();
+    assert!(events.contains("\"command\":\"ADD\""), "{events}");
+    p.router("DEL").ok();
+}
+
+/// The node-wide lock a dangling link, the pod's lock a link to a node
+/// file: the call fails closed (code 5 naming the file), creates no target
+/// and applies nothing; once the link is gone the runtime's retry works.
+#[test]
+fn lock_files_planted_as_links_fail_the_call_closed_and_create_nothing() {
+    let p = Planted::new();
+    let node_before = snapshot(&p.rig.node);
+    let created = p.rig.dir.path().join("created-by-root");
+    for (lock, target) in [(".lock", &created), (".pod-ctr-0.lock", &p.node_file)] {
+        p.link(target, lock);
+        let run = p.router("ADD");
+        p.refused(&run, lock, &node_before);
+        assert!(!created.exists(), "{lock}: the link's target was created");
+        std::fs::remove_file(p.rig.state_dir().join(lock)).unwrap();
+    }
+    p.router("ADD").ok();
+    p.router("DEL").ok();
+}
+
+/// The state dir itself a link to a node directory: refused, nothing
+/// written there.
+#[test]
+fn a_state_dir_that_is_a_link_is_refused() {
+    let p = Planted::new();
+    let node_before = snapshot(&p.rig.node);
+    let state = p.rig.state_dir();
+    std::fs::remove_dir(&state).unwrap();
+    std::os::unix::fs::symlink(&p.node_dir, &state).unwrap();
+    let run = p.router("ADD");
+    p.refused(&run, "", &node_before);
+    std::fs::remove_file(&state).unwrap();
+}
+
+/// A FIFO named as a record: GC (which reads every record) answers at once,
+/// the FIFO reported unreadable and removed, instead of blocking forever.
+#[test]
+fn a_fifo_planted_as_a_record_does_not_block_gc() {
+    let p = Planted::new();
+    let state = p.rig.state_dir();
+    let fifo = Command::new("mkfifo")
+        .arg(state.join(format!("{NET}+ctr-x+eth0.json")))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    let gc = serde_json::to_vec(&json!({
+        "cniVersion": "1.1.0", "name": NET, "type": ROUTER, "stateDir": state,
+        "cni.dev/valid-attachments": []
+    }))
+    .unwrap();
+    let r = router();
+    let started = Instant::now();
+    let run = p.rig.spawn(
+        &["timeout", "20", r.to_str().unwrap()],
+        &p.rig.env("GC", 0, "ctr-0"),
+        &gc,
+        Stdio::piped(),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "GC blocked: {run:?}"
+    );
+    run.ok();
+    assert!(p.rig.records().is_empty(), "{:?}", p.rig.records());
 }
 
 /// A panicking plugin process must print exactly one CNI error (code 999,

@@ -1353,6 +1353,57 @@ fn uninstall_purge_waits_for_the_routers_lock_and_keeps_what_an_add_wrote_meanwh
     assert!(log.contains("1 attachment record(s) left"), "{log}");
 }
 
+/// The purge removes what podgate made in the router's state dir and
+/// nothing else: another network's `stateDir` placed under it (with its
+/// records) and an operator's file stay, and the log names them.
+#[test]
+fn uninstall_purge_removes_only_what_podgate_made() {
+    let d = Dirs::new("uninstallforeign");
+    let router_state = d.root().join("router");
+    for dir in [
+        "node",
+        "claims.v1",
+        "quarantine",
+        "events.jsonl.inflight",
+        "agent",
+        "net2",
+    ] {
+        fs::create_dir_all(router_state.join(dir)).unwrap();
+    }
+    for (file, text) in [
+        (".lock", ""),
+        ("claims.v2", "podgate claims v2\n"),
+        ("node/strict.json", "{}"),
+        ("quarantine/podnet+old+eth0.json", ""),
+        ("events.jsonl", "{}\n"),
+        ("agent/metrics.json", "{}"),
+        (".tmp-1-podnet+a+eth0.json", "{"),
+        // Another router network's stateDir: its record is not this one's.
+        ("net2/net2+c9+eth0.json", "{\"version\": 1}"),
+        ("OPERATOR-NOTES", "mine"),
+    ] {
+        fs::write(router_state.join(file), text).unwrap();
+    }
+    let w = uninstall_waiting(&d, &[], &router_state);
+    wait_for("waiting", WAIT, || w.log().contains("waiting for SIGTERM"));
+    let (status, log) = w.stop();
+    assert!(status.success(), "{log}");
+    let mut left: Vec<String> = fs::read_dir(&router_state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["OPERATOR-NOTES", "net2"], "{log}");
+    assert_eq!(
+        fs::read_to_string(router_state.join("net2/net2+c9+eth0.json")).unwrap(),
+        "{\"version\": 1}"
+    );
+    assert!(
+        log.contains("OPERATOR-NOTES, net2 (not podgate's)"),
+        "{log}"
+    );
+}
+
 #[test]
 fn uninstall_keeps_the_state_dir_while_an_attachment_record_is_left() {
     let d = Dirs::new("uninstallkeep");

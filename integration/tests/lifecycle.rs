@@ -363,14 +363,17 @@ fn index_matches_records(rig: &Rig, what: &str) {
 }
 
 /// The calls a kill point is put before: netlink, file writes, renames
-/// into place (the claims index by exchange, the old one then unlinked).
-const CALLS: [&str; 7] = [
+/// into place (records relative to the state dir's handle, the claims
+/// index by exchange, the old one then unlinked).
+const CALLS: [&str; 9] = [
     "sendto",
     "sendmsg",
     "write",
     "rename",
+    "renameat",
     "renameat2",
     "unlink",
+    "unlinkat",
     "openat",
 ];
 
@@ -849,7 +852,7 @@ fn wire_routed_pod(node: &Netns, pod: &Netns, host_if: &str, ip: &str) {
 fn strict_pods_of_a_previous_boot_do_not_count() {
     require_root();
     let rig = Rig::routed("strict");
-    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let strict = strict_profile();
     // Drives the router with maxStrictPods 1 for `pod` (its eth0 has `ip`/32
     // and its host side `host_if`).
     let max_one = |rig: &Rig, cmd: &str, cid: &str, pod: &Netns, ip: &str, host_if: &str| {
@@ -911,6 +914,21 @@ fn strict_node_wide(rig: &Rig) -> String {
     format!("{} {}", sysctls.join(" "), local.join(" "))
 }
 
+/// The strict profile of the routed rig (uplink `pgup0`).
+fn strict_profile() -> Value {
+    json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}})
+}
+
+/// A routed rig whose strict settings differ from podgate's (see
+/// [`strict_values_to_change`]), and its node-wide settings before any
+/// strict pod.
+fn routed_strict(tag: &str) -> (Rig, String) {
+    let rig = Rig::routed(tag);
+    strict_values_to_change(&rig);
+    let alone = strict_node_wide(&rig);
+    (rig, alone)
+}
+
 /// Values the strict settings change, so that one left behind shows.
 fn strict_values_to_change(rig: &Rig) {
     for name in ["net.ipv4.tcp_early_demux", "net.ipv4.udp_early_demux"] {
@@ -931,16 +949,25 @@ fn delay_opening(path: &std::path::Path, when: u32) -> Vec<String> {
         .collect()
 }
 
+/// strace arguments that hold the traced process 4 s at its `when`th
+/// `flock` (the state dir's files are opened relative to its handle, so a
+/// path filter would not name one of them).
+fn delay_flock(when: u32) -> Vec<String> {
+    ["-f", "-qq", "-o", "/dev/null", "-e", "trace=flock", "-e"]
+        .map(String::from)
+        .into_iter()
+        .chain([format!("inject=flock:delay_enter=4000000:when={when}")])
+        .collect()
+}
+
 /// GC collecting every strict pod of the node puts the node-wide strict
 /// settings back: each pod it removed no longer counts as live when it
 /// judges the next (it kept them, each pod seeing the other).
 #[test]
 fn gc_of_two_strict_pods_puts_the_node_wide_settings_back() {
     require_root();
-    let rig = Rig::routed("gcstrict");
-    strict_values_to_change(&rig);
-    let alone = strict_node_wide(&rig);
-    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let (rig, alone) = routed_strict("gcstrict");
+    let strict = strict_profile();
     let pod2 = Netns::new("lc-pod-gcstrict2");
     wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
     let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
@@ -1022,7 +1049,7 @@ fn a_profile_change_that_checks_no_claims_keeps_the_strict_settings_of_a_pod_add
     strict_values_to_change(&rig);
     let node_wide = || strict_node_wide(&rig);
     let alone = node_wide();
-    let strict = json!({"routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254", "table": "auto"}});
+    let strict = strict_profile();
     let sysctl_only = json!({"sysctls": {"net.ipv4.ip_forward": "1"}});
     rig.router("ADD", "x", &strict, None).ok();
     let with_strict = node_wide();
@@ -1031,7 +1058,8 @@ fn a_profile_change_that_checks_no_claims_keeps_the_strict_settings_of_a_pod_add
     let pod2 = Netns::new("lc-pod-waited2");
     wire_routed_pod(&rig.node, &pod2, "pgs1", "10.40.0.4");
     let ips2 = json!([{"address": "10.40.0.4/32", "interface": 1}]);
-    let delay = delay_opening(&rig.state_dir().join(".lock"), 1);
+    // Its second flock: the node-wide lock, after the pod's.
+    let delay = delay_flock(2);
     let conf = rig.conf(sysctl_only.clone(), false);
     std::thread::scope(|s| {
         let changed = s.spawn(|| rig.spawn(&delay, rig.env("ADD", "x"), &conf));
@@ -1251,36 +1279,14 @@ fn the_node_agent_sweeps_records_of_dead_pods() {
     rig.pod.recreate();
     assert!(rig.node.exec_ok(&["ip", "route"]).contains("10.9.0.0/24"));
 
-    let conf = rig.dir.path().join("net.d");
-    let bin = rig.dir.path().join("bin");
-    std::fs::create_dir_all(&conf).unwrap();
-    let child = Command::new("nsenter")
-        .arg(format!("--net={}", rig.node.path().display()))
-        .arg(podgate())
-        .args([
-            "agent",
-            "--metrics-address",
-            "127.0.0.1:9751",
-            "--sweep-secs",
-            "1",
-        ])
-        .args(["--runtime-endpoint", "none"])
-        .arg("--router-state-dir")
-        .arg(rig.state_dir())
-        .arg("--agent-state-dir")
-        .arg(rig.dir.path().join("agent"))
-        .arg("--cni-conf-dir")
-        .arg(&conf)
-        .arg("--cni-bin-dir")
-        .arg(&bin)
-        .arg("--state-dir")
-        .arg(rig.dir.path().join("installer"))
-        .arg("--plugins")
-        .arg(rig.dir.path().join("plugins.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = agent_command(
+        &rig,
+        &["--metrics-address", "127.0.0.1:9751", "--sweep-secs", "1"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !state_files_in(&rig.state_dir()).is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -1299,6 +1305,227 @@ fn the_node_agent_sweeps_records_of_dead_pods() {
     );
     let routes = rig.node.exec_ok(&["ip", "route"]);
     assert!(!routes.contains("10.9.0.0/24"), "{routes}");
+}
+
+/// `podgate agent` with `extra`, in the node netns, the rig's state dirs
+/// and no runtime.
+fn agent_command(rig: &Rig, extra: &[&str]) -> Command {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", rig.node.path().display()))
+        .arg(podgate())
+        .arg("agent")
+        .args(extra)
+        .args(["--runtime-endpoint", "none"])
+        .arg("--router-state-dir")
+        .arg(rig.state_dir())
+        .arg("--agent-state-dir")
+        .arg(rig.dir.path().join("agent"))
+        .arg("--plugins")
+        .arg(rig.dir.path().join("plugins.json"));
+    node_dirs(rig, &mut cmd);
+    cmd
+}
+
+/// The rig's CNI dirs and installer state dir, as `podgate agent` and
+/// `podgate uninstall` take them.
+fn node_dirs(rig: &Rig, cmd: &mut Command) {
+    let conf = rig.dir.path().join("net.d");
+    std::fs::create_dir_all(&conf).unwrap();
+    cmd.arg("--cni-conf-dir")
+        .arg(&conf)
+        .arg("--cni-bin-dir")
+        .arg(rig.dir.path().join("bin"))
+        .arg("--state-dir")
+        .arg(rig.dir.path().join("installer"));
+}
+
+/// `podgate agent --once` (the one-shot sweep alone, no runtime); its
+/// stdout and stderr.
+fn sweep_once(rig: &Rig) -> String {
+    let out = agent_command(rig, &["--once"]).output().unwrap();
+    podgate_integration::output_text(&out)
+}
+
+/// `podgate uninstall --wait --purge-state-dir` the rig's state dir, then
+/// SIGTERM: what the uninstall DaemonSet does; its log.
+fn uninstall_purge(rig: &Rig) -> String {
+    let log = rig.dir.path().join("uninstall.log");
+    let mut cmd = Command::new(podgate());
+    cmd.arg("uninstall");
+    node_dirs(rig, &mut cmd);
+    let mut child = cmd
+        .args(["--wait", "--purge-state-dir"])
+        .arg(rig.state_dir())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("waiting for SIGTERM")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "uninstall never waited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{text}");
+    text
+}
+
+/// podgate's own routes and rules on the node (protocol 94).
+fn podgate_objects(rig: &Rig) -> String {
+    let rules: String = rig
+        .node
+        .exec_ok(&["ip", "-d", "rule"])
+        .lines()
+        .filter(|l| l.ends_with(" proto 94"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let routes = rig
+        .node
+        .exec_ok(&["ip", "route", "show", "table", "all", "proto", "94"]);
+    format!("{rules}{routes}")
+}
+
+/// A strict pod's record emptied (what a power cut leaves of a record
+/// written without fsync, or any record podgate cannot read), and the pod
+/// gone without a DEL (its netns deleted, its veth with it): the node
+/// agent's sweep moves the record to `quarantine/` and says so, removes
+/// what the pod left on the node (found from its host-side rule, whose
+/// interface went with the netns), puts the node-wide strict settings
+/// back, and the uninstall purge then empties the state dir. Before, the
+/// unreadable record pinned all three forever.
+#[test]
+fn an_unreadable_strict_record_whose_netns_is_gone_no_longer_pins_the_node() {
+    require_root();
+    let (rig, alone) = routed_strict("unread");
+    let rules_before = rig.node.exec_ok(&["ip", "rule"]);
+    let strict = strict_profile();
+    rig.router("ADD", "s1", &strict, None).ok();
+    assert_ne!(strict_node_wide(&rig), alone, "strict settings in place");
+    let file = "lcnet+s1+eth0.json";
+    std::fs::write(rig.state_dir().join(file), b"").unwrap();
+    // The pod dies without a DEL: its netns goes, and its veth with it.
+    rig.pod.recreate();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while rig.node.link_exists("pgs0") {
+        assert!(std::time::Instant::now() < deadline, "pgs0 never went");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let out = sweep_once(&rig);
+    assert_eq!(
+        strict_node_wide(&rig),
+        alone,
+        "the node-wide strict settings are back:\n{out}"
+    );
+    assert_eq!(rig.node.exec_ok(&["ip", "rule"]), rules_before, "{out}");
+    assert_eq!(podgate_objects(&rig), "", "what the pod left: {out}");
+    assert!(
+        out.contains(&format!("quarantined unreadable record {file}")),
+        "{out}"
+    );
+    assert!(rig.state_dir().join("quarantine").join(file).exists());
+    let log = uninstall_purge(&rig);
+    assert_eq!(
+        state_files_in(&rig.state_dir()),
+        Vec::<String>::new(),
+        "the purge ran: {log}"
+    );
+}
+
+/// The same for a dual-stack strict pod on a node with IPv6: its IPv6
+/// rules (neighbour discovery, the link-scope drop, its host-side rule)
+/// are found from its host-side rules like the IPv4 ones and go, and the
+/// node's rules of both families (the IPv6 local rule moved for it
+/// included) are back as they were, with their protocols.
+#[test]
+fn an_unreadable_dual_stack_strict_record_whose_netns_is_gone_leaves_both_families_as_before() {
+    require_root();
+    let rig = routed_ipv6_rig("unread6", true);
+    strict_values_to_change(&rig);
+    let alone = strict_node_wide(&rig);
+    let rules = || {
+        rig.node.exec_ok(&["ip", "-d", "-4", "rule"])
+            + &rig.node.exec_ok(&["ip", "-d", "-6", "rule"])
+    };
+    let rules_before = rules();
+    let profile = json!({
+        "routing": {"mode": "strict", "uplink": "pgup0", "gateway": "192.0.2.254",
+                    "gateway6": "2001:db8::fe", "table": "auto"}
+    });
+    rig.router("ADD", "s1", &profile, None).ok();
+    let v6_rules = rig.node.exec_ok(&["ip", "-6", "rule"]);
+    for want in [
+        "ipproto ipv6-icmp lookup local",
+        "blackhole",
+        "1000:\tfrom all lookup local",
+    ] {
+        assert!(v6_rules.contains(want), "{want}: {v6_rules}");
+    }
+    let file = "lcnet+s1+eth0.json";
+    std::fs::write(rig.state_dir().join(file), b"").unwrap();
+    rig.pod.recreate();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while rig.node.link_exists("pgs0") {
+        assert!(std::time::Instant::now() < deadline, "pgs0 never went");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let out = sweep_once(&rig);
+    assert!(
+        out.contains(&format!("quarantined unreadable record {file}")),
+        "{out}"
+    );
+    assert_eq!(rules(), rules_before, "ip -d rule, both families: {out}");
+    assert_eq!(podgate_objects(&rig), "", "what the pod left: {out}");
+    let routes6 = rig
+        .node
+        .exec_ok(&["ip", "-6", "route", "show", "table", "all", "proto", "94"]);
+    assert_eq!(routes6, "", "what the pod left: {out}");
+    assert_eq!(strict_node_wide(&rig), alone, "{out}");
+}
+
+/// The same emptied record while the strict pod lives: the sweep
+/// quarantines it but the node-wide settings stay (the kernel shows the
+/// pod bound: its host-side interface exists), and the runtime's DEL then
+/// finds it in quarantine, removes the pod's objects by ownership (its
+/// prevResult address and host-side rule) and puts the settings back.
+#[test]
+fn an_unreadable_strict_record_of_a_live_pod_keeps_the_node_bound_until_its_del() {
+    require_root();
+    let (rig, alone) = routed_strict("unreadlive");
+    let strict = strict_profile();
+    rig.router("ADD", "s1", &strict, None).ok();
+    let with_strict = strict_node_wide(&rig);
+    let file = "lcnet+s1+eth0.json";
+    std::fs::write(rig.state_dir().join(file), b"").unwrap();
+    let out = sweep_once(&rig);
+    assert!(
+        out.contains(&format!("quarantined unreadable record {file}")),
+        "{out}"
+    );
+    assert_eq!(strict_node_wide(&rig), with_strict, "kept: {out}");
+    let objects = podgate_objects(&rig);
+    assert!(
+        objects.contains("iif pgs0"),
+        "the pod stays bound: {objects}"
+    );
+    rig.router("DEL", "s1", &strict, None).ok();
+    assert_eq!(strict_node_wide(&rig), alone, "back after its DEL");
+    assert_eq!(podgate_objects(&rig), "");
+    assert!(
+        state_files_in(&rig.state_dir()).is_empty(),
+        "{:?}",
+        state_files_in(&rig.state_dir())
+    );
 }
 
 /// Calls per syscall in an `strace -f` log written with [`counting`].

@@ -16,14 +16,22 @@
 //!
 //! Everything here is best effort: a full disk, a missing or unwritable
 //! channel never changes a CNI answer.
+//!
+//! Both live where a container writes (the agent's, by default in the
+//! router's state dir), so a plugin reaches them through a handle of the
+//! event file's directory opened without following a link, and follows no
+//! link there: a link planted as the event file or as the in-flight
+//! directory makes the plugin record nothing, never write to its target
+//! (see `podgate_kit::dir`).
 
 use crate::config::NetConf;
-use crate::log::{append_line, flock, rfc3339_now, Limit};
+use crate::log::{append_line_in, dir_of, flock, rfc3339_now, Limit};
+use podgate_kit::dir::{Dir, Open};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::fs::{File, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -58,9 +66,13 @@ pub fn file_for_entry(entry: &Value) -> PathBuf {
 
 /// `<eventFile>.inflight`: one locked file per request in progress.
 pub fn inflight_dir(event_file: &Path) -> PathBuf {
-    let mut s = event_file.as_os_str().to_os_string();
+    PathBuf::from(inflight_name(event_file.as_os_str()))
+}
+
+fn inflight_name(event_file: &OsStr) -> OsString {
+    let mut s = event_file.to_os_string();
     s.push(".inflight");
-    PathBuf::from(s)
+    s
 }
 
 /// A finished request, one line of the event file.
@@ -160,12 +172,15 @@ pub fn refusal_rule(msg: &str) -> String {
 
 /// A request being recorded: created at the start, finished once.
 pub struct Recorder {
-    file: PathBuf,
+    /// The event file's directory and its name there.
+    dir: Dir,
+    name: OsString,
     id: String,
     plugin: String,
     command: String,
     started: Instant,
-    inflight: Option<(PathBuf, File)>,
+    /// The in-flight directory, the mark's name there, and the mark held.
+    inflight: Option<(Dir, String, File)>,
 }
 
 /// Time, pid and a per-process sequence number: the agent de-duplicates by
@@ -190,13 +205,15 @@ fn unique_id() -> String {
 impl Recorder {
     /// None when there is no channel (no agent collects metrics here).
     pub fn start(file: &Path, plugin: &str, command: &str, started: Instant) -> Option<Recorder> {
-        if !file.is_file() {
+        let (dir, name) = dir_of(file, Dir::open).ok()?;
+        if !dir.is_file(name) {
             return None;
         }
         let id = unique_id();
-        let inflight = mark_inflight(file, &id, plugin, command);
+        let inflight = mark_inflight(&dir, name, &id, plugin, command);
         Some(Recorder {
-            file: file.to_path_buf(),
+            name: name.to_os_string(),
+            dir,
             id,
             plugin: plugin.into(),
             command: command.into(),
@@ -221,12 +238,12 @@ impl Recorder {
             warnings: take_warnings(),
         };
         if let Ok(line) = serde_json::to_string(&ev) {
-            let _ = append_line(&self.file, &line, Limit::Drop(MAX_EVENT_FILE));
+            let _ = append_line_in(&self.dir, &self.name, &line, Limit::Drop(MAX_EVENT_FILE));
         }
         // After the event: a crash in between leaves a mark the agent finds
         // named by a finished event, not a crash.
-        if let Some((path, _lock)) = self.inflight {
-            let _ = std::fs::remove_file(path);
+        if let Some((dir, mark, _lock)) = self.inflight {
+            let _ = dir.remove_file(mark);
         }
     }
 }
@@ -234,10 +251,16 @@ impl Recorder {
 /// Write `<inflight>/<id>.json` under an exclusive lock held until exit:
 /// created under a temp name and renamed once locked and written, so the
 /// agent never sees an unlocked file of a live request.
-fn mark_inflight(file: &Path, id: &str, plugin: &str, command: &str) -> Option<(PathBuf, File)> {
-    let dir = inflight_dir(file);
-    let tmp = dir.join(format!(".tmp-{id}"));
-    let path = dir.join(format!("{id}.json"));
+fn mark_inflight(
+    dir: &Dir,
+    file: &OsStr,
+    id: &str,
+    plugin: &str,
+    command: &str,
+) -> Option<(Dir, String, File)> {
+    let dir = dir.sub(inflight_name(file)).ok()??;
+    let tmp = format!(".tmp-{id}");
+    let mark = format!("{id}.json");
     let body = serde_json::to_vec(&Started {
         v: EVENT_VERSION,
         id: id.into(),
@@ -246,20 +269,14 @@ fn mark_inflight(file: &Path, id: &str, plugin: &str, command: &str) -> Option<(
         command: command.into(),
     })
     .ok()?;
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(&tmp)
-        .ok()?;
+    let mut f = dir.open_file(&tmp, Open::CreateNew(0o600)).ok()?;
     let done = flock(&f, libc::LOCK_EX)
         .and_then(|()| f.write_all(&body))
-        .and_then(|()| std::fs::rename(&tmp, &path));
+        .and_then(|()| dir.rename(&tmp, &mark));
     match done {
-        Ok(()) => Some((path, f)),
+        Ok(()) => Some((dir, mark, f)),
         Err(_) => {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = dir.remove_file(&tmp);
             None
         }
     }
@@ -370,6 +387,38 @@ mod tests {
         )
         .unwrap();
         assert!(old.warnings.is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A container that can write the state dir plants links: as the
+    /// event file (to a file of the node) and as the in-flight directory
+    /// (to a directory of the node). The plugin records nothing there and
+    /// writes nothing to either target.
+    #[test]
+    fn links_planted_as_the_channel_are_never_written_through() {
+        let d = std::env::temp_dir().join(format!("podgate-event-links-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let (state, node) = (d.join("state"), d.join("node"));
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(node.join("etc")).unwrap();
+        let target = node.join("etc/passwd");
+        std::fs::write(&target, "root:x:0:0\n").unwrap();
+        let f = state.join(EVENT_FILE_NAME);
+        std::os::unix::fs::symlink(&target, &f).unwrap();
+        std::fs::create_dir_all(inflight_dir(&f)).unwrap();
+        assert!(Recorder::start(&f, "p", "ADD", Instant::now()).is_none());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "root:x:0:0\n");
+
+        // A real event file, its in-flight directory a link.
+        std::fs::remove_file(&f).unwrap();
+        std::fs::write(&f, "").unwrap();
+        std::fs::remove_dir(inflight_dir(&f)).unwrap();
+        std::os::unix::fs::symlink(node.join("etc"), inflight_dir(&f)).unwrap();
+        let r = Recorder::start(&f, "p", "ADD", Instant::now()).unwrap();
+        r.finish(0, "");
+        let in_etc: Vec<_> = std::fs::read_dir(node.join("etc")).unwrap().collect();
+        assert_eq!(in_etc.len(), 1, "no mark written through the link");
+        assert_eq!(std::fs::read_to_string(&f).unwrap().lines().count(), 1);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -11,13 +11,20 @@
 //! lost or torn, and nobody writes into a file that was renamed or deleted.
 //! Logging is best effort: a full disk or an unwritable file falls back to
 //! stderr and never changes a CNI answer.
+//!
+//! The file itself is never followed as a link and must be a regular file
+//! with no other name (a link, a FIFO, a device or a hard link to another
+//! file there is refused and the line goes to stderr): the operator's
+//! `logFile` path is trusted up to its directory, the name in it is not.
 
+use podgate_kit::dir::{Dir, Open};
 use podgate_kit::fs::{self as kfs, Flock};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
-use std::fs::{File, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::{self, ErrorKind, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -255,27 +262,42 @@ pub fn rotated_path(path: &Path) -> PathBuf {
 /// `path` names at that moment. Rotation renames under an exclusive lock,
 /// so: lines never interleave or tear, a rotation waits for appends in
 /// progress, an append that raced a rotation re-opens the new file, and two
-/// writers that both see the file full rotate it once.
+/// writers that both see the file full rotate it once. `path`'s directory
+/// is followed as given (the operator's); [`append_line_in`] for a
+/// directory a container may write.
 pub fn append_line(path: &Path, line: &str, limit: Limit) -> io::Result<Appended> {
+    let (dir, name) = dir_of(path, Dir::open_following)?;
+    append_line_in(&dir, name, line, limit)
+}
+
+/// `path`'s directory, opened by `open`, and its file name.
+pub fn dir_of(path: &Path, open: fn(&Path) -> io::Result<Dir>) -> io::Result<(Dir, &OsStr)> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "no file name"))?;
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    Ok((open(parent)?, name))
+}
+
+/// [`append_line`] to the file `name` of `dir`: a regular file with no
+/// other name, never reached through a link.
+pub fn append_line_in(dir: &Dir, name: &OsStr, line: &str, limit: Limit) -> io::Result<Appended> {
     let mut buf = Vec::with_capacity(line.len() + 1);
     buf.extend_from_slice(line.as_bytes());
     buf.push(b'\n');
     let len = buf.len() as u64;
     for _ in 0..MAX_REOPEN {
         let create = matches!(limit, Limit::Rotate(_));
-        let file = match OpenOptions::new()
-            .append(true)
-            .create(create)
-            .mode(0o640)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-        {
+        let file = match dir.open_file(name, Open::Append(create.then_some(0o640))) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound && !create => return Ok(Appended::Absent),
             Err(e) => return Err(e),
         };
         flock(&file, libc::LOCK_SH)?;
-        let Some(size) = size_if_named(path, &file)? else {
+        let Some(size) = size_if_named(dir, name, &file)? else {
             continue; // rotated (or replaced) between our open and our lock
         };
         match limit {
@@ -284,8 +306,8 @@ pub fn append_line(path: &Path, line: &str, limit: Limit) -> io::Result<Appended
                 flock(&file, libc::LOCK_UN)?;
                 flock(&file, libc::LOCK_EX)?;
                 // Someone else may have rotated while we waited.
-                if size_if_named(path, &file)?.is_some_and(|size| size + len > max) {
-                    std::fs::rename(path, rotated_path(path))?;
+                if size_if_named(dir, name, &file)?.is_some_and(|size| size + len > max) {
+                    dir.rename(name, rotated_name(name))?;
                 }
                 continue; // closing drops the lock; the next round appends
             }
@@ -299,16 +321,25 @@ pub fn append_line(path: &Path, line: &str, limit: Limit) -> io::Result<Appended
     ))
 }
 
-/// The size of the file `f` is open on, if `path` still names it (one
-/// `fstat` for both questions).
-fn size_if_named(path: &Path, f: &File) -> io::Result<Option<u64>> {
+/// `<name>.1`.
+fn rotated_name(name: &OsStr) -> OsString {
+    let mut s = name.to_os_string();
+    s.push(".1");
+    s
+}
+
+/// The size of the file `f` is open on, if `name` in `dir` still names it
+/// (one `fstat` for both questions). A file with another name too (a hard
+/// link to some other file of the filesystem) is not written.
+fn size_if_named(dir: &Dir, name: &OsStr, f: &File) -> io::Result<Option<u64>> {
     let open = f.metadata()?;
-    match std::fs::metadata(path) {
-        Ok(now) if now.dev() == open.dev() && now.ino() == open.ino() => Ok(Some(open.len())),
-        Ok(_) => Ok(None),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    if open.nlink() > 1 {
+        return Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            "the file has another name too (a hard link): not written",
+        ));
     }
+    Ok(dir.names_file(name, f).then_some(open.len()))
 }
 
 /// `flock(op)` (`libc::LOCK_SH`, `LOCK_EX` or `LOCK_UN`) waiting at most
@@ -519,4 +550,49 @@ mod tests {
         assert_eq!(lines(&f).last().unwrap(), &format!("{:0>100}", 99));
         std::fs::remove_dir_all(&d).unwrap();
     }
+
+    /// A name planted where the log goes (the directory may be one a
+    /// container writes): a link is never written through (nor its
+    /// missing target created), a FIFO never blocks, a hard link to
+    /// another file is not appended to; each is an error (the caller
+    /// writes the line to stderr).
+    #[test]
+    fn a_link_fifo_or_hard_link_at_the_log_is_refused_and_its_target_untouched() {
+        let d = tmp("planted");
+        let target = d.join("target");
+        std::fs::write(&target, "keep\n").unwrap();
+        let link = d.join("link.log");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let dangling = d.join("dangling.log");
+        std::os::unix::fs::symlink(d.join("created"), &dangling).unwrap();
+        let fifo = d.join("fifo.log");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let hard = d.join("hard.log");
+        std::fs::hard_link(&target, &hard).unwrap();
+        for (f, limit) in [
+            (&link, Limit::Rotate(DEFAULT_MAX_BYTES)),
+            (&link, Limit::Drop(MAX)),
+            (&dangling, Limit::Rotate(DEFAULT_MAX_BYTES)),
+            (&fifo, Limit::Rotate(DEFAULT_MAX_BYTES)),
+            (&hard, Limit::Rotate(DEFAULT_MAX_BYTES)),
+            (&hard, Limit::Drop(MAX)),
+        ] {
+            let started = std::time::Instant::now();
+            let e = append_line(f, "line", limit).unwrap_err();
+            assert!(started.elapsed() < Duration::from_secs(1), "{f:?} blocked");
+            // A FIFO without a reader: ENXIO at the non-blocking open.
+            let msg = e.to_string();
+            assert!(
+                msg.contains("symbolic link")
+                    || msg.contains("regular")
+                    || msg.contains("hard link")
+                    || e.raw_os_error() == Some(libc::ENXIO),
+                "{f:?}: {msg}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep\n");
+        assert!(!d.join("created").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+    const MAX: u64 = 1 << 20;
 }

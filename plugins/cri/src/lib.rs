@@ -34,6 +34,13 @@ pub const DEFAULT_ENDPOINTS: [&str; 3] = [
 ];
 /// One budget per CRI call (connect, list, status).
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest answer read (tonic's default is 4 MiB): the kubelet's own CRI
+/// client reads up to 16 MiB (`maxMsgSize`, `pkg/kubelet/cri/remote`), and
+/// containerd sends at most that by default. A sandbox's annotations can
+/// hold 256 KiB (the API server's limit), so 4 MiB is about 17 such pods
+/// in one `ListPodSandbox`; a node whose listing is larger than 16 MiB
+/// breaks its kubelet first. Past it, the call fails naming the sizes.
+pub const MAX_MESSAGE: usize = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
@@ -150,7 +157,7 @@ async fn connect(endpoint: &str) -> Result<RuntimeServiceClient<Channel>, CriErr
         }))
         .await
         .map_err(|e| fail(error_chain(&e)))?;
-    Ok(RuntimeServiceClient::new(channel))
+    Ok(RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

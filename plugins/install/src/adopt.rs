@@ -2,13 +2,14 @@
 //! started without podgate's chain.
 //!
 //! The evidence is time: the installer's `runtime-chain.json` ([`History`])
-//! says when the runtime was first seen serving the chain this boot and the
-//! periods it was seen missing. A candidate is a ready sandbox with its own
-//! netns created (CRI `createdAt`) before that first time or inside such a
-//! period; never one created while the chain was served (a policy change
-//! must not switch on forwarding in pods already running), never a
-//! host-network one. Each candidate goes through
-//! [`podgate_router::plugin::adopt`]: the router's own selection, plan,
+//! records the periods the watch saw the runtime serve a network without
+//! podgate-router (and, apart, without an enforcing tunnel guard). A
+//! candidate is a ready sandbox with its own netns created (CRI
+//! `createdAt`) inside such a period; never one created while the chain
+//! was served (a policy change must not switch on forwarding in pods
+//! already running), never a host-network one, and none at all while the
+//! history holds no observation (a lost or new file is no evidence). Each
+//! candidate goes through [`podgate_router::plugin::adopt`]: the router's own selection, plan,
 //! refusals and write-ahead record, as ADD. A sandbox stopped while it was
 //! adopted (the runtime's DEL may have come before the record existed) is
 //! undone through the router's DEL.
@@ -28,27 +29,19 @@ use serde_json::Value;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-/// Whether a sandbox created at `created` (Unix ns) may lack podgate: before
-/// the chain was first seen served, or inside a period it was seen missing
-/// (from the last time it was seen served; still open: up to now).
+/// Whether a sandbox created at `created` (Unix ns) may lack podgate-router:
+/// created inside a period the runtime was seen serving a network without
+/// it (from the last time it was seen served; still open: up to now).
 pub fn candidate(h: &History, created: i64) -> bool {
-    let Ok(created) = u64::try_from(created) else {
-        return false;
-    };
-    let Some(first) = h.first_loaded else {
-        return false;
-    };
-    created < first
-        || h.missing.iter().any(|m| {
-            m.last_seen_loaded < created && m.seen_loaded_again.is_none_or(|again| created < again)
-        })
+    h.router.lacked(created)
 }
 
 /// Whether a sandbox created at `created` may have been wired without the
-/// tunnel guard: a [`candidate`], or any sandbox while the chain has never
-/// been seen served this boot.
+/// tunnel guard checking it: created inside a period the runtime was seen
+/// serving a network without an enforcing guard (absent, audit mode,
+/// `required: never`, or only podgate-router there).
 pub fn unguarded_at(h: &History, created: i64) -> bool {
-    h.first_loaded.is_none() || candidate(h, created)
+    h.guard.lacked(created)
 }
 
 /// The chain's tunnel guard, when it has one and the node requires IPsec
@@ -198,6 +191,9 @@ pub struct Scan {
     pub unguarded: Option<u64>,
     /// Unguarded sandboxes stopped by `--repair-unguarded`.
     pub stopped: Vec<String>,
+    /// The runtime could not list its sandboxes (the unguarded count is
+    /// then unknown, not 0).
+    pub runtime_failed: bool,
     /// Why the scan did not run, or what failed.
     pub errors: Vec<String>,
 }
@@ -241,13 +237,15 @@ impl Adopter {
             }
         };
         let ready = probe.ready();
-        let served = ready.is_ok()
-            && h.first_loaded.is_some()
-            && h.missing.iter().all(|m| m.seen_loaded_again.is_some());
+        let served = ready.is_ok() && h.router.served_now();
         if self.adopt && !served {
-            out.skipped = Some(match ready {
+            out.skipped = Some(match &ready {
                 Err(why) => format!("the runtime does not serve podgate's chain: {why}"),
-                Ok(_) if h.first_loaded.is_none() => format!(
+                Ok(_) if !h.router.observed() => format!(
+                    "{} holds no observation of the runtime yet (a new or lost record is no evidence: nothing is adopted until the installer's watch has looked)",
+                    crate::history::FILE
+                ),
+                Ok(_) if h.router.first_loaded.is_none() => format!(
                     "{} does not record the runtime serving podgate's chain yet",
                     crate::history::FILE
                 ),
@@ -257,6 +255,9 @@ impl Adopter {
                 ),
             });
         }
+        // Stopped sandboxes are recreated through the chain: only while it
+        // is served with the guard enforcing, or they come back unguarded.
+        let guarded = ready.is_ok() && h.guard.served_now();
         let guard = guard_required(probe);
         let entry = if served && self.adopt {
             match router_entry(probe) {
@@ -279,6 +280,7 @@ impl Adopter {
             Ok(r) => r,
             Err(e) => {
                 out.errors.push(e.to_string());
+                out.runtime_failed = true;
                 return out;
             }
         };
@@ -295,7 +297,7 @@ impl Adopter {
         if let Some(g) = guard {
             let unguarded = unguarded_of(&h, &g, &sandboxes);
             out.unguarded = Some(unguarded.len() as u64);
-            if let (Some(r), true) = (self.repair.as_mut(), served) {
+            if let (Some(r), true) = (self.repair.as_mut(), guarded) {
                 r.stop(&endpoint, &unguarded, &mut out);
             }
         }
@@ -422,36 +424,37 @@ fn router_entry(probe: &ChainProbe) -> Result<Option<Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Missing;
+    use crate::history::{LastServed, Seen};
 
+    /// The router served from 100 while the guard was in audit mode (or
+    /// absent), enforcing from 300 on: a sandbox created at 150 went
+    /// through podgate-router (no adoption) but no guard checked it.
     #[test]
-    fn candidates_are_created_before_the_chain_was_served_or_while_it_was_missing() {
+    fn adoption_follows_the_router_and_the_unguarded_judgement_the_enforcing_guard() {
         let mut h = History {
-            version: 1,
+            version: 2,
             boot_id: "b".into(),
-            first_loaded: None,
-            missing: Vec::new(),
+            router: Default::default(),
+            guard: Default::default(),
         };
-        assert!(!candidate(&h, 5), "never served: nothing is judged yet");
-        h.first_loaded = Some(100);
-        assert!(candidate(&h, 99));
-        assert!(!candidate(&h, 100));
-        assert!(!candidate(&h, 150), "created while served");
-        assert!(!candidate(&h, -1));
-        h.missing.push(Missing {
-            last_seen_loaded: 200,
-            first_seen_missing: 210,
-            seen_loaded_again: Some(300),
-        });
-        assert!(!candidate(&h, 200));
-        assert!(candidate(&h, 205), "may have begun any time after 200");
-        assert!(candidate(&h, 299));
-        assert!(!candidate(&h, 300));
-        h.missing.push(Missing {
-            last_seen_loaded: 400,
-            first_seen_missing: 410,
-            seen_loaded_again: None,
-        });
-        assert!(candidate(&h, 1_000), "still missing");
+        assert!(
+            !candidate(&h, 5) && !unguarded_at(&h, 5),
+            "no observation: no evidence"
+        );
+        h.absent_since_boot(50);
+        let seen = |router, guard| Seen { router, guard };
+        let mut last = LastServed::default();
+        h.observe(seen(true, false), 100, last);
+        last.update(seen(true, false), 100);
+        h.observe(seen(true, true), 300, last);
+        for (created, adopt, unguarded) in [
+            (10, true, true),
+            (150, false, true),
+            (299, false, true),
+            (350, false, false),
+        ] {
+            assert_eq!(candidate(&h, created), adopt, "{created}");
+            assert_eq!(unguarded_at(&h, created), unguarded, "{created}");
+        }
     }
 }

@@ -49,16 +49,19 @@ pub struct AgentArgs {
     #[arg(long, conflicts_with = "metrics_address")]
     pub once: bool,
     /// How often the counters are drained and the gauges (records, drift,
-    /// IPsec, chain) are read.
-    #[arg(long, default_value_t = 15, value_name = "SECONDS")]
+    /// IPsec, chain) are read (at most a day).
+    #[arg(long, default_value_t = 15, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub metrics_interval_secs: u64,
     /// The agent's own state: its counters (metrics.json), so a restart
     /// neither loses nor recounts.
     #[arg(long, default_value = DEFAULT_AGENT_STATE_DIR, value_name = "DIR")]
     pub agent_state_dir: PathBuf,
     /// Sweep podgate-router's records of dead pods (earlier boot, netns
-    /// gone) and what they left on the node this often; 0: off.
-    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    /// gone) and what they left on the node this often (at most a year);
+    /// 0: off.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
     pub sweep_secs: u64,
     /// Adopt sandboxes that started without podgate's chain (see
     /// conf/kubernetes/README.md, Adoption) on every collection; needs the
@@ -134,15 +137,16 @@ impl Worker {
         std::thread::Builder::new()
             .name("agent-worker".into())
             .spawn(move || {
+                let watched = Arc::clone(&pages);
                 let mut next_collection = Instant::now();
-                loop {
+                supervised(&watched, move || loop {
                     let now = Instant::now();
                     if next_collection <= now {
-                        let unguarded = adopter
-                            .as_mut()
-                            .and_then(|a| adopt_round(a, &probe, &mut spool));
+                        let scan = adopter.as_mut().map(|a| adopt_round(a, &probe, &mut spool));
                         let mut snap = metrics::collect_once(&probe, &mut spool);
-                        snap.unguarded = unguarded;
+                        if let Some(scan) = scan {
+                            snap.take_scan(&scan);
+                        }
                         pages.publish(metrics::exposition::render(snap));
                         next_collection = now + interval;
                     }
@@ -158,7 +162,7 @@ impl Worker {
                         Err(mpsc::RecvTimeoutError::Timeout) => {}
                         Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     }
-                }
+                });
                 let _ = finished.send(());
             })
             .map_err(|e| Error::Agent(format!("worker thread: {e}")))?;
@@ -178,8 +182,35 @@ impl Worker {
     }
 }
 
-/// One adoption scan, logged and counted; the unguarded sandboxes.
-fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> Option<u64> {
+/// Runs `body` (the worker's loop) and, should it panic, fails the pages at
+/// once: `/healthz` answers 503 and `/metrics` shows
+/// `podgate_install_ready 0` with the collection error `worker`, instead
+/// of the last collection served as if current until the liveness probe
+/// sees no new round (minutes; forever when run by hand). The process
+/// keeps serving that until it is restarted (the liveness probe) or
+/// stopped.
+fn supervised(pages: &http::Pages, body: impl FnOnce()) {
+    let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) else {
+        return;
+    };
+    let why = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into());
+    log(format!(
+        "error: the collection worker panicked: {why}; /healthz fails and podgate_install_ready is 0 until the agent is restarted"
+    ));
+    let mut snap = metrics::Snapshot {
+        install_reason: Some(format!("the agent's collection worker panicked: {why}")),
+        ..Default::default()
+    };
+    snap.errors.insert("worker", 1);
+    pages.fail(&why, metrics::exposition::render(snap));
+}
+
+/// One adoption scan, logged and counted.
+fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> crate::adopt::Scan {
     let scan = a.scan(probe);
     for e in &scan.errors {
         log(format!("warning: adoption: {e}"));
@@ -187,7 +218,7 @@ fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> Option
     for e in count(spool, &scan) {
         log(format!("warning: {e}"));
     }
-    scan.unguarded
+    scan
 }
 
 /// Count a scan's adoptions (by profile) and refused candidates (by rule);
@@ -245,6 +276,9 @@ fn once(
         let swept = s.sweep();
         for r in &swept.removed {
             println!("swept {r}");
+        }
+        for q in &swept.quarantined {
+            println!("swept: {q}");
         }
         failed.extend(swept.failures.into_iter().map(|f| format!("sweep: {f}")));
     }
@@ -340,6 +374,31 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker round that panics (the closure below is the fixture):
+    /// `/healthz` fails and `/metrics` says not ready at once, although a
+    /// collection was published a moment before.
+    #[test]
+    fn a_panicking_worker_fails_healthz_and_readiness_at_once() {
+        let pages = http::Pages::new(Duration::from_secs(3600));
+        pages.publish("podgate_install_ready 1\n".into());
+        assert_eq!(pages.health(), Ok(()));
+        let watched = Arc::clone(&pages);
+        std::thread::spawn(move || supervised(&watched, || panic!("fixture: a round panics")))
+            .join()
+            .unwrap();
+        let why = pages.health().unwrap_err();
+        assert!(why.contains("fixture: a round panics"), "{why}");
+        let page = String::from_utf8(pages.metrics().unwrap().to_vec()).unwrap();
+        assert!(page.contains("podgate_install_ready 0\n"), "{page}");
+        assert!(
+            page.contains("podgate_metrics_collect_errors{source=\"worker\"} 1\n"),
+            "{page}"
+        );
+        // A later round cannot make it look alive again.
+        pages.alive();
+        assert!(pages.health().is_err());
+    }
 
     #[test]
     fn the_address_takes_a_port_after_ipv4_and_bracketed_or_bare_ipv6() {

@@ -455,30 +455,62 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
             }
         }
         if let Some(dir) = &args.purge_state_dir {
-            purge_state_dir(dir)?;
+            purge_state_dir(dir, &args.node.state_dir)?;
         }
     }
     Ok(())
 }
 
-/// Empties `dir` (keeps the dir itself, which may be a mount point)
-/// unless podgate-router still holds an attachment record there;
-/// under podgate-router's node-wide lock, so an ADD still running from the
-/// old chain is either seen or runs after.
-fn purge_state_dir(dir: &std::path::Path) -> Result<(), Error> {
-    let Some(store) = podgate_kit::state::StateStore::existing(dir) else {
+/// Removes what podgate made in `dir` (keeps the dir itself, which may be a
+/// mount point, and every name podgate did not make: another network's
+/// `stateDir` placed under it, an operator's file) unless podgate-router
+/// still holds an attachment record there; under podgate-router's
+/// node-wide lock, so an ADD still running from the old chain is either
+/// seen or runs after. `installer_dir`: the installer's own state dir,
+/// removed too when it is a subdirectory of `dir` (as is the agent's
+/// default one).
+fn purge_state_dir(dir: &std::path::Path, installer_dir: &std::path::Path) -> Result<(), Error> {
+    let Some(store) = podgate_kit::state::StateStore::existing(dir)? else {
         return Ok(());
     };
-    if let podgate_kit::state::Purge::RecordsLeft(n) = store.purge_unless_records()? {
-        log(format!(
-            "warning: {n} attachment record(s) left in {}: kept (their pods still run; the agent's sweep removes them once they are gone)",
-            dir.display()
-        ));
-        return Ok(());
-    }
+    let inflight = format!("{}.inflight", podgate_cni::event::EVENT_FILE_NAME);
+    let name = |p: &std::path::Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let defaults = [DEFAULT_STATE_DIR, agent::DEFAULT_AGENT_STATE_DIR].map(std::path::Path::new);
+    let configured = (installer_dir.parent() == Some(dir))
+        .then(|| name(installer_dir))
+        .flatten();
+    let subdirs: Vec<String> = defaults
+        .into_iter()
+        .filter_map(name)
+        .chain(configured)
+        .collect();
+    let ours = |name: &str| {
+        podgate_router::lifecycle::STATE_DIR_NAMES.contains(&name)
+            || name == podgate_cni::event::EVENT_FILE_NAME
+            || name == inflight
+            || fsx::is_temp_name(name)
+            || subdirs.iter().any(|s| s == name)
+    };
+    let (removed, foreign) = match store.purge_unless_records(ours)? {
+        podgate_kit::state::Purge::RecordsLeft(n) => {
+            log(format!(
+                "warning: {n} attachment record(s) left in {}: kept (their pods still run; the agent's sweep removes them once they are gone)",
+                dir.display()
+            ));
+            return Ok(());
+        }
+        podgate_kit::state::Purge::Emptied { removed, foreign } => (removed, foreign),
+    };
     log(format!(
-        "emptied {}: no attachment record left",
+        "emptied {}: no attachment record left; {removed} entries podgate made removed",
         dir.display()
     ));
+    if !foreign.is_empty() {
+        log(format!(
+            "left in {}: {} (not podgate's)",
+            dir.display(),
+            foreign.join(", ")
+        ));
+    }
     Ok(())
 }

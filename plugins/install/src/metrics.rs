@@ -27,6 +27,7 @@ pub struct Snapshot {
     pub stale: u64,
     pub pending: u64,
     pub corrupt: u64,
+    pub quarantined: u64,
     pub drift: u64,
     pub drift_unchecked: u64,
     /// Node rules before a strict pod's boundary that can take its traffic
@@ -38,6 +39,19 @@ pub struct Snapshot {
     pub unguarded: Option<u64>,
     /// Collection problems by source (bounded label set).
     pub errors: BTreeMap<&'static str, u64>,
+}
+
+impl Snapshot {
+    /// What an adoption scan found: the unguarded count, and a runtime
+    /// that could not list its sandboxes as the collection error `runtime`
+    /// (the count is then unknown: no sample rather than a 0).
+    pub fn take_scan(&mut self, scan: &crate::adopt::Scan) {
+        self.unguarded = scan.unguarded;
+        if scan.runtime_failed {
+            self.unguarded = None;
+            *self.errors.entry("runtime").or_default() += 1;
+        }
+    }
 }
 
 /// What to read, from podgate's entries: event files, router state dirs,
@@ -113,6 +127,7 @@ pub(crate) fn collect_once(probe: &ChainProbe, spool: &mut events::Spool) -> Sna
                 snap.stale += scan.stale;
                 snap.pending += scan.pending;
                 snap.corrupt += scan.corrupt;
+                snap.quarantined += scan.quarantined;
                 live.extend(scan.live);
             }
             Err(e) => errs.push(error("records", e)),

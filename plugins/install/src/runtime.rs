@@ -17,6 +17,7 @@
 
 use super::chain::{is_podgate, kind_of, Kind};
 use super::fsx;
+use super::history::Seen;
 use super::json::Json;
 use super::reconcile::{self, Node, Source};
 use super::Error;
@@ -61,11 +62,12 @@ pub fn ready(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub ready: Result<String, String>,
-    /// Some(whether the runtime's loaded network has podgate in it at all,
-    /// configured as now or not; through Multus: its clusterNetwork is
-    /// podgate's file); None when the runtime was not asked, did not answer,
-    /// or does not report what it loaded (CRI-O).
-    pub loaded: Option<bool>,
+    /// What the runtime's loaded network has in it, configured as now or
+    /// not: podgate-router, an enforcing tunnel guard (through Multus: in
+    /// podgate's file, when its clusterNetwork is that file); None when the
+    /// runtime was not asked, did not answer, or does not report what it
+    /// loaded (CRI-O).
+    pub loaded: Option<Seen>,
 }
 
 /// The one readiness test (see the module doc).
@@ -101,7 +103,7 @@ pub fn judge(
     };
     let loaded = loaded_is_podgates(node, entries, &status);
     Ok(Verdict {
-        loaded: serves_podgate(node, &status),
+        loaded: serves(node, &status),
         ready: match loaded {
             Err(why) => Err(why),
             Ok(()) => reconcile::status(node, src, entries)?,
@@ -208,23 +210,46 @@ fn loaded_is_podgates(node: &Node, entries: &[Json], status: &RuntimeStatus) -> 
     Ok(())
 }
 
-/// Whether the runtime's default network has podgate in it (see
-/// [`Verdict::loaded`]).
-fn serves_podgate(node: &Node, status: &RuntimeStatus) -> Option<bool> {
+/// What the runtime's default network has in it (see [`Verdict::loaded`]).
+fn serves(node: &Node, status: &RuntimeStatus) -> Option<Seen> {
     let cni = status.cni.as_ref()?;
+    let none = Seen {
+        router: false,
+        guard: false,
+    };
     let Some(net) = &cni.default else {
-        return Some(false);
+        return Some(none);
     };
     let parse = |src: &str| serde_json::from_str::<serde_json::Value>(src).ok();
-    Some(match net.plugins.as_slice() {
-        [only] if MULTUS_TYPES.contains(&only.kind.as_str()) => parse(&only.source)
-            .and_then(|c| c.get("clusterNetwork")?.as_str().map(str::to_string))
-            .is_some_and(|c| Path::new(&c).file_name() == Some(node.own_file.as_ref())),
-        plugins => plugins
-            .iter()
-            .any(|p| p.kind.starts_with(super::chain::PODGATE_TYPE_PREFIX)),
+    let plugins: Vec<serde_json::Value> = match net.plugins.as_slice() {
+        [only] if MULTUS_TYPES.contains(&only.kind.as_str()) => {
+            let to_own = parse(&only.source)
+                .and_then(|c| c.get("clusterNetwork")?.as_str().map(str::to_string))
+                .is_some_and(|c| Path::new(&c).file_name() == Some(node.own_file.as_ref()));
+            if !to_own {
+                return Some(none);
+            }
+            // Multus runs the file as it is at each call.
+            std::fs::read(node.conf_dir.join(&node.own_file))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|l| l.get("plugins")?.as_array().cloned())
+                .unwrap_or_default()
+        }
+        plugins => plugins.iter().filter_map(|p| parse(&p.source)).collect(),
+    };
+    let kind = |p: &serde_json::Value| p.get("type").and_then(|t| t.as_str()).map(str::to_string);
+    Some(Seen {
+        router: plugins.iter().any(|p| kind(p).as_deref() == Some(ROUTER)),
+        guard: plugins.iter().any(|p| {
+            kind(p).as_deref() == Some(GUARD)
+                && podgate_tunnel_guard::GuardConfig::from_value(p).is_ok_and(|g| g.enforces())
+        }),
     })
 }
+
+const ROUTER: &str = "podgate-router";
+const GUARD: &str = "podgate-tunnel-guard";
 
 /// The conf dir file the runtime loaded: a `.conflist` by its bytes; a
 /// `.conf`/`.json` by its JSON value, against the single plugin libcni
@@ -423,26 +448,51 @@ mod tests {
         assert!(err.contains("has not re-read 00-podgate.conflist"), "{err}");
     }
 
+    /// The history's two series: podgate-router in the loaded chain
+    /// however configured, and a tunnel guard only while it enforces (not
+    /// in audit mode, not `required: never`); through Multus, what
+    /// podgate's file holds.
     #[test]
-    fn the_history_counts_podgate_in_the_loaded_chain_however_configured() {
+    fn the_history_sees_the_router_and_an_enforcing_guard_in_the_loaded_chain() {
         let n = node("serves");
+        let seen = |router, guard| Some(Seen { router, guard });
         let other = r#"{"profiles": {"x": {}}, "type": "podgate-router"}"#;
+        let enforce = r#"{"type": "podgate-tunnel-guard", "required": "always"}"#;
+        let audit = r#"{"type": "podgate-tunnel-guard", "required": "always", "mode": "audit"}"#;
+        let never = r#"{"type": "podgate-tunnel-guard", "required": "never"}"#;
         assert_eq!(
-            serves_podgate(&n, &loaded("{}", &[CALICO, other])),
-            Some(true)
+            serves(&n, &loaded("{}", &[CALICO, other])),
+            seen(true, false)
         );
-        assert_eq!(serves_podgate(&n, &loaded("{}", &[CALICO])), Some(false));
+        assert_eq!(serves(&n, &loaded("{}", &[CALICO])), seen(false, false));
+        assert_eq!(
+            serves(&n, &loaded("{}", &[CALICO, enforce, ROUTER])),
+            seen(true, true)
+        );
+        assert_eq!(
+            serves(&n, &loaded("{}", &[CALICO, audit, ROUTER])),
+            seen(true, false)
+        );
+        assert_eq!(
+            serves(&n, &loaded("{}", &[CALICO, never])),
+            seen(false, false)
+        );
         let shim = |to: &str| {
             format!(r#"{{"type":"multus-shim","clusterNetwork":"/host/etc/cni/net.d/{to}"}}"#)
         };
-        assert_eq!(serves_podgate(&n, &loaded("{}", &[&shim(OWN)])), Some(true));
+        put(
+            &n,
+            OWN,
+            &format!(r#"{{"plugins": [{CALICO}, {enforce}, {ROUTER}]}}"#),
+        );
+        assert_eq!(serves(&n, &loaded("{}", &[&shim(OWN)])), seen(true, true));
         assert_eq!(
-            serves_podgate(&n, &loaded("{}", &[&shim("10-calico.conflist")])),
-            Some(false)
+            serves(&n, &loaded("{}", &[&shim("10-calico.conflist")])),
+            seen(false, false)
         );
         let mut crio = loaded("{}", &[]);
         crio.cni = None;
-        assert_eq!(serves_podgate(&n, &crio), None);
+        assert_eq!(serves(&n, &crio), None);
     }
 
     #[test]

@@ -53,6 +53,9 @@ impl Sweep {
         for r in &swept.removed {
             log(format!("sweep {dir}: removed {r}"));
         }
+        for q in &swept.quarantined {
+            log(format!("warning: sweep {dir}: {q}"));
+        }
         if swept.index_repaired > 0 {
             log(format!(
                 "sweep {dir}: claims index: {} entries repaired to match the records",

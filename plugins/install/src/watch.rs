@@ -11,7 +11,7 @@
 
 use super::chain::{kind_of, ORIG_SUFFIX};
 use super::fsx;
-use super::history::{self, History, HistoryFile};
+use super::history::{self, History, HistoryFile, LastServed, Seen};
 use super::reconcile::{self, Applied, Node, Source};
 use super::runtime::{self, Runtime};
 use super::sys::{poll_readable, Inotify, Signals, WatchDescriptor};
@@ -178,10 +178,10 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
         rechains: VecDeque::new(),
         warned: None,
         history: match &opts.history {
-            Some(f) => Some((f.clone(), f.load()?)),
+            Some(f) => Some((f.clone(), begin_history(f, node)?)),
             None => None,
         },
-        last_seen: None,
+        last_seen: LastServed::default(),
     };
     let mut due = Some(Instant::now());
     let mut first_event: Option<Instant> = None;
@@ -272,7 +272,27 @@ struct Passes {
     /// The record of when the runtime served the chain, and when this watch
     /// last saw it do so.
     history: Option<(HistoryFile, History)>,
-    last_seen: Option<u64>,
+    last_seen: LastServed,
+}
+
+/// This boot's history as the watch starts: what the file holds, and if it
+/// holds no observation and podgate's own conflist is not in the conf dir
+/// (before this watch writes it: a newly joined node, a conf dir that did
+/// not survive the reboot), the first observation, "not served since the
+/// boot" (no runtime serves a chain from a file that does not exist).
+fn begin_history(f: &HistoryFile, node: &Node) -> Result<History, Error> {
+    let mut h = f.load()?;
+    let absent = !node.conf_dir.join(&node.own_file).exists();
+    if absent && h.absent_since_boot(history::now_nanos()) {
+        f.save(&h)?;
+        log(format!(
+            "{} is not in {} yet: the runtime has not served podgate's chain this boot (recorded in {})",
+            node.own_file,
+            node.conf_dir.display(),
+            history::FILE
+        ));
+    }
+    Ok(h)
 }
 
 impl Passes {
@@ -333,24 +353,29 @@ impl Passes {
     }
 
     /// One observation of the runtime into the history (when it said).
-    fn record(&mut self, loaded: Option<bool>) -> Result<(), Error> {
-        let (Some(loaded), Some((file, h))) = (loaded, self.history.as_mut()) else {
+    fn record(&mut self, seen: Option<Seen>) -> Result<(), Error> {
+        let (Some(seen), Some((file, h))) = (seen, self.history.as_mut()) else {
             return Ok(());
         };
         let now = history::now_nanos();
-        if h.observe(loaded, now, self.last_seen) {
+        if h.observe(seen, now, self.last_seen) {
             file.save(h)?;
-            log(if loaded {
-                format!("the runtime serves podgate's chain (recorded at {now} ns)")
-            } else {
-                format!(
-                    "warning: the runtime no longer serves podgate's chain (recorded at {now} ns)"
-                )
-            });
+            let said = |served: bool, what: &str| match served {
+                true => format!("{what} served"),
+                false => format!("{what} NOT served"),
+            };
+            log(format!(
+                "{}the runtime's network: {}, {} (recorded at {now} ns)",
+                if seen.router && seen.guard {
+                    ""
+                } else {
+                    "warning: "
+                },
+                said(seen.router, "podgate-router"),
+                said(seen.guard, "an enforcing tunnel guard"),
+            ));
         }
-        if loaded {
-            self.last_seen = Some(now);
-        }
+        self.last_seen.update(seen, now);
         Ok(())
     }
 

@@ -1,13 +1,17 @@
 //! Files podgate keeps: atomic replacement (temp file in the same directory,
 //! then rename) and `flock` with a bounded wait ([`flock`] on an open file,
 //! [`lock`] on a lock file). The state store, the installer and the cni
-//! crate's log and event files all write and lock through here.
+//! crate's log and event files all write and lock through here, each file
+//! reached through a [`Dir`] handle of its directory (no link followed,
+//! only regular files used: see [`crate::dir`]).
 
+use crate::dir::{Dir, Open};
 use crate::error::{Error, Result};
-use std::fs::{self, File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn err(op: &'static str, path: &Path, source: std::io::Error) -> Error {
@@ -31,80 +35,125 @@ pub struct WriteMode {
     pub durable: bool,
 }
 
+/// A file's directory (followed as given: the caller's path) and name.
+fn split(path: &Path) -> Result<(Dir, &OsStr)> {
+    let name = path.file_name().ok_or_else(|| {
+        err(
+            "naming",
+            path,
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        )
+    })?;
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let dir = Dir::open_following(parent).map_err(|e| err("opening", parent, e))?;
+    Ok((dir, name))
+}
+
 /// Replace `path` with `bytes`: written to `tmp` (a name in the same
 /// directory that no reader loads; a stale file there is removed first and
 /// the temp file created anew, never written through), then
 /// renamed over `path`, so a reader sees the old or the new file, never a
 /// torn one. On failure `tmp` is removed: a full or read-only disk must not
-/// collect half-written temp files.
+/// collect half-written temp files. `path`'s directory is the caller's
+/// ([`atomic_write_in`] for one a container may write).
 pub fn atomic_write(path: &Path, tmp: &Path, bytes: &[u8], how: WriteMode) -> Result<()> {
-    let res = write_new(tmp, bytes, how)
-        .and_then(|()| fs::rename(tmp, path).map_err(|e| err("renaming into place", path, e)));
+    let (dir, name) = split(path)?;
+    let tmp_name = tmp
+        .file_name()
+        .filter(|_| tmp.parent() == path.parent())
+        .ok_or_else(|| {
+            err(
+                "naming a temp file beside",
+                path,
+                std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            )
+        })?;
+    atomic_write_in(&dir, name, tmp_name, bytes, how)
+}
+
+/// [`atomic_write`] of `name` in `dir` through temp file `tmp` there.
+pub fn atomic_write_in(
+    dir: &Dir,
+    name: impl AsRef<OsStr>,
+    tmp: impl AsRef<OsStr>,
+    bytes: &[u8],
+    how: WriteMode,
+) -> Result<()> {
+    let (name, tmp) = (name.as_ref(), tmp.as_ref());
+    let res = write_new(dir, tmp, bytes, how).and_then(|()| {
+        dir.rename(tmp, name)
+            .map_err(|e| err("renaming into place", &dir.join(name), e))
+    });
     if res.is_err() {
-        let _ = fs::remove_file(tmp);
+        let _ = dir.remove_file(tmp);
     }
     res?;
     if how.durable {
-        sync_dir_of(path)?;
+        dir.sync().map_err(|e| err("fsync", dir.path(), e))?;
     }
     Ok(())
 }
 
-/// As [`atomic_write`] without `durable`, for a file that is rebuilt from
-/// others when a power cut leaves it empty (the router's claims index): an
-/// existing `path` is replaced by exchanging the two names
+/// As [`atomic_write_in`] without `durable`, for a file that is rebuilt
+/// from others when a power cut leaves it empty (the router's claims
+/// index): an existing `name` is replaced by exchanging the two names
 /// (`renameat2(RENAME_EXCHANGE)`), then the old file, now at `tmp`, is
 /// unlinked. Readers see the old or the new file, as with a rename; but
 /// ext4 writes a file's data out before a rename over an existing file
 /// commits (`auto_da_alloc`, about 0.1 ms a replace here), and not before
-/// an exchange. Where `path` does not exist yet, or the filesystem cannot
+/// an exchange. Where `name` does not exist yet, or the filesystem cannot
 /// exchange, a plain rename. An old file left at `tmp` by a kill is
 /// removed by the next write (or the caller's sweep of temp files).
-pub fn swap_write(path: &Path, tmp: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+pub fn swap_write(
+    dir: &Dir,
+    name: impl AsRef<OsStr>,
+    tmp: impl AsRef<OsStr>,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<()> {
+    let (name, tmp) = (name.as_ref(), tmp.as_ref());
     let how = WriteMode {
         mode,
         exact_mode: false,
         durable: false,
     };
-    let res = write_new(tmp, bytes, how).and_then(|()| {
-        match renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RenameFlags::RENAME_EXCHANGE) {
-            Ok(()) => {
-                // The old file: no reader loads `tmp`, so a failure here
-                // leaves only what the next write removes.
-                let _ = fs::remove_file(tmp);
-                Ok(())
-            }
-            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::EINVAL) => {
-                fs::rename(tmp, path).map_err(|e| err("renaming into place", path, e))
-            }
-            Err(e) => Err(err("exchanging into place", path, e.into())),
+    let path = || dir.join(name);
+    let res = write_new(dir, tmp, bytes, how).and_then(|()| match dir.exchange(tmp, name) {
+        Ok(()) => {
+            // The old file: no reader loads `tmp`, so a failure here
+            // leaves only what the next write removes.
+            let _ = dir.remove_file(tmp);
+            Ok(())
         }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => dir
+            .rename(tmp, name)
+            .map_err(|e| err("renaming into place", &path(), e)),
+        Err(e) => Err(err("exchanging into place", &path(), e)),
     });
     if res.is_err() {
-        let _ = fs::remove_file(tmp);
+        let _ = dir.remove_file(tmp);
     }
     res
 }
 
-/// Create `tmp` anew with `bytes` (a stale file there is removed first,
-/// never written through), with `how`'s mode, fsynced if `durable`.
-fn write_new(tmp: &Path, bytes: &[u8], how: WriteMode) -> Result<()> {
-    let _ = fs::remove_file(tmp);
-    let mut f = OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .mode(how.mode)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(tmp)
-        .map_err(|e| err("creating", tmp, e))?;
-    f.write_all(bytes).map_err(|e| err("writing", tmp, e))?;
+/// Create `tmp` in `dir` anew with `bytes` (a stale file there is removed
+/// first, never written through), with `how`'s mode, fsynced if `durable`.
+fn write_new(dir: &Dir, tmp: &OsStr, bytes: &[u8], how: WriteMode) -> Result<()> {
+    let path = dir.join(tmp);
+    let _ = dir.remove_file(tmp);
+    let mut f = dir
+        .open_file(tmp, Open::CreateNew(how.mode))
+        .map_err(|e| err("creating", &path, e))?;
+    f.write_all(bytes).map_err(|e| err("writing", &path, e))?;
     if how.exact_mode {
         f.set_permissions(fs::Permissions::from_mode(how.mode))
-            .map_err(|e| err("chmod", tmp, e))?;
+            .map_err(|e| err("chmod", &path, e))?;
     }
     if how.durable {
-        f.sync_all().map_err(|e| err("fsync", tmp, e))?;
+        f.sync_all().map_err(|e| err("fsync", &path, e))?;
     }
     Ok(())
 }
@@ -128,13 +177,13 @@ pub struct FileLock {
     waited: Duration,
     /// A lock file that exists only while held: unlinked on release while
     /// still locked.
-    unlink: Option<PathBuf>,
+    unlink: Option<(Dir, std::ffi::OsString)>,
 }
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        if let Some(p) = self.unlink.take() {
-            let _ = fs::remove_file(p);
+        if let Some((dir, name)) = self.unlink.take() {
+            let _ = dir.remove_file(name);
         }
         drop(self.file.take());
     }
@@ -166,20 +215,33 @@ pub enum LockFile {
 
 /// Take an exclusive flock on `path` (created with mode 0600 if missing),
 /// waiting at most `wait` ([`flock`]). A timeout is an `EWOULDBLOCK`
-/// "locking" error naming the file.
+/// "locking" error naming the file. `path`'s directory is the caller's
+/// ([`lock_in`] for one a container may write).
 pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
+    let (dir, name) = split(path)?;
+    lock_in(&dir, name, wait, file)
+}
+
+/// [`lock`] of the lock file `name` in `dir`.
+pub fn lock_in(
+    dir: &Dir,
+    name: impl AsRef<OsStr>,
+    wait: Duration,
+    file: LockFile,
+) -> Result<FileLock> {
+    let name = name.as_ref();
     let start = Instant::now();
     loop {
-        let f = open_lock_file(path)?;
+        let f = open_lock_file(dir, name)?;
         flock(&f, Flock::Exclusive, wait.saturating_sub(start.elapsed()))
-            .map_err(|e| err("locking", path, e))?;
-        if !names(path, &f) {
+            .map_err(|e| err("locking", &dir.join(name), e))?;
+        if !dir.names_file(name, &f) {
             // Unlinked by the holder we waited for (a transient lock's
             // release, a kept one's purge): lock what the path is now.
             if start.elapsed() > wait {
                 return Err(err(
                     "locking",
-                    path,
+                    &dir.join(name),
                     std::io::Error::from_raw_os_error(libc::EWOULDBLOCK),
                 ));
             }
@@ -190,73 +252,60 @@ pub fn lock(path: &Path, wait: Duration, file: LockFile) -> Result<FileLock> {
             file: Some(f),
             acquired,
             waited: acquired - start,
-            unlink: (file == LockFile::Transient).then(|| path.to_path_buf()),
+            unlink: (file == LockFile::Transient).then(|| (dir.clone(), name.to_os_string())),
         });
     }
 }
 
-/// One attempt at [`lock`] without waiting: None while another process
+/// One attempt at [`lock_in`] without waiting: None while another process
 /// holds it, or when the file it opened was unlinked just now (a transient
 /// lock's release, a kept one's purge).
-pub fn try_lock(path: &Path, file: LockFile) -> Result<Option<FileLock>> {
-    let f = open_lock_file(path)?;
-    if !try_flock(&f, Flock::Exclusive).map_err(|e| err("locking", path, e))? {
+pub fn try_lock(dir: &Dir, name: impl AsRef<OsStr>, file: LockFile) -> Result<Option<FileLock>> {
+    let name = name.as_ref();
+    let f = open_lock_file(dir, name)?;
+    if !try_flock(&f, Flock::Exclusive).map_err(|e| err("locking", &dir.join(name), e))? {
         return Ok(None);
     }
-    if !names(path, &f) {
+    if !dir.names_file(name, &f) {
         return Ok(None);
     }
     Ok(Some(FileLock {
         file: Some(f),
         acquired: Instant::now(),
         waited: Duration::ZERO,
-        unlink: (file == LockFile::Transient).then(|| path.to_path_buf()),
+        unlink: (file == LockFile::Transient).then(|| (dir.clone(), name.to_os_string())),
     }))
 }
 
-/// Open (or create, mode 0600) a lock file.
-fn open_lock_file(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| err("opening", path, e))
+/// Open (or create, mode 0600) a lock file: a regular file, never through
+/// a link (a planted link must not make root create or open its target).
+fn open_lock_file(dir: &Dir, name: &OsStr) -> Result<File> {
+    dir.open_file(name, Open::ReadWriteCreate(0o600))
+        .map_err(|e| err("opening", &dir.join(name), e))
 }
 
-/// Is some process holding the lock on `path` right now? Never creates the
-/// file.
-pub fn lock_busy(path: &Path) -> bool {
-    let Some(f) = open_existing(path) else {
+/// Is some process holding the lock `name` in `dir` right now? Never
+/// creates the file.
+pub fn lock_busy(dir: &Dir, name: impl AsRef<OsStr>) -> bool {
+    let Ok(f) = dir.open_file(name, Open::Read) else {
         return false;
     };
     // The lock, if taken, goes with `f`.
     matches!(try_flock(&f, Flock::Exclusive), Ok(false))
 }
 
-/// Unlink the [`LockFile::Transient`] lock file at `path` if nobody holds
-/// it, taking it first so the unlink happens under the lock (as a holder's
-/// own release does).
-pub fn remove_orphaned_lock(path: &Path) -> bool {
-    let Some(f) = open_existing(path) else {
+/// Unlink the [`LockFile::Transient`] lock file `name` in `dir` if nobody
+/// holds it, taking it first so the unlink happens under the lock (as a
+/// holder's own release does).
+pub fn remove_orphaned_lock(dir: &Dir, name: impl AsRef<OsStr>) -> bool {
+    let name = name.as_ref();
+    let Ok(f) = dir.open_file(name, Open::Read) else {
         return false;
     };
     // Released when `f` drops, after the unlink.
     matches!(try_flock(&f, Flock::Exclusive), Ok(true))
-        && names(path, &f)
-        && fs::remove_file(path).is_ok()
-}
-
-/// A lock file opened for `flock` only if it exists (read-only, never
-/// created).
-fn open_existing(path: &Path) -> Option<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-        .ok()
+        && dir.names_file(name, &f)
+        && dir.remove_file(name).is_ok()
 }
 
 /// Which `flock`.
@@ -320,18 +369,10 @@ fn try_flock(f: &File, kind: Flock) -> std::io::Result<bool> {
     }
 }
 
-/// Does `path` still name the open `file` (same device and inode)?
-fn names(path: &Path, file: &File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (fs::metadata(path), file.metadata()) {
-        (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("podgate-kitfs-{tag}-{}", std::process::id()));
@@ -343,15 +384,16 @@ mod tests {
     #[test]
     fn swap_write_creates_then_exchanges_and_leaves_no_old_file() {
         let d = tmpdir("s");
+        let dir = Dir::open(&d).unwrap();
         let (f, tmp) = (d.join("x"), d.join(".x.tmp"));
         // A stale temp file (a killed writer's) is replaced, not written through.
         fs::write(&tmp, b"stale and longer").unwrap();
-        swap_write(&f, &tmp, b"one", 0o600).unwrap();
+        swap_write(&dir, "x", ".x.tmp", b"one", 0o600).unwrap();
         assert_eq!(fs::read(&f).unwrap(), b"one");
         assert!(!tmp.exists());
         let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
         let first = inode(&f);
-        swap_write(&f, &tmp, b"two", 0o600).unwrap();
+        swap_write(&dir, "x", ".x.tmp", b"two", 0o600).unwrap();
         assert_eq!(fs::read(&f).unwrap(), b"two");
         assert_ne!(inode(&f), first, "a new file, not the old one rewritten");
         assert!(!tmp.exists(), "the old file is unlinked");
@@ -359,8 +401,12 @@ mod tests {
             fs::metadata(&f).unwrap().permissions().mode() & 0o777,
             0o600
         );
-        // A failure names its step and leaves no temp file.
-        let e = swap_write(&d.join("no/such"), &d.join("no/.tmp"), b"x", 0o600).unwrap_err();
+        // A failure names its step and leaves no temp file (a directory
+        // removed under its handle).
+        fs::create_dir(d.join("no")).unwrap();
+        let gone = Dir::open(&d.join("no")).unwrap();
+        fs::remove_dir(d.join("no")).unwrap();
+        let e = swap_write(&gone, "such", ".tmp", b"x", 0o600).unwrap_err();
         assert!(e.to_string().starts_with("creating"), "{e}");
         fs::remove_dir_all(&d).unwrap();
     }
@@ -402,8 +448,9 @@ mod tests {
     fn lock_is_exclusive_and_bounded() {
         let d = tmpdir("l");
         let p = d.join(".lock");
+        let dir = Dir::open(&d).unwrap();
         let held = lock(&p, Duration::from_secs(1), LockFile::Kept).unwrap();
-        assert!(lock_busy(&p));
+        assert!(lock_busy(&dir, ".lock"));
         let e = lock(&p, Duration::from_millis(50), LockFile::Kept).unwrap_err();
         assert_eq!(e.errno(), Some(libc::EWOULDBLOCK));
         assert!(e.to_string().contains(".lock"), "{e}");
@@ -412,7 +459,7 @@ mod tests {
         // flock: it takes the lock for an instant when `held` goes, finds
         // nobody waiting and drops it. The lock must be free right after.
         let free_by = Instant::now() + Duration::from_secs(2);
-        while lock_busy(&p) {
+        while lock_busy(&dir, ".lock") {
             assert!(
                 Instant::now() < free_by,
                 "lock still held after its holder released it"
@@ -420,7 +467,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         let t = lock(&p, Duration::from_secs(1), LockFile::Transient).unwrap();
-        assert!(!remove_orphaned_lock(&p));
+        assert!(!remove_orphaned_lock(&dir, ".lock"));
         drop(t);
         assert!(!p.exists());
         fs::remove_dir_all(&d).unwrap();

@@ -12,6 +12,7 @@
 )]
 
 pub mod caps;
+pub mod dir;
 pub mod error;
 pub mod fs;
 pub mod link;

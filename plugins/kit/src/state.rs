@@ -5,13 +5,17 @@
 //! DEL and GC read this record instead of guessing from the kernel: an IP can
 //! be reused by the next pod, a record cannot.
 
+//!
+//! The directory is reached through a [`Dir`] handle: the state dir itself
+//! must not be a symbolic link, and no name in it is followed (a container
+//! of the DaemonSet can write it; see [`crate::dir`]).
+
+use crate::dir::Dir;
 use crate::error::{Error, Result};
 use crate::fs::{self as kfs, LockFile, WriteMode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::fs;
 use std::io::ErrorKind;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,19 +27,26 @@ const LOCK_SUFFIX: &str = ".lock";
 const SUFFIX: &str = ".json";
 /// Bound on waiting for the lock: a wedged peer must not hang pod creation.
 const LOCK_WAIT: Duration = Duration::from_secs(20);
+/// Largest record read: records are a few KiB; a bigger file is not one
+/// podgate wrote.
+pub const MAX_RECORD: u64 = 1 << 20;
 
 /// What [`StateStore::purge_unless_records`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Purge {
     /// Nothing removed: this many attachment records are left.
     RecordsLeft(usize),
-    /// No record was left: this many entries were removed.
-    Emptied(usize),
+    /// No record was left: this many entries were removed; `foreign`, the
+    /// names podgate did not make, were left alone.
+    Emptied {
+        removed: usize,
+        foreign: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone)]
 pub struct StateStore {
-    dir: PathBuf,
+    dir: Dir,
 }
 
 /// Held while reading-then-writing the store; released on drop.
@@ -148,33 +159,71 @@ fn escape(s: &str) -> String {
 }
 
 impl StateStore {
-    /// Open (creating with mode 0700 if needed) the store directory.
+    /// Open (creating with mode 0700 if needed) the store directory; a
+    /// symbolic link there is refused.
     pub fn open(dir: &Path) -> Result<StateStore> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
+        Dir::create(dir, 0o700)
+            .map(|dir| StateStore { dir })
             .map_err(|source| Error::State {
                 path: dir.into(),
-                op: "create directory",
+                op: "open directory",
                 source,
-            })?;
-        Ok(StateStore { dir: dir.into() })
+            })
     }
 
     /// Open without creating; None if the directory does not exist (DEL on a
-    /// node that never ran ADD).
-    pub fn existing(dir: &Path) -> Option<StateStore> {
-        dir.is_dir().then(|| StateStore { dir: dir.into() })
+    /// node that never ran ADD). A symbolic link there is an error.
+    pub fn existing(dir: &Path) -> Result<Option<StateStore>> {
+        match Dir::open(dir) {
+            Ok(dir) => Ok(Some(StateStore { dir })),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(Error::State {
+                path: dir.into(),
+                op: "open directory",
+                source,
+            }),
+        }
     }
 
+    /// The store of the subdirectory `name` (a plain name, not a link);
+    /// None when it does not exist.
+    pub fn sub(&self, name: &str) -> Result<Option<StateStore>> {
+        self.dir
+            .sub(name)
+            .map(|d| d.map(|dir| StateStore { dir }))
+            .map_err(|source| Error::State {
+                path: self.dir.join(name),
+                op: "open directory",
+                source,
+            })
+    }
+
+    /// [`StateStore::sub`], created (mode 0700) if missing.
+    pub fn create_sub(&self, name: &str) -> Result<StateStore> {
+        self.dir
+            .create_sub(name, 0o700)
+            .map(|dir| StateStore { dir })
+            .map_err(|source| Error::State {
+                path: self.dir.join(name),
+                op: "create directory",
+                source,
+            })
+    }
+
+    /// The store's path, for messages (files are reached through
+    /// [`StateStore::handle`]).
     pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The directory handle every file of the store is reached through.
+    pub fn handle(&self) -> &Dir {
         &self.dir
     }
 
     /// Exclusive lock over the whole store (flock, bounded wait).
     pub fn lock(&self) -> Result<StateLock> {
-        kfs::lock(&self.dir.join(LOCK_FILE), LOCK_WAIT, LockFile::Kept).map_err(in_store)
+        kfs::lock_in(&self.dir, LOCK_FILE, LOCK_WAIT, LockFile::Kept).map_err(in_store)
     }
 
     /// Exclusive lock over one pod (container ID): every attachment of it,
@@ -187,8 +236,9 @@ impl StateStore {
     /// of an unlinked file retries on the path, so one lock per pod never
     /// accumulates files.
     pub fn lock_pod(&self, container_id: &str) -> Result<StateLock> {
-        kfs::lock(
-            &self.pod_lock_path(container_id),
+        kfs::lock_in(
+            &self.dir,
+            pod_lock_name(container_id),
             LOCK_WAIT,
             LockFile::Transient,
         )
@@ -196,12 +246,15 @@ impl StateStore {
     }
 
     /// Under the node-wide lock (so no ADD writes a record meanwhile): if
-    /// no attachment record is left, remove everything in the store but
-    /// the pod locks held right now (their holders unlink them), the lock
-    /// file last, while still held (a waiter then retries on the path),
-    /// and keep the directory itself (it may be a mount point). For
+    /// no attachment record is left, remove what podgate made in the
+    /// store: its own files (the pod locks not held right now, whose
+    /// holders unlink them; temp files) and the names `ours` accepts (the
+    /// callers' files and subdirectories), then the lock file, last and
+    /// while still held (a waiter then retries on the path). Anything else
+    /// (another network's `stateDir` placed under this one, an operator's
+    /// file) and the directory itself (it may be a mount point) stay. For
     /// uninstall.
-    pub fn purge_unless_records(&self) -> Result<Purge> {
+    pub fn purge_unless_records(&self, ours: impl Fn(&str) -> bool) -> Result<Purge> {
         let lock = self.lock()?;
         let names = self.names()?;
         let records = self.entries_in(&names)?.len();
@@ -209,18 +262,19 @@ impl StateStore {
             return Ok(Purge::RecordsLeft(records));
         }
         let mut removed = 0;
+        let mut foreign = Vec::new();
         for raw in names.iter() {
             let name = raw.to_string_lossy();
             let pod_lock = name.starts_with(POD_LOCK_PREFIX) && name.ends_with(LOCK_SUFFIX);
-            if name == LOCK_FILE || (pod_lock && kfs::lock_busy(&self.dir.join(raw))) {
+            if name == LOCK_FILE || (pod_lock && kfs::lock_busy(&self.dir, raw)) {
+                continue;
+            }
+            if !(pod_lock || name.starts_with(".tmp-") || ours(&name)) {
+                foreign.push(name.into_owned());
                 continue;
             }
             let path = self.dir.join(raw);
-            let gone = match path.is_dir() && !path.is_symlink() {
-                true => fs::remove_dir_all(&path),
-                false => fs::remove_file(&path),
-            };
-            match gone {
+            match self.dir.remove_all(raw) {
                 Ok(()) => removed += 1,
                 // A pod lock its holder released meanwhile.
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -234,27 +288,26 @@ impl StateStore {
             }
         }
         let path = self.dir.join(LOCK_FILE);
-        fs::remove_file(&path).map_err(|source| Error::State {
-            path,
-            op: "remove",
-            source,
-        })?;
+        self.dir
+            .remove_file(LOCK_FILE)
+            .map_err(|source| Error::State {
+                path,
+                op: "remove",
+                source,
+            })?;
         drop(lock);
-        Ok(Purge::Emptied(removed + 1))
+        foreign.sort();
+        Ok(Purge::Emptied {
+            removed: removed + 1,
+            foreign,
+        })
     }
 
     /// [`StateStore::lock_pod`] without waiting: None while an ADD, DEL or
     /// CHECK of the pod holds it. For GC, which holds the node-wide lock
     /// and so must not wait for a pod's (the order is pod, then node).
     pub fn try_lock_pod(&self, container_id: &str) -> Result<Option<StateLock>> {
-        kfs::try_lock(&self.pod_lock_path(container_id), LockFile::Transient).map_err(in_store)
-    }
-
-    fn pod_lock_path(&self, container_id: &str) -> PathBuf {
-        self.dir.join(format!(
-            "{POD_LOCK_PREFIX}{}{LOCK_SUFFIX}",
-            escape(container_id)
-        ))
+        kfs::try_lock(&self.dir, pod_lock_name(container_id), LockFile::Transient).map_err(in_store)
     }
 
     /// Unlink the pod lock files killed holders left (a live holder unlinks
@@ -274,14 +327,14 @@ impl StateStore {
                 let n = n.to_string_lossy();
                 n.starts_with(POD_LOCK_PREFIX) && n.ends_with(LOCK_SUFFIX)
             })
-            .filter(|n| kfs::remove_orphaned_lock(&self.dir.join(n)))
+            .filter(|n| kfs::remove_orphaned_lock(&self.dir, n))
             .count()
     }
 
     /// Is some process holding this pod's lock right now (an ADD or DEL of
     /// it in flight)? Never creates the lock file.
     pub fn pod_busy(&self, container_id: &str) -> bool {
-        kfs::lock_busy(&self.pod_lock_path(container_id))
+        kfs::lock_busy(&self.dir, pod_lock_name(container_id))
     }
 
     fn path(&self, key: &Key) -> PathBuf {
@@ -297,18 +350,25 @@ impl StateStore {
     /// (node-wide shared state such as `node/strict.json`): a plain name in
     /// this directory, never a path or a dot file.
     pub fn write_named<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
-        if name.is_empty() || name.starts_with('.') || name.contains('/') {
-            return Err(Error::StateCorrupt {
-                path: self.dir.join(name),
-                msg: "not a plain file name".into(),
-            });
-        }
+        plain_name(&self.dir, name)?;
         self.write_file(name, value)
     }
 
     fn write_file<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        self.write_file_as(name, value, false)
+    }
+
+    /// [`StateStore::write_named`], fsynced before the rename and the
+    /// directory after: for a file whose loss to a power cut would stop
+    /// podgate rather than describe nothing (`node/strict.json`).
+    pub fn write_named_durable<T: Serialize>(&self, name: &str, value: &T) -> Result<()> {
+        plain_name(&self.dir, name)?;
+        self.write_file_as(name, value, true)
+    }
+
+    fn write_file_as<T: Serialize>(&self, name: &str, value: &T, durable: bool) -> Result<()> {
         let path = self.dir.join(name);
-        let tmp = self.dir.join(format!(".tmp-{}-{name}", std::process::id()));
+        let tmp = format!(".tmp-{}-{name}", std::process::id());
         // Compact, one line: the same schema as pretty-printed JSON at a
         // fraction of the formatting (~40k instructions per ADD, two
         // records); `podgate inspect` is the human view.
@@ -326,45 +386,36 @@ impl StateStore {
         let how = WriteMode {
             mode: 0o600,
             exact_mode: false,
-            durable: false,
+            durable,
         };
-        kfs::atomic_write(&path, &tmp, &body, how).map_err(in_store)
+        kfs::atomic_write_in(&self.dir, name, tmp, &body, how).map_err(in_store)
     }
 
     /// The raw bytes of a record, for readers that check a format version
     /// before parsing.
     pub fn read_raw(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        let path = self.path(key);
-        match fs::read(&path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(Error::State {
-                path,
-                op: "read",
-                source,
-            }),
-        }
+        self.read_named(&key.file_name(), MAX_RECORD)
+    }
+
+    /// The bytes of the regular file `name` of this directory, at most
+    /// `max`; None when it does not exist.
+    pub fn read_named(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        self.dir.read(name, max).map_err(|source| Error::State {
+            path: self.dir.join(name),
+            op: "read",
+            source,
+        })
     }
 
     /// The directory's names, listed once (one `getdents64` round): a
     /// request that both sweeps temp files and reads the records under the
     /// lock lists the directory once for both. Fails on any listing error, as [`StateStore::entries`] does.
     pub fn names(&self) -> Result<Names> {
-        let rd = fs::read_dir(&self.dir).map_err(|source| Error::State {
-            path: self.dir.clone(),
+        self.dir.names().map(Names).map_err(|source| Error::State {
+            path: self.dir.path().to_path_buf(),
             op: "list",
             source,
-        })?;
-        let mut names = Vec::new();
-        for entry in rd {
-            let entry = entry.map_err(|source| Error::State {
-                path: self.dir.clone(),
-                op: "list",
-                source,
-            })?;
-            names.push(entry.file_name());
-        }
-        Ok(Names(names))
+        })
     }
 
     /// Every record file, unparsed (see [`StateStore::list`]).
@@ -381,15 +432,12 @@ impl StateStore {
                 continue;
             }
             let path = self.dir.join(raw);
-            let body = fs::read(&path).map_err(|source| Error::State {
-                path: path.clone(),
-                op: "read",
-                source,
-            });
-            // Removed between listing and reading: not a record any more.
-            if matches!(&body, Err(e) if e.is_not_found()) {
-                continue;
-            }
+            let body = match self.read_named(&name, MAX_RECORD) {
+                Ok(Some(b)) => Ok(b),
+                // Removed between listing and reading: not a record any more.
+                Ok(None) => continue,
+                Err(e) => Err(e),
+            };
             out.push(Entry {
                 key: Key::from_file_name(&name),
                 path,
@@ -441,13 +489,12 @@ impl StateStore {
             {
                 continue;
             }
-            let path = self.dir.join(raw);
-            match fs::remove_file(&path) {
+            match self.dir.remove_file(raw) {
                 Ok(()) => removed += 1,
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(source) => {
                     return Err(Error::State {
-                        path,
+                        path: self.dir.join(raw),
                         op: "remove orphaned temp file",
                         source,
                     })
@@ -458,13 +505,18 @@ impl StateStore {
     }
 
     pub fn read<T: DeserializeOwned>(&self, key: &Key) -> Result<Option<T>> {
-        read_file(&self.path(key))
+        parse(&self.path(key), self.read_raw(key)?)
     }
 
     /// Ok(false) when there was nothing to remove.
     pub fn remove(&self, key: &Key) -> Result<bool> {
-        let path = self.path(key);
-        match fs::remove_file(&path) {
+        self.remove_named(&key.file_name())
+    }
+
+    /// [`StateStore::remove`] of the file `name`.
+    pub fn remove_named(&self, name: &str) -> Result<bool> {
+        let path = self.dir.join(name);
+        match self.dir.remove_file(name) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
             Err(source) => Err(Error::State {
@@ -477,20 +529,10 @@ impl StateStore {
 
     /// Every record, with records that do not parse reported separately.
     pub fn list<T: DeserializeOwned>(&self) -> Result<(Vec<T>, Vec<Error>)> {
-        let rd = fs::read_dir(&self.dir).map_err(|source| Error::State {
-            path: self.dir.clone(),
-            op: "list",
-            source,
-        })?;
         let mut ok = Vec::new();
         let mut bad = Vec::new();
-        for entry in rd.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') || !name.ends_with(SUFFIX) {
-                continue;
-            }
-            match read_file::<T>(&entry.path()) {
+        for e in self.entries()? {
+            match e.body.and_then(|b| parse::<T>(&e.path, Some(b))) {
                 Ok(Some(v)) => ok.push(v),
                 Ok(None) => {}
                 Err(e) => bad.push(e),
@@ -498,6 +540,22 @@ impl StateStore {
         }
         Ok((ok, bad))
     }
+}
+
+/// `.pod-<container ID>.lock`.
+fn pod_lock_name(container_id: &str) -> String {
+    format!("{POD_LOCK_PREFIX}{}{LOCK_SUFFIX}", escape(container_id))
+}
+
+/// A plain file name of `dir`: never a path or a dot file.
+fn plain_name(dir: &Dir, name: &str) -> Result<()> {
+    if name.is_empty() || name.starts_with('.') || name.contains('/') {
+        return Err(Error::StateCorrupt {
+            path: dir.join(name),
+            msg: "not a plain file name".into(),
+        });
+    }
+    Ok(())
 }
 
 /// The store's file errors are [`Error::State`] (callers treat a failing
@@ -509,26 +567,20 @@ fn in_store(e: Error) -> Error {
     }
 }
 
-fn read_file<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
-    match fs::read(path) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| Error::StateCorrupt {
-                path: path.into(),
-                msg: e.to_string(),
-            }),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(Error::State {
+fn parse<T: DeserializeOwned>(path: &Path, body: Option<Vec<u8>>) -> Result<Option<T>> {
+    body.map(|b| {
+        serde_json::from_slice(&b).map_err(|e| Error::StateCorrupt {
             path: path.into(),
-            op: "read",
-            source,
-        }),
-    }
+            msg: e.to_string(),
+        })
+    })
+    .transpose()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::time::Instant;
 
     fn tmpdir(tag: &str) -> PathBuf {
@@ -593,7 +645,7 @@ mod tests {
     }
 
     #[test]
-    fn purge_keeps_everything_while_a_record_is_left_then_all_but_the_locks_in_use() {
+    fn purge_keeps_everything_while_a_record_is_left_then_what_podgate_made_but_the_locks_in_use() {
         let d = tmpdir("purge");
         let s = StateStore::open(&d).unwrap();
         let key = Key::new("n", "c1", "eth0");
@@ -601,17 +653,31 @@ mod tests {
         fs::create_dir_all(d.join("node")).unwrap();
         fs::write(d.join("node/strict.json"), b"{}").unwrap();
         fs::write(d.join("events.jsonl"), b"{}").unwrap();
-        assert_eq!(s.purge_unless_records().unwrap(), Purge::RecordsLeft(1));
+        // Another network's stateDir under this one, an operator's file.
+        fs::create_dir_all(d.join("net2")).unwrap();
+        fs::write(d.join("net2/net2+c9+eth0.json"), b"{}").unwrap();
+        fs::write(d.join("NOTES"), b"mine").unwrap();
+        let ours = |n: &str| n == "node" || n == "events.jsonl";
+        assert_eq!(s.purge_unless_records(ours).unwrap(), Purge::RecordsLeft(1));
         assert!(d.join("node/strict.json").exists());
         s.remove(&key).unwrap();
         let busy = s.lock_pod("busy").unwrap();
-        fs::write(s.pod_lock_path("dead"), b"").unwrap();
-        assert_eq!(s.purge_unless_records().unwrap(), Purge::Emptied(4));
-        let left: Vec<String> = fs::read_dir(&d)
+        fs::write(d.join(pod_lock_name("dead")), b"").unwrap();
+        fs::write(d.join(".tmp-1-x"), b"").unwrap();
+        assert_eq!(
+            s.purge_unless_records(ours).unwrap(),
+            Purge::Emptied {
+                removed: 5,
+                foreign: vec!["NOTES".into(), "net2".into()]
+            }
+        );
+        let mut left: Vec<String> = fs::read_dir(&d)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(left, [".pod-busy.lock".to_string()]);
+        left.sort();
+        assert_eq!(left, [".pod-busy.lock", "NOTES", "net2"]);
+        assert!(d.join("net2/net2+c9+eth0.json").exists());
         drop(busy);
         fs::remove_dir_all(&d).unwrap();
     }
@@ -637,7 +703,7 @@ mod tests {
         rx.recv().unwrap();
         assert!(d.join(LOCK_FILE).exists(), "the waiter made the file again");
         assert!(
-            kfs::try_lock(&d.join(LOCK_FILE), LockFile::Kept)
+            kfs::try_lock(s.handle(), LOCK_FILE, LockFile::Kept)
                 .unwrap()
                 .is_none(),
             "and holds its lock"
@@ -658,7 +724,7 @@ mod tests {
         assert!(s.pod_busy("c2"));
         drop(free);
         assert!(!s.pod_busy("c2"));
-        assert!(!s.pod_lock_path("c2").exists(), "unlinked on release");
+        assert!(!d.join(pod_lock_name("c2")).exists(), "unlinked on release");
         drop(held);
         assert!(
             s.try_lock_pod("c1").unwrap().is_some(),
@@ -702,7 +768,7 @@ mod tests {
                 .count()
         };
         assert_eq!(names(), 0);
-        fs::write(s.pod_lock_path("dead"), b"").unwrap();
+        fs::write(d.join(pod_lock_name("dead")), b"").unwrap();
         let _busy = s.lock_pod("alive").unwrap();
         assert_eq!(names(), 2);
         assert_eq!(s.sweep_pod_locks(), 1);

@@ -267,7 +267,7 @@ impl Target {
     }
 
     pub fn store(&self) -> Result<StateStore> {
-        StateStore::existing(&self.state_dir).ok_or_else(|| {
+        StateStore::existing(&self.state_dir)?.ok_or_else(|| {
             Error::msg(format!(
                 "no podgate state at {} (podgate-router never ran here, or pass --state-dir)",
                 self.state_dir.display()

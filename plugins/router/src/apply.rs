@@ -504,9 +504,11 @@ fn accounted_rule(records: &[Record], r: &RuleSpec) -> bool {
 
 /// Ownership sweep of the node: podgate's routes (protocol 94, any table) and
 /// rules (protocol 94) that none of `records` describes. With `only`, just
-/// those referring to these pod addresses (and the routes of the tables their
-/// rules look up): what an attachment with an unusable record left. Returns
-/// what was removed and what failed.
+/// those referring to these pod addresses, the other rules into the pod
+/// tables those rules look up and the rules naming the same pod interface
+/// (a strict pod's `iif <host if>` rules name no address), and the routes
+/// of those tables: what an attachment with an unusable record left.
+/// Returns what was removed and what failed.
 pub fn sweep_node(
     node: &mut RouteSocket,
     records: &[Record],
@@ -526,8 +528,30 @@ pub fn sweep_node(
                 continue;
             }
         };
-        for r in rules.iter().filter(|r| r.protocol == RTPROT_PODGATE) {
-            if accounted_rule(records, r) || (only.is_some() && !refers(r.from) && !refers(r.to)) {
+        let ours: Vec<&RuleSpec> = rules
+            .iter()
+            .filter(|r| r.protocol == RTPROT_PODGATE && !accounted_rule(records, r))
+            .collect();
+        // With `only`: the rules naming those addresses, then every other
+        // rule into a pod table one of them uses (a strict pod's `iif <host
+        // if> lookup T` names no address), then the rules naming that
+        // interface (its exemptions, `iif <host if> to <range> lookup
+        // local`).
+        let named: Vec<u32> = ours
+            .iter()
+            .filter(|r| refers(r.from) || refers(r.to))
+            .map(|r| r.table)
+            .filter(|t| *t != route::TABLE_MAIN && *t != route::TABLE_LOCAL)
+            .collect();
+        let ifs: Vec<&str> = ours
+            .iter()
+            .filter(|r| named.contains(&r.table) && crate::routing::is_host_side_rule(r))
+            .filter_map(|r| r.iif.as_deref())
+            .collect();
+        for r in ours {
+            let pod_side =
+                named.contains(&r.table) || r.iif.as_deref().is_some_and(|i| ifs.contains(&i));
+            if only.is_some() && !refers(r.from) && !refers(r.to) && !pod_side {
                 continue;
             }
             tables.push(r.table);
@@ -564,6 +588,48 @@ pub fn sweep_node(
         Err(e) => failed.push(e.to_string()),
     }
     (removed, failed)
+}
+
+/// What strict pods whose netns is gone left on the node and no record in
+/// `records` accounts for (their record could not be read): a podgate
+/// host-side rule whose interface is gone names the pod's table, the rules
+/// into that table name the pod's address, and what refers to that address
+/// or table goes as [`sweep_node`] removes an unusable record's objects.
+/// The rule of a live pod (its interface exists) is never touched.
+pub fn sweep_detached(node: &mut RouteSocket, records: &[Record]) -> (Vec<String>, Vec<String>) {
+    let links = match link::list(node) {
+        Ok(l) => l,
+        Err(e) => return (Vec::new(), vec![e.to_string()]),
+    };
+    let mut ips = Vec::new();
+    for v6 in [false, true] {
+        let rules = match rule::list(node, v6) {
+            Ok(r) => r,
+            Err(e) => return (Vec::new(), vec![e.to_string()]),
+        };
+        let dead: Vec<u32> = rules
+            .iter()
+            .filter(|r| crate::routing::is_host_side_rule(r) && !accounted_rule(records, r))
+            .filter(|r| {
+                !r.iif
+                    .as_deref()
+                    .is_some_and(|i| links.iter().any(|l| l.name == i))
+            })
+            .map(|r| r.table)
+            .collect();
+        ips.extend(
+            rules
+                .iter()
+                .filter(|r| r.protocol == RTPROT_PODGATE && dead.contains(&r.table))
+                .filter_map(|r| r.to)
+                .filter(|t| t.prefix_len() == t.max_prefix_len())
+                .map(|t| t.addr()),
+        );
+    }
+    if ips.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    sweep_node(node, records, Some(&ips))
 }
 
 /// What no longer holds, each a one-line description naming the object:

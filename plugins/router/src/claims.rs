@@ -41,7 +41,7 @@ use podgate_kit::Error;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The index's file in the state dir; the version is part of the name.
 pub const FILE: &str = "claims.v2";
@@ -55,6 +55,9 @@ const HEADER: &str = "podgate claims v2";
 /// orphaned temp files under the node-wide lock (ADD, DEL, GC) removes one
 /// a killed writer left.
 const TMP: &str = ".tmp-claims.v2";
+/// Largest index read (about 200,000 entries); a bigger file is not one
+/// podgate wrote.
+const MAX_FILE: u64 = 64 << 20;
 const COMPLETE: &str = "c=";
 const POOL: &str = "p=";
 const TABLE: &str = "t=";
@@ -232,12 +235,10 @@ pub struct Index {
 impl Index {
     /// Read the index (empty if it does not exist yet).
     pub fn load(store: &StateStore) -> Result<Index, Error> {
-        let path = store.dir().join(FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Index::parse(bytes)),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Index::default()),
-            Err(e) => Err(err(&path, "read", e)),
-        }
+        Ok(store
+            .read_named(FILE, MAX_FILE)?
+            .map(Index::parse)
+            .unwrap_or_default())
     }
 
     /// The entries of an index file's text; another first line or bytes
@@ -369,12 +370,11 @@ impl Index {
             // No fsync, as the state store's records; an exchange, not a
             // rename over it (ext4 would write the data out first): what a
             // power cut leaves is rebuilt from the records (per boot anyway).
-            let (path, tmp) = (store.dir().join(FILE), store.dir().join(TMP));
-            kfs::swap_write(&path, &tmp, body.as_bytes(), 0o600)?;
+            kfs::swap_write(store.handle(), FILE, TMP, body.as_bytes(), 0o600)?;
             self.changed = false;
         }
         if self.v1 {
-            remove_v1(&store.dir().join(V1_DIR))?;
+            remove_v1(store)?;
             self.v1 = false;
         }
         Ok(())
@@ -431,31 +431,27 @@ impl Index {
 /// Remove the last release's index: its markers first (a kill meanwhile
 /// must not leave a `k=` marker whose pools are gone: the last release
 /// would trust it), then the rest with the directory.
-fn remove_v1(dir: &Path) -> Result<(), Error> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(err(dir, "list", e)),
+fn remove_v1(store: &StateStore) -> Result<(), Error> {
+    let Some(v1) = store.sub(V1_DIR)? else {
+        return Ok(());
     };
-    let mut markers: Vec<PathBuf> = Vec::new();
-    for e in rd {
-        let name = e.map_err(|e| err(dir, "list", e))?.file_name();
+    let dir = v1.handle();
+    let names = dir.names().map_err(|e| err(dir.path(), "list", e))?;
+    for name in names {
         let n = name.to_string_lossy();
-        if n.starts_with("k=") || n.starts_with(COMPLETE) {
-            markers.push(dir.join(&name));
+        if !(n.starts_with("k=") || n.starts_with(COMPLETE)) {
+            continue;
         }
-    }
-    for m in markers {
-        match std::fs::remove_file(&m) {
+        match dir.remove_file(&name) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(err(&m, "remove", e)),
+            Err(e) => return Err(err(&dir.join(&name), "remove", e)),
         }
     }
-    match std::fs::remove_dir_all(dir) {
+    match store.handle().remove_all(V1_DIR) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(err(dir, "remove", e)),
+        Err(e) => Err(err(dir.path(), "remove", e)),
     }
 }
 

@@ -6,7 +6,7 @@
 use crate::apply;
 use crate::claims;
 use crate::kernel::{ListedOnce, Live};
-use crate::record::{self, Depth, Here, Listing, Liveness, Record};
+use crate::record::{self, Depth, Here, Listing, Liveness, ReadError, Record};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
 use podgate_kit::state::{Key, Names, StateStore};
@@ -255,10 +255,20 @@ impl Census {
         self.live().filter(move |r| r.key != *except)
     }
 
+    /// No live strict record and no newer one: the node-wide strict
+    /// settings are left to the kernel's word ([`restore_unneeded`]).
+    pub fn no_live_strict(&self) -> bool {
+        self.listing.newer.is_empty() && !self.live().any(Record::is_strict)
+    }
+
     /// Removing `key` may put node-wide strict settings back: no other live
-    /// strict pod, and no record that cannot be judged (fail closed).
+    /// strict pod, and no record of a newer format (fail closed: it may
+    /// bound a pod otherwise). A record that cannot be read does not count
+    /// here: [`crate::apply::boundary::restore_node`] asks the kernel
+    /// whether a strict pod is still bound, which the pod of an unreadable
+    /// record is exactly while its netns (and interface) lives.
     pub fn last_strict(&self, key: &Key) -> bool {
-        !self.listing.has_unknown() && !self.live_except(key).any(Record::is_strict)
+        self.listing.newer.is_empty() && !self.live_except(key).any(Record::is_strict)
     }
 }
 
@@ -326,6 +336,8 @@ pub fn remove_record(
 #[derive(Debug, Default)]
 pub struct Swept {
     pub removed: Vec<String>,
+    /// Unreadable records moved to `quarantine/`, one line each.
+    pub quarantined: Vec<String>,
     pub failures: Vec<String>,
     /// Claims index entries written or removed to match the records
     /// (the node agent's sweep).
@@ -379,12 +391,67 @@ pub fn clear_stale(
     out
 }
 
+/// The state dir's subdirectory that records which cannot be read are
+/// moved to, with their bytes (see [`quarantine_unreadable`]).
+pub const QUARANTINE: &str = "quarantine";
+
+/// What podgate-router makes in its state dir besides the store's own
+/// files (records, locks, temp files): the uninstall purge removes these
+/// and leaves any other name.
+pub const STATE_DIR_NAMES: [&str; 4] = [
+    claims::FILE,
+    claims::V1_DIR,
+    crate::strict_node::DIR,
+    QUARANTINE,
+];
+
+/// Where an unreadable record's file is: among the records, or moved to
+/// [`QUARANTINE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreadable {
+    Record,
+    Quarantined,
+}
+
+/// Is `key`'s record in [`QUARANTINE`]? Only asked where the state dir's
+/// listing (`names`) shows the directory.
+pub fn quarantined(store: &StateStore, names: &Names, key: &Key) -> bool {
+    names.contains(QUARANTINE)
+        && matches!(store.sub(QUARANTINE), Ok(Some(q)) if q.handle().exists(key.file_name()))
+}
+
+/// Remove `key`'s file from [`QUARANTINE`], then its claims index entries.
+pub fn remove_quarantined(store: &StateStore, key: &Key) -> Result<(), podgate_kit::Error> {
+    if let Some(q) = store.sub(QUARANTINE)? {
+        q.remove(key)?;
+    }
+    claims::release(store, key)
+}
+
+/// The files in [`QUARANTINE`], with the key each is named after.
+pub fn quarantine_listing(
+    store: &StateStore,
+) -> Result<Vec<(Option<Key>, String)>, podgate_kit::Error> {
+    let Some(q) = store.sub(QUARANTINE)? else {
+        return Ok(Vec::new());
+    };
+    Ok(q.names()?
+        .iter()
+        .map(|n| {
+            let n = n.to_string_lossy().into_owned();
+            (Key::from_file_name(&n), n)
+        })
+        .collect())
+}
+
 /// DEL (or a repeated ADD) of an attachment whose record cannot be parsed:
 /// remove by ownership what carries its tag in its pod netns, and the node's
 /// podgate routes and rules for its addresses that no other record accounts
-/// for; then the record.
+/// for; then the record (from `at`).
+#[allow(clippy::too_many_arguments)]
 pub fn remove_unreadable(
     key: &Key,
+    at: Unreadable,
     census: &Census,
     node: &mut RouteSocket,
     ns: Option<&NetNs>,
@@ -404,14 +471,99 @@ pub fn remove_unreadable(
         out.failures.extend(f);
     }
     if out.failures.is_empty() {
-        match crate::claims::remove(store, key) {
-            Ok(_) => out
+        let removed = match at {
+            Unreadable::Record => crate::claims::remove(store, key).map(|_| ()),
+            Unreadable::Quarantined => remove_quarantined(store, key),
+        };
+        match removed {
+            Ok(()) => out
                 .removed
                 .push(format!("unreadable record {}", key.file_name())),
             Err(e) => out.failures.push(e.to_string()),
         }
     }
     out
+}
+
+/// Move the records of `listing` that cannot be read (not those of a newer
+/// format: a newer release reads them) into [`QUARANTINE`], each under its
+/// pod's lock and read again there (an ADD of the pod may have replaced
+/// it meanwhile), so that they no longer count anywhere: nothing can be
+/// undone from them, a strict pod among them keeps the node-wide settings
+/// through the kernel ([`crate::apply::boundary::restore_node`]), and the
+/// runtime's DEL of the attachment still finds it there and removes what
+/// carries its tag or addresses. Node-wide lock held. Returns a line per
+/// record moved, and failures.
+pub fn quarantine_unreadable(store: &StateStore, listing: &Listing) -> (Vec<String>, Vec<String>) {
+    let (mut moved, mut failures) = (Vec::new(), Vec::new());
+    for (key, err) in &listing.unreadable {
+        let Some(name) = key.as_ref().map(Key::file_name).or_else(|| file_of(err)) else {
+            continue;
+        };
+        // A pod with a call in flight owns its record; the next sweep looks again.
+        let _pod = match key.as_ref().map(|k| store.try_lock_pod(&k.container_id)) {
+            Some(Ok(None)) => continue,
+            Some(Err(e)) => {
+                failures.push(e.to_string());
+                continue;
+            }
+            Some(Ok(Some(l))) => Some(l),
+            None => None,
+        };
+        let still = match key {
+            Some(k) => !matches!(record::read(store, k), Ok(_) | Err(ReadError::Newer { .. })),
+            None => true,
+        };
+        if !still {
+            continue;
+        }
+        let q = match store.create_sub(QUARANTINE) {
+            Ok(q) => q,
+            Err(e) => {
+                failures.push(e.to_string());
+                continue;
+            }
+        };
+        match store.handle().rename_to(&name, q.handle(), &name) {
+            Ok(()) => moved.push(format!(
+                "quarantined unreadable record {name} (to {}): {err}",
+                q.dir().display()
+            )),
+            Err(e) => failures.push(format!("quarantining {name}: {e}")),
+        }
+    }
+    (moved, failures)
+}
+
+/// The file name an unreadable record's error names.
+fn file_of(err: &ReadError) -> Option<String> {
+    let path = match err {
+        ReadError::Unreadable { path, .. } | ReadError::Newer { path, .. } => path,
+        ReadError::Io(podgate_kit::Error::State { path, .. }) => path,
+        ReadError::Io(_) => return None,
+    };
+    path.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
+/// Put the node-wide strict settings back when nothing needs them any
+/// more: `census` (every record, under the node-wide lock) has no live
+/// strict record and no newer one, and the kernel shows no strict pod
+/// bound (restore_node asks it). What this covers: the last strict pod's
+/// record was unreadable (removed by ownership at its DEL, or
+/// quarantined), so no removal of a strict record put them back.
+pub fn restore_unneeded(
+    store: &StateStore,
+    census: &Census,
+    node: &mut RouteSocket,
+) -> Vec<String> {
+    if !census.no_live_strict() {
+        return Vec::new();
+    }
+    match crate::strict_node::read_shared(store) {
+        Ok(Some(_)) => apply::boundary::restore_node(store, &mut Live::on(node)),
+        Ok(None) => Vec::new(),
+        Err(e) => vec![e.to_string()],
+    }
 }
 
 /// Remove orphaned temp files of killed writers (node-wide lock held;
@@ -454,11 +606,14 @@ pub fn sweep_temp_in(
 }
 
 /// The periodic sweep (the node agent, `podgate agent --sweep-secs`):
-/// under the state lock, remove what stale records left and the records. The
-/// caller runs in the node's network namespace (node routes of a dead pod
-/// are removed there). A missing state dir is nothing to do.
+/// under the state lock, remove what stale records left and the records,
+/// move records that cannot be read to `quarantine/`, remove what strict
+/// pods without a readable record left once their netns went, and put the
+/// node-wide strict settings back when no strict pod is left. The caller
+/// runs in the node's network namespace (node routes of a dead pod are
+/// removed there). A missing state dir is nothing to do.
 pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
-    let Some(store) = StateStore::existing(state_dir) else {
+    let Some(store) = StateStore::existing(state_dir)? else {
         return Ok(Swept::default());
     };
     let _lock = store.lock()?;
@@ -476,17 +631,32 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
         ..Here::now()
     };
     let census = Census::take_in(&store, &names, &here, |_| Depth::Precise)?;
+    let (moved, failed) = quarantine_unreadable(&store, &census.listing);
+    out.failures.extend(failed);
+    if !moved.is_empty() {
+        claims::prune(&store, &store.names()?)?;
+    }
+    out.quarantined = moved;
     // Every record was just read: the claims index is made to hold what
     // they claim (what an index-unaware writer changed is repaired).
     out.index_repaired = claims::reconcile(&store, &census.listing.records)?;
-    let strict = census.live().any(Record::is_strict);
-    if census.stale.is_empty() && !strict {
-        return Ok(out);
-    }
     let mut node = RouteSocket::new()?;
     let s = clear_stale(&census, &mut node, &store, &here);
     out.removed.extend(s.removed);
     out.failures.extend(s.failures);
+    // What strict pods without a readable record left once their netns
+    // went (not beside a newer release's record: its objects may look
+    // unaccounted for), then the node-wide settings if no strict pod is
+    // left.
+    if census.listing.newer.is_empty() {
+        let live: Vec<Record> = census.live().cloned().collect();
+        let (removed, failed) = apply::sweep_detached(&mut node, &live);
+        out.removed.extend(removed);
+        out.failures.extend(failed);
+    }
+    out.failures
+        .extend(restore_unneeded(&store, &census, &mut node));
+    // Then what comes before the boundary of the strict pods left.
     let mut k = ListedOnce::new(Live::on(&mut node));
     for rec in census.live() {
         match apply::rules_ahead(&mut k, rec) {

@@ -45,6 +45,19 @@ pub const IPVS_LINK: &str = "kube-ipvs0";
 /// `IPPROTO_ICMPV6`.
 const ICMPV6: u8 = 58;
 
+/// A strict pod's host-side rule, `iif <host if> lookup T` and no other
+/// selector, as [`plan`] writes it: it holds the pod behind its boundary,
+/// and its interface exists exactly while the pod's netns does (a veth
+/// goes with its namespace). Read back, it tells that a strict pod is
+/// bound on the node whether or not its record can be read.
+pub fn is_host_side_rule(r: &RuleSpec) -> bool {
+    r.protocol == RTPROT_PODGATE
+        && r.priority == PRIO_STRICT
+        && r.iif.is_some()
+        && r.from.is_none()
+        && r.to.is_none()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RoutingPlan {

@@ -1,9 +1,13 @@
 //! `node/strict.json` in the state dir: what the node looked like before
 //! the first strict pod, restored after the last. Written before the
-//! node-wide settings change (write-ahead), like the attachment records.
+//! node-wide settings change (write-ahead), like the attachment records,
+//! and unlike them fsynced: an empty file after a power cut would stop
+//! every strict ADD (it cannot be read), while an attachment record that
+//! cannot be read describes only its own pod (see the router README,
+//! unreadable records).
 
 use podgate_kit::netns::NsIdentity;
-use podgate_kit::state::StateStore;
+use podgate_kit::state::{StateStore, MAX_RECORD};
 use podgate_kit::Error;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -14,7 +18,8 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeShared {
-    /// 1; absent in files written before the format was versioned.
+    /// [`VERSION`] (1 in earlier files); absent in files written before
+    /// the format was versioned.
     #[serde(default)]
     pub version: u64,
     /// Boot and node netns it was written in: from another one, it
@@ -73,43 +78,38 @@ const SHARED_KEY: &str = "strict.json";
 /// The state dir's subdirectory holding the node-wide strict settings.
 pub const DIR: &str = "node";
 
-fn shared_path(store: &StateStore) -> std::path::PathBuf {
-    store.dir().join(DIR).join(SHARED_KEY)
-}
-
 pub fn read_shared(store: &StateStore) -> Result<Option<NodeShared>, Error> {
-    let p = shared_path(store);
-    match std::fs::read(&p) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| Error::StateCorrupt {
-                path: p,
-                msg: e.to_string(),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(Error::State {
-            path: p,
-            op: "read",
-            source,
-        }),
-    }
+    let Some(node) = store.sub(DIR)? else {
+        return Ok(None);
+    };
+    let Some(b) = node.read_named(SHARED_KEY, MAX_RECORD)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&b)
+        .map(Some)
+        .map_err(|e| Error::StateCorrupt {
+            path: node.dir().join(SHARED_KEY),
+            msg: e.to_string(),
+        })
 }
 
 pub fn write_shared(store: &StateStore, s: &NodeShared) -> Result<(), Error> {
-    StateStore::open(&store.dir().join(DIR))?.write_named(SHARED_KEY, s)
+    store.create_sub(DIR)?.write_named_durable(SHARED_KEY, s)
 }
 
 /// Temp files a killed writer of `node/strict.json` left (lock held).
 pub fn sweep_temp(store: &StateStore) -> Result<usize, Error> {
-    match StateStore::existing(&store.dir().join(DIR)) {
+    match store.sub(DIR)? {
         Some(node) => node.sweep_temp(),
         None => Ok(0),
     }
 }
 
 pub fn remove_shared(store: &StateStore) {
-    let _ = std::fs::remove_file(shared_path(store));
-    let _ = std::fs::remove_dir(store.dir().join(DIR));
+    if let Ok(Some(node)) = store.sub(DIR) {
+        let _ = node.remove_named(SHARED_KEY);
+    }
+    let _ = store.handle().remove_dir(DIR);
 }
 
 #[cfg(test)]

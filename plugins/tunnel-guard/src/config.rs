@@ -295,6 +295,13 @@ impl GuardConfig {
     pub fn excluded(&self, namespace: Option<&str>) -> bool {
         namespace.is_some_and(|ns| self.exclude_namespaces.iter().any(|e| e == ns))
     }
+
+    /// Whether this entry refuses a pod while protection is not in place:
+    /// `mode: enforce` and `required` not `never` (audit mode, or never
+    /// required, lets every pod through unchecked).
+    pub fn enforces(&self) -> bool {
+        self.mode == Mode::Enforce && self.required != Required::Never
+    }
 }
 
 /// A number as OVSDB spells the agent's lease values: decimal (`strconv.FormatUint`).

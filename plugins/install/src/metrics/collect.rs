@@ -26,6 +26,8 @@ pub struct RecordScan {
     pub stale: u64,
     pub pending: u64,
     pub corrupt: u64,
+    /// Unreadable records the sweep moved to `quarantine/`.
+    pub quarantined: u64,
     /// Records whose pod netns exists: what the drift check looks at.
     pub live: Vec<Record>,
 }
@@ -36,6 +38,10 @@ pub fn scan_records(state_dir: &Path) -> Result<RecordScan, String> {
     let mut scan = RecordScan::default();
     let infos = record::scan(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
     for info in infos {
+        if info.status == RecordStatus::Quarantined {
+            scan.quarantined += 1;
+            continue;
+        }
         let Some(rec) = info.record else {
             // Unreadable, or written by a newer podgate: this release cannot
             // account for it either way.

@@ -133,6 +133,11 @@ impl Collector for Collection {
                 s.corrupt,
             ),
             (
+                "podgate_records_quarantined",
+                "Records that could not be read, moved to quarantine/ by the sweep (they count nowhere; the attachment's DEL removes each).",
+                s.quarantined,
+            ),
+            (
                 "podgate_attachment_drift",
                 "Live attachments whose recorded state no longer holds (periodic CHECK).",
                 s.drift,
@@ -242,14 +247,18 @@ impl Collector for Collection {
         )?;
 
         // Nothing is unguarded without a guard in the chain, without IPsec
-        // required, or without a runtime to list sandboxes from.
-        let n = s.unguarded.unwrap_or(0);
-        gauges(
-            &mut enc,
-            "podgate_unguarded_sandboxes",
-            "Ready sandboxes created while the tunnel guard was not in the chain the runtime served, while the node requires IPsec (excluded namespaces and host network not counted; 0 without a guard, without IPsec required or without a runtime).",
-            &[(vec![], i64::try_from(n).unwrap_or(i64::MAX))],
-        )?;
+        // required, or without a runtime to list sandboxes from; while the
+        // runtime cannot list them the count is unknown: no sample, and
+        // the collection error `runtime` says why.
+        if !s.errors.contains_key("runtime") {
+            let n = s.unguarded.unwrap_or(0);
+            gauges(
+                &mut enc,
+                "podgate_unguarded_sandboxes",
+                "Ready sandboxes created while no enforcing tunnel guard was in the chain the runtime served, while the node requires IPsec (excluded namespaces and host network not counted; 0 without a guard, without IPsec required or without a runtime; absent while the runtime cannot list its sandboxes).",
+                &[(vec![], i64::try_from(n).unwrap_or(i64::MAX))],
+            )?;
+        }
         if let Some(ip) = &s.ipsec {
             gauges(
                 &mut enc,
@@ -362,9 +371,30 @@ mod tests {
             "podgate_metrics_collect_errors{source=\"drift\"} 1\n",
             "# TYPE podgate_attachment_drift_unchecked gauge\npodgate_attachment_drift_unchecked 0\n",
             "# TYPE podgate_strict_rules_ahead gauge\npodgate_strict_rules_ahead 2\n",
+            "# TYPE podgate_records_quarantined gauge\npodgate_records_quarantined 0\n",
         ] {
             assert!(out.contains(line), "missing {line:?} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE ").count(), 19, "{out}");
+        assert_eq!(out.matches("# TYPE ").count(), 20, "{out}");
+    }
+
+    /// A scan whose runtime could not list its sandboxes (a listing past
+    /// the CRI message limit, a dead socket): the unguarded count is not
+    /// shown as 0 but left out, and the collection error says `runtime`.
+    #[test]
+    fn a_runtime_that_cannot_list_its_sandboxes_is_a_collection_error_not_a_zero() {
+        let mut s = Snapshot::default();
+        let scan = crate::adopt::Scan {
+            unguarded: None,
+            runtime_failed: true,
+            ..Default::default()
+        };
+        s.take_scan(&scan);
+        let out = render(s);
+        assert!(!out.contains("podgate_unguarded_sandboxes"), "{out}");
+        assert!(
+            out.contains("podgate_metrics_collect_errors{source=\"runtime\"} 1\n"),
+            "{out}"
+        );
     }
 }

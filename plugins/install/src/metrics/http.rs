@@ -66,6 +66,8 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 pub struct Pages {
     metrics: Mutex<Option<Bytes>>,
     last_run: Mutex<Option<Instant>>,
+    /// The worker panicked (why): unhealthy for good.
+    failed: Mutex<Option<String>>,
     /// `/healthz` fails once the worker has not finished a round this long.
     stalled_after: Duration,
 }
@@ -75,8 +77,16 @@ impl Pages {
         Arc::new(Pages {
             metrics: Mutex::new(None),
             last_run: Mutex::new(None),
+            failed: Mutex::new(None),
             stalled_after,
         })
+    }
+
+    /// The worker died (`why`): `/healthz` fails from now on and
+    /// `/metrics` shows `page` (not ready) instead of the last collection.
+    pub fn fail(&self, why: &str, page: String) {
+        *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(why.to_string());
+        *self.metrics.lock().unwrap_or_else(PoisonError::into_inner) = Some(Bytes::from(page));
     }
 
     /// A new collection's exposition text; also a sign of life.
@@ -90,7 +100,7 @@ impl Pages {
         *self.last_run.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 
-    fn metrics(&self) -> Option<Bytes> {
+    pub(crate) fn metrics(&self) -> Option<Bytes> {
         self.metrics
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -98,7 +108,10 @@ impl Pages {
     }
 
     /// Ok while the worker's loops run; Err(why not).
-    fn health(&self) -> Result<(), String> {
+    pub(crate) fn health(&self) -> Result<(), String> {
+        if let Some(why) = &*self.failed.lock().unwrap_or_else(PoisonError::into_inner) {
+            return Err(format!("the collection worker panicked: {why}"));
+        }
         let last = *self.last_run.lock().unwrap_or_else(PoisonError::into_inner);
         match last {
             None => Err("the first collection has not finished".into()),

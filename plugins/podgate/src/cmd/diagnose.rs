@@ -85,8 +85,13 @@ fn dns_server(a: &DiagnoseArgs, pid: Option<u32>) -> Result<(IpAddr, String)> {
     }
     candidates.push(PathBuf::from("/etc/resolv.conf"));
     for c in candidates {
-        if let Some(ip) = dns::nameserver_in(&c) {
-            let note = if pid.is_some() && c.starts_with("/proc") {
+        let pods = pid.is_some() && c.starts_with("/proc");
+        // The pod's file is the pod's: a link there is not followed.
+        let found = dns::nameserver_in(&c, !pods).map_err(|e| {
+            Error::usage(format!("--dns: {}: {e}; pass --dns-server IP", c.display()))
+        })?;
+        if let Some(ip) = found {
+            let note = if pods {
                 format!("{} (the pod's)", c.display())
             } else {
                 format!(

@@ -144,7 +144,7 @@ pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
     }
     progress.done();
     let problem = out.iter().any(|a| a.state != State::Holds) || !corrupt.is_empty();
-    let index_claims = match podgate_kit::state::StateStore::existing(&target.state_dir) {
+    let index_claims = match podgate_kit::state::StateStore::existing(&target.state_dir)? {
         Some(store) => claims::index_claims(&store).map_err(|e| Error::Msg(e.to_string()))?,
         None => Vec::new(),
     };

@@ -119,11 +119,20 @@ pub fn nameserver_of(resolv: &str) -> Option<IpAddr> {
     })
 }
 
-pub fn nameserver_in(path: &Path) -> Option<IpAddr> {
-    std::fs::read_to_string(path)
-        .ok()
-        .as_deref()
-        .and_then(nameserver_of)
+/// Largest `resolv.conf` read (glibc reads a few KiB of it).
+const MAX_RESOLV_CONF: u64 = 64 << 10;
+
+/// The first `nameserver` of the file at `path`: None when it does not
+/// exist or names none; an error when it is not a regular file of at
+/// most 64 KiB (a FIFO, `/dev/zero`: never read, so `--dns` cannot hang
+/// or fill memory on a pod's file) or, without `follow`, is a link (in a
+/// pod's root an absolute link would resolve in the node's).
+pub fn nameserver_in(path: &Path, follow: bool) -> Result<Option<IpAddr>, std::io::Error> {
+    match podgate_kit::dir::read_regular(path, MAX_RESOLV_CONF, follow) {
+        Ok(b) => Ok(nameserver_of(&String::from_utf8_lossy(&b))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 pub fn ask(

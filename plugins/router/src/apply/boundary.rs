@@ -4,7 +4,7 @@
 
 use crate::kernel::Kernel;
 use crate::model::SysctlSetting;
-use crate::routing::{RoutingPlan, PRIO_LOCAL_MOVED, PRIO_STRICT};
+use crate::routing::{is_host_side_rule, RoutingPlan, PRIO_LOCAL_MOVED, PRIO_STRICT};
 use crate::strict_node::{read_shared, remove_shared, write_shared, VERSION};
 use podgate_kit::netns::NsIdentity;
 use podgate_kit::route::{self, RouteProtocol, RouteSpec, RTPROT_PODGATE, TABLE_LOCAL, TABLE_MAIN};
@@ -90,9 +90,31 @@ pub fn ensure_node(
     Ok(first)
 }
 
-/// Undo `ensure_node` when no strict pod is left. Idempotent: a rule already
-/// back, a sysctl someone else changed since, are left alone. A file from
-/// another boot or node netns describes nothing here and is just removed.
+/// Is a strict pod still bound on the node, as the kernel shows it: a
+/// podgate host-side rule in `rules` (of either family) whose interface
+/// exists (a record that cannot be read says nothing; the rule of a pod
+/// whose netns is gone names an interface that went with it).
+fn strict_pod_bound<'a>(
+    k: &mut impl Kernel,
+    rules: impl Iterator<Item = &'a RuleSpec>,
+) -> Result<bool, Error> {
+    let ifs: Vec<&str> = rules
+        .filter(|r| is_host_side_rule(r))
+        .filter_map(|r| r.iif.as_deref())
+        .collect();
+    if ifs.is_empty() {
+        return Ok(false);
+    }
+    let links = k.link_list()?;
+    Ok(ifs.iter().any(|i| links.iter().any(|l| l.name == *i)))
+}
+
+/// Undo `ensure_node` when no strict pod is left: the caller found no other
+/// live strict record, and the kernel shows no strict pod bound (one whose
+/// record cannot be read keeps the settings while its interface lives).
+/// Idempotent: a rule already back, a sysctl someone else changed since,
+/// are left alone. A file from another boot or node netns describes
+/// nothing here and is just removed.
 pub fn restore_node(store: &StateStore, k: &mut impl Kernel) -> Vec<String> {
     let mut failed = Vec::new();
     let shared = match read_shared(store) {
@@ -106,14 +128,29 @@ pub fn restore_node(store: &StateStore, k: &mut impl Kernel) -> Vec<String> {
         remove_shared(store);
         return failed;
     }
-    for v6 in [false, true].into_iter().filter(|v6| shared.moved(*v6)) {
-        let has_zero = match k.rule_list(v6) {
-            Ok(rs) => rs.iter().any(|r| r.matches(&local_rule(v6, 0))),
-            Err(e) => {
-                // Unknown: never risk a node without local lookup.
-                return vec![e.to_string()];
-            }
-        };
+    // Unknown: never risk a node without local lookup, nor a bound
+    // strict pod without its settings. Every strict pod has an IPv4
+    // address (its gateway is IPv4), so its IPv4 host-side rule tells
+    // whether it is bound; the IPv6 rules are listed where the IPv6 local
+    // rule was moved.
+    let mut listed = Vec::new();
+    for v6 in [false, true]
+        .into_iter()
+        .filter(|v6| !*v6 || shared.moved(*v6))
+    {
+        match k.rule_list(v6) {
+            Ok(rs) => listed.push((v6, rs)),
+            Err(e) => return vec![e.to_string()],
+        }
+    }
+    match strict_pod_bound(k, listed.iter().flat_map(|(_, rs)| rs)) {
+        Ok(false) => {}
+        Ok(true) => return failed,
+        Err(e) => return vec![e.to_string()],
+    }
+    for (v6, rules) in listed.iter().filter(|(v6, _)| shared.moved(*v6)) {
+        let v6 = *v6;
+        let has_zero = rules.iter().any(|r| r.matches(&local_rule(v6, 0)));
         if !has_zero {
             if let Err(e) = k.rule_add(&local_rule(v6, 0)) {
                 failed.push(e.to_string());

@@ -929,3 +929,101 @@ fn the_moved_local_rules_go_back_as_the_kernel_made_them() {
     }
     assert_eq!(after, want, "rules with their protocols as before");
 }
+
+/// A strict pod the records cannot show (its record unreadable, or moved to
+/// quarantine) keeps the node-wide strict settings while its host-side
+/// interface exists, as the kernel tells: removing the last readable
+/// strict record leaves them. Once its netns (and the interface) is gone,
+/// they go back.
+#[test]
+fn node_wide_settings_stay_while_a_strict_pods_interface_lives_whatever_its_record() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let before = node_before(&rec);
+    let mut k = node_before(&rec);
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
+    let other = RuleSpec {
+        iif: Some("vethother".into()),
+        table: 30001,
+        priority: crate::routing::PRIO_STRICT,
+        protocol: route::RTPROT_PODGATE,
+        ..local_rule(0)
+    };
+    k.rules.push(other.clone());
+    k.links.push(podgate_kit::link::Link {
+        index: 9,
+        name: "vethother".into(),
+    });
+    assert!(remove_node(&mut k, &rec, &t.1, true).is_empty());
+    assert!(k
+        .rules
+        .contains(&local_rule(crate::routing::PRIO_LOCAL_MOVED)));
+    assert!(!k.rules.iter().any(|x| x.matches(&local_rule(0))));
+    assert_eq!(k.sysctls["net.ipv4.tcp_early_demux"], "0");
+    assert!(strict_file(&t.1).exists(), "what to restore is kept");
+    // Its netns went, and its interface with it; its rule stays (detached).
+    k.links.clear();
+    assert!(boundary::restore_node(&t.1, &mut k).is_empty());
+    assert!(!strict_file(&t.1).exists());
+    k.rules.retain(|r| *r != other);
+    assert!(same_state(&k, &before), "{k:#?}");
+}
+
+/// The same with IPv6: a dual-stack strict pod the records cannot show is
+/// seen by its host-side rules of either family, and the IPv6 local rule
+/// moved for the strict pods stays moved with the IPv4 one while its
+/// interface lives; both go back, as the kernel made them, once it is gone.
+#[test]
+fn both_moved_local_rules_stay_while_a_dual_stack_strict_pods_interface_lives() {
+    let t = temp_store();
+    let mut rec = strict_record();
+    let mut k = node_before(&rec);
+    let local6 = |priority| RuleSpec {
+        v6: true,
+        ..local_rule(priority)
+    };
+    k.rules.push(local6(0));
+    let (rules_before, sysctls_before) = (k.rules.clone(), k.sysctls.clone());
+    let host_side = |v6, iif: &str, table| RuleSpec {
+        v6,
+        iif: Some(iif.into()),
+        table,
+        priority: crate::routing::PRIO_STRICT,
+        protocol: route::RTPROT_PODGATE,
+        ..RuleSpec::default()
+    };
+    let r = rec.routing.as_mut().unwrap();
+    r.rules
+        .push(record::Rule::from(&host_side(true, "veth1234", r.table)));
+    apply_node(&mut k, &t.1, &mut rec, true).unwrap();
+    let other = [
+        host_side(false, "vethother", 30001),
+        host_side(true, "vethother", 30001),
+    ];
+    assert!(other.iter().all(crate::routing::is_host_side_rule));
+    k.rules.extend(other.iter().cloned());
+    k.links.push(podgate_kit::link::Link {
+        index: 9,
+        name: "vethother".into(),
+    });
+    assert!(remove_node(&mut k, &rec, &t.1, true).is_empty());
+    for moved in [
+        local_rule(crate::routing::PRIO_LOCAL_MOVED),
+        local6(crate::routing::PRIO_LOCAL_MOVED),
+    ] {
+        assert!(k.rules.contains(&moved), "{moved:?} kept: {:?}", k.rules);
+    }
+    assert!(!k.rules.contains(&local6(0)), "{:?}", k.rules);
+    assert!(strict_file(&t.1).exists(), "what to restore is kept");
+    k.links.clear();
+    assert!(boundary::restore_node(&t.1, &mut k).is_empty());
+    assert!(!strict_file(&t.1).exists());
+    k.rules.retain(|r| !other.contains(r));
+    let mut after = k.rules.clone();
+    let mut want = rules_before;
+    for v in [&mut after, &mut want] {
+        v.sort_by_key(|r| (r.v6, r.priority));
+    }
+    assert_eq!(after, want, "both local rules back, proto kernel");
+    assert_eq!(k.sysctls, sysctls_before);
+}

@@ -1,5 +1,6 @@
 use super::*;
 use crate::record::{Listing, Status};
+use std::path::PathBuf;
 
 fn golden(name: &str) -> Record {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -238,6 +238,7 @@ fn add_node_side(
             );
             let s = lifecycle::remove_unreadable(
                 key,
+                lifecycle::Unreadable::Record,
                 &census,
                 node.get().map_err(node_err)?,
                 Some(ns),

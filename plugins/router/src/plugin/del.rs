@@ -4,7 +4,7 @@ use super::{io_err, key_of, kit_err, load, log_swept, logger, ms, pod_ips_of, re
 use crate::apply;
 use crate::config::RouterConfig;
 use crate::kernel::Live;
-use crate::lifecycle::{self, Census};
+use crate::lifecycle::{self, Census, Unreadable};
 use crate::record::{self, Depth, Here, ReadError, Record};
 use podgate_cni::log::Logger;
 use podgate_cni::{CniError, Request};
@@ -16,7 +16,7 @@ use serde_json::json;
 pub(super) fn del(req: &Request) -> Result<(), CniError> {
     let cfg = load(&req.conf)?;
     let log = logger(&cfg, req);
-    let Some(store) = StateStore::existing(&cfg.state_dir) else {
+    let Some(store) = StateStore::existing(&cfg.state_dir).map_err(io_err)? else {
         return Ok(());
     };
     let key = key_of(req);
@@ -30,18 +30,29 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
         Ok(None) => {
             // Nothing recorded; an ADD killed while writing its record
             // may have left a temp file.
-            let _lock = store.lock().map_err(io_err)?;
-            lifecycle::sweep_temp(&store, Some(cid)).map_err(io_err)?;
+            let lock = store.lock().map_err(io_err)?;
+            let names = store.names().map_err(io_err)?;
+            lifecycle::sweep_temp_in(&store, &names, Some(cid)).map_err(io_err)?;
             // ... and claims index entries (written ahead of the record).
             crate::claims::release(&store, &key).map_err(io_err)?;
-            return Ok(());
+            // An unreadable record the agent's sweep moved aside: removed
+            // by ownership, as where it was.
+            if !lifecycle::quarantined(&store, &names, &key) {
+                return Ok(());
+            }
+            drop(lock);
+            let why = "in quarantine (it could not be read)";
+            return del_unreadable(req, &cfg, &log, &store, &key, why, Unreadable::Quarantined);
         }
         Err(e @ ReadError::Newer { .. }) => {
             log.error("record kept", json!({"error": e.to_string()}));
             return Err(CniError::io(e.to_string()));
         }
         Err(ReadError::Io(e)) => return Err(io_err(e)),
-        Err(e) => return del_unreadable(req, &cfg, &log, &store, &key, &e),
+        Err(e) => {
+            let why = e.to_string();
+            return del_unreadable(req, &cfg, &log, &store, &key, &why, Unreadable::Record);
+        }
     };
     require_caps()?;
     // A record with a node side needs the node socket anyway: opened now
@@ -161,21 +172,24 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
     Ok(())
 }
 
-/// DEL of an attachment whose record does not parse: clean up by
-/// ownership (its tagged tables in CNI_NETNS, podgate's node routes and
-/// rules for its prevResult addresses that no other record accounts
-/// for), then drop the record. The failure to parse is logged.
+/// DEL of an attachment whose record does not parse (`at`: where its file
+/// is): clean up by ownership (its tagged tables in CNI_NETNS, podgate's
+/// node routes and rules for its prevResult addresses that no other
+/// record accounts for), then drop the record, and put the node-wide
+/// strict settings back if no strict pod needs them (it may have been the
+/// last). The failure to parse is logged.
 fn del_unreadable(
     req: &Request,
     cfg: &RouterConfig,
     log: &Logger,
     store: &StateStore,
     key: &Key,
-    err: &ReadError,
+    why: &str,
+    at: Unreadable,
 ) -> Result<(), CniError> {
     log.warn(
         "unreadable record: removing by ownership",
-        json!({"error": err.to_string()}),
+        json!({"error": why}),
     );
     require_caps()?;
     // The caller (DEL) holds the pod lock.
@@ -184,10 +198,17 @@ fn del_unreadable(
     lifecycle::sweep_temp_in(store, &names, Some(&key.container_id)).map_err(io_err)?;
     let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
     let here = Here::now();
-    let census = Census::take_in(store, &names, &here, |_| Depth::Boot).map_err(io_err)?;
+    // Strict records judged by their netns too: whether a live strict pod
+    // is left decides the node-wide settings below.
+    let depth = |r: &Record| match r.is_strict() {
+        true => Depth::Path,
+        false => Depth::Boot,
+    };
+    let census = Census::take_in(store, &names, &here, depth).map_err(io_err)?;
     let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
-    let s = lifecycle::remove_unreadable(
+    let mut s = lifecycle::remove_unreadable(
         key,
+        at,
         &census,
         &mut node,
         ns.as_ref(),
@@ -195,6 +216,9 @@ fn del_unreadable(
         &format!("{}-", cfg.nft_table),
         store,
     );
+    if s.failures.is_empty() {
+        s.failures = lifecycle::restore_unneeded(store, &census, &mut node);
+    }
     log_swept(log, "removed by ownership", &s);
     if s.failures.is_empty() {
         Ok(())

@@ -19,6 +19,7 @@ pub(super) fn check(req: &Request) -> Result<(), CniError> {
     let sel = selection(&cfg, req)?;
     let key = key_of(req);
     let rec = StateStore::existing(&cfg.state_dir)
+        .map_err(io_err)?
         .map(|s| record::read(&s, &key))
         .transpose()
         .map_err(|e| CniError::io(e.to_string()))?
@@ -55,7 +56,7 @@ pub(super) fn status(conf: &NetConf) -> Result<(), CniError> {
 
 pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     let cfg = load(conf)?;
-    let Some(store) = StateStore::existing(&cfg.state_dir) else {
+    let Some(store) = StateStore::existing(&cfg.state_dir).map_err(io_err)? else {
         return Ok(());
     };
     let log = Logger::new("podgate-router", cfg.log_file.as_deref())
@@ -134,6 +135,21 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
                 }
             }
             _ => keep_unreadable = true,
+        }
+    }
+    // Those the agent's sweep moved to quarantine/, the same way.
+    if names.contains(lifecycle::QUARANTINE) {
+        let quarantine = lifecycle::quarantine_listing(&store).map_err(io_err)?;
+        for (key, file) in quarantine {
+            match key {
+                Some(k) if k.network == conf.name && !is_valid(&k) => {
+                    log.warn("removing quarantined record", json!({"file": file}));
+                    if let Err(e) = lifecycle::remove_quarantined(&store, &k) {
+                        failures.push(e.to_string());
+                    }
+                }
+                _ => keep_unreadable = true,
+            }
         }
     }
     // Records are created and removed only under the node-wide lock,

@@ -441,14 +441,6 @@ pub struct Listing {
     pub unreadable: Vec<(Option<Key>, ReadError)>,
 }
 
-impl Listing {
-    /// Some record cannot be judged (unreadable or too new): node-wide
-    /// settings must then be left as they are.
-    pub fn has_unknown(&self) -> bool {
-        !self.newer.is_empty() || !self.unreadable.is_empty()
-    }
-}
-
 pub fn list(store: &StateStore) -> Result<Listing, podgate_kit::Error> {
     list_in(store, &store.names()?)
 }
@@ -492,6 +484,9 @@ pub enum RecordStatus {
     NewerVersion {
         version: u64,
     },
+    /// An unreadable record the agent's sweep moved to `quarantine/`: it
+    /// counts nowhere; the attachment's DEL removes it.
+    Quarantined,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -514,7 +509,7 @@ pub struct RecordInfo {
 /// namespaces, not by the caller's own netns (as the installer's sweep), so
 /// a reporter running outside the node netns still reports correctly.
 pub fn scan(state_dir: &Path) -> Result<Vec<RecordInfo>, podgate_kit::Error> {
-    let Some(store) = StateStore::existing(state_dir) else {
+    let Some(store) = StateStore::existing(state_dir)? else {
         return Ok(Vec::new());
     };
     let here = Here {
@@ -559,6 +554,15 @@ pub fn scan(state_dir: &Path) -> Result<Vec<RecordInfo>, podgate_kit::Error> {
             profile,
             status,
             record,
+        });
+    }
+    for (key, file) in crate::lifecycle::quarantine_listing(&store)? {
+        out.push(RecordInfo {
+            file: store.dir().join(crate::lifecycle::QUARANTINE).join(file),
+            key,
+            profile: None,
+            status: RecordStatus::Quarantined,
+            record: None,
         });
     }
     Ok(out)
