@@ -231,22 +231,7 @@ pub fn plan(
         replacement.protocol = RTPROT_PODGATE;
         replacement.metric = original.metric;
         let up = &routing.uplink;
-        let node_sysctls = [
-            ("net.ipv4.tcp_early_demux", "0"),
-            ("net.ipv4.udp_early_demux", "0"),
-            // Node-originated packets come back over the uplink with the
-            // node's own source: dropped as martians without accept_local.
-            (&*format!("net.ipv4.conf.{up}.accept_local"), "1"),
-            // Replies from other pods arrive on the uplink: strict rp_filter
-            // would find their reverse path on a veth and drop them.
-            (&*format!("net.ipv4.conf.{up}.rp_filter"), "2"),
-        ]
-        .iter()
-        .map(|(n, v)| SysctlSetting {
-            name: n.to_string(),
-            value: v.to_string(),
-        })
-        .collect();
+        let node_sysctls = node_sysctls(up);
         // Exempt destinations: only the node's own addresses (`lookup
         // local`): one that is not local falls through to the strict rules
         // and crosses the boundary, so an exemption never opens a path off
@@ -310,6 +295,53 @@ pub fn plan(
     })
 }
 
+/// The node's own settings while a strict pod exists: node-wide, and of the
+/// uplink.
+fn node_sysctls(up: &str) -> Vec<SysctlSetting> {
+    [
+        ("net.ipv4.tcp_early_demux".to_string(), "0"),
+        ("net.ipv4.udp_early_demux".to_string(), "0"),
+        // Node-originated packets come back over the uplink with the
+        // node's own source: dropped as martians without accept_local.
+        (format!("net.ipv4.conf.{up}.accept_local"), "1"),
+        // Replies from other pods arrive on the uplink: strict rp_filter
+        // would find their reverse path on a veth and drop them.
+        (format!("net.ipv4.conf.{up}.rp_filter"), "2"),
+    ]
+    .into_iter()
+    .map(|(name, value)| SysctlSetting {
+        name,
+        value: value.to_string(),
+    })
+    .collect()
+}
+
+/// Whether `name` is one of the sysctls a plan writes in the node's own
+/// namespace ([`node_sysctls`], [`host_if_sysctls`]), for any one interface
+/// (never `all` or `default`, which would change every interface): the only
+/// node sysctls the sysctl broker opens for the node agent (adoption, the
+/// sweep's restore).
+pub fn node_sysctl_allowed(name: &str) -> bool {
+    const IF: &str = "IFNAME";
+    let given: Vec<&str> = name.split('.').collect();
+    node_sysctls(IF)
+        .into_iter()
+        .chain(host_if_sysctls(IF))
+        .any(|t| {
+            let want: Vec<&str> = t.name.split('.').collect();
+            want.len() == given.len()
+                && want.iter().zip(&given).all(|(w, g)| match *w {
+                    IF => {
+                        (1..16).contains(&g.len())
+                            && !matches!(*g, "all" | "default")
+                            && g.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    }
+                    _ => w == g,
+                })
+        })
+}
+
 /// The pod's gateway must answer ARP. The node answers an ARP request only
 /// when the route lookup for the target, with `iif` = the requesting
 /// interface, is local or (proxy ARP) leaves by another interface. Strict
@@ -331,4 +363,34 @@ fn host_if_sysctls(host_if: &str) -> Vec<SysctlSetting> {
         value: value.to_string(),
     })
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_sysctls_a_plan_writes_are_the_only_ones_allowed_in_the_nodes_namespace() {
+        for s in node_sysctls("pgup0")
+            .iter()
+            .chain(&host_if_sysctls("veth12ab34cd"))
+        {
+            assert!(node_sysctl_allowed(&s.name), "{}", s.name);
+        }
+        for other in [
+            "net.core.bpf_jit_harden",
+            "net.core.rmem_max",
+            "net.ipv4.ip_forward",
+            "net.ipv4.tcp_mem",
+            "net.ipv4.conf.all.rp_filter",
+            "net.ipv4.conf.default.accept_local",
+            "net.ipv4.conf.eth0.forwarding",
+            "net.ipv4.neigh.default.proxy_delay",
+            "net.ipv4.conf.a-very-long-name0.rp_filter",
+            "net.ipv4.tcp_early_demux.x",
+            "net.ipv6.conf.eth0.disable_ipv6",
+        ] {
+            assert!(!node_sysctl_allowed(other), "{other}");
+        }
+    }
 }
