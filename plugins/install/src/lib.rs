@@ -35,16 +35,20 @@ mod adopt;
 pub use adopt::unguarded;
 pub mod agent;
 pub mod chain;
+pub mod cri_proxy;
 mod error;
 pub mod fsx;
 mod history;
 pub mod json;
 pub mod metrics;
+mod migrate;
 mod reconcile;
 mod runtime;
+mod socket;
 mod state;
 mod sweep;
 mod sys;
+pub mod sysctl_broker;
 mod validate;
 mod watch;
 
@@ -57,8 +61,10 @@ use std::time::Duration;
 
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
-/// Under podgate-router's default stateDir, in a subdir its state store skips.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/podgate/installer";
+/// Apart from podgate-router's state dir (which the node agent, a container
+/// with capabilities, writes): the records say which conf-dir files to
+/// write, and with what.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/podgate/installer";
 /// Where the DaemonSet mounts the ConfigMap's `plugins.json`.
 pub const DEFAULT_PLUGINS_FILE: &str = "/etc/podgate/plugins.json";
 /// podgate's own conflist: `00-` sorts before every primary we know of
@@ -159,6 +165,13 @@ pub struct InstallArgs {
     /// With --watch: re-check this often even without events.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     pub resync_secs: u64,
+    /// Before the first pass, take what can be trusted of the records an
+    /// earlier release kept in DIR (/var/lib/cni/podgate/installer, which
+    /// the node agent can write): only records of files chained in place
+    /// whose content checks out against the conf dir; never
+    /// runtime-chain.json. DIR is only read.
+    #[arg(long, value_name = "DIR", conflicts_with = "check")]
+    pub migrate_state_from: Option<PathBuf>,
     #[command(flatten)]
     pub log: AgentLogArgs,
 }
@@ -207,8 +220,9 @@ pub struct UninstallArgs {
     #[arg(long)]
     pub wait: bool,
     /// With --wait: on SIGTERM, empty this dir (podgate-router's `stateDir`,
-    /// with the installer's and the agent's subdirs) if it holds no
-    /// attachment record any more; kept, with a warning, while one is left.
+    /// with the agent's subdir) if it holds no attachment record any more;
+    /// kept, with a warning, while one is left. The installer's --state-dir
+    /// loses its lock and runtime-chain.json then too.
     #[arg(long, requires = "wait", value_name = "DIR")]
     pub purge_state_dir: Option<PathBuf>,
 }
@@ -362,6 +376,13 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
     let node = args.chain.node.node()?;
     let src = source_of(&args.chain)?;
     let runtime = Runtime::from_arg(args.chain.runtime_endpoint.as_deref());
+    if let Some(old) = &args.migrate_state_from {
+        if old != &args.chain.node.state_dir {
+            for line in migrate::from(old, &node)? {
+                log(line);
+            }
+        }
+    }
     if args.watch {
         let opts = watch::WatchOpts {
             debounce: Duration::from_millis(args.debounce_ms),
@@ -444,6 +465,12 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
         }
         if let Some(dir) = &args.purge_state_dir {
             purge_state_dir(dir)?;
+            if node.state.purge_unless_records()? {
+                log(format!(
+                    "emptied {}: no installer record left",
+                    args.node.state_dir.display()
+                ));
+            }
         }
     }
     Ok(())
