@@ -6,7 +6,8 @@
 //! conflist, sorting before the primary network's file: the primary's
 //! plugins followed by podgate's, re-rendered whenever the primary's file
 //! changes (the primary's file itself is never written); and takes both out
-//! again. It is the only writer of the CNI dirs and needs no capability.
+//! again. It is the only writer of the CNI dirs and of its records, and
+//! needs no capability.
 //!
 //! The node agent (`podgate agent`, [`agent`]) serves the Prometheus
 //! metrics ([`metrics`]), checks attachments for drift and sweeps dead pods'
@@ -25,6 +26,11 @@
 //! * `adopt`: the agent's scan applying the profile to sandboxes that
 //!   started without the chain (evidence: `history`).
 //! * `validate`: podgate's entries checked by the plugins' own config code.
+//! * `migrate`: earlier releases' records, taken as far as the conf dir
+//!   confirms them.
+//! * [`sysctl_broker`], [`cri_proxy`]: the containers that hold a writable
+//!   `/proc/sys/net` and the runtime's socket for the agent, which has
+//!   neither.
 
 #![cfg_attr(
     test,
