@@ -938,21 +938,25 @@ fn forged_installer_records_and_history_from_the_agent_write_nothing() {
     // A pass now (SIGHUP: re-check), then the pod replaced (a restart takes
     // earlier releases' records).
     let install_log = |n: &Node, p: &DsPod| n.container_log(p, "install");
+    let forged = ["/etc/cni/net.d/00-evil.conf", "/opt/cni/bin/pg-forged.conf"];
+    let assert_not_written = |n: &Node, logs: &str| {
+        for f in forged {
+            assert!(
+                !n.host_file(f).exists(),
+                "the installer wrote the agent's forged {f}:\n{logs}"
+            );
+        }
+    };
     n.signal(&pod, "install", libc::SIGHUP);
     std::thread::sleep(Duration::from_secs(3));
     let first_log = install_log(&n, &pod);
+    assert_not_written(&n, &first_log);
     n.delete_daemonset_pod(pod);
     let pod = n.run_daemonset("podgate", "podgate-node-2", true);
     n.wait_ready(&pod, "install");
     std::thread::sleep(Duration::from_secs(2));
     let logs = format!("{first_log}\n{}", install_log(&n, &pod));
-
-    for forged in ["/etc/cni/net.d/00-evil.conf", "/opt/cni/bin/pg-forged.conf"] {
-        assert!(
-            !n.host_file(forged).exists(),
-            "the installer wrote the agent's forged {forged}:\n{logs}"
-        );
-    }
+    assert_not_written(&n, &logs);
     let mut conf: Vec<String> = fs::read_dir(n.host_file("/etc/cni/net.d"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
