@@ -118,11 +118,17 @@ impl<'a> Pod<'a> {
 
 impl Cri {
     pub fn connect(c: &Containerd) -> Cri {
+        Cri::connect_socket(&c.socket()).expect("connecting to containerd's CRI socket")
+    }
+
+    /// A client of the CRI socket at `sock` (any runtime, or a proxy), or
+    /// why it cannot connect.
+    pub fn connect_socket(sock: &Path) -> Result<Cri, String> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .unwrap();
-        let sock = c.socket();
+            .map_err(|e| e.to_string())?;
+        let sock = sock.to_path_buf();
         let channel = rt
             .block_on(
                 Endpoint::from_static("http://cri.invalid")
@@ -135,12 +141,31 @@ impl Cri {
                         }
                     })),
             )
-            .expect("connecting to containerd's CRI socket");
-        Cri {
+            .map_err(|e| {
+                let mut msg = e.to_string();
+                let mut cur = std::error::Error::source(&e);
+                while let Some(c) = cur {
+                    msg = format!("{msg}: {c}");
+                    cur = c.source();
+                }
+                msg
+            })?;
+        Ok(Cri {
             rt,
             client: RuntimeServiceClient::new(channel.clone()),
             images: ImageServiceClient::new(channel),
-        }
+        })
+    }
+
+    /// ListPodSandbox: how many sandboxes the runtime lists, or its error.
+    pub fn count_sandboxes(&mut self) -> Result<usize, String> {
+        self.rt
+            .block_on(
+                self.client
+                    .list_pod_sandbox(k8s_cri::v1::ListPodSandboxRequest { filter: None }),
+            )
+            .map(|r| r.into_inner().items.len())
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
     }
 
     /// PullImage, as the kubelet asks for a container's image; the image
@@ -220,11 +245,18 @@ impl Cri {
     }
 
     pub fn stop(&mut self, id: &str) {
+        self.try_stop(id)
+            .unwrap_or_else(|s| panic!("StopPodSandbox {id}: {s}"));
+    }
+
+    /// StopPodSandbox, or the runtime's (or a proxy's) error message.
+    pub fn try_stop(&mut self, id: &str) -> Result<(), String> {
         self.rt
             .block_on(self.client.stop_pod_sandbox(StopPodSandboxRequest {
                 pod_sandbox_id: id.into(),
             }))
-            .unwrap_or_else(|s| panic!("StopPodSandbox {id}: {s}"));
+            .map(|_| ())
+            .map_err(|s| s.message().to_string())
     }
 
     pub fn remove(&mut self, id: &str) {

@@ -3,7 +3,9 @@
 //! pod template's container into the CRI request the kubelet would send:
 //! downward-API env values, `$(VAR)` expansion in args, ConfigMap volumes as
 //! files (the kubelet's `..data` layout), hostPath volumes mapped under a
-//! throwaway "host" root, securityContext and probes as written.
+//! throwaway "host" root (and mounted at that mapped path too, where the
+//! ConfigMap's node paths point), securityContext (with the kubelet's
+//! masked and read-only `/proc` paths) and probes as written.
 
 // Test harness: JSON navigation by index (a missing key is Null).
 #![allow(clippy::indexing_slicing)]
@@ -18,6 +20,34 @@ use k8s_cri::v1::{
     NamespaceOption, SecurityProfile,
 };
 use serde_json::Value;
+
+/// What the kubelet asks the runtime to mask in a container that is not
+/// privileged (`procMount: Default`).
+const DEFAULT_MASKED_PATHS: [&str; 11] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+/// ... and to mount read-only.
+const DEFAULT_READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+fn strings_of(paths: &[&str]) -> Vec<String> {
+    paths.iter().map(|p| p.to_string()).collect()
+}
 
 /// Every document of every `*.yaml` file given.
 pub fn read_manifests(files: &[PathBuf]) -> Vec<Value> {
@@ -243,6 +273,17 @@ impl Kubelet {
         dir
     }
 
+    /// Whether volume `name` is a hostPath mapped under [`Kubelet::host_root`].
+    fn is_mapped_host_path(&self, pod: &Value, name: &str) -> bool {
+        pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == name)
+            .and_then(|v| v["hostPath"]["path"].as_str())
+            .is_some_and(|p| self.host_path(p).starts_with(&self.host_root))
+    }
+
     /// (Re)writes the ConfigMap volumes of `template` from
     /// [`Kubelet::configmaps`], as the kubelet does when a ConfigMap appears
     /// or changes.
@@ -282,23 +323,30 @@ impl Kubelet {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|m| {
+            .flat_map(|m| {
                 let propagation = match m["mountPropagation"].as_str() {
                     None | Some("None") => MountPropagation::PropagationPrivate,
                     Some("HostToContainer") => MountPropagation::PropagationHostToContainer,
                     Some("Bidirectional") => MountPropagation::PropagationBidirectional,
                     Some(other) => panic!("mountPropagation {other}"),
                 };
-                Mount {
-                    container_path: m["mountPath"].as_str().unwrap().into(),
-                    host_path: self
-                        .volume(pod, m["name"].as_str().unwrap())
-                        .display()
-                        .to_string(),
+                let name = m["name"].as_str().unwrap();
+                let host = self.volume(pod, name);
+                let mount = |container_path: String| Mount {
+                    container_path,
+                    host_path: host.display().to_string(),
                     readonly: m["readOnly"] == true,
                     propagation: propagation as i32,
                     ..Default::default()
+                };
+                let mut out = vec![mount(m["mountPath"].as_str().unwrap().into())];
+                // A hostPath mapped under the host root is also where the
+                // ConfigMap's (mapped) node paths say it is, as on a node,
+                // where the two are one path: same dir, same mode.
+                if self.is_mapped_host_path(pod, name) {
+                    out.push(mount(host.display().to_string()));
                 }
+                out
             })
             .collect();
         let network = match pod["hostNetwork"] == true {
@@ -339,6 +387,17 @@ impl Kubelet {
                         ..Default::default()
                     }),
                     privileged: sc["privileged"] == true,
+                    // The kubelet's defaults for `procMount: Default`
+                    // (pkg/securitycontext): a container's /proc/sys is
+                    // read-only.
+                    masked_paths: match sc["privileged"] == true {
+                        true => Vec::new(),
+                        false => strings_of(&DEFAULT_MASKED_PATHS),
+                    },
+                    readonly_paths: match sc["privileged"] == true {
+                        true => Vec::new(),
+                        false => strings_of(&DEFAULT_READONLY_PATHS),
+                    },
                     namespace_options: Some(NamespaceOption {
                         network: network as i32,
                         ..Default::default()

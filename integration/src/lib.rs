@@ -32,6 +32,7 @@ pub mod agent;
 pub mod cluster;
 pub mod containerd;
 pub mod cri;
+pub mod intruder;
 pub mod kubelet;
 mod netns;
 mod node;

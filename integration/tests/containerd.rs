@@ -664,6 +664,78 @@ impl Drop for Installer {
 }
 
 /// First IPv4 address of eth0 in a sandbox netns.
+/// `podgate cri-proxy`, the agent's only way to the runtime in the
+/// DaemonSet: the reads podgate makes are forwarded (the helper's
+/// `--k8s-pod` finds a pod through it), a RunPodSandbox is refused without
+/// reaching the runtime, and StopPodSandbox (`--repair-unguarded`) is
+/// forwarded only with `--allow-stop`. SIGTERM: exit 0, socket removed.
+#[test]
+fn the_cri_proxy_forwards_podgates_reads_and_no_write_unless_allowed() {
+    let c = start("ctd-proxy");
+    let mut cri = Cri::connect(&c);
+    let plain = cri.run(&c, &Pod::new("default", "plain")).unwrap();
+    let sandboxes = cri.count_sandboxes().unwrap();
+    for allow_stop in [false, true] {
+        let sock = c.node().root().join(format!("proxy-{allow_stop}.sock"));
+        let mut proxy = Command::new(bin_dir().join("podgate"));
+        proxy
+            .args(["cri-proxy", "--listen"])
+            .arg(&sock)
+            .args(["--runtime-endpoint", &c.endpoint()])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped());
+        if allow_stop {
+            proxy.arg("--allow-stop");
+        }
+        let proxy = proxy.spawn().unwrap();
+        let start = std::time::Instant::now();
+        while !sock.exists() {
+            assert!(start.elapsed() < Duration::from_secs(10), "no proxy socket");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut via = Cri::connect_socket(&sock).unwrap();
+        assert_eq!(via.count_sandboxes(), Ok(sandboxes));
+        let endpoint = format!("unix://{}", sock.display());
+        let get = Command::new(bin_dir().join("podgate"))
+            .args(["sysctl", "get", "--k8s-pod", "default/plain"])
+            .args(["--runtime-endpoint", &endpoint, "net.ipv4.ip_forward"])
+            .output()
+            .unwrap();
+        assert!(get.status.success(), "{}", output_text(&get));
+
+        let run =
+            via.run_sandbox(&Pod::new("default", "intruder").sandbox_config(c.cgroup_parent()));
+        let err = run.unwrap_err();
+        assert!(
+            err.contains("does not forward /runtime.v1.RuntimeService/RunPodSandbox"),
+            "{err}"
+        );
+        assert_eq!(cri.count_sandboxes(), Ok(sandboxes), "a sandbox was made");
+        let stop = via.try_stop(&plain);
+        match allow_stop {
+            false => {
+                assert!(stop.unwrap_err().contains("does not forward"));
+                assert!(cri.ready(&plain), "stopped without --allow-stop");
+            }
+            true => {
+                stop.unwrap();
+                assert!(!cri.ready(&plain), "not stopped with --allow-stop");
+            }
+        }
+        // SAFETY: kill(2) on the proxy this test started.
+        assert_eq!(unsafe { libc::kill(proxy.id() as i32, libc::SIGTERM) }, 0);
+        let out = proxy.wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{log}");
+        assert!(
+            log.contains("refused /runtime.v1.RuntimeService/RunPodSandbox"),
+            "{log}"
+        );
+        assert!(!sock.exists(), "{log}");
+    }
+    cri.stop_and_remove(&plain);
+}
+
 fn sandbox_ip(netns: &Path) -> String {
     let out = in_netns(netns, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"]);
     String::from_utf8_lossy(&out.stdout)

@@ -10,14 +10,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::containerd::{unescape_mountinfo, Containerd, Layout, NODE_NETNS_DIR};
+use podgate_integration::containerd::{
+    unescape_mountinfo, Containerd, Layout, NODE_NETNS_DIR, PAUSE_IMAGE,
+};
 use podgate_integration::cri::{Cri, Pod};
 use podgate_integration::kubelet::{self, Container, Kubelet};
 use podgate_integration::registry::{self, Registry};
 use podgate_integration::{
-    http_get, output_text, require_root, workspace_root, Snapshot, TestNode, SYSTEM_CNI_DIR,
+    http_get, intruder, output_text, require_root, workspace_root, Netns, Snapshot, TestNode,
+    SYSTEM_CNI_DIR,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -30,6 +33,14 @@ const SUBNET: &str = "10.24.0.0/16";
 const HOST_IP: &str = "10.250.0.1";
 const WAIT: Duration = Duration::from_secs(30);
 const CONTAINER_RUNNING: i32 = 1;
+/// The routed primary's pod subnet, and strict routing's uplink and gateway
+/// (a veth to a "fabric" netns standing in for the node's network).
+const ROUTED_SUBNET: &str = "10.30.0.0/24";
+const UPLINK: &str = "pgup0";
+const GATEWAY: &str = "192.0.2.254";
+/// Where the privilege tests put the intruder on the node: the plugins'
+/// log dir, which the agent mounts (read-only, not `noexec`).
+const INTRUDER_DIR: &str = "/var/log/podgate";
 
 // ------------------------------------------------------------ the manifests
 
@@ -101,15 +112,26 @@ fn image(name: &str, commit: &str) -> PathBuf {
 
 // ---------------------------------------------------------------- the node
 
+/// The node's primary CNI, as its own installer writes it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Primary {
+    /// bridge + host-local.
+    Bridge,
+    /// ptp + host-local (one veth and one host route per pod), with an
+    /// uplink to a fabric netns: what strict routing needs.
+    Routed,
+}
+
 /// A node: containerd in its netns, its CNI dirs and podgate's paths under
-/// `<node>/host`, the primary CNI (bridge + host-local) installed as its
-/// own installer would.
+/// `<node>/host`, the primary CNI installed as its own installer would.
 struct Node {
     cri: Cri,
     c: Containerd,
     host: PathBuf,
     docs: Vec<Value>,
     image: String,
+    /// The routed primary's fabric (dropped with the node).
+    _fabric: Option<Netns>,
     /// The tests of this file one at a time (dropped last): their
     /// containerds share the machine's netns dir, each removing the `cni-*`
     /// files it did not find there.
@@ -127,6 +149,10 @@ struct DsPod {
 
 impl Node {
     fn start(prefix: &str) -> Node {
+        Node::start_with(prefix, Primary::Bridge)
+    }
+
+    fn start_with(prefix: &str, primary: Primary) -> Node {
         static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         require_root();
@@ -145,17 +171,20 @@ impl Node {
         fs::create_dir_all(host.join("run/containerd")).unwrap();
         fs::create_dir_all(&layout.cni_bin_dir).unwrap();
         fs::create_dir_all(&layout.cni_conf_dir).unwrap();
-        for plugin in ["bridge", "host-local", "loopback", "portmap"] {
+        for plugin in ["bridge", "ptp", "host-local", "loopback", "portmap"] {
             fs::copy(
                 Path::new(SYSTEM_CNI_DIR).join(plugin),
                 layout.cni_bin_dir.join(plugin),
             )
             .unwrap();
         }
-        let primary = node.bridge_conflist(NET, "1.0.0", SUBNET, Vec::new());
+        let (conflist, fabric) = match primary {
+            Primary::Bridge => (node.bridge_conflist(NET, "1.0.0", SUBNET, Vec::new()), None),
+            Primary::Routed => (routed_conflist(&node), Some(fabric(&node))),
+        };
         fs::write(
             layout.cni_conf_dir.join("10-podnet.conflist"),
-            serde_json::to_vec_pretty(&primary).unwrap(),
+            serde_json::to_vec_pretty(&conflist).unwrap(),
         )
         .unwrap();
         let docs = manifests();
@@ -168,6 +197,7 @@ impl Node {
             host,
             docs,
             image,
+            _fabric: fabric,
             _serial: serial,
         }
     }
@@ -346,6 +376,74 @@ impl Node {
         self.host.join(path.trim_start_matches('/'))
     }
 
+    /// Runs the intruder ([`intruder`]) in `container` of `pod` with
+    /// `args`, as `kubectl exec` would (ExecSync: the container's user,
+    /// capabilities, seccomp profile and mounts): one JSON value per
+    /// attempt. The executable is put on the node in [`INTRUDER_DIR`].
+    fn intrude(&mut self, pod: &DsPod, container: &str, args: &[&str]) -> Vec<Value> {
+        let dir = self.host_file(INTRUDER_DIR);
+        fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("pg-intruder");
+        if !bin.exists() {
+            fs::copy(intruder::binary(), &bin).unwrap();
+        }
+        let mut cmd = vec![format!("{INTRUDER_DIR}/pg-intruder")];
+        cmd.extend(args.iter().map(|a| a.to_string()));
+        let r = self.cri.exec(&pod.containers[container], &cmd, 120);
+        assert_eq!(r.code, 0, "intruder {args:?} in {container}: {r:?}");
+        r.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect()
+    }
+
+    /// The intruder's one attempt.
+    fn intrude_once(&mut self, pod: &DsPod, container: &str, args: &[&str]) -> Value {
+        let mut out = self.intrude(pod, container, args);
+        assert_eq!(out.len(), 1, "{out:?}");
+        out.remove(0)
+    }
+
+    /// Sysctl `name` of the node's own netns.
+    fn node_sysctl(&self, name: &str) -> String {
+        podgate_integration::cri::sysctl_in(self.c.node().ns.path(), name)
+    }
+
+    /// podgate-config.yaml's plugins file, changed by `f` (the operator
+    /// editing the ConfigMap before applying it).
+    fn edit_plugins(&mut self, f: impl FnOnce(&mut Value)) {
+        let cm = self
+            .docs
+            .iter_mut()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "podgate-plugins")
+            .unwrap();
+        let mut plugins: Value =
+            serde_json::from_str(cm["data"]["plugins.json"].as_str().unwrap()).unwrap();
+        f(&mut plugins);
+        cm["data"]["plugins.json"] = Value::String(serde_json::to_string_pretty(&plugins).unwrap());
+    }
+
+    /// podgate-router's attachment records (`*.json` in its state dir)
+    /// and its node-wide strict settings (`node/strict.json`).
+    fn router_state(&self) -> Vec<String> {
+        self.disk()
+            .keys()
+            .filter_map(|k| k.strip_prefix("var/lib/cni/podgate/"))
+            .filter(|k| {
+                (!k.contains('/') && !k.starts_with('.') && k.ends_with(".json"))
+                    || *k == "node/strict.json"
+            })
+            .map(String::from)
+            .collect()
+    }
+
+    /// The installer's process, on the node (for a signal).
+    fn signal(&mut self, pod: &DsPod, container: &str, sig: i32) {
+        let pid = self.pid(pod, container);
+        // SAFETY: kill(2) on a pid of a running container of this test.
+        assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+    }
+
     /// A pod of namespace `vpn` asking for the shipped `vpn-gateway` profile.
     fn vpn_pod(&mut self, name: &str) -> (String, PathBuf) {
         let pod = Pod {
@@ -365,14 +463,61 @@ impl Node {
     }
 
     /// Files (with their bytes) under the node's CNI dirs and podgate's
-    /// state dir: what install and uninstall change on disk.
+    /// state dirs: what install and uninstall change on disk.
     fn disk(&self) -> BTreeMap<String, Vec<u8>> {
         let mut out = BTreeMap::new();
-        for dir in ["opt/cni/bin", "etc/cni/net.d", "var/lib/cni/podgate"] {
+        for dir in [
+            "opt/cni/bin",
+            "etc/cni/net.d",
+            "var/lib/cni/podgate",
+            "var/lib/podgate",
+        ] {
             collect_files(&self.host.join(dir), &self.host, &mut out);
         }
         out
     }
+}
+
+/// ptp + host-local over [`ROUTED_SUBNET`].
+fn routed_conflist(node: &TestNode) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": NET,
+        "plugins": [{
+            "type": "ptp", "ipMasq": false,
+            "ipam": {"type": "host-local", "dataDir": node.ipam_dir(),
+                     "ranges": [[{"subnet": ROUTED_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}]}
+        }]
+    })
+}
+
+/// The uplink [`UPLINK`] from the node to a fabric netns holding the
+/// gateway; the node's early demux on (what strict routing turns off while
+/// a strict pod exists).
+fn fabric(node: &TestNode) -> Netns {
+    let fabric = Netns::new_with_forwarding("fabric", true);
+    node.ns.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        UPLINK,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "fab0",
+        "netns",
+        fabric.name(),
+    ]);
+    node.ns
+        .exec_ok(&["ip", "addr", "add", "192.0.2.1/24", "dev", UPLINK]);
+    node.ns.exec_ok(&["ip", "link", "set", UPLINK, "up"]);
+    fabric.exec_ok(&["ip", "addr", "add", &format!("{GATEWAY}/24"), "dev", "fab0"]);
+    fabric.exec_ok(&["ip", "link", "set", "fab0", "up"]);
+    fabric.exec_ok(&["ip", "route", "add", ROUTED_SUBNET, "via", "192.0.2.1"]);
+    node.ns.sysctl_set("net.ipv4.tcp_early_demux", "1");
+    node.ns.sysctl_set("net.ipv4.udp_early_demux", "1");
+    fabric
 }
 
 fn collect_files(dir: &Path, base: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
@@ -550,7 +695,15 @@ fn the_daemonset_from_the_manifest_installs_the_images_plugins_and_a_vpn_pod_is_
     assert_eq!(caps(install_pid), (0, 0), "the installer has capabilities");
     let (eff, _) = caps(agent_pid);
     assert_ne!(eff, 0, "the agent runs without its capabilities");
-    for dir in ["/opt/cni/bin", "/etc/cni/net.d"] {
+    // The dirs whose writer is node-root: the runtime runs the binaries and
+    // loads the conflists; the installer's records say which conflist to
+    // write with what.
+    let node_root_dirs = [
+        "/opt/cni/bin",
+        "/etc/cni/net.d",
+        "/var/lib/podgate/installer",
+    ];
+    for dir in node_root_dirs {
         let host_dir = n.host_file(dir);
         assert!(
             !writable_mounts_of(install_pid, &host_dir).is_empty(),
@@ -563,7 +716,7 @@ fn the_daemonset_from_the_manifest_installs_the_images_plugins_and_a_vpn_pod_is_
         let pid = n.pid(&pod, name);
         if caps(pid).0 != 0 {
             assert!(spec.adds_capabilities(), "{name}");
-            for dir in ["/opt/cni/bin", "/etc/cni/net.d"] {
+            for dir in node_root_dirs {
                 let w = writable_mounts_of(pid, &n.host_file(dir));
                 assert!(
                     w.is_empty(),
@@ -709,4 +862,357 @@ fn upgrade_then_uninstall_leave_the_node_as_it_was_before_the_install() {
     let names = |d: &BTreeMap<String, Vec<u8>>| d.keys().cloned().collect::<Vec<_>>();
     assert_eq!(names(&before_disk), names(&after_disk));
     assert!(before_disk == after_disk, "a file's content differs");
+}
+
+// ------------------------------------------- the privilege split, attacked
+//
+// Each test runs the intruder (examples/intruder.rs) inside the running
+// agent container, standing in for an attacker who took the agent over (it
+// parses what pods send and serves a port they reach).
+
+const COMMIT: &str = "0000000000000000000000000000000000000001";
+
+/// A node with podgate's DaemonSet (its ConfigMap applied) running, ready.
+fn podgate_running(prefix: &str) -> (Node, DsPod) {
+    let mut n = Node::start(prefix);
+    n.c.import(&image(&n.image, COMMIT));
+    let pod = n.run_daemonset("podgate", "podgate-node", true);
+    n.wait_ready(&pod, "install");
+    (n, pod)
+}
+
+/// Waits until `f` holds; panics with `what` (and `more()`) after `limit`.
+fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool, more: impl Fn() -> String) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < limit,
+            "{what} after {limit:?}\n{}",
+            more()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The agent forges the installer's records (a `.conf` "given back" with
+/// its bytes, a name leaving the conf dir for the CNI bin dir) and the
+/// runtime's history, where earlier releases kept them (the agent's own
+/// state dir) and where the installer keeps them. The installer writes
+/// none of it, neither on its next pass nor after a restart (which takes
+/// what can be trusted of earlier releases' records); the agent cannot
+/// write the installer's state dir at all.
+#[test]
+fn forged_installer_records_and_history_from_the_agent_write_nothing() {
+    let (mut n, pod) = podgate_running("ds-forge");
+
+    let evil = r#"{"cniVersion": "1.0.0", "name": "evil", "type": "bridge", "bridge": "evil0"}"#;
+    let records = [
+        (
+            "00-evil.conflist",
+            json!({"file": "00-evil.conflist", "written": "", "original": evil,
+                   "convertedFrom": "00-evil.conf"}),
+        ),
+        (
+            "10-x.conflist",
+            json!({"file": "10-x.conflist", "written": "", "original": evil,
+                   "convertedFrom": "../../../opt/cni/bin/pg-forged.conf"}),
+        ),
+    ];
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let history = json!({"version": 1, "bootId": boot_id.trim(), "firstLoaded": 1,
+        "missing": [{"lastSeenLoaded": 2, "firstSeenMissing": 3, "seenLoadedAgain": null}]})
+    .to_string();
+    let mut planted = Vec::new();
+    for dir in [
+        "/var/lib/cni/podgate/installer",
+        "/var/lib/podgate/installer",
+    ] {
+        for (key, rec) in &records {
+            let path = format!("{dir}/{key}.podgate-backup");
+            let r = n.intrude_once(&pod, "agent", &["write", &path, &rec.to_string()]);
+            planted.push((path, r));
+        }
+        let path = format!("{dir}/runtime-chain.json");
+        let r = n.intrude_once(&pod, "agent", &["write", &path, &history]);
+        planted.push((path, r));
+    }
+    eprintln!("planted from the agent: {planted:#?}");
+    for (path, r) in &planted {
+        if path.starts_with("/var/lib/podgate/") {
+            assert_eq!(r["ok"], false, "the agent wrote the installer's {path}");
+        }
+    }
+
+    // A pass now (SIGHUP: re-check), then the pod replaced (a restart takes
+    // earlier releases' records).
+    let install_log = |n: &Node, p: &DsPod| n.container_log(p, "install");
+    let forged = ["/etc/cni/net.d/00-evil.conf", "/opt/cni/bin/pg-forged.conf"];
+    let assert_not_written = |n: &Node, logs: &str| {
+        for f in forged {
+            assert!(
+                !n.host_file(f).exists(),
+                "the installer wrote the agent's forged {f}:\n{logs}"
+            );
+        }
+    };
+    n.signal(&pod, "install", libc::SIGHUP);
+    std::thread::sleep(Duration::from_secs(3));
+    let first_log = install_log(&n, &pod);
+    assert_not_written(&n, &first_log);
+    n.delete_daemonset_pod(pod);
+    let pod = n.run_daemonset("podgate", "podgate-node-2", true);
+    n.wait_ready(&pod, "install");
+    std::thread::sleep(Duration::from_secs(2));
+    let logs = format!("{first_log}\n{}", install_log(&n, &pod));
+    assert_not_written(&n, &logs);
+    let mut conf: Vec<String> = fs::read_dir(n.host_file("/etc/cni/net.d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    conf.sort();
+    assert_eq!(
+        conf,
+        ["00-podgate.conflist", "10-podnet.conflist"],
+        "{logs}"
+    );
+    let kept = fs::read_to_string(n.host_file("/var/lib/podgate/installer/runtime-chain.json"))
+        .unwrap_or_default();
+    assert!(
+        !kept.contains("\"firstSeenMissing\": 3") && kept.contains("firstLoaded"),
+        "the installer's history is not its own: {kept}"
+    );
+    assert!(
+        logs.contains("not taking the record of 00-evil.conflist")
+            && logs.contains("not taking the record of 10-x.conflist"),
+        "{logs}"
+    );
+    n.delete_daemonset_pod(pod);
+}
+
+/// From the agent, every socket it can see is asked for a privileged
+/// sandbox and a privileged container with the node's `/` (what a
+/// compromised agent would do with the runtime's socket): none is given.
+/// Through the cri-proxy the agent still reads the runtime's sandboxes.
+#[test]
+fn the_agent_gets_no_sandbox_from_any_socket_and_reads_through_the_proxy() {
+    let (mut n, pod) = podgate_running("ds-cri");
+    let cgroup = n.c.cgroup_parent().to_string();
+    let rows = n.intrude(&pod, "agent", &["cri", &cgroup, PAUSE_IMAGE]);
+    eprintln!("the agent's attempts: {rows:#?}");
+    // What an attempt got is removed before judging.
+    for r in &rows {
+        if let Some(id) = r["runPodSandbox"]["id"].as_str() {
+            n.cri.stop_and_remove(id);
+        }
+    }
+    let got: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["runPodSandbox"]["ok"] == true)
+        .collect();
+    assert!(
+        got.is_empty(),
+        "the agent got sandboxes from the runtime: {got:#?}"
+    );
+    let proxy = rows
+        .iter()
+        .find(|r| r["socket"] == "/run/podgate-cri/cri.sock")
+        .unwrap_or_else(|| panic!("the agent sees no cri-proxy socket: {rows:#?}"));
+    assert_eq!(proxy["list"]["ok"], true, "{proxy}");
+    assert!(
+        proxy["runPodSandbox"]["error"].as_str().is_some_and(
+            |e| e.contains("does not forward /runtime.v1.RuntimeService/RunPodSandbox")
+        ),
+        "{proxy}"
+    );
+    n.delete_daemonset_pod(pod);
+}
+
+/// What conf/kubernetes/README.md says of the agent's SYS_ADMIN: on a node
+/// without an LSM confining `mount` (this machine has no AppArmor), the
+/// RuntimeDefault seccomp profile lets it remount a read-only mount
+/// read-write, here the CNI conf dir, and write the node's file through it;
+/// where AppArmor confines containers, the remount is refused.
+#[test]
+fn the_agents_read_only_mounts_hold_only_as_far_as_the_lsm() {
+    let (mut n, pod) = podgate_running("ds-remount");
+    let before = n.intrude_once(
+        &pod,
+        "agent",
+        &["write", "/etc/cni/net.d/99-remounted.conflist", "{}"],
+    );
+    assert_eq!(
+        before["ok"], false,
+        "the conf dir is writable before: {before}"
+    );
+    let remount = n.intrude_once(&pod, "agent", &["remount", "/etc/cni/net.d", "rw"]);
+    let write = n.intrude_once(
+        &pod,
+        "agent",
+        &["write", "/etc/cni/net.d/99-remounted.conflist", "{}"],
+    );
+    let landed = n.host_file("/etc/cni/net.d/99-remounted.conflist");
+    let wrote = landed.exists();
+    let _ = fs::remove_file(&landed);
+    n.intrude_once(&pod, "agent", &["remount", "/etc/cni/net.d", "ro"]);
+    let apparmor = fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.trim() == "Y");
+    if apparmor {
+        assert!(
+            remount["ok"] == false && !wrote,
+            "AppArmor let the agent remount: {remount} {write}"
+        );
+    } else {
+        assert!(
+            remount["ok"] == true && wrote,
+            "without an LSM the agent could not remount, as the README says it can: {remount} {write}"
+        );
+    }
+    n.delete_daemonset_pod(pod);
+}
+
+/// A VPN pod that started before podgate was on the node is adopted: its
+/// forwarding is written inside its own netns, through the sysctl broker.
+/// From the agent, the node's own knobs cannot be written by any way it
+/// has: its /proc/sys (read-only), a writable mount of the node's
+/// /proc/sys/net (none), the broker (it refuses the node's namespace but
+/// for podgate-router's node settings). The node here is a netns of its
+/// own, where the kernel keeps `net.core.rmem_max` read-only and
+/// `bpf_jit_*` absent (only the initial netns, a real node's, has them
+/// writable): the node's forwarding, `somaxconn` and `optmem_max` stand for
+/// every knob of the node's namespace (the attempts on `rmem_max` and
+/// `bpf_jit_harden` are made too).
+#[test]
+fn adoption_writes_a_pods_sysctls_and_the_agent_no_node_knob() {
+    let mut n = Node::start("ds-sysctl");
+    n.c.import(&image(&n.image, COMMIT));
+    let (vpn, netns) = n.vpn_pod("openvpn-0");
+    let forwarding =
+        |netns: &Path| podgate_integration::cri::sysctl_in(netns, "net.ipv4.ip_forward");
+    assert_eq!(forwarding(&netns), "0");
+    let pod = n.run_daemonset("podgate", "podgate-node", true);
+    n.wait_ready(&pod, "install");
+    wait_for(
+        Duration::from_secs(90),
+        "the VPN pod started before podgate is not adopted",
+        || forwarding(&netns) == "1",
+        || n.container_log(&pod, "agent") + &n.container_log(&pod, "sysctl-broker"),
+    );
+    assert_vpn_wired(&netns);
+
+    let knobs = [
+        "net.ipv4.ip_forward",
+        "net.core.somaxconn",
+        "net.core.optmem_max",
+        "net.core.rmem_max",
+    ];
+    let before: Vec<String> = knobs.iter().map(|k| n.node_sysctl(k)).collect();
+    let broker = "/run/podgate-sysctl/broker.sock";
+    let mut results = Vec::new();
+    for (knob, value) in knobs.iter().zip(&before) {
+        let other = match value.as_str() {
+            "1" => "0".to_string(),
+            v => (v.parse::<u64>().unwrap() + 1).to_string(),
+        };
+        let path = knob.replace('.', "/");
+        let own = format!("/proc/sys/{path}");
+        let host = format!("/host/proc/sys/{path}");
+        let attempts: [&[&str]; 3] = [
+            &["write", &own, &other],
+            &["write", &host, &other],
+            &["broker", broker, knob, &other],
+        ];
+        for a in attempts {
+            results.push((a.join(" "), n.intrude_once(&pod, "agent", a)));
+        }
+    }
+    let attempts: [&[&str]; 3] = [
+        &["write", "/host/proc/sys/net/core/bpf_jit_harden", "0"],
+        &["broker", broker, "net.core.bpf_jit_harden", "0"],
+        &["broker", broker, "net.ipv4.conf.all.rp_filter", "0"],
+    ];
+    for a in attempts {
+        results.push((a.join(" "), n.intrude_once(&pod, "agent", a)));
+    }
+    eprintln!("the agent's attempts on the node's knobs: {results:#?}");
+    let after: Vec<String> = knobs.iter().map(|k| n.node_sysctl(k)).collect();
+    let wrote: Vec<&(String, Value)> = results.iter().filter(|(_, r)| r["ok"] != false).collect();
+    assert!(
+        wrote.is_empty(),
+        "the agent wrote the node's knobs: {wrote:#?}"
+    );
+    assert_eq!(after, before, "the node's {knobs:?} changed");
+    n.delete_pod(&vpn);
+    n.delete_daemonset_pod(pod);
+}
+
+/// podgate-uninstall.yaml with a strict pod still running: once the pod is
+/// gone, the agent's sweep removes its record and puts the node's strict
+/// settings back (through the sysctl broker), and deleting the uninstall
+/// DaemonSet empties podgate's state dirs.
+#[test]
+fn uninstall_with_a_strict_pod_alive_restores_the_node_and_empties_the_state_dirs() {
+    let mut n = Node::start_with("ds-strict", Primary::Routed);
+    n.edit_plugins(|plugins| {
+        let router = plugins
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|p| p["type"] == "podgate-router")
+            .unwrap();
+        router["profiles"]["protected-strict"] =
+            json!({"routing": {"mode": "strict", "uplink": UPLINK, "gateway": GATEWAY}});
+        router["assign"] = json!([{"podNamePrefix": "s-strict", "profile": "protected-strict"}]);
+    });
+    n.c.import(&image(&n.image, COMMIT));
+    let node_settings = [
+        "net.ipv4.tcp_early_demux".to_string(),
+        "net.ipv4.udp_early_demux".to_string(),
+        format!("net.ipv4.conf.{UPLINK}.accept_local"),
+        format!("net.ipv4.conf.{UPLINK}.rp_filter"),
+    ];
+    let settings =
+        |n: &Node| -> Vec<String> { node_settings.iter().map(|s| n.node_sysctl(s)).collect() };
+    let before = settings(&n);
+
+    let pod = n.run_daemonset("podgate", "podgate-node", true);
+    n.wait_ready(&pod, "install");
+    let strict = n
+        .cri
+        .run_sandbox(&Pod::new("default", "s-strict-0").sandbox_config(n.c.cgroup_parent()))
+        .unwrap_or_else(|e| panic!("RunPodSandbox s-strict-0: {e}\n{}", n.c.log()));
+    assert_eq!(n.node_sysctl("net.ipv4.tcp_early_demux"), "0", "not strict");
+    assert!(n.router_state().contains(&"node/strict.json".to_string()));
+
+    n.delete_daemonset_pod(pod);
+    let un = n.run_daemonset("podgate-uninstall", "podgate-uninstall", false);
+    n.wait_ready(&un, "uninstall");
+    assert_eq!(
+        n.node_sysctl("net.ipv4.tcp_early_demux"),
+        "0",
+        "the pod still runs"
+    );
+    n.delete_pod(&strict);
+    wait_for(
+        Duration::from_secs(60),
+        "the strict pod's record and the node's strict settings are left",
+        || n.router_state().is_empty(),
+        || format!("{:?}\n{}", n.router_state(), n.container_log(&un, "agent")),
+    );
+    assert_eq!(
+        settings(&n),
+        before,
+        "the node's strict settings not put back"
+    );
+
+    let logs = un.logs.clone();
+    n.delete_daemonset_pod(un);
+    let log = fs::read_to_string(logs.join("uninstall.log")).unwrap_or_default();
+    assert!(log.contains("emptied /var/lib/cni/podgate"), "{log}");
+    let left: Vec<String> = n
+        .disk()
+        .keys()
+        .filter(|k| k.starts_with("var/lib/"))
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "podgate's state left: {left:?}\n{log}");
 }

@@ -639,6 +639,161 @@ fn conversions_of_earlier_installs_are_given_back() {
     assert_eq!(d.read("10-mynet.conf"), conf);
 }
 
+/// A record of `file` as an earlier in-place install left it in `dir`.
+fn put_record(dir: &Path, key: &str, record: &Value) {
+    fs::create_dir_all(dir).unwrap();
+    fs::write(
+        dir.join(format!("{key}.podgate-backup")),
+        serde_json::to_vec(record).unwrap(),
+    )
+    .unwrap();
+}
+
+/// The files of `dir` with their bytes, by name.
+fn dir_contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// 10-calico.conflist with podgate entries chained in place: (its
+/// original bytes, what the in-place install wrote).
+fn chained_in_place() -> (Vec<u8>, String) {
+    let original = fixture("10-calico.conflist");
+    let mut old: Value = serde_json::from_slice(&original).unwrap();
+    old["plugins"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "podgate-router", "generation": "old"}));
+    (original, serde_json::to_string_pretty(&old).unwrap())
+}
+
+/// Records whose names leave the conf dir (a `../` conversion source
+/// reaching the bin dir, an absolute file) are refused: the install fails
+/// naming the record and the rule, and writes nothing they name.
+#[test]
+fn records_naming_files_outside_the_conf_dir_are_refused() {
+    let d = Dirs::new("recordnames");
+    d.put("10-flannel.conflist", &fixture("10-flannel.conflist"));
+    let state = d.root().join("state");
+    put_record(
+        &state,
+        "10-x.conflist",
+        &json!({"file": "10-x.conflist", "written": "", "original": "#!/bin/sh\n",
+                "convertedFrom": "../bin/pg-forged.conf"}),
+    );
+    let out = d.install(&[]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("10-x.conflist.podgate-backup")
+            && text(&out).contains("convertedFrom")
+            && text(&out).contains("refusing it"),
+        "{}",
+        text(&out)
+    );
+    assert!(!d.bin().join("pg-forged.conf").exists());
+    fs::remove_file(state.join("10-x.conflist.podgate-backup")).unwrap();
+    put_record(
+        &state,
+        "10-y.conflist",
+        &json!({"file": "/etc/cni/net.d/10-y.conflist", "written": "", "original": "{}"}),
+    );
+    let out = d.install(&[]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("is not the one its name says"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// `--migrate-state-from` takes an earlier release's record of an in-place
+/// chain (its original is the file without podgate's entries) and nothing
+/// else that dir holds: not a conversion record with forged bytes, not a
+/// record whose original is another chain, not podgate's own file's record,
+/// not the runtime's history. The old dir is left as it was.
+#[test]
+fn earlier_records_are_taken_only_as_far_as_the_conf_dir_confirms_them() {
+    let d = Dirs::new("migratefrom");
+    let (original, written) = chained_in_place();
+    d.put("10-calico.conflist", written.as_bytes());
+    let mut other: Value = serde_json::from_slice(&fixture("10-flannel.conflist")).unwrap();
+    other["plugins"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "podgate-router"}));
+    let other_written = serde_json::to_string_pretty(&other).unwrap();
+    d.put("20-flannel.conflist", other_written.as_bytes());
+    let evil = r#"{"cniVersion": "1.0.0", "name": "evil", "type": "bridge"}"#;
+    let old = d.root().join("router/installer");
+    put_record(
+        &old,
+        "10-calico.conflist",
+        &json!({"file": "10-calico.conflist", "written": written,
+                "original": String::from_utf8(original.clone()).unwrap()}),
+    );
+    put_record(
+        &old,
+        "00-evil.conflist",
+        &json!({"file": "00-evil.conflist", "written": "", "original": evil,
+                "convertedFrom": "00-evil.conf"}),
+    );
+    put_record(
+        &old,
+        "20-flannel.conflist",
+        &json!({"file": "20-flannel.conflist", "written": other_written,
+                "original": r#"{"cniVersion": "1.0.0", "name": "evil", "plugins": [{"type": "bridge"}]}"#}),
+    );
+    put_record(
+        &old,
+        OWN,
+        &json!({"file": OWN, "written": "", "renderedFrom": "10-calico.conflist"}),
+    );
+    fs::write(old.join("runtime-chain.json"), br#"{"version": 1}"#).unwrap();
+    let before = dir_contents(&old);
+
+    let out = d.install(&["--migrate-state-from", old.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let log = text(&out);
+    assert!(
+        log.contains("took the record of 10-calico.conflist"),
+        "{log}"
+    );
+    for refused in ["00-evil.conflist", "20-flannel.conflist", OWN] {
+        assert!(
+            log.contains(&format!("not taking the record of {refused}")),
+            "{log}"
+        );
+    }
+    assert!(
+        log.contains("not taking") && log.contains("runtime-chain.json"),
+        "{log}"
+    );
+    assert_eq!(d.read("10-calico.conflist"), original, "{log}");
+    assert_eq!(
+        d.read("20-flannel.conflist"),
+        other_written.as_bytes(),
+        "{log}"
+    );
+    assert_eq!(
+        d.files(),
+        [OWN, "10-calico.conflist", "20-flannel.conflist"],
+        "{log}"
+    );
+    assert!(!d.root().join("state/runtime-chain.json").exists());
+    let after = dir_contents(&old);
+    assert!(before == after, "the old dir changed");
+}
+
 #[test]
 fn binaries_are_replaced_only_when_their_content_changes() {
     let d = Dirs::new("bins");

@@ -12,6 +12,7 @@
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod proxy;
 pub mod sandbox;
 pub mod status;
 

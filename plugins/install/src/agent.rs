@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_AGENT_STATE_DIR: &str = "/var/lib/cni/podgate/agent";
 /// How long a stopping agent waits for a collection or sweep in progress.
 const STOP_WAIT: Duration = Duration::from_secs(5);
+/// How long a starting agent waits for the sysctl broker's socket.
+const BROKER_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
@@ -81,12 +83,13 @@ pub struct AgentArgs {
     /// With --repair-unguarded: stop at most this many sandboxes a minute.
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub repair_per_minute: usize,
-    /// Where the agent writes pods' sysctls: a writable mount of the node's
-    /// `/proc/sys/net` under DIR/net (the container's own /proc/sys is
-    /// read-only); net.* entries resolve in the netns of the thread that
-    /// opens them, so this reaches the pod's own values.
-    #[arg(long, default_value = "/proc/sys", value_name = "DIR")]
-    pub proc_sys: PathBuf,
+    /// Open every sysctl write (adoption's, the sweep's restore of the
+    /// node's strict settings) through the sysctl broker serving here
+    /// (`podgate sysctl-broker`, the DaemonSet's `sysctl-broker` container:
+    /// the agent's own /proc/sys is read-only). Without it, writes go
+    /// through this process's /proc/sys (the agent run on a node by hand).
+    #[arg(long, value_name = "PATH")]
+    pub sysctl_broker: Option<PathBuf>,
     /// podgate-router's `stateDir`, for the sweep.
     #[arg(long, default_value = podgate_router::config::DEFAULT_STATE_DIR, value_name = "DIR")]
     pub router_state_dir: PathBuf,
@@ -288,6 +291,24 @@ fn once(
     }
 }
 
+/// The broker's container starts beside the agent's: give it a moment to
+/// make its socket before the first adoption needs it (writes fail, naming
+/// the socket, while it is missing).
+fn wait_for_broker(socket: &std::path::Path) {
+    let start = Instant::now();
+    while !socket.exists() {
+        if start.elapsed() > BROKER_WAIT {
+            log(format!(
+                "warning: no sysctl broker at {} after {}s; sysctl writes fail until it is there",
+                socket.display(),
+                BROKER_WAIT.as_secs()
+            ));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Resolves on SIGTERM or SIGINT.
 async fn terminated(mut term: tokio::signal::unix::Signal, mut int: tokio::signal::unix::Signal) {
     let name = tokio::select! {
@@ -309,13 +330,14 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
     let repair = args
         .repair_unguarded
         .then(|| Repair::new(args.dry_run, args.repair_per_minute.max(1)));
+    if let Some(socket) = &args.sysctl_broker {
+        wait_for_broker(socket);
+        podgate_kit::sysctl::use_broker(socket.clone());
+    }
     // Without a runtime there are no sandboxes to look at.
     let adopter = if args.chain.runtime_endpoint.as_deref() == Some("none") {
         None
     } else {
-        if args.proc_sys != std::path::Path::new("/proc/sys") {
-            podgate_kit::sysctl::set_root(args.proc_sys.clone());
-        }
         Some(Adopter::new(
             HistoryFile::new(&args.chain.node.state_dir)?,
             args.adopt,

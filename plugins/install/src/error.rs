@@ -96,6 +96,15 @@ pub enum Error {
     Watch(String),
     #[error("agent: {0}")]
     Agent(String),
+    #[error("sysctl broker: {0}")]
+    Broker(String),
+    #[error("CRI proxy: {0}")]
+    CriProxy(String),
+    /// An installer record that names a file the installer could not have
+    /// written (not a plain file name of the conf dir, or not the one its
+    /// own file name says).
+    #[error("installer record {}: {why}; refusing it", path.display())]
+    RecordRefused { path: PathBuf, why: String },
     /// Any other failure of a kit call (file errors become [`Error::Io`]).
     #[error(transparent)]
     Kit(podgate_kit::Error),

@@ -6,7 +6,8 @@
 //! conflist, sorting before the primary network's file: the primary's
 //! plugins followed by podgate's, re-rendered whenever the primary's file
 //! changes (the primary's file itself is never written); and takes both out
-//! again. It is the only writer of the CNI dirs and needs no capability.
+//! again. It is the only writer of the CNI dirs and of its records, and
+//! needs no capability.
 //!
 //! The node agent (`podgate agent`, [`agent`]) serves the Prometheus
 //! metrics ([`metrics`]), checks attachments for drift and sweeps dead pods'
@@ -25,6 +26,11 @@
 //! * `adopt`: the agent's scan applying the profile to sandboxes that
 //!   started without the chain (evidence: `history`).
 //! * `validate`: podgate's entries checked by the plugins' own config code.
+//! * `migrate`: earlier releases' records, taken as far as the conf dir
+//!   confirms them.
+//! * [`sysctl_broker`], [`cri_proxy`]: the containers that hold a writable
+//!   `/proc/sys/net` and the runtime's socket for the agent, which has
+//!   neither.
 
 #![cfg_attr(
     test,
@@ -35,16 +41,20 @@ mod adopt;
 pub use adopt::unguarded;
 pub mod agent;
 pub mod chain;
+pub mod cri_proxy;
 mod error;
 pub mod fsx;
 mod history;
 pub mod json;
 pub mod metrics;
+mod migrate;
 mod reconcile;
 mod runtime;
+mod socket;
 mod state;
 mod sweep;
 mod sys;
+pub mod sysctl_broker;
 mod validate;
 mod watch;
 
@@ -57,8 +67,14 @@ use std::time::Duration;
 
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
-/// Under podgate-router's default stateDir, in a subdir its state store skips.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/podgate/installer";
+/// Apart from podgate-router's state dir (which the node agent, a container
+/// with capabilities, writes): the records say which conf-dir files to
+/// write, and with what.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/podgate/installer";
+/// Where earlier releases kept the installer's records: inside
+/// podgate-router's default stateDir (`install --migrate-state-from`; the
+/// uninstall purge of that dir removes it).
+pub const LEGACY_STATE_DIR: &str = "/var/lib/cni/podgate/installer";
 /// Where the DaemonSet mounts the ConfigMap's `plugins.json`.
 pub const DEFAULT_PLUGINS_FILE: &str = "/etc/podgate/plugins.json";
 /// podgate's own conflist: `00-` sorts before every primary we know of
@@ -166,6 +182,13 @@ pub struct InstallArgs {
     /// of the ConfigMap: who may edit the DaemonSet is root on the node.
     #[arg(long, value_name = "DIR")]
     pub plugin_path_root: Vec<PathBuf>,
+    /// Before the first pass, take what can be trusted of the records an
+    /// earlier release kept in DIR (/var/lib/cni/podgate/installer, which
+    /// the node agent can write): only records of files chained in place
+    /// whose content checks out against the conf dir; never
+    /// runtime-chain.json. DIR is only read.
+    #[arg(long, value_name = "DIR", conflicts_with = "check")]
+    pub migrate_state_from: Option<PathBuf>,
     #[command(flatten)]
     pub log: AgentLogArgs,
 }
@@ -213,9 +236,12 @@ pub struct UninstallArgs {
     /// of an uninstall DaemonSet stays up (and ready) instead of restarting.
     #[arg(long)]
     pub wait: bool,
-    /// With --wait: on SIGTERM, empty this dir (podgate-router's `stateDir`,
-    /// with the installer's and the agent's subdirs) if it holds no
+    /// With --wait: on SIGTERM, remove what podgate made in this dir
+    /// (podgate-router's `stateDir`, with the agent's subdir and earlier
+    /// releases' installer subdir; other names stay) if it holds no
     /// attachment record any more; kept, with a warning, while one is left.
+    /// The installer's --state-dir loses its lock and runtime-chain.json
+    /// once it holds no installer record.
     #[arg(long, requires = "wait", value_name = "DIR")]
     pub purge_state_dir: Option<PathBuf>,
 }
@@ -374,6 +400,13 @@ pub fn install(args: &InstallArgs) -> Result<(), Error> {
     let mut src = source_of(&args.chain)?;
     src.host_paths.extra_roots = args.plugin_path_root.clone();
     let runtime = Runtime::from_arg(args.chain.runtime_endpoint.as_deref());
+    if let Some(old) = &args.migrate_state_from {
+        if old != &args.chain.node.state_dir {
+            for line in migrate::from(old, &node)? {
+                log(line);
+            }
+        }
+    }
     if args.watch {
         let opts = watch::WatchOpts {
             debounce: Duration::from_millis(args.debounce_ms),
@@ -456,6 +489,12 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
         }
         if let Some(dir) = &args.purge_state_dir {
             purge_state_dir(dir, &args.node.state_dir)?;
+            if node.state.purge_unless_records()? {
+                log(format!(
+                    "emptied {}: no installer record left",
+                    args.node.state_dir.display()
+                ));
+            }
         }
     }
     Ok(())
@@ -466,16 +505,17 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
 /// `stateDir` placed under it, an operator's file) unless podgate-router
 /// still holds an attachment record there; under podgate-router's
 /// node-wide lock, so an ADD still running from the old chain is either
-/// seen or runs after. `installer_dir`: the installer's own state dir,
-/// removed too when it is a subdirectory of `dir` (as is the agent's
-/// default one).
+/// seen or runs after. The subdirectories it removes: the agent's default
+/// state dir, the installer's of earlier releases ([`LEGACY_STATE_DIR`])
+/// and `installer_dir`, the installer's own, when it is a subdirectory of
+/// `dir`.
 fn purge_state_dir(dir: &std::path::Path, installer_dir: &std::path::Path) -> Result<(), Error> {
     let Some(store) = podgate_kit::state::StateStore::existing(dir)? else {
         return Ok(());
     };
     let inflight = format!("{}.inflight", podgate_cni::event::EVENT_FILE_NAME);
     let name = |p: &std::path::Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
-    let defaults = [DEFAULT_STATE_DIR, agent::DEFAULT_AGENT_STATE_DIR].map(std::path::Path::new);
+    let defaults = [LEGACY_STATE_DIR, agent::DEFAULT_AGENT_STATE_DIR].map(std::path::Path::new);
     let configured = (installer_dir.parent() == Some(dir))
         .then(|| name(installer_dir))
         .flatten();

@@ -5,6 +5,7 @@
 //! the original while the file still holds exactly what was written, else by
 //! removing podgate's entries and keeping everything else.
 
+use super::chain::{converted_name, kind_of, Kind};
 use super::fsx;
 use crate::Error;
 use podgate_kit::fs::{self as kfs, FileLock, LockFile};
@@ -41,6 +42,58 @@ pub struct Backup {
     pub rendered_from: Option<String>,
 }
 
+/// A name the installer writes in the conf dir: a file name (no path, not
+/// hidden) that a runtime would load.
+fn plain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && !name.contains(['/', '\0'])
+        && kind_of(name).is_some()
+}
+
+impl Backup {
+    /// The record, kept under `key`, names only conf-dir files the
+    /// installer could have written: `file` is `key`, a plain `.conflist`
+    /// name; `convertedFrom` the plain `.conf`/`.json` it was converted
+    /// from (`file` being its conversion's name); `renderedFrom` a plain
+    /// name. Records are joined to the conf dir's path, so a `../` or an
+    /// absolute name would make the installer write outside it.
+    pub fn check(&self, key: &str) -> Result<(), String> {
+        if self.file != key {
+            return Err(format!(
+                "its file {:?} is not the one its name says ({key:?})",
+                self.file
+            ));
+        }
+        if !plain(&self.file) || kind_of(&self.file) != Some(Kind::List) {
+            return Err(format!(
+                "file {:?} is not a plain .conflist name of the conf dir",
+                self.file
+            ));
+        }
+        if let Some(conf) = &self.converted_from {
+            if !plain(conf)
+                || kind_of(conf) != Some(Kind::Single)
+                || converted_name(conf) != self.file
+            {
+                return Err(format!(
+                    "convertedFrom {conf:?} is not the plain .conf or .json name {:?} is converted from",
+                    self.file
+                ));
+            }
+        }
+        if let Some(from) = &self.rendered_from {
+            if !plain(from) {
+                return Err(format!(
+                    "renderedFrom {from:?} is not a plain file name of the conf dir"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The `--state-dir`: `<file>.podgate-backup` JSON records.
 #[derive(Debug, Clone)]
 pub struct StateDir {
@@ -56,14 +109,20 @@ impl StateDir {
         self.dir.join(format!("{file}{SUFFIX}"))
     }
 
+    /// The record of conf-dir file `file`; one naming a file the installer
+    /// could not have written is refused ([`Backup::check`]).
     pub fn load(&self, file: &str) -> Result<Option<Backup>, Error> {
         let path = self.path_of(file);
         let Some(bytes) = fsx::read_opt(&path)? else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| Error::StateCorrupt { path, source })
+        let b: Backup = serde_json::from_slice(&bytes).map_err(|source| Error::StateCorrupt {
+            path: path.clone(),
+            source,
+        })?;
+        b.check(file)
+            .map_err(|why| Error::RecordRefused { path, why })?;
+        Ok(Some(b))
     }
 
     pub fn save(&self, b: &Backup) -> Result<(), Error> {
@@ -91,6 +150,20 @@ impl StateDir {
     pub fn remove(&self, file: &str) -> Result<(), Error> {
         fsx::remove(&self.path_of(file))?;
         Ok(())
+    }
+
+    /// Once no record is left (uninstalled): remove the lock and the
+    /// runtime's history, keeping the dir itself (it may be a mount
+    /// point). Whether it was emptied.
+    pub fn purge_unless_records(&self) -> Result<bool, Error> {
+        if !self.list()?.is_empty() {
+            return Ok(false);
+        }
+        fsx::remove(&self.dir.join(crate::history::FILE))?;
+        if let Ok(dir) = podgate_kit::dir::Dir::open(&self.dir) {
+            kfs::remove_orphaned_lock(&dir, ".lock");
+        }
+        Ok(true)
     }
 
     /// Every record, by file name. A missing state dir holds none.
@@ -135,6 +208,77 @@ mod tests {
         assert_eq!(s.list().unwrap(), vec![b]);
         s.remove("10-x.conflist").unwrap();
         assert!(s.list().unwrap().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn record(file: &str, converted_from: Option<&str>, rendered_from: Option<&str>) -> Backup {
+        Backup {
+            file: file.into(),
+            written: "w".into(),
+            original: Some("o".into()),
+            converted_from: converted_from.map(String::from),
+            rendered_from: rendered_from.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_record_names_only_plain_files_the_installer_could_have_written() {
+        for ok in [
+            record("00-podgate.conflist", None, Some("10-calico.conflist")),
+            record("10-x.conflist", None, None),
+            record("10-x.conflist", Some("10-x.conf"), None),
+            record("10-x.conflist", Some("10-x.json"), None),
+        ] {
+            assert_eq!(ok.check(&ok.file.clone()), Ok(()), "{ok:?}");
+        }
+        let refused = [
+            (record("10-x.conflist", None, None), "10-y.conflist"),
+            (record("../10-x.conflist", None, None), "../10-x.conflist"),
+            (
+                record("/etc/cni/net.d/10-x.conflist", None, None),
+                "/etc/cni/net.d/10-x.conflist",
+            ),
+            (record(".10-x.conflist", None, None), ".10-x.conflist"),
+            (record("10-x.conf", None, None), "10-x.conf"),
+            (record("10-x", None, None), "10-x"),
+            (
+                record("10-x.conflist", Some("../../../opt/cni/bin/bridge"), None),
+                "10-x.conflist",
+            ),
+            (
+                record("10-x.conflist", Some("00-other.conf"), None),
+                "10-x.conflist",
+            ),
+            (
+                record("10-x.conflist", Some("10-x.conflist"), None),
+                "10-x.conflist",
+            ),
+            (
+                record("00-podgate.conflist", None, Some("../10-calico.conflist")),
+                "00-podgate.conflist",
+            ),
+        ];
+        for (b, key) in refused {
+            assert!(b.check(key).is_err(), "{key}: {b:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_record_fails_the_load_naming_the_rule() {
+        let d = std::env::temp_dir().join(format!("podgate-state-refused-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let forged = record("10-x.conflist", Some("../../../opt/cni/bin/bridge"), None);
+        std::fs::write(
+            d.join("10-x.conflist.podgate-backup"),
+            serde_json::to_vec(&forged).unwrap(),
+        )
+        .unwrap();
+        let e = StateDir::new(&d).list().unwrap_err().to_string();
+        assert!(
+            e.contains("convertedFrom") && e.contains("refusing it"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -65,7 +65,10 @@ pub const AGENT_ROOTS: [&str; 2] = ["/run/kube-ovn-ipsec", "/var/run/kube-ovn-ip
 /// `protectionDir`'s socket, `ovsdbSocket` and `agentSocket`. So each must
 /// lie in podgate's (or Kube-OVN's and Open vSwitch's) own directory for
 /// it, as an absolute path without `.` or `..`, and never inside the
-/// installer's own state directory.
+/// installer's own state directory, nor inside the one of earlier releases
+/// ([`crate::LEGACY_STATE_DIR`], under podgate-router's default
+/// `stateDir`: `--migrate-state-from` reads it and the uninstall purge
+/// removes it whole).
 #[derive(Debug, Clone, Default)]
 pub struct HostPaths {
     /// `--plugin-path-root`: accepted for every key besides the roots
@@ -111,6 +114,13 @@ impl HostPaths {
                 "{key} {} is inside the installer's state directory {}",
                 path.display(),
                 self.installer_state.display()
+            ));
+        }
+        if path.starts_with(crate::LEGACY_STATE_DIR) {
+            return Err(format!(
+                "{key} {} is inside the installer's state directory of earlier releases {}",
+                path.display(),
+                crate::LEGACY_STATE_DIR
             ));
         }
         let mut allowed = roots
@@ -310,6 +320,10 @@ mod tests {
             (
                 r#"{"type":"podgate-router","stateDir":"/var/lib/cni/podgate/installer/x"}"#,
                 "inside the installer's state directory",
+            ),
+            (
+                r#"{"type":"podgate-router","stateDir":"/var/lib/podgate/installer/x"}"#,
+                "inside the installer's state directory /var/lib/podgate/installer",
             ),
             (
                 r#"{"type":"podgate-tunnel-guard","logFile":"/etc/passwd"}"#,

@@ -23,6 +23,8 @@ pub mod route;
 pub mod rule;
 pub mod state;
 pub mod sysctl;
+#[cfg(test)]
+mod testing;
 pub mod xfrm;
 
 pub use error::{Error, Result};

@@ -348,31 +348,6 @@ mod tests {
         check_nstype(kind, || ns.open_in(|| ()), Path::new(path))
     }
 
-    /// `ip netns add pg-kit-<pid>`: a bind-mounted namespace, deleted on drop.
-    struct NamedNetns(String);
-
-    impl NamedNetns {
-        fn add() -> NamedNetns {
-            let name = format!("pg-kit-{}", std::process::id());
-            let ok = std::process::Command::new("ip")
-                .args(["netns", "add", &name])
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "ip netns add {name}");
-            NamedNetns(format!("/var/run/netns/{name}"))
-        }
-    }
-
-    impl Drop for NamedNetns {
-        fn drop(&mut self) {
-            let name = self.0.trim_start_matches("/var/run/netns/");
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "del", name])
-                .status();
-        }
-    }
-
     fn failed(errno: i32) -> std::io::Result<libc::c_int> {
         Err(std::io::Error::from_raw_os_error(errno))
     }
@@ -380,7 +355,7 @@ mod tests {
     #[test]
     fn without_ns_get_nstype_a_network_namespace_is_told_by_entering_it() {
         let home = NetNs::current().unwrap();
-        let bound = NamedNetns::add();
+        let bound = crate::testing::NamedNetns::add("netns");
         for errno in [libc::ENOTTY, libc::ENOSYS, libc::EINVAL] {
             checked("/proc/self/ns/net", failed(errno)).unwrap();
             // A bind-mounted one (/var/run/netns/x, as runtimes pass it).

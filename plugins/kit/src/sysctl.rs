@@ -5,29 +5,43 @@
 //! [`SysctlFile`] inside `NetNs::open_in` and use it from any thread: a
 //! /proc/sys file keeps reading and writing the value of the namespace it was
 //! opened in, whoever reads or writes it later.
+//!
+//! Reads always go through this process's /proc/sys. Writes do too, unless
+//! [`use_broker`] said otherwise (the node agent, whose container's
+//! /proc/sys is read-only): then the file is opened for writing by the
+//! [`broker`], in the calling thread's namespace. The plugins never set it.
 
 use crate::error::{Error, Result};
 use std::fs::{self, File};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Where /proc/sys is for this process: `/proc/sys` unless [`set_root`]
-/// said otherwise (the node agent, whose container's /proc/sys is mounted
-/// read-only, writes pods' sysctls through a writable mount of the node's
-/// `/proc/sys/net`). The plugins never set it.
-static ROOT: OnceLock<PathBuf> = OnceLock::new();
+pub mod broker;
 
-/// Use `dir` in place of /proc/sys from now on (once per process).
-pub fn set_root(dir: PathBuf) -> bool {
-    ROOT.set(dir).is_ok()
+const PROC_SYS: &str = "/proc/sys";
+
+/// The socket of the sysctl broker that opens this process's sysctl writes,
+/// once [`use_broker`] set it.
+static BROKER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Open every sysctl write through the [`broker`] listening on `socket`
+/// from now on (once per process).
+pub fn use_broker(socket: PathBuf) -> bool {
+    BROKER.set(socket).is_ok()
 }
 
 /// Validate a `net.*` sysctl name and map it to its /proc/sys path.
 /// Refuses anything outside `net.` (node-wide knobs such as `kernel.*` or
 /// `vm.*` are not per pod), path tricks (`..`, `/`), and empty segments.
 pub fn path_of(name: &str) -> Result<PathBuf> {
+    path_under(Path::new(PROC_SYS), name)
+}
+
+/// [`path_of`] under `root` in place of /proc/sys (the broker's writable
+/// mount).
+pub fn path_under(root: &Path, name: &str) -> Result<PathBuf> {
     let refuse = |msg: &str| Error::SysctlRefused {
         name: name.to_string(),
         msg: msg.to_string(),
@@ -52,10 +66,7 @@ pub fn path_of(name: &str) -> Result<PathBuf> {
             "segments may hold only letters, digits, '_' and '-' (no '/')",
         ));
     }
-    let mut p = ROOT
-        .get()
-        .cloned()
-        .unwrap_or_else(|| PathBuf::from("/proc/sys"));
+    let mut p = root.to_path_buf();
     p.extend(segments);
     Ok(p)
 }
@@ -87,7 +98,11 @@ pub fn ensure(name: &str, value: &str) -> Result<Option<String>> {
         return Ok(None);
     }
     let p = path_of(name)?;
-    fs::write(&p, value.as_bytes()).map_err(|source| Error::Sysctl {
+    let written = match BROKER.get() {
+        Some(socket) => broker::open_rw(socket, name)?.write_all_at(value.as_bytes(), 0),
+        None => fs::write(&p, value.as_bytes()),
+    };
+    written.map_err(|source| Error::Sysctl {
         name: name.to_string(),
         op: if source.kind() == ErrorKind::PermissionDenied {
             "write (read-only here: not namespaced, or /proc/sys mounted read-only)"
@@ -106,15 +121,18 @@ pub fn exists(name: &str) -> bool {
 
 /// One sysctl of the namespace it was opened in, readable and writable from
 /// any thread (`pread`/`pwrite` at offset 0; the fd is `O_CLOEXEC`, closed
-/// on drop). Opened `O_RDWR`; where the file is read-only (a read-only
-/// sysctl, /proc/sys mounted read-only) it is opened for reading and a write
-/// fails as [`ensure`] does.
+/// on drop). Opened `O_RDWR` (by the broker, with [`use_broker`]); where
+/// the file is read-only (a read-only sysctl, /proc/sys mounted read-only,
+/// the broker refused) it is opened for reading and a write fails as
+/// [`ensure`] does.
 #[derive(Debug)]
 pub struct SysctlFile {
     name: String,
     netns: String,
     file: File,
     writable: bool,
+    /// Why the broker did not open it for writing.
+    refused: Option<String>,
 }
 
 impl SysctlFile {
@@ -124,6 +142,9 @@ impl SysctlFile {
     /// `ENOENT`, before anything was changed.
     pub fn open(name: &str, netns: &str) -> Result<SysctlFile> {
         let p = path_of(name)?;
+        if let Some(socket) = BROKER.get() {
+            return SysctlFile::open_brokered(socket, name, netns, &p);
+        }
         let err = |op, source| Error::Sysctl {
             name: format!("{name} in netns {netns}"),
             op,
@@ -146,6 +167,7 @@ impl SysctlFile {
             netns: netns.to_string(),
             file,
             writable,
+            refused: None,
         })
     }
 
@@ -187,6 +209,12 @@ impl SysctlFile {
 
     /// Write `value` (`pwrite` at offset 0), unconditionally.
     pub fn write(&self, value: &str) -> Result<()> {
+        if let Some(why) = &self.refused {
+            return Err(Error::SysctlRefused {
+                name: format!("{} in netns {}", self.name, self.netns),
+                msg: why.clone(),
+            });
+        }
         if !self.writable {
             return Err(self.err(
                 "write (read-only here: not namespaced, or /proc/sys mounted read-only)",

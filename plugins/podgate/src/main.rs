@@ -174,6 +174,18 @@ chain) or a candidate failed.
 Endpoints: GET /metrics (Prometheus text format 0.0.4), GET /healthz (200 while collections and sweeps run)."
     )]
     Agent(podgate_install::agent::AgentArgs),
+    /// The DaemonSet's sysctl broker: the one container with a writable
+    /// /proc/sys/net; opens sysctls for the agent, a pod's in its own
+    /// namespace, the node's only those podgate-router sets there.
+    #[command(after_help = "Example (the DaemonSet's sysctl-broker container):
+  podgate sysctl-broker --listen /run/podgate-sysctl/broker.sock --proc-sys /host/proc/sys")]
+    SysctlBroker(podgate_install::sysctl_broker::SysctlBrokerArgs),
+    /// The DaemonSet's CRI proxy: holds the runtime's CRI socket and
+    /// forwards only the agent's reads (and StopPodSandbox with
+    /// --allow-stop); everything else is refused.
+    #[command(after_help = "Example (the DaemonSet's cri-proxy container):
+  podgate cri-proxy --listen /run/podgate-cri/cri.sock")]
+    CriProxy(podgate_install::cri_proxy::CriProxyArgs),
     /// Write one archive for a bug report: versions, CNI configs, installer
     /// state, records with drift, IPsec status, podgate's routes, rules and
     /// nf_tables, recent logs. Never key material.
@@ -198,6 +210,8 @@ fn dispatch(cli: &Cli) -> Result<Found, Error> {
         Cmd::Report(a) => report::run(a),
         Cmd::Uninstall(a) => cmd::install::uninstall(a),
         Cmd::Agent(a) => cmd::install::agent(a),
+        Cmd::SysctlBroker(a) => cmd::install::sysctl_broker(a),
+        Cmd::CriProxy(a) => cmd::install::cri_proxy(a),
     }
 }
 

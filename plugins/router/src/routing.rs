@@ -613,3 +613,67 @@ fn host_if_sysctls(host_if: &str, addrs: &[IpNet], node_ipv6: bool) -> Vec<Sysct
         })
         .collect()
 }
+
+/// Whether `name` is one of the sysctls a plan writes in the node's own
+/// namespace ([`node_sysctls`], [`host_if_sysctls`] for an IPv4 pod, a pod
+/// with IPv6 and a node without), for any one interface (never `all` or
+/// `default`, which would change every interface): the only node sysctls
+/// the sysctl broker opens for the node agent (adoption, the sweep's
+/// restore).
+pub fn node_sysctl_allowed(name: &str) -> bool {
+    const IF: &str = "IFNAME";
+    let v4: IpNet = IpNet::from(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let given: Vec<&str> = name.split('.').collect();
+    node_sysctls(IF)
+        .into_iter()
+        .chain(host_if_sysctls(IF, &[v4], false))
+        .chain(host_if_sysctls(IF, &[], true))
+        .any(|t| {
+            let want: Vec<&str> = t.name.split('.').collect();
+            want.len() == given.len()
+                && want.iter().zip(&given).all(|(w, g)| match *w {
+                    IF => {
+                        (1..16).contains(&g.len())
+                            && !matches!(*g, "all" | "default")
+                            && g.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    }
+                    _ => w == g,
+                })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_sysctls_a_plan_writes_are_the_only_ones_allowed_in_the_nodes_namespace() {
+        let v4: IpNet = "10.40.0.3/32".parse().unwrap();
+        let v6: IpNet = "fd00:40::3/128".parse().unwrap();
+        for s in node_sysctls("pgup0")
+            .iter()
+            .chain(&host_if_sysctls("veth12ab34cd", &[v4], true))
+            .chain(&host_if_sysctls("veth12ab34cd", &[v4, v6], true))
+        {
+            assert!(node_sysctl_allowed(&s.name), "{}", s.name);
+        }
+        assert!(node_sysctl_allowed("net.ipv6.conf.eth0.disable_ipv6"));
+        for other in [
+            "net.core.bpf_jit_harden",
+            "net.core.rmem_max",
+            "net.ipv4.ip_forward",
+            "net.ipv4.tcp_mem",
+            "net.ipv4.conf.all.rp_filter",
+            "net.ipv4.conf.default.accept_local",
+            "net.ipv4.conf.eth0.forwarding",
+            "net.ipv4.neigh.default.proxy_delay",
+            "net.ipv4.conf.a-very-long-name0.rp_filter",
+            "net.ipv4.tcp_early_demux.x",
+            "net.ipv6.conf.all.disable_ipv6",
+            "net.ipv6.conf.default.disable_ipv6",
+        ] {
+            assert!(!node_sysctl_allowed(other), "{other}");
+        }
+    }
+}

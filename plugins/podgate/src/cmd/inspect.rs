@@ -29,10 +29,9 @@ pub struct InspectArgs {
     /// With --unguarded: podgate's entries (the tunnel guard's config).
     #[arg(long, value_name = "FILE", default_value = podgate_install::DEFAULT_PLUGINS_FILE)]
     pub plugins: PathBuf,
-    /// With --unguarded: the installer's state dir (its runtime-chain.json)
-    /// [default: <--state-dir>/installer].
-    #[arg(long, value_name = "DIR")]
-    pub installer_state_dir: Option<PathBuf>,
+    /// With --unguarded: the installer's state dir (its runtime-chain.json).
+    #[arg(long, value_name = "DIR", default_value = podgate_install::DEFAULT_STATE_DIR)]
+    pub installer_state_dir: PathBuf,
 }
 
 #[derive(Debug, Serialize)]
@@ -45,12 +44,12 @@ struct Unguarded {
 }
 
 fn run_unguarded(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
-    let dir = a
-        .installer_state_dir
-        .clone()
-        .unwrap_or_else(|| target.state_dir.join("installer"));
-    let list = podgate_install::unguarded(target.runtime_endpoint.as_deref(), &dir, &a.plugins)
-        .map_err(|e| Error::Msg(e.to_string()))?;
+    let list = podgate_install::unguarded(
+        target.runtime_endpoint.as_deref(),
+        &a.installer_state_dir,
+        &a.plugins,
+    )
+    .map_err(|e| Error::Msg(e.to_string()))?;
     let rows: Vec<Unguarded> = list
         .iter()
         .flatten()
