@@ -444,21 +444,37 @@ pub fn quarantine_listing(
         .collect())
 }
 
+/// What is known of an attachment whose record cannot be parsed: what
+/// [`remove_unreadable`] removes by ownership.
+pub struct Orphan<'a> {
+    pub key: &'a Key,
+    /// Where its record is.
+    pub at: Unreadable,
+    /// Its pod netns, if it is still there.
+    pub ns: Option<&'a NetNs>,
+    /// Its addresses (prevResult).
+    pub pod_ips: &'a [std::net::IpAddr],
+    /// The prefix of podgate's nf_tables tables in the pod.
+    pub table_prefix: &'a str,
+}
+
 /// DEL (or a repeated ADD) of an attachment whose record cannot be parsed:
 /// remove by ownership what carries its tag in its pod netns, and the node's
 /// podgate routes and rules for its addresses that no other record accounts
 /// for; then the record (from `at`).
-#[allow(clippy::too_many_arguments)]
 pub fn remove_unreadable(
-    key: &Key,
-    at: Unreadable,
+    orphan: &Orphan<'_>,
     census: &Census,
     node: &mut RouteSocket,
-    ns: Option<&NetNs>,
-    pod_ips: &[std::net::IpAddr],
-    table_prefix: &str,
     store: &StateStore,
 ) -> Swept {
+    let Orphan {
+        key,
+        at,
+        ns,
+        pod_ips,
+        table_prefix,
+    } = *orphan;
     let mut out = Swept::default();
     if let Some(ns) = ns {
         let (r, f) = apply::sweep_pod(ns, key, table_prefix);

@@ -8,7 +8,7 @@
 //! dump alone is 110+ messages of ~1.4 KiB, and every dump is a netlink
 //! round trip (`sendto` and at least two `recvfrom`).
 
-use crate::config::{RouterConfig, RoutingMode, TableChoice};
+use crate::config::{RoutingMode, TableChoice};
 use crate::intent::Selection;
 use crate::kernel::Kernel;
 use crate::model::{Claim, NodeView};
@@ -89,7 +89,7 @@ pub struct Needs {
 }
 
 impl Needs {
-    pub fn of(cfg: &RouterConfig, sel: &Selection) -> Needs {
+    pub fn of(sel: &Selection) -> Needs {
         let mut n = Needs::default();
         for pool in &sel.return_routes {
             let f = Families::of(pool.addr());
@@ -97,11 +97,7 @@ impl Needs {
             n.addresses = n.addresses.union(f);
             n.claims = true;
         }
-        let routing = cfg
-            .profiles
-            .get(&sel.profile)
-            .and_then(|p| p.routing.as_ref());
-        if let Some(r) = routing {
+        if let Some(r) = &sel.profile.routing {
             let strict = r.mode == RoutingMode::Strict;
             // A strict pod's every address is bounded, of either family.
             let f = match r.table {

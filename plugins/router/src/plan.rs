@@ -139,17 +139,13 @@ fn pool_conflict(pool: &IpNet, key: &Key, pod_ips: &[IpNet], view: &NodeView) ->
 /// them: ADD reads their current values in the pod's namespace before the
 /// plan is built (outside the node-wide lock). Names `build` refuses are
 /// left out (nothing is read for them; the refusal comes from `build`).
-pub fn pod_sysctl_names(cfg: &RouterConfig, sel: &Selection, ifname: &str) -> Vec<String> {
-    cfg.profiles
-        .get(&sel.profile)
-        .map(|p| {
-            p.sysctls
-                .keys()
-                .map(|k| sysctl::expand_ifname(k, ifname))
-                .filter(|n| sysctl::path_of(n).is_ok())
-                .collect()
-        })
-        .unwrap_or_default()
+pub fn pod_sysctl_names(sel: &Selection, ifname: &str) -> Vec<String> {
+    sel.profile
+        .sysctls
+        .keys()
+        .map(|k| sysctl::expand_ifname(k, ifname))
+        .filter(|n| sysctl::path_of(n).is_ok())
+        .collect()
 }
 
 pub fn build(
@@ -159,10 +155,7 @@ pub fn build(
     prev: &CniResult,
     view: &NodeView,
 ) -> Result<Plan, CniError> {
-    let profile = cfg
-        .profiles
-        .get(&sel.profile)
-        .ok_or_else(|| CniError::policy(format!("profile {:?} not defined", sel.profile)))?;
+    let profile = sel.profile;
     let ifname = key.ifname.as_str();
     let pod_ips: Vec<IpNet> = prev.ips_of(ifname).iter().map(|i| i.address).collect();
 
@@ -265,7 +258,7 @@ pub fn build(
     }
 
     Ok(Plan {
-        profile: sel.profile.clone(),
+        profile: sel.name.to_string(),
         source: sel.source.to_string(),
         ifname: ifname.to_string(),
         pod_ips,

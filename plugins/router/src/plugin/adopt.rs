@@ -281,7 +281,7 @@ pub fn adopt(entry: &Value, sb: &Sandbox) -> Result<Adoption, CniError> {
     let req = request(entry, &ifname, sb)?;
     add::add_as(&req, true)?;
     Ok(Adoption::Applied {
-        profile: sel.profile,
+        profile: sel.name.to_string(),
         source: sel.source.to_string(),
         ifname,
     })

@@ -206,16 +206,14 @@ fn del_unreadable(
     };
     let census = Census::take_in(store, &names, &here, depth).map_err(io_err)?;
     let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
-    let mut s = lifecycle::remove_unreadable(
+    let orphan = lifecycle::Orphan {
         key,
         at,
-        &census,
-        &mut node,
-        ns.as_ref(),
-        &pod_ips_of(req),
-        &format!("{}-", cfg.nft_table),
-        store,
-    );
+        ns: ns.as_ref(),
+        pod_ips: &pod_ips_of(req),
+        table_prefix: &format!("{}-", cfg.nft_table),
+    };
+    let mut s = lifecycle::remove_unreadable(&orphan, &census, &mut node, store);
     if s.failures.is_empty() {
         s.failures = lifecycle::restore_unneeded(store, &census, &mut node);
     }

@@ -29,7 +29,7 @@ pub(super) fn check(req: &Request) -> Result<(), CniError> {
         (Some(s), None) => {
             return Err(CniError::apply(format!(
                 "profile {:?} applies to this pod but podgate has no record of applying it",
-                s.profile
+                s.name
             )))
         }
         (_, Some(r)) => r,

@@ -111,7 +111,7 @@ fn ms(d: std::time::Duration) -> f64 {
     (d.as_micros() as f64) / 1000.0
 }
 
-fn selection(cfg: &RouterConfig, req: &Request) -> Result<Option<Selection>, CniError> {
+fn selection<'c>(cfg: &'c RouterConfig, req: &Request) -> Result<Option<Selection<'c>>, CniError> {
     let intent = PodIntent::from_request(&req.env, &req.conf)?;
     intent::select(cfg, &intent)
 }
