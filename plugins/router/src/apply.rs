@@ -39,6 +39,72 @@ pub enum ApplyError {
     },
 }
 
+impl ApplyError {
+    /// The kit error behind this one, and the pod netns it happened in
+    /// (nf_tables in the pod).
+    pub fn kit(&self) -> (&Error, Option<&str>) {
+        match self {
+            ApplyError::Kit(e) => (e, None),
+            ApplyError::Nft { netns, source } => (source, Some(netns)),
+        }
+    }
+
+    /// A write to the state directory failed (not the kernel).
+    pub fn is_state(&self) -> bool {
+        matches!(self, ApplyError::Kit(Error::State { .. }))
+    }
+}
+
+/// What could not be done or undone, each failure typed (a kernel call's
+/// errno and object kept for the CNI error's details); shown, and
+/// serialized for logs, as its messages (joined by "; " in one line).
+#[derive(Debug, Default)]
+pub struct Failures(Vec<ApplyError>);
+
+impl Failures {
+    /// One failure.
+    pub fn of(e: impl Into<ApplyError>) -> Failures {
+        Failures(vec![e.into()])
+    }
+
+    pub fn push(&mut self, e: impl Into<ApplyError>) {
+        self.0.push(e.into());
+    }
+
+    pub fn extend(&mut self, other: Failures) {
+        self.0.extend(other.0);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ApplyError> {
+        self.0.iter()
+    }
+
+    /// Each failure's message.
+    pub fn messages(&self) -> Vec<String> {
+        self.0.iter().map(ToString::to_string).collect()
+    }
+}
+
+impl std::fmt::Display for Failures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.messages().join("; "))
+    }
+}
+
+impl serde::Serialize for Failures {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(ToString::to_string))
+    }
+}
+
 /// Sockets bound to the pod's namespace.
 pub struct PodSockets {
     pub route: RouteSocket,
@@ -269,16 +335,16 @@ pub fn apply_node(
     store: &StateStore,
     rec: &mut Record,
     last_strict: bool,
-) -> Result<(), (ApplyError, Vec<String>)> {
+) -> Result<(), (ApplyError, Failures)> {
     let mut written = false;
     match node_steps(k, store, rec, &mut written) {
         Ok(()) => Ok(()),
-        Err(e) if !written => Err((e, Vec::new())),
+        Err(e) if !written => Err((e, Failures::default())),
         Err(e) => {
-            let left = remove_node(k, rec, store, last_strict);
+            let mut left = remove_node(k, rec, store, last_strict);
             if left.is_empty() {
                 if let Err(re) = crate::claims::remove(store, &rec.key) {
-                    return Err((e, vec![re.to_string()]));
+                    left.push(re);
                 }
             }
             Err((e, left))
@@ -330,8 +396,8 @@ fn node_steps(
 /// Put back what we changed, but only where the value is still ours: another
 /// writer's later change wins, and a sysctl a killed ADD never reached still
 /// holds its previous value.
-fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
-    let mut failed = Vec::new();
+fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Failures {
+    let mut failed = Failures::default();
     for s in &rec.sysctls {
         let Some(prev) = &s.previous else { continue };
         let still_ours = k
@@ -341,7 +407,7 @@ fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
         // recorded only where ADD changed it): write without reading again.
         if still_ours {
             if let Err(e) = k.sysctl_write(&s.name, prev) {
-                failed.push(e.to_string());
+                failed.push(e);
             }
         }
     }
@@ -359,8 +425,8 @@ pub fn remove_node(
     rec: &Record,
     store: &StateStore,
     last_strict: bool,
-) -> Vec<String> {
-    let mut failures = Vec::new();
+) -> Failures {
+    let mut failures = Failures::default();
     if let Some(r) = &rec.routing {
         let rp = r.plan();
         failures.extend(boundary::remove_pod(k, &rp));
@@ -370,7 +436,7 @@ pub fn remove_node(
     }
     for r in &rec.node_routes {
         if let Err(e) = k.route_del(&r.spec()) {
-            failures.push(e.to_string());
+            failures.push(e);
         }
     }
     failures
@@ -404,17 +470,17 @@ pub fn removal_handles(rec: &Record, ns: &NetNs) -> Result<Option<PodHandles>, E
 /// touches only the pod's own namespace, and writing forwarding sysctls can
 /// wait on the kernel's rtnl lock for a long time on a busy node.
 /// Already-gone is success; real failures are returned.
-pub fn remove_pod(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
+pub fn remove_pod(k: &mut impl Kernel, rec: &Record) -> Failures {
     let mut failures = restore_sysctls(k, rec);
     if let Some(t) = &rec.nft_table {
         if let Err(source) = k.nft_delete(t) {
-            failures.push(nft_err(k, source).to_string());
+            failures.push(nft_err(k, source));
         }
     }
     for r in &rec.pod_routes {
         // Gone with its interface is fine: del treats that as absent.
         if let Err(e) = k.route_del(&r.spec()) {
-            failures.push(e.to_string());
+            failures.push(e);
         }
     }
     failures
@@ -425,12 +491,15 @@ pub fn remove_pod(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
 /// with this attachment's tag, and podgate's routes (protocol 94) out of its
 /// interface. Sysctls cannot be put back without the record. Returns what was
 /// removed and what failed.
-pub fn sweep_pod(ns: &NetNs, key: &Key, table_prefix: &str) -> (Vec<String>, Vec<String>) {
+pub fn sweep_pod(ns: &NetNs, key: &Key, table_prefix: &str) -> (Vec<String>, Failures) {
     let mut removed = Vec::new();
-    let mut failed = Vec::new();
+    let mut failed = Failures::default();
     let mut pod = match pod_sockets(ns) {
         Ok(p) => p,
-        Err(e) => return (removed, vec![e.to_string()]),
+        Err(e) => {
+            failed.push(e);
+            return (removed, failed);
+        }
     };
     let tag = record::nft_tag(key);
     match pod.nft.list_inet_tables_tagged(table_prefix) {
@@ -441,17 +510,17 @@ pub fn sweep_pod(ns: &NetNs, key: &Key, table_prefix: &str) -> (Vec<String>, Vec
             {
                 match pod.nft.delete_table(&name) {
                     Ok(_) => removed.push(format!("nft table inet {name} in {}", pod.netns)),
-                    Err(e) => failed.push(pod.nft_err(e).to_string()),
+                    Err(e) => failed.push(pod.nft_err(e)),
                 }
             }
         }
-        Err(e) => failed.push(pod.nft_err(e).to_string()),
+        Err(e) => failed.push(pod.nft_err(e)),
     }
     let oif = match link::index_of(&mut pod.route, &key.ifname) {
         Ok(i) => Some(i),
         Err(e) if e.is_not_found() => None,
         Err(e) => {
-            failed.push(e.to_string());
+            failed.push(e);
             None
         }
     };
@@ -464,11 +533,11 @@ pub fn sweep_pod(ns: &NetNs, key: &Key, table_prefix: &str) -> (Vec<String>, Vec
                 {
                     match route::del(&mut pod.route, &route::RouteSpec::from(r)) {
                         Ok(_) => removed.push(format!("pod route {}", r.dst)),
-                        Err(e) => failed.push(e.to_string()),
+                        Err(e) => failed.push(e),
                     }
                 }
             }
-            Err(e) => failed.push(e.to_string()),
+            Err(e) => failed.push(e),
         }
     }
     (removed, failed)
@@ -513,9 +582,9 @@ pub fn sweep_node(
     node: &mut RouteSocket,
     records: &[Record],
     only: Option<&[IpAddr]>,
-) -> (Vec<String>, Vec<String>) {
+) -> (Vec<String>, Failures) {
     let mut removed = Vec::new();
-    let mut failed = Vec::new();
+    let mut failed = Failures::default();
     let refers = |net: Option<ipnet::IpNet>| {
         net.is_some_and(|n| only.is_some_and(|ips| ips.iter().any(|ip| n.contains(ip))))
     };
@@ -524,7 +593,7 @@ pub fn sweep_node(
         let rules = match rule::list(node, v6) {
             Ok(r) => r,
             Err(e) => {
-                failed.push(e.to_string());
+                failed.push(e);
                 continue;
             }
         };
@@ -557,7 +626,7 @@ pub fn sweep_node(
             tables.push(r.table);
             match rule::del(node, r) {
                 Ok(_) => removed.push(format!("node rule {}", r.describe())),
-                Err(e) => failed.push(e.to_string()),
+                Err(e) => failed.push(e),
             }
         }
     }
@@ -581,11 +650,11 @@ pub fn sweep_node(
                         "node route {}",
                         route::RouteSpec::from(e).describe()
                     )),
-                    Err(err) => failed.push(err.to_string()),
+                    Err(err) => failed.push(err),
                 }
             }
         }
-        Err(e) => failed.push(e.to_string()),
+        Err(e) => failed.push(e),
     }
     (removed, failed)
 }
@@ -596,16 +665,16 @@ pub fn sweep_node(
 /// into that table name the pod's address, and what refers to that address
 /// or table goes as [`sweep_node`] removes an unusable record's objects.
 /// The rule of a live pod (its interface exists) is never touched.
-pub fn sweep_detached(node: &mut RouteSocket, records: &[Record]) -> (Vec<String>, Vec<String>) {
+pub fn sweep_detached(node: &mut RouteSocket, records: &[Record]) -> (Vec<String>, Failures) {
     let links = match link::list(node) {
         Ok(l) => l,
-        Err(e) => return (Vec::new(), vec![e.to_string()]),
+        Err(e) => return (Vec::new(), Failures::of(e)),
     };
     let mut ips = Vec::new();
     for v6 in [false, true] {
         let rules = match rule::list(node, v6) {
             Ok(r) => r,
-            Err(e) => return (Vec::new(), vec![e.to_string()]),
+            Err(e) => return (Vec::new(), Failures::of(e)),
         };
         let dead: Vec<u32> = rules
             .iter()
@@ -627,7 +696,7 @@ pub fn sweep_detached(node: &mut RouteSocket, records: &[Record]) -> (Vec<String
         );
     }
     if ips.is_empty() {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), Failures::default());
     }
     sweep_node(node, records, Some(&ips))
 }

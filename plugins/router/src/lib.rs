@@ -13,6 +13,7 @@
 pub mod apply;
 pub mod claims;
 pub mod config;
+mod error;
 pub mod intent;
 pub mod kernel;
 pub mod lifecycle;

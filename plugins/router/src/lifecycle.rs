@@ -3,7 +3,7 @@
 //! ownership when a record cannot be used. ADD, DEL, GC and the installer
 //! daemon's periodic sweep all go through here, with the state lock held.
 
-use crate::apply;
+use crate::apply::{self, Failures};
 use crate::claims;
 use crate::kernel::{ListedOnce, Live};
 use crate::record::{self, Depth, Here, Listing, Liveness, ReadError, Record};
@@ -294,8 +294,8 @@ pub fn remove_record(
     ns: Option<&NetNs>,
     store: &StateStore,
     here: &Here,
-) -> Vec<String> {
-    let mut failures = Vec::new();
+) -> Failures {
+    let mut failures = Failures::default();
     let liveness = rec.liveness_opened(here, Depth::Path, ns);
     let node_gone = matches!(
         liveness,
@@ -325,7 +325,7 @@ pub fn remove_record(
                     failures.extend(apply::remove_pod(&mut Live::pod(&mut pod), rec))
                 }
                 Ok(None) => {}
-                Err(e) => failures.push(e.to_string()),
+                Err(e) => failures.push(e),
             }
         }
     }
@@ -374,7 +374,7 @@ pub fn clear_stale(
                 Err(e) => out.failures.push(e.to_string()),
             }
         } else {
-            out.failures.extend(f);
+            out.failures.extend(f.messages());
         }
     }
     // The removed records' claims index entries, in one pass over the index
@@ -479,12 +479,12 @@ pub fn remove_unreadable(
     if let Some(ns) = ns {
         let (r, f) = apply::sweep_pod(ns, key, table_prefix);
         out.removed.extend(r);
-        out.failures.extend(f);
+        out.failures.extend(f.messages());
     }
     if !pod_ips.is_empty() {
         let (r, f) = apply::sweep_node(node, &census.listing.records, Some(pod_ips));
         out.removed.extend(r);
-        out.failures.extend(f);
+        out.failures.extend(f.messages());
     }
     if out.failures.is_empty() {
         let removed = match at {
@@ -567,18 +567,14 @@ fn file_of(err: &ReadError) -> Option<String> {
 /// bound (restore_node asks it). What this covers: the last strict pod's
 /// record was unreadable (removed by ownership at its DEL, or
 /// quarantined), so no removal of a strict record put them back.
-pub fn restore_unneeded(
-    store: &StateStore,
-    census: &Census,
-    node: &mut RouteSocket,
-) -> Vec<String> {
+pub fn restore_unneeded(store: &StateStore, census: &Census, node: &mut RouteSocket) -> Failures {
     if !census.no_live_strict() {
-        return Vec::new();
+        return Failures::default();
     }
     match crate::strict_node::read_shared(store) {
         Ok(Some(_)) => apply::boundary::restore_node(store, &mut Live::on(node)),
-        Ok(None) => Vec::new(),
-        Err(e) => vec![e.to_string()],
+        Ok(None) => Failures::default(),
+        Err(e) => Failures::of(e),
     }
 }
 
@@ -668,10 +664,10 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
         let live: Vec<Record> = census.live().cloned().collect();
         let (removed, failed) = apply::sweep_detached(&mut node, &live);
         out.removed.extend(removed);
-        out.failures.extend(failed);
+        out.failures.extend(failed.messages());
     }
     out.failures
-        .extend(restore_unneeded(&store, &census, &mut node));
+        .extend(restore_unneeded(&store, &census, &mut node).messages());
     // Then what comes before the boundary of the strict pods left.
     let mut k = ListedOnce::new(Live::on(&mut node));
     for rec in census.live() {

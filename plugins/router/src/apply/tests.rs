@@ -196,7 +196,7 @@ fn a_failure_while_undoing_keeps_the_pending_record_for_del() {
 
     let (_, left) = apply_node(&mut k, &t.1, &mut rec, true).unwrap_err();
     assert_eq!(left.len(), 1, "{left:?}");
-    assert!(left[0].contains(&route0), "{left:?}");
+    assert!(left.messages()[0].contains(&route0), "{left:?}");
     let kept = record::read(&t.1, &rec.key).unwrap().unwrap();
     assert_eq!(kept.status, Status::Pending);
     // What the removal could undo, it did; DEL finishes from the record.
@@ -391,8 +391,23 @@ fn pod_removal_is_idempotent_and_restores_only_podgates_values() {
     let left = remove_pod(&mut k, &rec);
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(
-        left[0].contains(NS) && left[0].contains("podgate-eth0"),
+        left.messages()[0].contains(NS) && left.messages()[0].contains("podgate-eth0"),
         "{left:?}"
+    );
+    // The CNI error DEL makes of it keeps the errno, the object and the
+    // pod's netns in its details.
+    let e: podgate_cni::CniError = crate::error::Error::Left {
+        what: "teardown",
+        left,
+    }
+    .into();
+    assert!(e.msg.starts_with("teardown: "), "{}", e.msg);
+    let d: serde_json::Value = serde_json::from_str(&e.details).unwrap();
+    assert_eq!(d["errno"], libc::EBUSY, "{d}");
+    assert_eq!(d["netns"], NS, "{d}");
+    assert!(
+        d["object"].as_str().unwrap().contains("podgate-eth0"),
+        "{d}"
     );
 }
 

@@ -7,7 +7,7 @@ use crate::intent::Source;
 use crate::kernel::fake::Fake;
 use crate::plan;
 use ipnet::IpNet;
-use podgate_cni::CniResult;
+use podgate_cni::{CniError, CniResult};
 use podgate_kit::link::Link;
 use podgate_kit::route::{RouteSpec, RTPROT_PODGATE};
 use podgate_kit::state::Key;
@@ -249,8 +249,30 @@ fn a_failed_read_fails_the_observation_naming_it() {
     let s = sel(&cfg, "r", &["10.9.0.0/24"]);
     let mut k = node();
     k.fail_call(2, libc::EPERM);
-    let e = node_view(&mut k, &Needs::of(&s), Vec::new).unwrap_err();
+    let e: CniError = node_view(&mut k, &Needs::of(&s), Vec::new)
+        .unwrap_err()
+        .into();
     assert!(e.msg.contains("reading node addresses"), "{}", e.msg);
+}
+
+/// The CNI error of a failing kernel call carries its errno and object in
+/// `details` (JSON), beside the message naming what the router was doing.
+#[test]
+fn a_failed_kernel_call_reaches_the_cni_error_details() {
+    let cfg = routed();
+    let s = sel(&cfg, "r", &["10.9.0.0/24"]);
+    let mut k = node();
+    k.fail_call(2, libc::EPERM);
+    let e: CniError = node_view(&mut k, &Needs::of(&s), Vec::new)
+        .unwrap_err()
+        .into();
+    assert_eq!(e.code, podgate_cni::code::APPLY_FAILED);
+    let d: serde_json::Value = serde_json::from_str(&e.details)
+        .unwrap_or_else(|err| panic!("details {:?}: {err}", e.details));
+    assert_eq!(d["errno"], libc::EPERM, "{d}");
+    assert_eq!(d["errnoName"], "EPERM", "{d}");
+    assert_eq!(d["object"], "address list v6=false", "{d}");
+    assert_eq!(d["family"], "fake", "{d}");
 }
 
 /// Return routes read the main table alone: routes of other tables (a

@@ -3,12 +3,12 @@
 //! side through those handles, the record written ahead and after.
 
 use super::{
-    io_err, key_of, kit_err, load, log_swept, logger, ms, open_netns, pod_ips_of, require_caps,
-    selection, store,
+    key_of, load, log_swept, logger, ms, open_netns, pod_ips_of, require_caps, selection, store,
 };
-use crate::apply::{self, ApplyError};
+use crate::apply::{self, ApplyError, Failures};
 use crate::claims;
 use crate::config::{RouterConfig, RoutingMode};
+use crate::error::Error;
 use crate::intent::Selection;
 use crate::kernel::Live;
 use crate::lifecycle::{self, Census};
@@ -173,18 +173,18 @@ impl<'a> Scope<'a> {
     /// `names` is None (records went away meanwhile). Fails closed: a
     /// state dir that cannot be listed refuses the ADD rather than
     /// guessing which pools and strict slots are free.
-    fn judge(&mut self, names: Option<&Names>) -> Result<Census, CniError> {
+    fn judge(&mut self, names: Option<&Names>) -> Result<Census, Error> {
         let (store, here, interest) = (self.store, self.here, &self.interest);
         let depth = |r: &Record| interest.depth(r);
         if self.claims {
             if let Some(names) = names {
-                let mut ix = claims::Index::load(store).map_err(io_err)?;
-                let caught = ix.catch_up(store, names).map_err(io_err)?;
+                let mut ix = claims::Index::load(store).map_err(Error::State)?;
+                let caught = ix.catch_up(store, names).map_err(Error::State)?;
                 self.index = Some((ix, caught.unknown));
             } else if let Some((ix, _)) = &mut self.index {
                 // Records went away meanwhile (removals under this lock)
                 // and their entries with them: the index as saved now.
-                *ix = claims::Index::load(store).map_err(io_err)?;
+                *ix = claims::Index::load(store).map_err(Error::State)?;
             }
             if let Some((ix, unknown)) = &self.index {
                 let want = claims::Wanted {
@@ -202,7 +202,7 @@ impl<'a> Scope<'a> {
             Some(n) => Census::take_in(store, n, here, depth),
             None => Census::take(store, here, depth),
         }
-        .map_err(io_err)
+        .map_err(Error::State)
     }
 
     /// Write the record's claims ahead of it: into the index this ADD read
@@ -240,7 +240,7 @@ fn node_side(add: &Add<'_>, facts: apply::PodFacts) -> Result<NodeDone, CniError
     let early = scope
         .early()
         .map(|census| add.store.names().map(|names| (names, census)));
-    let lock = add.store.lock().map_err(io_err)?;
+    let lock = add.store.lock().map_err(Error::State)?;
     let census = census_under_lock(add, &mut scope, early)?;
     let (census, reread) = replace_earlier(add, &mut scope, census, &mut node)?;
     let mut rec = plan_and_record(add, &needs, &census, &mut node, &here, facts)?;
@@ -257,7 +257,7 @@ fn node_side(add: &Add<'_>, facts: apply::PodFacts) -> Result<NodeDone, CniError
 }
 
 fn node_err(e: podgate_kit::Error) -> CniError {
-    kit_err("node netlink", e)
+    Error::kernel("node netlink")(e).into()
 }
 
 /// Under the lock: sweep this container's temporary files and take the
@@ -269,13 +269,13 @@ fn census_under_lock(
 ) -> Result<Census, CniError> {
     let (names, early) = match early {
         Some(r) => {
-            let (names, census) = r.map_err(io_err)?;
+            let (names, census) = r.map_err(Error::State)?;
             (names, Some(census))
         }
-        None => (add.store.names().map_err(io_err)?, None),
+        None => (add.store.names().map_err(Error::State)?, None),
     };
     let store = add.store;
-    lifecycle::sweep_temp_in(store, &names, Some(&add.key.container_id)).map_err(io_err)?;
+    lifecycle::sweep_temp_in(store, &names, Some(&add.key.container_id)).map_err(Error::State)?;
     Ok(match early {
         Some(c) => {
             let interest = &scope.interest;
@@ -310,16 +310,15 @@ fn replace_earlier(
             let n = node.get().map_err(node_err)?;
             let left = lifecycle::remove_record(&old, &census, n, Some(add.ns), store, here);
             if !left.is_empty() {
-                return Err(CniError::apply(format!(
-                    "replacing earlier ADD of this attachment: {}",
-                    left.join("; ")
-                )));
+                let what = "replacing earlier ADD of this attachment";
+                return Err(Error::Left { what, left }.into());
             }
-            claims::remove(store, key).map_err(io_err)?;
+            claims::remove(store, key).map_err(Error::State)?;
             true
         }
-        Err(e @ ReadError::Newer { .. }) => return Err(CniError::io(e.to_string())),
-        Err(ReadError::Io(e)) => return Err(io_err(e)),
+        Err(e @ (ReadError::Newer { .. } | ReadError::Io(_))) => {
+            return Err(Error::Record(e).into())
+        }
         Err(e) => {
             log.warn(
                 "unreadable record of this attachment",
@@ -354,10 +353,12 @@ fn replace_unreadable(
     let s = lifecycle::remove_unreadable(&orphan, census, n, add.store);
     log_swept(add.log, "removed by ownership", &s);
     if !s.failures.is_empty() {
-        return Err(CniError::apply(format!(
-            "replacing an unreadable record of this attachment: {}",
-            s.failures.join("; ")
-        )));
+        let what = "replacing an unreadable record of this attachment";
+        return Err(Error::Swept {
+            what,
+            failures: s.failures,
+        }
+        .into());
     }
     Ok(())
 }
@@ -418,7 +419,9 @@ fn plan_and_record(
         adopted: add.adopted,
     };
     let mut rec = Record::pending(key, &plan, origin);
-    facts.fill(&mut rec).map_err(|e| failed(add, &e, &[]))?;
+    facts
+        .fill(&mut rec)
+        .map_err(|e| failed(add, e, Failures::default()))?;
     Ok(rec)
 }
 
@@ -443,25 +446,29 @@ fn claim_and_apply(
     };
     if let Err(e) = scope.claim(rec) {
         release();
-        return Err(io_err(e));
+        return Err(Error::State(e).into());
     }
     let last = census.last_strict(add.key);
     if let Err((e, l)) = apply::apply_node(&mut Live::lazy(node), add.store, rec, last) {
         if l.is_empty() {
             release();
         }
-        return Err(failed(add, &e, &l));
+        return Err(failed(add, e, l));
     }
     Ok(())
 }
 
-/// A failed apply, rolled back (leaving `leftovers`): logged, and the CNI
-/// error.
-fn failed(add: &Add<'_>, e: &ApplyError, leftovers: &[String]) -> CniError {
-    let msg = apply_msg(add.sel.name, e, leftovers);
+/// A failed apply, rolled back (leaving `left`): logged, and the error.
+fn failed(add: &Add<'_>, source: ApplyError, left: Failures) -> CniError {
+    let e = Error::Apply {
+        profile: add.sel.name.to_string(),
+        source: Box::new(source),
+        left,
+    };
+    let msg = e.to_string();
     add.log
         .error("apply failed, rolled back", json!({"error": msg}));
-    apply_cni_err(e, msg)
+    e.into()
 }
 
 /// Undo an ADD whose node side is applied and whose pod side failed (or
@@ -474,12 +481,12 @@ fn roll_back(
     pod: &mut apply::PodHandles,
     node: &mut apply::NodeSocket,
     store: &StateStore,
-) -> Vec<String> {
+) -> Failures {
     let mut left = apply::remove_pod(&mut Live::pod(pod), rec);
     let lock = match store.lock() {
         Ok(l) => l,
         Err(e) => {
-            left.push(e.to_string());
+            left.push(e);
             return left;
         }
     };
@@ -498,7 +505,7 @@ fn roll_back(
             Ok(c) => c.last_strict(&rec.key),
             Err(e) => {
                 // Fail closed: keep node-wide settings.
-                left.push(e.to_string());
+                left.push(e);
                 false
             }
         }
@@ -508,35 +515,16 @@ fn roll_back(
     if apply::has_node_side(rec) {
         match node.get() {
             Ok(n) => left.extend(apply::remove_node(&mut Live::on(n), rec, store, last)),
-            Err(e) => left.push(e.to_string()),
+            Err(e) => left.push(e),
         }
     }
     if left.is_empty() {
         if let Err(e) = claims::remove(store, &rec.key) {
-            left.push(e.to_string());
+            left.push(e);
         }
     }
     drop(lock);
     left
-}
-
-fn apply_msg(profile: &str, e: &ApplyError, leftovers: &[String]) -> String {
-    let mut msg = format!("applying profile {profile:?}: {e}");
-    if !leftovers.is_empty() {
-        msg += &format!(
-            "; rollback left (record kept pending for DEL): {}",
-            leftovers.join("; ")
-        );
-    }
-    msg
-}
-
-fn apply_cni_err(e: &ApplyError, msg: String) -> CniError {
-    if matches!(e, ApplyError::Kit(podgate_kit::Error::State { .. })) {
-        CniError::io(msg)
-    } else {
-        CniError::apply(msg)
-    }
 }
 
 pub(super) fn add(req: &Request) -> Result<Added, CniError> {
@@ -571,7 +559,7 @@ pub(super) fn add_as(req: &Request, adopted: bool) -> Result<Added, CniError> {
     // Every attachment of this pod, ADD and DEL alike, one at a time;
     // taken before the node-wide lock, which is held only for the node
     // side (design note "Lock scope").
-    let _pod_lock = store.lock_pod(&key.container_id).map_err(io_err)?;
+    let _pod_lock = store.lock_pod(&key.container_id).map_err(Error::State)?;
     let add = Add {
         cfg: &cfg,
         req,
@@ -606,7 +594,7 @@ fn open_pod(add: &Add<'_>) -> Result<(apply::PodHandles, apply::PodFacts), CniEr
             cookie: true,
         },
     )
-    .map_err(|e| failed(add, &ApplyError::Kit(e), &[]))?;
+    .map_err(|e| failed(add, ApplyError::Kit(e), Failures::default()))?;
     let facts = apply::PodFacts::read(
         &mut pod,
         add.ns.dev_ino(),
@@ -614,7 +602,7 @@ fn open_pod(add: &Add<'_>) -> Result<(apply::PodHandles, apply::PodFacts), CniEr
         want_oif,
         &names,
     )
-    .map_err(|e| failed(add, &e, &[]))?;
+    .map_err(|e| failed(add, e, Failures::default()))?;
     Ok((pod, facts))
 }
 
@@ -635,7 +623,7 @@ fn pod_side(
         let rec = &mut done.rec;
         rec.status = record::Status::Pending;
         let left = roll_back(rec, pod, &mut done.node, store);
-        return Err(failed(add, &e, &left));
+        return Err(failed(add, e, left));
     }
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! DEL: idempotent, with or without the pod's namespace.
 
-use super::{io_err, key_of, kit_err, load, log_swept, logger, ms, pod_ips_of, require_caps};
-use crate::apply;
+use super::{key_of, load, log_swept, logger, ms, pod_ips_of, require_caps};
+use crate::apply::{self, Failures};
 use crate::config::RouterConfig;
+use crate::error::Error;
 use crate::kernel::Live;
 use crate::lifecycle::{self, Census, Unreadable};
 use crate::record::{self, Depth, Here, ReadError, Record};
@@ -16,25 +17,25 @@ use serde_json::json;
 pub(super) fn del(req: &Request) -> Result<(), CniError> {
     let cfg = load(&req.conf)?;
     let log = logger(&cfg, req);
-    let Some(store) = StateStore::existing(&cfg.state_dir).map_err(io_err)? else {
+    let Some(store) = StateStore::existing(&cfg.state_dir).map_err(Error::State)? else {
         return Ok(());
     };
     let key = key_of(req);
     let cid = key.container_id.as_str();
     // No ADD or DEL of this pod runs meanwhile (an ADD past the node
     // side writes its record without the node-wide lock).
-    let _pod_lock = store.lock_pod(cid).map_err(io_err)?;
+    let _pod_lock = store.lock_pod(cid).map_err(Error::State)?;
     // Records are replaced by rename, so reading without the lock is safe.
     let rec = match record::read(&store, &key) {
         Ok(Some(r)) => r,
         Ok(None) => {
             // Nothing recorded; an ADD killed while writing its record
             // may have left a temp file.
-            let lock = store.lock().map_err(io_err)?;
-            let names = store.names().map_err(io_err)?;
-            lifecycle::sweep_temp_in(&store, &names, Some(cid)).map_err(io_err)?;
+            let lock = store.lock().map_err(Error::State)?;
+            let names = store.names().map_err(Error::State)?;
+            lifecycle::sweep_temp_in(&store, &names, Some(cid)).map_err(Error::State)?;
             // ... and claims index entries (written ahead of the record).
-            crate::claims::release(&store, &key).map_err(io_err)?;
+            crate::claims::release(&store, &key).map_err(Error::State)?;
             // An unreadable record the agent's sweep moved aside: removed
             // by ownership, as where it was.
             if !lifecycle::quarantined(&store, &names, &key) {
@@ -46,9 +47,9 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
         }
         Err(e @ ReadError::Newer { .. }) => {
             log.error("record kept", json!({"error": e.to_string()}));
-            return Err(CniError::io(e.to_string()));
+            return Err(Error::Record(e).into());
         }
-        Err(ReadError::Io(e)) => return Err(io_err(e)),
+        Err(e @ ReadError::Io(_)) => return Err(Error::Record(e).into()),
         Err(e) => {
             let why = e.to_string();
             return del_unreadable(req, &cfg, &log, &store, &key, &why, Unreadable::Record);
@@ -77,28 +78,30 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
     if let Some(ns) = &ns {
         let failures = match apply::removal_handles(&rec, ns) {
             Ok(Some(mut pod)) => apply::remove_pod(&mut Live::pod(&mut pod), &rec),
-            Ok(None) => Vec::new(),
-            Err(e) => vec![e.to_string()],
+            Ok(None) => Failures::default(),
+            Err(e) => Failures::of(e),
         };
         if !failures.is_empty() {
             log.error(
                 "pod-side teardown incomplete",
                 json!({"failures": failures}),
             );
-            return Err(CniError::apply(format!(
-                "teardown: {}",
-                failures.join("; ")
-            )));
+            let what = "teardown";
+            return Err(Error::Left {
+                what,
+                left: failures,
+            }
+            .into());
         }
     }
-    let lock = store.lock().map_err(io_err)?;
+    let lock = store.lock().map_err(Error::State)?;
     // One listing for the sweep and, when it is needed, the census.
-    let names = store.names().map_err(io_err)?;
-    lifecycle::sweep_temp_in(&store, &names, Some(cid)).map_err(io_err)?;
+    let names = store.names().map_err(Error::State)?;
+    lifecycle::sweep_temp_in(&store, &names, Some(cid)).map_err(Error::State)?;
     let rec = match record::read(&store, &key) {
         Ok(Some(r)) => r,
         Ok(None) => return Ok(()), // a concurrent DEL finished it
-        Err(e) => return Err(CniError::io(e.to_string())),
+        Err(e) => return Err(Error::Record(e).into()),
     };
     // The other records matter only for a strict pod (whether node-wide
     // settings go back) or a stale one (a live pod may have re-claimed
@@ -123,9 +126,9 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
     // A live strict pod asks the claims index for the other strict
     // records (and its pools' owners) instead of reading every record.
     let census = if stale {
-        Census::take_in(&store, &names, &here, depth).map_err(io_err)?
+        Census::take_in(&store, &names, &here, depth).map_err(Error::State)?
     } else if rec.is_strict() {
-        Census::for_strict(&store, &names, &here, &rec, depth).map_err(io_err)?
+        Census::for_strict(&store, &names, &here, &rec, depth).map_err(Error::State)?
     } else {
         Census::none()
     };
@@ -134,19 +137,21 @@ pub(super) fn del(req: &Request) -> Result<(), CniError> {
     let failures = if apply::has_node_side(&rec) || !census.stale.is_empty() {
         match node.get() {
             Ok(n) => lifecycle::remove_record(&rec, &census, n, None, &store, &here),
-            Err(e) => vec![e.to_string()],
+            Err(e) => Failures::of(e),
         }
     } else {
-        Vec::new()
+        Failures::default()
     };
     if !failures.is_empty() {
         log.error("teardown incomplete", json!({"failures": failures}));
-        return Err(CniError::apply(format!(
-            "teardown: {}",
-            failures.join("; ")
-        )));
+        let what = "teardown";
+        return Err(Error::Left {
+            what,
+            left: failures,
+        }
+        .into());
     }
-    crate::claims::remove(&store, &key).map_err(io_err)?;
+    crate::claims::remove(&store, &key).map_err(Error::State)?;
     log.info(
         "removed",
         json!({
@@ -193,10 +198,10 @@ fn del_unreadable(
     );
     require_caps()?;
     // The caller (DEL) holds the pod lock.
-    let _lock = store.lock().map_err(io_err)?;
-    let names = store.names().map_err(io_err)?;
-    lifecycle::sweep_temp_in(store, &names, Some(&key.container_id)).map_err(io_err)?;
-    let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+    let _lock = store.lock().map_err(Error::State)?;
+    let names = store.names().map_err(Error::State)?;
+    lifecycle::sweep_temp_in(store, &names, Some(&key.container_id)).map_err(Error::State)?;
+    let mut node = RouteSocket::new().map_err(Error::kernel("node netlink"))?;
     let here = Here::now();
     // Strict records judged by their netns too: whether a live strict pod
     // is left decides the node-wide settings below.
@@ -204,7 +209,7 @@ fn del_unreadable(
         true => Depth::Path,
         false => Depth::Boot,
     };
-    let census = Census::take_in(store, &names, &here, depth).map_err(io_err)?;
+    let census = Census::take_in(store, &names, &here, depth).map_err(Error::State)?;
     let ns = req.env.netns.as_deref().and_then(|p| NetNs::open(p).ok());
     let orphan = lifecycle::Orphan {
         key,
@@ -215,15 +220,17 @@ fn del_unreadable(
     };
     let mut s = lifecycle::remove_unreadable(&orphan, &census, &mut node, store);
     if s.failures.is_empty() {
-        s.failures = lifecycle::restore_unneeded(store, &census, &mut node);
+        s.failures = lifecycle::restore_unneeded(store, &census, &mut node).messages();
     }
     log_swept(log, "removed by ownership", &s);
     if s.failures.is_empty() {
         Ok(())
     } else {
-        Err(CniError::apply(format!(
-            "teardown by ownership: {}",
-            s.failures.join("; ")
-        )))
+        let what = "teardown by ownership";
+        Err(Error::Swept {
+            what,
+            failures: s.failures,
+        }
+        .into())
     }
 }

@@ -1,7 +1,8 @@
 //! CHECK, STATUS and GC.
 
-use super::{io_err, key_of, kit_err, load, log_swept, open_netns, selection};
-use crate::apply::{self, ApplyError};
+use super::{key_of, load, log_swept, open_netns, selection};
+use crate::apply;
+use crate::error::Error;
 use crate::lifecycle::{self, Census};
 use crate::record::{self, Depth, Here, Record};
 use podgate_cni::log::Logger;
@@ -19,10 +20,10 @@ pub(super) fn check(req: &Request) -> Result<(), CniError> {
     let sel = selection(&cfg, req)?;
     let key = key_of(req);
     let rec = StateStore::existing(&cfg.state_dir)
-        .map_err(io_err)?
+        .map_err(Error::State)?
         .map(|s| record::read(&s, &key))
         .transpose()
-        .map_err(|e| CniError::io(e.to_string()))?
+        .map_err(Error::Record)?
         .flatten();
     let rec = match (sel, rec) {
         (None, None) => return Ok(()),
@@ -35,12 +36,15 @@ pub(super) fn check(req: &Request) -> Result<(), CniError> {
         (_, Some(r)) => r,
     };
     let ns = open_netns(req)?;
-    let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
-    let drift = apply::check(&rec, &mut node, &ns).map_err(|e: ApplyError| kit_err("check", e))?;
+    let mut node = RouteSocket::new().map_err(Error::kernel("node netlink"))?;
+    let drift = apply::check(&rec, &mut node, &ns).map_err(|source| Error::Kernel {
+        what: "check",
+        source: Box::new(source),
+    })?;
     if drift.is_empty() {
         Ok(())
     } else {
-        Err(CniError::apply(format!("drift: {}", drift.join("; "))))
+        Err(Error::Drift(drift).into())
     }
 }
 
@@ -56,19 +60,20 @@ pub(super) fn status(conf: &NetConf) -> Result<(), CniError> {
 
 pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     let cfg = load(conf)?;
-    let Some(store) = StateStore::existing(&cfg.state_dir).map_err(io_err)? else {
+    let Some(store) = StateStore::existing(&cfg.state_dir).map_err(Error::State)? else {
         return Ok(());
     };
     let log = Logger::new("podgate-router", cfg.log_file.as_deref())
         .limits(&cfg.telemetry)
         .with("cmd", "GC");
-    let _lock = store.lock().map_err(io_err)?;
+    let _lock = store.lock().map_err(Error::State)?;
     // One listing for the sweep of temp and lock files and the census.
-    let names = store.names().map_err(io_err)?;
-    lifecycle::sweep_temp_in(&store, &names, None).map_err(io_err)?;
-    let mut node = RouteSocket::new().map_err(|e| kit_err("node netlink", e))?;
+    let names = store.names().map_err(Error::State)?;
+    lifecycle::sweep_temp_in(&store, &names, None).map_err(Error::State)?;
+    let mut node = RouteSocket::new().map_err(Error::kernel("node netlink"))?;
     let here = Here::with_socket(&node);
-    let mut census = Census::take_in(&store, &names, &here, |_| Depth::Precise).map_err(io_err)?;
+    let mut census =
+        Census::take_in(&store, &names, &here, |_| Depth::Precise).map_err(Error::State)?;
     let listed = |k: &Key| {
         valid
             .iter()
@@ -117,7 +122,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
                 Err(e) => failures.push(e.to_string()),
             }
         } else {
-            failures.extend(f);
+            failures.extend(f.messages());
         }
     }
     // Unreadable records of attachments that are gone: their objects are
@@ -139,7 +144,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     }
     // Those the agent's sweep moved to quarantine/, the same way.
     if names.contains(lifecycle::QUARANTINE) {
-        let quarantine = lifecycle::quarantine_listing(&store).map_err(io_err)?;
+        let quarantine = lifecycle::quarantine_listing(&store).map_err(Error::State)?;
         for (key, file) in quarantine {
             match key {
                 Some(k) if k.network == conf.name && !is_valid(&k) => {
@@ -157,7 +162,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     // pending record to the applied one, same node side): the records
     // left are the census's whose files are still listed, without
     // reading each file again.
-    let names = store.names().map_err(io_err)?;
+    let names = store.names().map_err(Error::State)?;
     let remaining: Vec<Record> = census
         .listing
         .records
@@ -174,7 +179,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
         if !removed.is_empty() {
             log.info("removed by ownership", json!({"removed": removed}));
         }
-        failures.extend(f);
+        failures.extend(f.messages());
     } else {
         log.warn(
             "ownership sweep skipped: some records cannot be judged",
@@ -194,6 +199,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(CniError::apply(format!("gc: {}", failures.join("; "))))
+        let what = "gc";
+        Err(Error::Swept { what, failures }.into())
     }
 }
