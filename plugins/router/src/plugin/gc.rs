@@ -9,7 +9,7 @@ use podgate_cni::log::Logger;
 use podgate_cni::{Attachment, CniError, NetConf, Request};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
-use podgate_kit::state::{Key, StateStore};
+use podgate_kit::state::{Key, Names, StateStore};
 use serde_json::json;
 
 pub(super) fn check(req: &Request) -> Result<(), CniError> {
@@ -58,6 +58,33 @@ pub(super) fn status(conf: &NetConf) -> Result<(), CniError> {
         .map_err(|e| CniError::not_available(format!("state dir unusable: {e}")))
 }
 
+/// One GC request: the attachments the runtime still knows.
+struct Gc<'a> {
+    conf: &'a NetConf,
+    valid: &'a [Attachment],
+    store: &'a StateStore,
+    log: &'a Logger,
+}
+
+impl Gc<'_> {
+    fn listed(&self, k: &Key) -> bool {
+        self.valid
+            .iter()
+            .any(|a| a.container_id == k.container_id && a.ifname == k.ifname)
+    }
+
+    /// An attachment whose pod lock is held has an ADD or DEL in flight
+    /// (an ADD's record is pending until it finishes): that call owns it.
+    fn is_valid(&self, k: &Key) -> bool {
+        self.listed(k) || self.store.pod_busy(&k.container_id)
+    }
+
+    /// A record of this network the runtime no longer lists.
+    fn gone(&self, k: &Key) -> bool {
+        k.network == self.conf.name && !self.is_valid(k)
+    }
+}
+
 pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     let cfg = load(conf)?;
     let Some(store) = StateStore::existing(&cfg.state_dir).map_err(Error::State)? else {
@@ -74,23 +101,42 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     let here = Here::with_socket(&node);
     let mut census =
         Census::take_in(&store, &names, &here, |_| Depth::Precise).map_err(Error::State)?;
-    let listed = |k: &Key| {
-        valid
-            .iter()
-            .any(|a| a.container_id == k.container_id && a.ifname == k.ifname)
+    let g = Gc {
+        conf,
+        valid,
+        store: &store,
+        log: &log,
     };
-    // An attachment whose pod lock is held has an ADD or DEL in flight
-    // (an ADD's record is pending until it finishes): that call owns it.
-    let is_valid = |k: &Key| listed(k) || store.pod_busy(&k.container_id);
     let mut failures = Vec::new();
     let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
     log_swept(&log, "cleared stale records", &swept);
     failures.extend(swept.failures);
+    collect(&g, &mut census, &mut node, &here, &mut failures);
+    let keep_unreadable = drop_unreadable(&g, &census, &names, &mut failures)?;
+    sweep_unaccounted(&g, &census, &mut node, keep_unreadable, &mut failures)?;
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        let what = "gc";
+        Err(Error::Swept { what, failures }.into())
+    }
+}
+
+/// Remove the records of this network the runtime no longer lists (and
+/// that are not stale: cleared already), each under its pod lock.
+fn collect(
+    g: &Gc<'_>,
+    census: &mut Census,
+    node: &mut RouteSocket,
+    here: &Here,
+    failures: &mut Vec<String>,
+) {
+    let (store, log) = (g.store, g.log);
     let collect: Vec<Record> = census
         .listing
         .records
         .iter()
-        .filter(|r| r.key.network == conf.name && !listed(&r.key) && !census.is_stale(&r.key))
+        .filter(|r| r.key.network == g.conf.name && !g.listed(&r.key) && !census.is_stale(&r.key))
         .cloned()
         .collect();
     for rec in &collect {
@@ -106,7 +152,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             }
         };
         let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
-        let f = lifecycle::remove_record(rec, &census, &mut node, ns.as_ref(), &store, &here);
+        let f = lifecycle::remove_record(rec, census, node, ns.as_ref(), store, here);
         if f.is_empty() {
             // Its claims index entries go in the one prune below.
             match store.remove(&rec.key) {
@@ -125,17 +171,29 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             failures.extend(f.messages());
         }
     }
+}
+
+/// Unreadable records (and quarantined ones) of attachments that are
+/// gone: their objects are found by ownership afterwards. Returns whether
+/// an unreadable record is kept (then that sweep is skipped).
+fn drop_unreadable(
+    g: &Gc<'_>,
+    census: &Census,
+    names: &Names,
+    failures: &mut Vec<String>,
+) -> Result<bool, Error> {
+    let (store, log) = (g.store, g.log);
     // Unreadable records of attachments that are gone: their objects are
     // found by ownership below.
     let mut keep_unreadable = false;
     for (key, e) in &census.listing.unreadable {
         match key {
-            Some(k) if k.network == conf.name && !is_valid(k) => {
+            Some(k) if g.gone(k) => {
                 log.warn(
                     "removing unreadable record",
                     json!({"error": e.to_string()}),
                 );
-                if let Err(e) = crate::claims::remove(&store, k) {
+                if let Err(e) = crate::claims::remove(store, k) {
                     failures.push(e.to_string());
                 }
             }
@@ -144,12 +202,12 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     }
     // Those the agent's sweep moved to quarantine/, the same way.
     if names.contains(lifecycle::QUARANTINE) {
-        let quarantine = lifecycle::quarantine_listing(&store).map_err(Error::State)?;
+        let quarantine = lifecycle::quarantine_listing(store).map_err(Error::State)?;
         for (key, file) in quarantine {
             match key {
-                Some(k) if k.network == conf.name && !is_valid(&k) => {
+                Some(k) if g.gone(&k) => {
                     log.warn("removing quarantined record", json!({"file": file}));
-                    if let Err(e) = lifecycle::remove_quarantined(&store, &k) {
+                    if let Err(e) = lifecycle::remove_quarantined(store, &k) {
                         failures.push(e.to_string());
                     }
                 }
@@ -157,6 +215,19 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
             }
         }
     }
+    Ok(keep_unreadable)
+}
+
+/// The ownership sweep of what no remaining record accounts for, and the
+/// claims index made to match the remaining records.
+fn sweep_unaccounted(
+    g: &Gc<'_>,
+    census: &Census,
+    node: &mut RouteSocket,
+    keep_unreadable: bool,
+    failures: &mut Vec<String>,
+) -> Result<(), Error> {
+    let (store, log) = (g.store, g.log);
     // Records are created and removed only under the node-wide lock,
     // which this GC holds (an ADD finishing outside it renames its
     // pending record to the applied one, same node side): the records
@@ -175,7 +246,7 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     // newer release's, an unreadable one still valid): its objects would
     // look unaccounted for.
     if census.listing.newer.is_empty() && !keep_unreadable {
-        let (removed, f) = apply::sweep_node(&mut node, &remaining, None);
+        let (removed, f) = apply::sweep_node(node, &remaining, None);
         if !removed.is_empty() {
             log.info("removed by ownership", json!({"removed": removed}));
         }
@@ -189,17 +260,12 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
     // Claims index entries of records that are gone (collected above, or
     // left by a killed ADD or DEL), and the index made to hold what the
     // remaining records claim.
-    let indexed = crate::claims::prune(&store, &names)
-        .and_then(|()| crate::claims::reconcile(&store, &remaining));
+    let indexed = crate::claims::prune(store, &names)
+        .and_then(|()| crate::claims::reconcile(store, &remaining));
     match indexed {
         Ok(0) => {}
         Ok(n) => log.info("claims index repaired", json!({"entries": n})),
         Err(e) => failures.push(e.to_string()),
     }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        let what = "gc";
-        Err(Error::Swept { what, failures }.into())
-    }
+    Ok(())
 }
