@@ -7,11 +7,11 @@
 //! sysctl goes back only while it still holds the value podgate wrote. A
 //! failed ADD is undone by the same removal a DEL after a crash runs.
 //!
-//! The pod side goes through [`PodHandles`]: a short-lived thread enters the
+//! The pod side goes through [`PodHandles`]: the calling thread enters the
 //! pod netns, opens the nf_tables socket, a route socket if needed and the
-//! sysctl files, and ends; everything else (reading the sysctls, the node
-//! side, writing the pod side) runs on the caller's thread, in order, with
-//! no hand-over between threads but the join. Node-side changes use a socket
+//! sysctl files, and comes back ([`NetNs::open_in`]); everything else
+//! (reading the sysctls, the node side, writing the pod side) runs through
+//! those handles from the node's namespace, in order. Node-side changes use a socket
 //! in the plugin's own (the node's) namespace, opened only when needed
 //! ([`NodeSocket`]).
 
@@ -709,7 +709,7 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
 }
 
 /// [`check`] with the node side through `node`: many records checked in a
-/// row share one [`crate::kernel::Listed`] view of the node.
+/// row share one [`crate::kernel::ListedOnce`] view of the node.
 pub fn check_with(
     rec: &Record,
     node: &mut impl Kernel,

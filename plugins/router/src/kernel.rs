@@ -1,6 +1,6 @@
 //! The kernel operations ADD's apply and its removal use, behind one
 //! small trait: the real implementation goes through the kit (netlink in the
-//! node's namespace, `/proc/sys`), and unit tests use [`fake::Fake`], which
+//! node's namespace, `/proc/sys`), and unit tests use `fake::Fake`, which
 //! keeps routes, rules and sysctls in memory, records every call and can be
 //! told to fail the Nth one with a given errno. The netns integration tests
 //! still run the real thing.
@@ -92,8 +92,8 @@ impl PodWants<'_> {
     }
 }
 
-/// Handles bound to a pod's namespace, opened there by a thread that then
-/// ended ([`NetNs::open_in`]): netlink sockets stay bound to the namespace
+/// Handles bound to a pod's namespace, opened there by the calling thread
+/// moved into it and back ([`NetNs::open_in`]): netlink sockets stay bound to the namespace
 /// they were created in, and a /proc/sys file keeps reading and writing the
 /// value of the namespace it was opened in, from whichever thread uses
 /// them. They also keep that namespace alive until they are dropped (every
@@ -116,7 +116,7 @@ impl PodHandles {
         ns.open_in(|| PodHandles::open_here(label, want))?
     }
 
-    /// On a thread inside the pod's namespace.
+    /// On the calling thread while it is inside the pod's namespace.
     fn open_here(netns: String, want: PodWants<'_>) -> Result<PodHandles, Error> {
         let nft = if want.nft {
             Some(NftSocket::new().map_err(|e| labelled(e, &netns))?)

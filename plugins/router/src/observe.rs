@@ -1,6 +1,6 @@
 //! What ADD reads from the node before planning, and nothing else: the
-//! plan's checks decide which dumps are made (design note "Observe what the
-//! plan needs"). [`Needs`] is plain data computed from the configuration and
+//! plan's checks decide which dumps are made (design note "Observe only what
+//! the plan checks"). [`Needs`] is plain data computed from the configuration and
 //! the selection alone; [`node_view`] makes exactly those reads through a
 //! [`Kernel`], so the unit tests see every observation.
 //!

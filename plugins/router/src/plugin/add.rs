@@ -1,6 +1,11 @@
-//! ADD: handles opened in the pod's namespace by a thread that then ends;
-//! then, on this thread, the node side under the node-wide lock and the pod
-//! side through those handles, the record written ahead and after.
+//! ADD: handles opened in the pod's namespace (this thread moved there and
+//! back, [`NetNs::open_in`]); then the node side under the node-wide lock
+//! and the pod side through those handles, the record written ahead and
+//! after. The steps, in the order a request takes them: [`add_as`] (config,
+//! selection, the pod lock), [`open_pod`], [`node_side`]
+//! ([`census_under_lock`], [`replace_earlier`], [`plan_and_record`],
+//! [`claim_and_apply`]), [`pod_side`]; [`Scope`] decides how much of the
+//! store a request reads.
 
 use super::{
     key_of, load, log_swept, logger, ms, open_netns, pod_ips_of, require_caps, selection, store,
@@ -558,7 +563,7 @@ pub(super) fn add_as(req: &Request, adopted: bool) -> Result<Added, CniError> {
     let store = store(&cfg)?;
     // Every attachment of this pod, ADD and DEL alike, one at a time;
     // taken before the node-wide lock, which is held only for the node
-    // side (design note "Lock scope").
+    // side (design note "Two locks, fixed order").
     let _pod_lock = store.lock_pod(&key.container_id).map_err(Error::State)?;
     let add = Add {
         cfg: &cfg,
@@ -578,8 +583,10 @@ pub(super) fn add_as(req: &Request, adopted: bool) -> Result<Added, CniError> {
     result_of(req, &done.rec)
 }
 
-/// Open the pod's handles (on this thread, in the pod's netns) and read
-/// what the plan and the record need from it before the lock.
+/// One trip into the pod: this thread enters its netns, opens the handles
+/// and comes back (design note "The pod side through handles"); the
+/// sysctls the plan and the record need are read through them before the
+/// lock, and everything else runs through them too.
 fn open_pod(add: &Add<'_>) -> Result<(apply::PodHandles, apply::PodFacts), CniError> {
     let profile = add.sel.profile;
     let want_oif = !profile.pod_routes.is_empty();
