@@ -21,9 +21,9 @@ use crate::kernel::{Kernel, Live};
 use crate::record::{self, Mode, NsId, Record, Status};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::{NetNs, NsIdentity};
-use podgate_kit::nft::{describe_mss, Listed, MasqRule, MssRule, NftSocket, TableRules};
+use podgate_kit::nft::{describe_mss, Listed, MasqRule, MssRule, TableRules};
 use podgate_kit::route::{self, RouteEntry, RTPROT_PODGATE};
-use podgate_kit::rule::{self, RuleSpec};
+use podgate_kit::rule::RuleSpec;
 use podgate_kit::state::{Key, StateStore};
 use podgate_kit::{link, sysctl, Error};
 use std::net::IpAddr;
@@ -103,43 +103,6 @@ impl serde::Serialize for Failures {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.iter().map(ToString::to_string))
     }
-}
-
-/// Sockets bound to the pod's namespace.
-pub struct PodSockets {
-    pub route: RouteSocket,
-    pub nft: NftSocket,
-    /// The namespace, for error messages.
-    pub netns: String,
-}
-
-impl PodSockets {
-    /// Attach the namespace to an nf_tables error.
-    pub fn nft_err(&self, source: podgate_kit::nft::NftError) -> ApplyError {
-        ApplyError::Nft {
-            netns: self.netns.clone(),
-            source,
-        }
-    }
-}
-
-/// Open both sockets inside `ns` (one trip into the namespace).
-pub fn pod_sockets(ns: &NetNs) -> Result<PodSockets, ApplyError> {
-    let label = ns.path().display().to_string();
-    ns.run(|| open_pod_sockets(label))?
-}
-
-/// Called on a thread that is already inside the pod's namespace.
-fn open_pod_sockets(label: String) -> Result<PodSockets, ApplyError> {
-    let nft = NftSocket::new().map_err(|source| ApplyError::Nft {
-        netns: label.clone(),
-        source,
-    })?;
-    Ok(PodSockets {
-        route: RouteSocket::new_labelled(label.clone())?,
-        nft,
-        netns: label,
-    })
 }
 
 /// An nf_tables error, naming the namespace `k` acts in.
@@ -491,47 +454,39 @@ pub fn remove_pod(k: &mut impl Kernel, rec: &Record) -> Failures {
 /// with this attachment's tag, and podgate's routes (protocol 94) out of its
 /// interface. Sysctls cannot be put back without the record. Returns what was
 /// removed and what failed.
-pub fn sweep_pod(ns: &NetNs, key: &Key, table_prefix: &str) -> (Vec<String>, Failures) {
+pub fn sweep_pod(k: &mut impl Kernel, key: &Key, table_prefix: &str) -> (Vec<String>, Failures) {
     let mut removed = Vec::new();
     let mut failed = Failures::default();
-    let mut pod = match pod_sockets(ns) {
-        Ok(p) => p,
-        Err(e) => {
-            failed.push(e);
-            return (removed, failed);
-        }
-    };
     let tag = record::nft_tag(key);
-    match pod.nft.list_inet_tables_tagged(table_prefix) {
+    match k.nft_list_tagged(table_prefix) {
         Ok(tables) => {
             for (name, _) in tables
                 .into_iter()
                 .filter(|(_, t)| t.as_deref() == Some(&tag))
             {
-                match pod.nft.delete_table(&name) {
-                    Ok(_) => removed.push(format!("nft table inet {name} in {}", pod.netns)),
-                    Err(e) => failed.push(pod.nft_err(e)),
+                match k.nft_delete(&name) {
+                    Ok(_) => removed.push(format!("nft table inet {name} in {}", k.netns())),
+                    Err(e) => failed.push(nft_err(k, e)),
                 }
             }
         }
-        Err(e) => failed.push(pod.nft_err(e)),
+        Err(e) => failed.push(nft_err(k, e)),
     }
-    let oif = match link::index_of(&mut pod.route, &key.ifname) {
-        Ok(i) => Some(i),
-        Err(e) if e.is_not_found() => None,
+    let oif = match k.link_list() {
+        Ok(links) => links.iter().find(|l| l.name == key.ifname).map(|l| l.index),
         Err(e) => {
             failed.push(e);
             None
         }
     };
     if let Some(oif) = oif {
-        match route::list_all(&mut pod.route) {
+        match list_all(k) {
             Ok(routes) => {
                 for r in routes
                     .iter()
                     .filter(|r| r.protocol == RTPROT_PODGATE && r.oif == Some(oif))
                 {
-                    match route::del(&mut pod.route, &route::RouteSpec::from(r)) {
+                    match k.route_del(&route::RouteSpec::from(r)) {
                         Ok(_) => removed.push(format!("pod route {}", r.dst)),
                         Err(e) => failed.push(e),
                     }
@@ -579,7 +534,7 @@ fn accounted_rule(records: &[Record], r: &RuleSpec) -> bool {
 /// of those tables: what an attachment with an unusable record left.
 /// Returns what was removed and what failed.
 pub fn sweep_node(
-    node: &mut RouteSocket,
+    k: &mut impl Kernel,
     records: &[Record],
     only: Option<&[IpAddr]>,
 ) -> (Vec<String>, Failures) {
@@ -590,7 +545,7 @@ pub fn sweep_node(
     };
     let mut tables = Vec::new();
     for v6 in [false, true] {
-        let rules = match rule::list(node, v6) {
+        let rules = match k.rule_list(v6) {
             Ok(r) => r,
             Err(e) => {
                 failed.push(e);
@@ -624,13 +579,13 @@ pub fn sweep_node(
                 continue;
             }
             tables.push(r.table);
-            match rule::del(node, r) {
+            match k.rule_del(r) {
                 Ok(_) => removed.push(format!("node rule {}", r.describe())),
                 Err(e) => failed.push(e),
             }
         }
     }
-    match route::list_all(node) {
+    match list_all(k) {
         Ok(routes) => {
             for e in routes.iter().filter(|e| e.protocol == RTPROT_PODGATE) {
                 let mine = match only {
@@ -645,7 +600,7 @@ pub fn sweep_node(
                 if !mine || accounted_route(records, e) {
                     continue;
                 }
-                match route::del(node, &route::RouteSpec::from(e)) {
+                match k.route_del(&route::RouteSpec::from(e)) {
                     Ok(_) => removed.push(format!(
                         "node route {}",
                         route::RouteSpec::from(e).describe()
@@ -665,14 +620,14 @@ pub fn sweep_node(
 /// into that table name the pod's address, and what refers to that address
 /// or table goes as [`sweep_node`] removes an unusable record's objects.
 /// The rule of a live pod (its interface exists) is never touched.
-pub fn sweep_detached(node: &mut RouteSocket, records: &[Record]) -> (Vec<String>, Failures) {
-    let links = match link::list(node) {
+pub fn sweep_detached(k: &mut impl Kernel, records: &[Record]) -> (Vec<String>, Failures) {
+    let links = match k.link_list() {
         Ok(l) => l,
         Err(e) => return (Vec::new(), Failures::of(e)),
     };
     let mut ips = Vec::new();
     for v6 in [false, true] {
-        let rules = match rule::list(node, v6) {
+        let rules = match k.rule_list(v6) {
             Ok(r) => r,
             Err(e) => return (Vec::new(), Failures::of(e)),
         };
@@ -698,7 +653,7 @@ pub fn sweep_detached(node: &mut RouteSocket, records: &[Record]) -> (Vec<String
     if ips.is_empty() {
         return (Vec::new(), Failures::default());
     }
-    sweep_node(node, records, Some(&ips))
+    sweep_node(k, records, Some(&ips))
 }
 
 /// What no longer holds, each a one-line description naming the object:

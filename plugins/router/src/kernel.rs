@@ -42,6 +42,9 @@ pub trait Kernel {
     fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error>;
     /// Delete `inet <table>`; Ok(false) when it was already gone.
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error>;
+    /// podgate's `inet` tables whose name starts with `prefix`, with their
+    /// ownership tags.
+    fn nft_list_tagged(&mut self, prefix: &str) -> Result<Vec<(String, Option<String>)>, Error>;
     /// Chain `postrouting` of `inet <table>`; None when the table is missing.
     fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error>;
     /// Chain `forward` (MSS clamp) of `inet <table>`; None when the table is
@@ -327,6 +330,9 @@ impl Kernel for Live<'_> {
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
         self.nft()?.delete_table(table)
     }
+    fn nft_list_tagged(&mut self, prefix: &str) -> Result<Vec<(String, Option<String>)>, Error> {
+        self.nft()?.list_inet_tables_tagged(prefix)
+    }
     fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
         self.nft()?.list_masquerade(table)
     }
@@ -433,6 +439,9 @@ impl<K: Kernel> Kernel for ListedOnce<K> {
     }
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
         self.inner.nft_delete(table)
+    }
+    fn nft_list_tagged(&mut self, prefix: &str) -> Result<Vec<(String, Option<String>)>, Error> {
+        self.inner.nft_list_tagged(prefix)
     }
     fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
         self.inner.nft_list_masquerade(table)
@@ -655,6 +664,18 @@ pub mod fake {
         fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
             self.call(format!("nft delete {table}"))?;
             Ok(self.tables.remove(table).is_some())
+        }
+        fn nft_list_tagged(
+            &mut self,
+            prefix: &str,
+        ) -> Result<Vec<(String, Option<String>)>, Error> {
+            self.call(format!("nft list tagged {prefix}"))?;
+            Ok(self
+                .tables
+                .iter()
+                .filter(|(name, _)| name.starts_with(prefix))
+                .map(|(name, t)| (name.clone(), Some(t.tag.clone())))
+                .collect())
         }
         fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
             self.call(format!("nft list {table} postrouting"))?;

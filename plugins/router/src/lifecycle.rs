@@ -477,12 +477,24 @@ pub fn remove_unreadable(
     } = *orphan;
     let mut out = Swept::default();
     if let Some(ns) = ns {
-        let (r, f) = apply::sweep_pod(ns, key, table_prefix);
-        out.removed.extend(r);
-        out.failures.extend(f.messages());
+        let wants = apply::PodWants {
+            nft: true,
+            route: true,
+            sysctls: &[],
+            cookie: false,
+        };
+        match apply::PodHandles::open(ns, wants) {
+            Ok(mut pod) => {
+                let (r, f) = apply::sweep_pod(&mut Live::pod(&mut pod), key, table_prefix);
+                out.removed.extend(r);
+                out.failures.extend(f.messages());
+            }
+            Err(e) => out.failures.push(e.to_string()),
+        }
     }
     if !pod_ips.is_empty() {
-        let (r, f) = apply::sweep_node(node, &census.listing.records, Some(pod_ips));
+        let records = &census.listing.records;
+        let (r, f) = apply::sweep_node(&mut Live::on(node), records, Some(pod_ips));
         out.removed.extend(r);
         out.failures.extend(f.messages());
     }
@@ -662,7 +674,7 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     // left.
     if census.listing.newer.is_empty() {
         let live: Vec<Record> = census.live().cloned().collect();
-        let (removed, failed) = apply::sweep_detached(&mut node, &live);
+        let (removed, failed) = apply::sweep_detached(&mut Live::on(&mut node), &live);
         out.removed.extend(removed);
         out.failures.extend(failed.messages());
     }

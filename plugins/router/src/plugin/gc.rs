@@ -3,6 +3,7 @@
 use super::{key_of, load, log_swept, open_netns, selection};
 use crate::apply;
 use crate::error::Error;
+use crate::kernel::Live;
 use crate::lifecycle::{self, Census};
 use crate::record::{self, Depth, Here, Record};
 use podgate_cni::log::Logger;
@@ -246,7 +247,7 @@ fn sweep_unaccounted(
     // newer release's, an unreadable one still valid): its objects would
     // look unaccounted for.
     if census.listing.newer.is_empty() && !keep_unreadable {
-        let (removed, f) = apply::sweep_node(node, &remaining, None);
+        let (removed, f) = apply::sweep_node(&mut Live::on(node), &remaining, None);
         if !removed.is_empty() {
             log.info("removed by ownership", json!({"removed": removed}));
         }
