@@ -67,7 +67,7 @@ fuzz_target!(|data: &[u8]| {
         args_profile: get(5),
     };
     if let Ok(Some(sel)) = select(cfg, &intent) {
-        assert!(cfg.profiles.contains_key(&sel.profile));
+        assert!(cfg.profiles.contains_key(sel.name));
         let asked = intent.ann_profile.is_some()
             || intent.ann_masquerade.is_some()
             || intent.ann_return_routes.is_some()

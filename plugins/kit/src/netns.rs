@@ -99,9 +99,10 @@ impl NetNs {
         })
     }
 
-    /// Run `f` inside this namespace on a scoped helper thread (or right
-    /// here when the caller already is in it).
-    pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
+    /// Run `f` inside this namespace: on the calling thread moved there and
+    /// back ([`NetNs::open_in`]), or right here when the caller already is
+    /// in it.
+    pub fn run<T, F: FnOnce() -> T>(&self, f: F) -> Result<T> {
         // One statx of the thread's own link (not opening it): device and
         // inode are all the comparison needs.
         if current_identity_with(None).is_ok_and(|c| (c.dev, c.ino) == self.dev_ino()) {
@@ -123,7 +124,7 @@ impl NetNs {
     /// Unlike [`NetNs::run`] this does not first check whether the caller
     /// already is in the namespace (four syscalls): `setns` into the
     /// namespace a thread is in is allowed and changes nothing.
-    pub fn open_in<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
+    pub fn open_in<T, F: FnOnce() -> T>(&self, f: F) -> Result<T> {
         let home = File::open(THREAD_NETNS).map_err(|source| Error::Netns {
             path: PathBuf::from(THREAD_NETNS),
             op: "open (the namespace to come back to)",

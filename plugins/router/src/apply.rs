@@ -7,11 +7,11 @@
 //! sysctl goes back only while it still holds the value podgate wrote. A
 //! failed ADD is undone by the same removal a DEL after a crash runs.
 //!
-//! The pod side goes through [`PodHandles`]: a short-lived thread enters the
+//! The pod side goes through [`PodHandles`]: the calling thread enters the
 //! pod netns, opens the nf_tables socket, a route socket if needed and the
-//! sysctl files, and ends; everything else (reading the sysctls, the node
-//! side, writing the pod side) runs on the caller's thread, in order, with
-//! no hand-over between threads but the join. Node-side changes use a socket
+//! sysctl files, and comes back ([`NetNs::open_in`]); everything else
+//! (reading the sysctls, the node side, writing the pod side) runs through
+//! those handles from the node's namespace, in order. Node-side changes use a socket
 //! in the plugin's own (the node's) namespace, opened only when needed
 //! ([`NodeSocket`]).
 
@@ -21,9 +21,9 @@ use crate::kernel::{Kernel, Live};
 use crate::record::{self, Mode, NsId, Record, Status};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::{NetNs, NsIdentity};
-use podgate_kit::nft::{describe_mss, Listed, MasqRule, MssRule, NftSocket, TableRules};
+use podgate_kit::nft::{describe_mss, Listed, MasqRule, MssRule, TableRules};
 use podgate_kit::route::{self, RouteEntry, RTPROT_PODGATE};
-use podgate_kit::rule::{self, RuleSpec};
+use podgate_kit::rule::RuleSpec;
 use podgate_kit::state::{Key, StateStore};
 use podgate_kit::{link, sysctl, Error};
 use std::net::IpAddr;
@@ -39,41 +39,70 @@ pub enum ApplyError {
     },
 }
 
-/// Sockets bound to the pod's namespace.
-pub struct PodSockets {
-    pub route: RouteSocket,
-    pub nft: NftSocket,
-    /// The namespace, for error messages.
-    pub netns: String,
-}
-
-impl PodSockets {
-    /// Attach the namespace to an nf_tables error.
-    pub fn nft_err(&self, source: podgate_kit::nft::NftError) -> ApplyError {
-        ApplyError::Nft {
-            netns: self.netns.clone(),
-            source,
+impl ApplyError {
+    /// The kit error behind this one, and the pod netns it happened in
+    /// (nf_tables in the pod).
+    pub fn kit(&self) -> (&Error, Option<&str>) {
+        match self {
+            ApplyError::Kit(e) => (e, None),
+            ApplyError::Nft { netns, source } => (source, Some(netns)),
         }
+    }
+
+    /// A write to the state directory failed (not the kernel).
+    pub fn is_state(&self) -> bool {
+        matches!(self, ApplyError::Kit(Error::State { .. }))
     }
 }
 
-/// Open both sockets inside `ns` (one trip into the namespace).
-pub fn pod_sockets(ns: &NetNs) -> Result<PodSockets, ApplyError> {
-    let label = ns.path().display().to_string();
-    ns.run(|| open_pod_sockets(label))?
+/// What could not be done or undone, each failure typed (a kernel call's
+/// errno and object kept for the CNI error's details); shown, and
+/// serialized for logs, as its messages (joined by "; " in one line).
+#[derive(Debug, Default)]
+pub struct Failures(Vec<ApplyError>);
+
+impl Failures {
+    /// One failure.
+    pub fn of(e: impl Into<ApplyError>) -> Failures {
+        Failures(vec![e.into()])
+    }
+
+    pub fn push(&mut self, e: impl Into<ApplyError>) {
+        self.0.push(e.into());
+    }
+
+    pub fn extend(&mut self, other: Failures) {
+        self.0.extend(other.0);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ApplyError> {
+        self.0.iter()
+    }
+
+    /// Each failure's message.
+    pub fn messages(&self) -> Vec<String> {
+        self.0.iter().map(ToString::to_string).collect()
+    }
 }
 
-/// Called on a thread that is already inside the pod's namespace.
-fn open_pod_sockets(label: String) -> Result<PodSockets, ApplyError> {
-    let nft = NftSocket::new().map_err(|source| ApplyError::Nft {
-        netns: label.clone(),
-        source,
-    })?;
-    Ok(PodSockets {
-        route: RouteSocket::new_labelled(label.clone())?,
-        nft,
-        netns: label,
-    })
+impl std::fmt::Display for Failures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.messages().join("; "))
+    }
+}
+
+impl serde::Serialize for Failures {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(ToString::to_string))
+    }
 }
 
 /// An nf_tables error, naming the namespace `k` acts in.
@@ -269,16 +298,16 @@ pub fn apply_node(
     store: &StateStore,
     rec: &mut Record,
     last_strict: bool,
-) -> Result<(), (ApplyError, Vec<String>)> {
+) -> Result<(), (ApplyError, Failures)> {
     let mut written = false;
     match node_steps(k, store, rec, &mut written) {
         Ok(()) => Ok(()),
-        Err(e) if !written => Err((e, Vec::new())),
+        Err(e) if !written => Err((e, Failures::default())),
         Err(e) => {
-            let left = remove_node(k, rec, store, last_strict);
+            let mut left = remove_node(k, rec, store, last_strict);
             if left.is_empty() {
                 if let Err(re) = crate::claims::remove(store, &rec.key) {
-                    return Err((e, vec![re.to_string()]));
+                    left.push(re);
                 }
             }
             Err((e, left))
@@ -330,8 +359,8 @@ fn node_steps(
 /// Put back what we changed, but only where the value is still ours: another
 /// writer's later change wins, and a sysctl a killed ADD never reached still
 /// holds its previous value.
-fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
-    let mut failed = Vec::new();
+fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Failures {
+    let mut failed = Failures::default();
     for s in &rec.sysctls {
         let Some(prev) = &s.previous else { continue };
         let still_ours = k
@@ -341,7 +370,7 @@ fn restore_sysctls(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
         // recorded only where ADD changed it): write without reading again.
         if still_ours {
             if let Err(e) = k.sysctl_write(&s.name, prev) {
-                failed.push(e.to_string());
+                failed.push(e);
             }
         }
     }
@@ -359,8 +388,8 @@ pub fn remove_node(
     rec: &Record,
     store: &StateStore,
     last_strict: bool,
-) -> Vec<String> {
-    let mut failures = Vec::new();
+) -> Failures {
+    let mut failures = Failures::default();
     if let Some(r) = &rec.routing {
         let rp = r.plan();
         failures.extend(boundary::remove_pod(k, &rp));
@@ -370,7 +399,7 @@ pub fn remove_node(
     }
     for r in &rec.node_routes {
         if let Err(e) = k.route_del(&r.spec()) {
-            failures.push(e.to_string());
+            failures.push(e);
         }
     }
     failures
@@ -404,17 +433,17 @@ pub fn removal_handles(rec: &Record, ns: &NetNs) -> Result<Option<PodHandles>, E
 /// touches only the pod's own namespace, and writing forwarding sysctls can
 /// wait on the kernel's rtnl lock for a long time on a busy node.
 /// Already-gone is success; real failures are returned.
-pub fn remove_pod(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
+pub fn remove_pod(k: &mut impl Kernel, rec: &Record) -> Failures {
     let mut failures = restore_sysctls(k, rec);
     if let Some(t) = &rec.nft_table {
         if let Err(source) = k.nft_delete(t) {
-            failures.push(nft_err(k, source).to_string());
+            failures.push(nft_err(k, source));
         }
     }
     for r in &rec.pod_routes {
         // Gone with its interface is fine: del treats that as absent.
         if let Err(e) = k.route_del(&r.spec()) {
-            failures.push(e.to_string());
+            failures.push(e);
         }
     }
     failures
@@ -425,50 +454,45 @@ pub fn remove_pod(k: &mut impl Kernel, rec: &Record) -> Vec<String> {
 /// with this attachment's tag, and podgate's routes (protocol 94) out of its
 /// interface. Sysctls cannot be put back without the record. Returns what was
 /// removed and what failed.
-pub fn sweep_pod(ns: &NetNs, key: &Key, table_prefix: &str) -> (Vec<String>, Vec<String>) {
+pub fn sweep_pod(k: &mut impl Kernel, key: &Key, table_prefix: &str) -> (Vec<String>, Failures) {
     let mut removed = Vec::new();
-    let mut failed = Vec::new();
-    let mut pod = match pod_sockets(ns) {
-        Ok(p) => p,
-        Err(e) => return (removed, vec![e.to_string()]),
-    };
+    let mut failed = Failures::default();
     let tag = record::nft_tag(key);
-    match pod.nft.list_inet_tables_tagged(table_prefix) {
+    match k.nft_list_tagged(table_prefix) {
         Ok(tables) => {
             for (name, _) in tables
                 .into_iter()
                 .filter(|(_, t)| t.as_deref() == Some(&tag))
             {
-                match pod.nft.delete_table(&name) {
-                    Ok(_) => removed.push(format!("nft table inet {name} in {}", pod.netns)),
-                    Err(e) => failed.push(pod.nft_err(e).to_string()),
+                match k.nft_delete(&name) {
+                    Ok(_) => removed.push(format!("nft table inet {name} in {}", k.netns())),
+                    Err(e) => failed.push(nft_err(k, e)),
                 }
             }
         }
-        Err(e) => failed.push(pod.nft_err(e).to_string()),
+        Err(e) => failed.push(nft_err(k, e)),
     }
-    let oif = match link::index_of(&mut pod.route, &key.ifname) {
-        Ok(i) => Some(i),
-        Err(e) if e.is_not_found() => None,
+    let oif = match k.link_list() {
+        Ok(links) => links.iter().find(|l| l.name == key.ifname).map(|l| l.index),
         Err(e) => {
-            failed.push(e.to_string());
+            failed.push(e);
             None
         }
     };
     if let Some(oif) = oif {
-        match route::list_all(&mut pod.route) {
+        match list_all(k) {
             Ok(routes) => {
                 for r in routes
                     .iter()
                     .filter(|r| r.protocol == RTPROT_PODGATE && r.oif == Some(oif))
                 {
-                    match route::del(&mut pod.route, &route::RouteSpec::from(r)) {
+                    match k.route_del(&route::RouteSpec::from(r)) {
                         Ok(_) => removed.push(format!("pod route {}", r.dst)),
-                        Err(e) => failed.push(e.to_string()),
+                        Err(e) => failed.push(e),
                     }
                 }
             }
-            Err(e) => failed.push(e.to_string()),
+            Err(e) => failed.push(e),
         }
     }
     (removed, failed)
@@ -510,21 +534,21 @@ fn accounted_rule(records: &[Record], r: &RuleSpec) -> bool {
 /// of those tables: what an attachment with an unusable record left.
 /// Returns what was removed and what failed.
 pub fn sweep_node(
-    node: &mut RouteSocket,
+    k: &mut impl Kernel,
     records: &[Record],
     only: Option<&[IpAddr]>,
-) -> (Vec<String>, Vec<String>) {
+) -> (Vec<String>, Failures) {
     let mut removed = Vec::new();
-    let mut failed = Vec::new();
+    let mut failed = Failures::default();
     let refers = |net: Option<ipnet::IpNet>| {
         net.is_some_and(|n| only.is_some_and(|ips| ips.iter().any(|ip| n.contains(ip))))
     };
     let mut tables = Vec::new();
     for v6 in [false, true] {
-        let rules = match rule::list(node, v6) {
+        let rules = match k.rule_list(v6) {
             Ok(r) => r,
             Err(e) => {
-                failed.push(e.to_string());
+                failed.push(e);
                 continue;
             }
         };
@@ -555,13 +579,13 @@ pub fn sweep_node(
                 continue;
             }
             tables.push(r.table);
-            match rule::del(node, r) {
+            match k.rule_del(r) {
                 Ok(_) => removed.push(format!("node rule {}", r.describe())),
-                Err(e) => failed.push(e.to_string()),
+                Err(e) => failed.push(e),
             }
         }
     }
-    match route::list_all(node) {
+    match list_all(k) {
         Ok(routes) => {
             for e in routes.iter().filter(|e| e.protocol == RTPROT_PODGATE) {
                 let mine = match only {
@@ -576,16 +600,16 @@ pub fn sweep_node(
                 if !mine || accounted_route(records, e) {
                     continue;
                 }
-                match route::del(node, &route::RouteSpec::from(e)) {
+                match k.route_del(&route::RouteSpec::from(e)) {
                     Ok(_) => removed.push(format!(
                         "node route {}",
                         route::RouteSpec::from(e).describe()
                     )),
-                    Err(err) => failed.push(err.to_string()),
+                    Err(err) => failed.push(err),
                 }
             }
         }
-        Err(e) => failed.push(e.to_string()),
+        Err(e) => failed.push(e),
     }
     (removed, failed)
 }
@@ -596,16 +620,16 @@ pub fn sweep_node(
 /// into that table name the pod's address, and what refers to that address
 /// or table goes as [`sweep_node`] removes an unusable record's objects.
 /// The rule of a live pod (its interface exists) is never touched.
-pub fn sweep_detached(node: &mut RouteSocket, records: &[Record]) -> (Vec<String>, Vec<String>) {
-    let links = match link::list(node) {
+pub fn sweep_detached(k: &mut impl Kernel, records: &[Record]) -> (Vec<String>, Failures) {
+    let links = match k.link_list() {
         Ok(l) => l,
-        Err(e) => return (Vec::new(), vec![e.to_string()]),
+        Err(e) => return (Vec::new(), Failures::of(e)),
     };
     let mut ips = Vec::new();
     for v6 in [false, true] {
-        let rules = match rule::list(node, v6) {
+        let rules = match k.rule_list(v6) {
             Ok(r) => r,
-            Err(e) => return (Vec::new(), vec![e.to_string()]),
+            Err(e) => return (Vec::new(), Failures::of(e)),
         };
         let dead: Vec<u32> = rules
             .iter()
@@ -627,9 +651,9 @@ pub fn sweep_detached(node: &mut RouteSocket, records: &[Record]) -> (Vec<String
         );
     }
     if ips.is_empty() {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), Failures::default());
     }
-    sweep_node(node, records, Some(&ips))
+    sweep_node(k, records, Some(&ips))
 }
 
 /// What no longer holds, each a one-line description naming the object:
@@ -640,7 +664,7 @@ pub fn check(rec: &Record, node: &mut RouteSocket, ns: &NetNs) -> Result<Vec<Str
 }
 
 /// [`check`] with the node side through `node`: many records checked in a
-/// row share one [`crate::kernel::Listed`] view of the node.
+/// row share one [`crate::kernel::ListedOnce`] view of the node.
 pub fn check_with(
     rec: &Record,
     node: &mut impl Kernel,

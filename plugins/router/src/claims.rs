@@ -523,7 +523,7 @@ pub struct IndexClaim {
     pub trusted: bool,
 }
 
-/// [`Claimed`] as inspect's JSON shows it: a pool entry keeps the shape
+/// What an index entry ([`IndexClaim`]) claims, as inspect's JSON shows it: a pool entry keeps the shape
 /// the previous release showed (`"pool": "10.9.0.0/24"`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,7 +1,7 @@
 //! What the pod asks for (untrusted: CNI_ARGS, annotations, args.cni) checked
 //! against operator policy. Refusals name the rule that refused.
 
-use crate::config::{RouterConfig, ANNOTATIONS_CAPABILITY};
+use crate::config::{Profile, RouterConfig, ANNOTATIONS_CAPABILITY};
 use ipnet::IpNet;
 use podgate_cni::{CniError, Env, NetConf};
 use serde_json::Value;
@@ -96,17 +96,24 @@ pub fn annotations_missing(cfg: &RouterConfig, env: &Env, conf: &NetConf) -> Opt
     (allowed && !delivered).then(|| ns.to_string())
 }
 
-/// The outcome of policy: which profile, and the pools in force.
+/// The outcome of policy: which profile, and the pools in force. The
+/// profile is looked up once, here; everything after reads it through
+/// `profile` and names it by `name`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Selection {
-    pub profile: String,
+pub struct Selection<'c> {
+    /// The profile's name, for records and messages.
+    pub name: &'c str,
+    pub profile: &'c Profile,
     pub source: Source,
     pub masquerade: Vec<IpNet>,
     pub return_routes: Vec<IpNet>,
 }
 
 /// Decide; Ok(None) means the pod has no profile and passes through untouched.
-pub fn select(cfg: &RouterConfig, intent: &PodIntent) -> Result<Option<Selection>, CniError> {
+pub fn select<'c>(
+    cfg: &'c RouterConfig,
+    intent: &PodIntent,
+) -> Result<Option<Selection<'c>>, CniError> {
     let ns = intent.namespace.as_deref();
     let assigned = cfg
         .assign
@@ -154,7 +161,7 @@ pub fn select(cfg: &RouterConfig, intent: &PodIntent) -> Result<Option<Selection
             return Ok(None);
         }
     };
-    let Some(p) = cfg.profiles.get(&profile) else {
+    let Some((name, p)) = cfg.profiles.get_key_value(&profile) else {
         return Err(CniError::policy(format!(
             "refused by profiles: {source} names profile {profile:?}, which the operator did not define"
         )));
@@ -169,7 +176,8 @@ pub fn select(cfg: &RouterConfig, intent: &PodIntent) -> Result<Option<Selection
         None => p.return_routes.iter().map(|r| r.dst.trunc()).collect(),
     };
     Ok(Some(Selection {
-        profile,
+        name,
+        profile: p,
         source,
         masquerade,
         return_routes,

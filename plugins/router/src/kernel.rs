@@ -1,6 +1,6 @@
 //! The kernel operations ADD's apply and its removal use, behind one
 //! small trait: the real implementation goes through the kit (netlink in the
-//! node's namespace, `/proc/sys`), and unit tests use [`fake::Fake`], which
+//! node's namespace, `/proc/sys`), and unit tests use `fake::Fake`, which
 //! keeps routes, rules and sysctls in memory, records every call and can be
 //! told to fail the Nth one with a given errno. The netns integration tests
 //! still run the real thing.
@@ -42,6 +42,9 @@ pub trait Kernel {
     fn nft_replace(&mut self, table: &str, rules: &TableRules<'_>, tag: &str) -> Result<(), Error>;
     /// Delete `inet <table>`; Ok(false) when it was already gone.
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error>;
+    /// podgate's `inet` tables whose name starts with `prefix`, with their
+    /// ownership tags.
+    fn nft_list_tagged(&mut self, prefix: &str) -> Result<Vec<(String, Option<String>)>, Error>;
     /// Chain `postrouting` of `inet <table>`; None when the table is missing.
     fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error>;
     /// Chain `forward` (MSS clamp) of `inet <table>`; None when the table is
@@ -92,8 +95,8 @@ impl PodWants<'_> {
     }
 }
 
-/// Handles bound to a pod's namespace, opened there by a thread that then
-/// ended ([`NetNs::open_in`]): netlink sockets stay bound to the namespace
+/// Handles bound to a pod's namespace, opened there by the calling thread
+/// moved into it and back ([`NetNs::open_in`]): netlink sockets stay bound to the namespace
 /// they were created in, and a /proc/sys file keeps reading and writing the
 /// value of the namespace it was opened in, from whichever thread uses
 /// them. They also keep that namespace alive until they are dropped (every
@@ -116,7 +119,7 @@ impl PodHandles {
         ns.open_in(|| PodHandles::open_here(label, want))?
     }
 
-    /// On a thread inside the pod's namespace.
+    /// On the calling thread while it is inside the pod's namespace.
     fn open_here(netns: String, want: PodWants<'_>) -> Result<PodHandles, Error> {
         let nft = if want.nft {
             Some(NftSocket::new().map_err(|e| labelled(e, &netns))?)
@@ -327,6 +330,9 @@ impl Kernel for Live<'_> {
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
         self.nft()?.delete_table(table)
     }
+    fn nft_list_tagged(&mut self, prefix: &str) -> Result<Vec<(String, Option<String>)>, Error> {
+        self.nft()?.list_inet_tables_tagged(prefix)
+    }
     fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
         self.nft()?.list_masquerade(table)
     }
@@ -433,6 +439,9 @@ impl<K: Kernel> Kernel for ListedOnce<K> {
     }
     fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
         self.inner.nft_delete(table)
+    }
+    fn nft_list_tagged(&mut self, prefix: &str) -> Result<Vec<(String, Option<String>)>, Error> {
+        self.inner.nft_list_tagged(prefix)
     }
     fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
         self.inner.nft_list_masquerade(table)
@@ -655,6 +664,18 @@ pub mod fake {
         fn nft_delete(&mut self, table: &str) -> Result<bool, Error> {
             self.call(format!("nft delete {table}"))?;
             Ok(self.tables.remove(table).is_some())
+        }
+        fn nft_list_tagged(
+            &mut self,
+            prefix: &str,
+        ) -> Result<Vec<(String, Option<String>)>, Error> {
+            self.call(format!("nft list tagged {prefix}"))?;
+            Ok(self
+                .tables
+                .iter()
+                .filter(|(name, _)| name.starts_with(prefix))
+                .map(|(name, t)| (name.clone(), Some(t.tag.clone())))
+                .collect())
         }
         fn nft_list_masquerade(&mut self, table: &str) -> Result<Option<Vec<ListedRule>>, Error> {
             self.call(format!("nft list {table} postrouting"))?;

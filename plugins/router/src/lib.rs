@@ -4,6 +4,8 @@
 //! ADD reads as: config → intent + policy → observe node (only what the
 //! plan checks) → plan → apply → record.
 
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
@@ -12,16 +14,17 @@
 pub mod apply;
 pub mod claims;
 pub mod config;
+mod error;
 pub mod intent;
 pub mod kernel;
 pub mod lifecycle;
-pub mod model;
-pub mod mss;
-pub mod observe;
+mod model;
+mod mss;
+mod observe;
 pub mod plan;
 pub mod plugin;
 pub mod record;
 pub mod routing;
-pub mod strict_node;
+mod strict_node;
 
 pub use plugin::Router;

@@ -3,7 +3,7 @@
 //! ownership when a record cannot be used. ADD, DEL, GC and the installer
 //! daemon's periodic sweep all go through here, with the state lock held.
 
-use crate::apply;
+use crate::apply::{self, Failures};
 use crate::claims;
 use crate::kernel::{ListedOnce, Live};
 use crate::record::{self, Depth, Here, Listing, Liveness, ReadError, Record};
@@ -294,8 +294,8 @@ pub fn remove_record(
     ns: Option<&NetNs>,
     store: &StateStore,
     here: &Here,
-) -> Vec<String> {
-    let mut failures = Vec::new();
+) -> Failures {
+    let mut failures = Failures::default();
     let liveness = rec.liveness_opened(here, Depth::Path, ns);
     let node_gone = matches!(
         liveness,
@@ -325,7 +325,7 @@ pub fn remove_record(
                     failures.extend(apply::remove_pod(&mut Live::pod(&mut pod), rec))
                 }
                 Ok(None) => {}
-                Err(e) => failures.push(e.to_string()),
+                Err(e) => failures.push(e),
             }
         }
     }
@@ -374,7 +374,7 @@ pub fn clear_stale(
                 Err(e) => out.failures.push(e.to_string()),
             }
         } else {
-            out.failures.extend(f);
+            out.failures.extend(f.messages());
         }
     }
     // The removed records' claims index entries, in one pass over the index
@@ -444,31 +444,59 @@ pub fn quarantine_listing(
         .collect())
 }
 
+/// What is known of an attachment whose record cannot be parsed: what
+/// [`remove_unreadable`] removes by ownership.
+pub struct Orphan<'a> {
+    pub key: &'a Key,
+    /// Where its record is.
+    pub at: Unreadable,
+    /// Its pod netns, if it is still there.
+    pub ns: Option<&'a NetNs>,
+    /// Its addresses (prevResult).
+    pub pod_ips: &'a [std::net::IpAddr],
+    /// The prefix of podgate's nf_tables tables in the pod.
+    pub table_prefix: &'a str,
+}
+
 /// DEL (or a repeated ADD) of an attachment whose record cannot be parsed:
 /// remove by ownership what carries its tag in its pod netns, and the node's
 /// podgate routes and rules for its addresses that no other record accounts
 /// for; then the record (from `at`).
-#[allow(clippy::too_many_arguments)]
 pub fn remove_unreadable(
-    key: &Key,
-    at: Unreadable,
+    orphan: &Orphan<'_>,
     census: &Census,
     node: &mut RouteSocket,
-    ns: Option<&NetNs>,
-    pod_ips: &[std::net::IpAddr],
-    table_prefix: &str,
     store: &StateStore,
 ) -> Swept {
+    let Orphan {
+        key,
+        at,
+        ns,
+        pod_ips,
+        table_prefix,
+    } = *orphan;
     let mut out = Swept::default();
     if let Some(ns) = ns {
-        let (r, f) = apply::sweep_pod(ns, key, table_prefix);
-        out.removed.extend(r);
-        out.failures.extend(f);
+        let wants = apply::PodWants {
+            nft: true,
+            route: true,
+            sysctls: &[],
+            cookie: false,
+        };
+        match apply::PodHandles::open(ns, wants) {
+            Ok(mut pod) => {
+                let (r, f) = apply::sweep_pod(&mut Live::pod(&mut pod), key, table_prefix);
+                out.removed.extend(r);
+                out.failures.extend(f.messages());
+            }
+            Err(e) => out.failures.push(e.to_string()),
+        }
     }
     if !pod_ips.is_empty() {
-        let (r, f) = apply::sweep_node(node, &census.listing.records, Some(pod_ips));
+        let records = &census.listing.records;
+        let (r, f) = apply::sweep_node(&mut Live::on(node), records, Some(pod_ips));
         out.removed.extend(r);
-        out.failures.extend(f);
+        out.failures.extend(f.messages());
     }
     if out.failures.is_empty() {
         let removed = match at {
@@ -551,18 +579,14 @@ fn file_of(err: &ReadError) -> Option<String> {
 /// bound (restore_node asks it). What this covers: the last strict pod's
 /// record was unreadable (removed by ownership at its DEL, or
 /// quarantined), so no removal of a strict record put them back.
-pub fn restore_unneeded(
-    store: &StateStore,
-    census: &Census,
-    node: &mut RouteSocket,
-) -> Vec<String> {
+pub fn restore_unneeded(store: &StateStore, census: &Census, node: &mut RouteSocket) -> Failures {
     if !census.no_live_strict() {
-        return Vec::new();
+        return Failures::default();
     }
     match crate::strict_node::read_shared(store) {
         Ok(Some(_)) => apply::boundary::restore_node(store, &mut Live::on(node)),
-        Ok(None) => Vec::new(),
-        Err(e) => vec![e.to_string()],
+        Ok(None) => Failures::default(),
+        Err(e) => Failures::of(e),
     }
 }
 
@@ -650,12 +674,12 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     // left.
     if census.listing.newer.is_empty() {
         let live: Vec<Record> = census.live().cloned().collect();
-        let (removed, failed) = apply::sweep_detached(&mut node, &live);
+        let (removed, failed) = apply::sweep_detached(&mut Live::on(&mut node), &live);
         out.removed.extend(removed);
-        out.failures.extend(failed);
+        out.failures.extend(failed.messages());
     }
     out.failures
-        .extend(restore_unneeded(&store, &census, &mut node));
+        .extend(restore_unneeded(&store, &census, &mut node).messages());
     // Then what comes before the boundary of the strict pods left.
     let mut k = ListedOnce::new(Live::on(&mut node));
     for rec in census.live() {

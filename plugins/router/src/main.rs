@@ -1,5 +1,7 @@
 //! podgate-router: the CNI plugin binary (the plugin is `podgate_router::Router`).
 
+#![forbid(unsafe_code)]
+
 fn main() {
     podgate_cni::run(
         podgate_router::Router,

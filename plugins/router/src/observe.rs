@@ -1,6 +1,6 @@
 //! What ADD reads from the node before planning, and nothing else: the
-//! plan's checks decide which dumps are made (design note "Observe what the
-//! plan needs"). [`Needs`] is plain data computed from the configuration and
+//! plan's checks decide which dumps are made (design note "Observe only what
+//! the plan checks"). [`Needs`] is plain data computed from the configuration and
 //! the selection alone; [`node_view`] makes exactly those reads through a
 //! [`Kernel`], so the unit tests see every observation.
 //!
@@ -8,11 +8,11 @@
 //! dump alone is 110+ messages of ~1.4 KiB, and every dump is a netlink
 //! round trip (`sendto` and at least two `recvfrom`).
 
-use crate::config::{RouterConfig, RoutingMode, TableChoice};
+use crate::config::{RoutingMode, TableChoice};
+use crate::error::Error;
 use crate::intent::Selection;
 use crate::kernel::Kernel;
 use crate::model::{Claim, NodeView};
-use podgate_cni::CniError;
 use podgate_kit::route::TABLE_MAIN;
 use std::net::IpAddr;
 
@@ -89,7 +89,7 @@ pub struct Needs {
 }
 
 impl Needs {
-    pub fn of(cfg: &RouterConfig, sel: &Selection) -> Needs {
+    pub fn of(sel: &Selection) -> Needs {
         let mut n = Needs::default();
         for pool in &sel.return_routes {
             let f = Families::of(pool.addr());
@@ -97,11 +97,7 @@ impl Needs {
             n.addresses = n.addresses.union(f);
             n.claims = true;
         }
-        let routing = cfg
-            .profiles
-            .get(&sel.profile)
-            .and_then(|p| p.routing.as_ref());
-        if let Some(r) = routing {
+        if let Some(r) = &sel.profile.routing {
             let strict = r.mode == RoutingMode::Strict;
             // A strict pod's every address is bounded, of either family.
             let f = match r.table {
@@ -132,8 +128,7 @@ pub fn node_view(
     k: &mut impl Kernel,
     needs: &Needs,
     claims: impl FnOnce() -> Vec<Claim>,
-) -> Result<NodeView, CniError> {
-    let err = |what: &str, e: podgate_kit::Error| CniError::apply(format!("{what}: {e}"));
+) -> Result<NodeView, Error> {
     let mut view = NodeView::default();
     for v6 in needs.routes.v6_flags() {
         let routes = if needs.all_tables {
@@ -142,25 +137,25 @@ pub fn node_view(
             k.route_list_table(v6, TABLE_MAIN)
         };
         view.routes
-            .extend(routes.map_err(|e| err("reading node routes", e))?);
+            .extend(routes.map_err(Error::kernel("reading node routes"))?);
     }
     for v6 in needs.addresses.v6_flags() {
         view.addresses.extend(
             k.address_list(v6)
-                .map_err(|e| err("reading node addresses", e))?,
+                .map_err(Error::kernel("reading node addresses"))?,
         );
     }
     if needs.claims {
         view.claims = claims();
     }
     if needs.links {
-        view.links = k.link_list().map_err(|e| err("reading node links", e))?;
+        view.links = k.link_list().map_err(Error::kernel("reading node links"))?;
     }
     if needs.ipv6 {
         view.ipv6 = match k.sysctl_read(IPV6_KNOB) {
             Ok(_) => true,
             Err(e) if e.is_not_found() => false,
-            Err(e) => return Err(err("reading whether the node has IPv6", e)),
+            Err(e) => return Err(Error::kernel("reading whether the node has IPv6")(e)),
         };
     }
     // Reading nf_tables only when a strict profile needs it keeps the
@@ -168,7 +163,7 @@ pub fn node_view(
     if needs.snat {
         view.node_snat = k
             .nft_find_snat()
-            .map_err(|e| err("reading node nf_tables", e))?;
+            .map_err(Error::kernel("reading node nf_tables"))?;
     }
     Ok(view)
 }

@@ -1,7 +1,7 @@
 //! The plan: what ADD will change, as plain data computed without side
 //! effects from (selection, profile, prevResult, what the node looks like).
 
-use crate::config::{PodRoute, RouterConfig};
+use crate::config::{PodRoute, Profile, RouterConfig};
 use crate::intent::Selection;
 pub use crate::model::{overlaps, Claim, NodeView, SysctlSetting};
 use crate::routing::{self, RoutingPlan};
@@ -139,34 +139,18 @@ fn pool_conflict(pool: &IpNet, key: &Key, pod_ips: &[IpNet], view: &NodeView) ->
 /// them: ADD reads their current values in the pod's namespace before the
 /// plan is built (outside the node-wide lock). Names `build` refuses are
 /// left out (nothing is read for them; the refusal comes from `build`).
-pub fn pod_sysctl_names(cfg: &RouterConfig, sel: &Selection, ifname: &str) -> Vec<String> {
-    cfg.profiles
-        .get(&sel.profile)
-        .map(|p| {
-            p.sysctls
-                .keys()
-                .map(|k| sysctl::expand_ifname(k, ifname))
-                .filter(|n| sysctl::path_of(n).is_ok())
-                .collect()
-        })
-        .unwrap_or_default()
+pub fn pod_sysctl_names(sel: &Selection, ifname: &str) -> Vec<String> {
+    sel.profile
+        .sysctls
+        .keys()
+        .map(|k| sysctl::expand_ifname(k, ifname))
+        .filter(|n| sysctl::path_of(n).is_ok())
+        .collect()
 }
 
-pub fn build(
-    cfg: &RouterConfig,
-    sel: &Selection,
-    key: &Key,
-    prev: &CniResult,
-    view: &NodeView,
-) -> Result<Plan, CniError> {
-    let profile = cfg
-        .profiles
-        .get(&sel.profile)
-        .ok_or_else(|| CniError::policy(format!("profile {:?} not defined", sel.profile)))?;
-    let ifname = key.ifname.as_str();
-    let pod_ips: Vec<IpNet> = prev.ips_of(ifname).iter().map(|i| i.address).collect();
-
-    let sysctls = profile
+/// The profile's sysctls on `ifname`, each name checked.
+fn sysctls(profile: &Profile, ifname: &str) -> Result<Vec<SysctlSetting>, CniError> {
+    profile
         .sysctls
         .iter()
         .map(|(k, v)| {
@@ -178,21 +162,23 @@ pub fn build(
                 })
                 .map_err(|e| CniError::invalid_config(e.to_string()))
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect()
+}
 
-    let masquerade: Vec<Masquerade> = sel
-        .masquerade
-        .iter()
-        .map(|p| Masquerade {
-            source: p.trunc(),
-            oifname: ifname.to_string(),
-        })
-        .collect();
-
+/// The node's return routes for the selection's pools, via the pod's
+/// address of each pool's family out of the connected route to it; a pool
+/// something else holds ([`pool_conflict`]) is refused.
+fn return_routes(
+    sel: &Selection,
+    key: &Key,
+    pod_ips: &[IpNet],
+    view: &NodeView,
+) -> Result<Vec<RouteSpec>, CniError> {
+    let ifname = key.ifname.as_str();
     let mut node_routes = Vec::new();
     for pool in &sel.return_routes {
         let pool = pool.trunc();
-        if let Some(why) = pool_conflict(&pool, key, &pod_ips, view) {
+        if let Some(why) = pool_conflict(&pool, key, pod_ips, view) {
             return Err(CniError::policy(format!(
                 "return route {pool} refused: {why}"
             )));
@@ -227,7 +213,11 @@ pub fn build(
         spec.onlink = host_route;
         node_routes.push(spec);
     }
+    Ok(node_routes)
+}
 
+/// `podRoutes` with a gateway of the destination's family.
+fn check_pod_routes(profile: &Profile) -> Result<(), CniError> {
     for r in &profile.pod_routes {
         if let Some(gw) = r.gw {
             if !same_family(gw, r.dst.addr()) {
@@ -238,6 +228,30 @@ pub fn build(
             }
         }
     }
+    Ok(())
+}
+
+pub fn build(
+    cfg: &RouterConfig,
+    sel: &Selection,
+    key: &Key,
+    prev: &CniResult,
+    view: &NodeView,
+) -> Result<Plan, CniError> {
+    let profile = sel.profile;
+    let ifname = key.ifname.as_str();
+    let pod_ips: Vec<IpNet> = prev.ips_of(ifname).iter().map(|i| i.address).collect();
+    let sysctls = sysctls(profile, ifname)?;
+    let masquerade: Vec<Masquerade> = sel
+        .masquerade
+        .iter()
+        .map(|p| Masquerade {
+            source: p.trunc(),
+            oifname: ifname.to_string(),
+        })
+        .collect();
+    let mut node_routes = return_routes(sel, key, &pod_ips, view)?;
+    check_pod_routes(profile)?;
 
     let mss_clamp = match profile.mss_clamp {
         Some(c) => {
@@ -265,7 +279,7 @@ pub fn build(
     }
 
     Ok(Plan {
-        profile: sel.profile.clone(),
+        profile: sel.name.to_string(),
         source: sel.source.to_string(),
         ifname: ifname.to_string(),
         pod_ips,

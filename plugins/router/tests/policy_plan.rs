@@ -50,12 +50,12 @@ fn annotations(pairs: Value) -> Value {
 #[test]
 fn assign_rule_selects_by_namespace_and_prefix() {
     let s = select(
-        &cfg(),
+        fixed_cfg(),
         &intent("K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-0", json!({})),
     )
     .unwrap()
     .unwrap();
-    assert_eq!(s.profile, "vpn-gateway");
+    assert_eq!(s.name, "vpn-gateway");
     assert_eq!(s.source, Source::Assign(0));
     assert_eq!(s.masquerade, vec!["10.8.0.0/24".parse().unwrap()]);
     // Same namespace, other pod: no profile, pass-through.
@@ -70,7 +70,7 @@ fn assign_rule_selects_by_namespace_and_prefix() {
 #[test]
 fn annotation_and_args_select_in_allowed_namespaces() {
     let s = select(
-        &cfg(),
+        fixed_cfg(),
         &intent(
             "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=web",
             annotations(json!({"podgate.dev/profile": "vpn-routed"})),
@@ -78,12 +78,9 @@ fn annotation_and_args_select_in_allowed_namespaces() {
     )
     .unwrap()
     .unwrap();
-    assert_eq!(
-        (s.profile.as_str(), s.source),
-        ("vpn-routed", Source::Annotation)
-    );
+    assert_eq!((s.name, s.source), ("vpn-routed", Source::Annotation));
     let s = select(
-        &cfg(),
+        fixed_cfg(),
         &intent(
             "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=web",
             json!({"args": {"cni": {"profile": "vpn-routed"}}}),
@@ -148,7 +145,7 @@ fn refusals_name_the_rule() {
 #[test]
 fn annotations_narrow_pools_inside_allow() {
     let s = select(
-        &cfg(),
+        fixed_cfg(),
         &intent(
             "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-0",
             annotations(json!({"podgate.dev/masquerade": "10.8.3.0/24, 10.8.4.0/24"})),
@@ -199,9 +196,15 @@ fn node() -> NodeView {
     }
 }
 
-fn routed() -> podgate_router::intent::Selection {
+/// A `cfg()` that lives as long as the test (a selection borrows it).
+fn fixed_cfg() -> &'static RouterConfig {
+    Box::leak(Box::new(cfg()))
+}
+
+/// `vpn-routed` selected from a [`fixed_cfg`].
+fn routed() -> podgate_router::intent::Selection<'static> {
     select(
-        &cfg(),
+        fixed_cfg(),
         &intent(
             "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
             annotations(json!({"podgate.dev/profile": "vpn-routed"})),
@@ -214,7 +217,7 @@ fn routed() -> podgate_router::intent::Selection {
 #[test]
 fn plan_for_gateway_profile() {
     let sel = select(
-        &cfg(),
+        fixed_cfg(),
         &intent("K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=openvpn-0", json!({})),
     )
     .unwrap()
@@ -295,19 +298,26 @@ fn plan_refuses_conflicting_return_routes() {
         ("169.254.1.0/24", "link-local"),
     ] {
         let (c, sel) = routed_with(&["10.22.0.0/16", "169.254.0.0/16"], pool);
-        let e = build(&c, &sel, &key, &prev(), &node()).unwrap_err();
+        let e = build(c, &sel, &key, &prev(), &node()).unwrap_err();
         assert!(e.msg.contains(needle), "{pool}: {}", e.msg);
     }
 }
 
 /// `vpn-routed` with `pools` annotated, where `cfg()` also allows `allow`.
-fn routed_with(allow: &[&str], pools: &str) -> (RouterConfig, podgate_router::intent::Selection) {
+fn routed_with(
+    allow: &[&str],
+    pools: &str,
+) -> (
+    &'static RouterConfig,
+    podgate_router::intent::Selection<'static>,
+) {
     let mut c = cfg();
     for p in allow {
         c.allow.pools.push(p.parse().unwrap());
     }
+    let c: &'static RouterConfig = Box::leak(Box::new(c));
     let sel = select(
-        &c,
+        c,
         &intent(
             "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
             annotations(
@@ -364,7 +374,7 @@ fn plan_refuses_pools_overlapping_node_routes_subnets_gateways_and_claims_either
     let plan = |pools: &str, v: &NodeView| {
         // The node's subnet and an onlink gateway's are allowed pools here.
         let (c, sel) = routed_with(&["10.0.0.0/24", "172.31.0.0/16", "fd08::/16"], pools);
-        build(&c, &sel, &key, &dual_prev(), v)
+        build(c, &sel, &key, &dual_prev(), v)
     };
     let v = carved_node();
     for (pool, needle) in [

@@ -2,6 +2,7 @@
 //! pod's table, the main route replacement, strict node-wide settings) from
 //! its plan, through the [`Kernel`] trait. Planning is in [`crate::routing`].
 
+use super::Failures;
 use crate::kernel::Kernel;
 use crate::model::SysctlSetting;
 use crate::routing::{is_host_side_rule, RoutingPlan, PRIO_LOCAL_MOVED, PRIO_STRICT};
@@ -115,12 +116,15 @@ fn strict_pod_bound<'a>(
 /// Idempotent: a rule already back, a sysctl someone else changed since,
 /// are left alone. A file from another boot or node netns describes
 /// nothing here and is just removed.
-pub fn restore_node(store: &StateStore, k: &mut impl Kernel) -> Vec<String> {
-    let mut failed = Vec::new();
+pub fn restore_node(store: &StateStore, k: &mut impl Kernel) -> Failures {
+    let mut failed = Failures::default();
     let shared = match read_shared(store) {
         Ok(Some(s)) => s,
         Ok(None) => return failed,
-        Err(e) => return vec![e.to_string()],
+        Err(e) => {
+            failed.push(e);
+            return failed;
+        }
     };
     let here_boot = podgate_kit::netns::boot_id().ok();
     let here_node = podgate_kit::netns::current_identity().ok();
@@ -140,25 +144,31 @@ pub fn restore_node(store: &StateStore, k: &mut impl Kernel) -> Vec<String> {
     {
         match k.rule_list(v6) {
             Ok(rs) => listed.push((v6, rs)),
-            Err(e) => return vec![e.to_string()],
+            Err(e) => {
+                failed.push(e);
+                return failed;
+            }
         }
     }
     match strict_pod_bound(k, listed.iter().flat_map(|(_, rs)| rs)) {
         Ok(false) => {}
         Ok(true) => return failed,
-        Err(e) => return vec![e.to_string()],
+        Err(e) => {
+            failed.push(e);
+            return failed;
+        }
     }
     for (v6, rules) in listed.iter().filter(|(v6, _)| shared.moved(*v6)) {
         let v6 = *v6;
         let has_zero = rules.iter().any(|r| r.matches(&local_rule(v6, 0)));
         if !has_zero {
             if let Err(e) = k.rule_add(&local_rule(v6, 0)) {
-                failed.push(e.to_string());
+                failed.push(e);
                 continue;
             }
         }
         if let Err(e) = k.rule_del(&any_local_rule(v6, PRIO_LOCAL_MOVED)) {
-            failed.push(e.to_string());
+            failed.push(e);
         }
     }
     for (name, prev) in &shared.sysctl_previous {
@@ -171,7 +181,7 @@ pub fn restore_node(store: &StateStore, k: &mut impl Kernel) -> Vec<String> {
         };
         if ours {
             if let Err(e) = k.sysctl_ensure(name, prev) {
-                failed.push(e.to_string());
+                failed.push(e);
             }
         }
     }
@@ -239,11 +249,11 @@ fn restore_main(k: &mut impl Kernel, orig: &RouteSpec, repl: &RouteSpec) -> Resu
 /// Everything a routing plan installed, in reverse order of [`apply_pod`]:
 /// the one removal of a routing plan (DEL, GC, a failed ADD). Absent things
 /// are success; each real failure is one line.
-pub fn remove_pod(k: &mut impl Kernel, p: &RoutingPlan) -> Vec<String> {
-    let mut failed = Vec::new();
+pub fn remove_pod(k: &mut impl Kernel, p: &RoutingPlan) -> Failures {
+    let mut failed = Failures::default();
     let mut note = |r: Result<(), Error>| {
         if let Err(e) = r {
-            failed.push(e.to_string());
+            failed.push(e);
         }
     };
     for m in p.mains.iter().rev() {

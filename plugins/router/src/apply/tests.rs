@@ -5,6 +5,7 @@ use super::*;
 use crate::kernel::fake::Fake;
 use crate::record::NodeSysctl;
 use podgate_kit::nft::describe_mss;
+use podgate_kit::route::RouteSpec;
 use podgate_kit::rule::RuleSpec;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -196,7 +197,7 @@ fn a_failure_while_undoing_keeps_the_pending_record_for_del() {
 
     let (_, left) = apply_node(&mut k, &t.1, &mut rec, true).unwrap_err();
     assert_eq!(left.len(), 1, "{left:?}");
-    assert!(left[0].contains(&route0), "{left:?}");
+    assert!(left.messages()[0].contains(&route0), "{left:?}");
     let kept = record::read(&t.1, &rec.key).unwrap().unwrap();
     assert_eq!(kept.status, Status::Pending);
     // What the removal could undo, it did; DEL finishes from the record.
@@ -391,8 +392,23 @@ fn pod_removal_is_idempotent_and_restores_only_podgates_values() {
     let left = remove_pod(&mut k, &rec);
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(
-        left[0].contains(NS) && left[0].contains("podgate-eth0"),
+        left.messages()[0].contains(NS) && left.messages()[0].contains("podgate-eth0"),
         "{left:?}"
+    );
+    // The CNI error DEL makes of it keeps the errno, the object and the
+    // pod's netns in its details.
+    let e: podgate_cni::CniError = crate::error::Error::Left {
+        what: "teardown",
+        left,
+    }
+    .into();
+    assert!(e.msg.starts_with("teardown: "), "{}", e.msg);
+    let d: serde_json::Value = serde_json::from_str(&e.details).unwrap();
+    assert_eq!(d["errno"], libc::EBUSY, "{d}");
+    assert_eq!(d["netns"], NS, "{d}");
+    assert!(
+        d["object"].as_str().unwrap().contains("podgate-eth0"),
+        "{d}"
     );
 }
 
@@ -1026,4 +1042,99 @@ fn both_moved_local_rules_stay_while_a_dual_stack_strict_pods_interface_lives() 
     }
     assert_eq!(after, want, "both local rules back, proto kernel");
     assert_eq!(k.sysctls, sysctls_before);
+}
+
+/// The ownership sweep of a pod goes through the `Kernel` trait: this
+/// attachment's tagged table and podgate's routes out of its interface go;
+/// another attachment's table, a foreign route and podgate's route out of
+/// another interface stay; a failing call is reported with its errno.
+#[test]
+fn the_pod_sweep_removes_only_what_carries_this_attachments_tag() {
+    use crate::kernel::fake::Table;
+    use podgate_kit::link::Link;
+    let key = Key::new("n", "c1", "eth0");
+    let other = Key::new("n", "c2", "eth0");
+    let mut k = Fake {
+        links: vec![
+            Link {
+                index: 3,
+                name: "eth0".into(),
+            },
+            Link {
+                index: 4,
+                name: "net1".into(),
+            },
+        ],
+        ..Fake::default()
+    };
+    for (name, owner) in [("podgate-eth0", &key), ("podgate-net1", &other)] {
+        let tag = record::nft_tag(owner);
+        k.tables.insert(
+            name.into(),
+            Table {
+                tag,
+                ..Table::default()
+            },
+        );
+    }
+    let route = |dst: &str, oif: u32, protocol: u8| {
+        let mut r = RouteSpec::new(dst.parse().unwrap());
+        r.oif = Some(oif);
+        r.protocol = protocol;
+        r
+    };
+    k.routes = vec![
+        route("10.50.0.0/24", 3, RTPROT_PODGATE),
+        route("fd50::/64", 3, RTPROT_PODGATE),
+        route("10.51.0.0/24", 3, 4),
+        route("10.52.0.0/24", 4, RTPROT_PODGATE),
+    ];
+    let (removed, failed) = sweep_pod(&mut k, &key, "podgate-");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(
+        removed,
+        [
+            format!("nft table inet podgate-eth0 in {NS}"),
+            "pod route 10.50.0.0/24".to_string(),
+            "pod route fd50::/64".to_string(),
+        ]
+    );
+    assert_eq!(k.tables.keys().collect::<Vec<_>>(), ["podgate-net1"]);
+    let left: Vec<String> = k.routes.iter().map(|r| r.dst.to_string()).collect();
+    assert_eq!(left, ["10.51.0.0/24", "10.52.0.0/24"]);
+
+    // A failing listing is one typed failure, naming the namespace.
+    k.fail_call(1, libc::EPERM);
+    let (removed, failed) = sweep_pod(&mut k, &other, "podgate-");
+    assert!(removed.is_empty(), "{removed:?}");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let (e, netns) = failed.iter().next().unwrap().kit();
+    assert_eq!((e.errno(), netns), (Some(libc::EPERM), Some(NS)));
+}
+
+/// The node sweep through the `Kernel` trait: podgate's rules and routes
+/// for an unusable record's addresses go, what a record accounts for and
+/// what is not podgate's stay.
+#[test]
+fn the_node_sweep_removes_unaccounted_objects_of_the_addresses_only() {
+    let mut ours = RouteSpec::new("10.60.0.0/24".parse().unwrap());
+    ours.gateway = Some("10.22.0.9".parse().unwrap());
+    ours.protocol = RTPROT_PODGATE;
+    let mut kept = ours.clone();
+    kept.dst = "10.61.0.0/24".parse().unwrap();
+    kept.gateway = Some("10.22.0.8".parse().unwrap());
+    let mut foreign = ours.clone();
+    foreign.dst = "10.62.0.0/24".parse().unwrap();
+    foreign.protocol = 4;
+    let mut k = Fake {
+        routes: vec![ours, kept, foreign],
+        ..Fake::default()
+    };
+    let ip: std::net::IpAddr = "10.22.0.9".parse().unwrap();
+    let (removed, failed) = sweep_node(&mut k, &[], Some(&[ip]));
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert!(removed[0].contains("10.60.0.0/24"), "{removed:?}");
+    let left: Vec<String> = k.routes.iter().map(|r| r.dst.to_string()).collect();
+    assert_eq!(left, ["10.61.0.0/24", "10.62.0.0/24"]);
 }

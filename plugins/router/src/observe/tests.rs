@@ -2,11 +2,12 @@
 //! the refusals reading them still get what they need.
 
 use super::*;
+use crate::config::RouterConfig;
 use crate::intent::Source;
 use crate::kernel::fake::Fake;
 use crate::plan;
 use ipnet::IpNet;
-use podgate_cni::CniResult;
+use podgate_cni::{CniError, CniResult};
 use podgate_kit::link::Link;
 use podgate_kit::route::{RouteSpec, RTPROT_PODGATE};
 use podgate_kit::state::Key;
@@ -22,9 +23,11 @@ fn cfg(profiles: serde_json::Value) -> RouterConfig {
     c
 }
 
-fn sel(profile: &str, return_routes: &[&str]) -> Selection {
+fn sel<'c>(cfg: &'c RouterConfig, profile: &str, return_routes: &[&str]) -> Selection<'c> {
+    let (name, profile) = cfg.profiles.get_key_value(profile).unwrap();
     Selection {
-        profile: profile.into(),
+        name,
+        profile,
         source: Source::Assign(0),
         masquerade: Vec::new(),
         return_routes: return_routes.iter().map(|p| p.parse().unwrap()).collect(),
@@ -75,10 +78,10 @@ fn routed() -> RouterConfig {
 }
 
 /// Observe for `pools` through a fresh [`node`]: the view, and the reads made.
-fn observe(cfg: &RouterConfig, sel: &Selection) -> (NodeView, Vec<String>, bool) {
+fn observe(sel: &Selection) -> (NodeView, Vec<String>, bool) {
     let mut k = node();
     let mut asked = false;
-    let view = node_view(&mut k, &Needs::of(cfg, sel), || {
+    let view = node_view(&mut k, &Needs::of(sel), || {
         asked = true;
         Vec::new()
     })
@@ -89,8 +92,8 @@ fn observe(cfg: &RouterConfig, sel: &Selection) -> (NodeView, Vec<String>, bool)
 #[test]
 fn an_ipv4_only_plan_never_reads_ipv6() {
     let cfg = routed();
-    let s = sel("r", &["10.9.0.0/24"]);
-    let (view, calls, claims) = observe(&cfg, &s);
+    let s = sel(&cfg, "r", &["10.9.0.0/24"]);
+    let (view, calls, claims) = observe(&s);
     assert_eq!(
         calls,
         ["route list v6=false table=254", "address list v6=false"]
@@ -108,7 +111,8 @@ fn an_ipv4_only_plan_never_reads_ipv6() {
 
 #[test]
 fn an_ipv6_only_plan_never_reads_ipv4() {
-    let (_, calls, _) = observe(&routed(), &sel("r", &["fd09::/64"]));
+    let cfg = routed();
+    let (_, calls, _) = observe(&sel(&cfg, "r", &["fd09::/64"]));
     assert_eq!(
         calls,
         ["route list v6=true table=254", "address list v6=true"]
@@ -118,8 +122,8 @@ fn an_ipv6_only_plan_never_reads_ipv4() {
 #[test]
 fn a_dual_stack_plan_reads_both_families() {
     let cfg = routed();
-    let s = sel("r", &["10.9.0.0/24", "fd09::/64"]);
-    let (view, calls, _) = observe(&cfg, &s);
+    let s = sel(&cfg, "r", &["10.9.0.0/24", "fd09::/64"]);
+    let (view, calls, _) = observe(&s);
     assert_eq!(
         calls,
         [
@@ -144,10 +148,10 @@ fn a_dual_stack_plan_reads_both_families() {
 fn a_masquerade_or_sysctl_only_plan_reads_nothing() {
     let cfg = cfg(json!({"m": {"sysctls": {"net.ipv4.ip_forward": "1"},
                               "masquerade": [{"source": "10.8.0.0/24"}]}}));
-    let needs = Needs::of(&cfg, &sel("m", &[]));
+    let needs = Needs::of(&sel(&cfg, "m", &[]));
     assert!(!needs.reads_node());
     assert_eq!(needs, Needs::default());
-    let (_, calls, claims) = observe(&cfg, &sel("m", &[]));
+    let (_, calls, claims) = observe(&sel(&cfg, "m", &[]));
     assert!(calls.is_empty(), "{calls:?}");
     assert!(!claims);
 }
@@ -158,7 +162,7 @@ fn a_routing_boundary_reads_its_family_links_and_for_strict_snat() {
         json!({"s": {"routing": {"mode": "standard", "uplink": "pgup",
         "gateway": "192.0.2.254", "table": 20010}}}),
     );
-    let (_, calls, claims) = observe(&standard, &sel("s", &[]));
+    let (_, calls, claims) = observe(&sel(&standard, "s", &[]));
     assert_eq!(calls, ["route list v6=false", "link list"]);
     assert!(claims, "tables of the other pods");
     // A free table is one no route of either family uses.
@@ -166,7 +170,7 @@ fn a_routing_boundary_reads_its_family_links_and_for_strict_snat() {
         json!({"s": {"routing": {"mode": "standard", "uplink": "pgup",
         "gateway": "192.0.2.254"}}}),
     );
-    let (_, calls, _) = observe(&auto, &sel("s", &[]));
+    let (_, calls, _) = observe(&sel(&auto, "s", &[]));
     assert_eq!(
         calls,
         ["route list v6=false", "route list v6=true", "link list"]
@@ -175,11 +179,11 @@ fn a_routing_boundary_reads_its_family_links_and_for_strict_snat() {
         json!({"s": {"routing": {"mode": "standard", "uplink": "pgup",
         "gateway": "fd00::fe", "table": 20010}}}),
     );
-    let (_, calls, _) = observe(&v6, &sel("s", &[]));
+    let (_, calls, _) = observe(&sel(&v6, "s", &[]));
     assert_eq!(calls, ["route list v6=true", "link list"]);
     let strict = cfg(json!({"s": {"routing": {"mode": "strict", "uplink": "pgup",
         "gateway": "192.0.2.254", "table": 20010}}}));
-    let (_, calls, _) = observe(&strict, &sel("s", &[]));
+    let (_, calls, _) = observe(&sel(&strict, "s", &[]));
     // Strict bounds every address of the pod, of either family, and turns
     // IPv6 off on a pod's interface when the pod has none and the node has it.
     assert_eq!(
@@ -201,8 +205,8 @@ fn refusals_reading_the_node_still_refuse_in_each_family() {
     let cfg = routed();
     let key = Key::new("n", "c", "eth0");
     let refused = |pools: &[&str]| {
-        let s = sel("r", pools);
-        let (view, _, _) = observe(&cfg, &s);
+        let s = sel(&cfg, "r", pools);
+        let (view, _, _) = observe(&s);
         plan::build(&cfg, &s, &key, &prev(), &view).unwrap_err().msg
     };
     let m = refused(&["10.60.0.0/24"]);
@@ -226,12 +230,12 @@ fn refusals_reading_the_node_still_refuse_in_each_family() {
     // host route, one no record describes) counts too: the live pods'
     // pools are their claims, and stale ones overlapping the pool are
     // cleared before the node is read.
-    let s = sel("r", &["10.70.0.0/23"]);
+    let s = sel(&cfg, "r", &["10.70.0.0/23"]);
     let mut k = node();
     if let Some(r) = k.routes.iter_mut().find(|r| r.dst == net("10.70.0.0/24")) {
         r.protocol = RTPROT_PODGATE;
     }
-    let view = node_view(&mut k, &Needs::of(&cfg, &s), Vec::new).unwrap();
+    let view = node_view(&mut k, &Needs::of(&s), Vec::new).unwrap();
     let m = plan::build(&cfg, &s, &key, &prev(), &view).unwrap_err().msg;
     assert!(
         m.contains("the node already routes 10.70.0.0/24 (proto podgate)"),
@@ -242,11 +246,33 @@ fn refusals_reading_the_node_still_refuse_in_each_family() {
 #[test]
 fn a_failed_read_fails_the_observation_naming_it() {
     let cfg = routed();
-    let s = sel("r", &["10.9.0.0/24"]);
+    let s = sel(&cfg, "r", &["10.9.0.0/24"]);
     let mut k = node();
     k.fail_call(2, libc::EPERM);
-    let e = node_view(&mut k, &Needs::of(&cfg, &s), Vec::new).unwrap_err();
+    let e: CniError = node_view(&mut k, &Needs::of(&s), Vec::new)
+        .unwrap_err()
+        .into();
     assert!(e.msg.contains("reading node addresses"), "{}", e.msg);
+}
+
+/// The CNI error of a failing kernel call carries its errno and object in
+/// `details` (JSON), beside the message naming what the router was doing.
+#[test]
+fn a_failed_kernel_call_reaches_the_cni_error_details() {
+    let cfg = routed();
+    let s = sel(&cfg, "r", &["10.9.0.0/24"]);
+    let mut k = node();
+    k.fail_call(2, libc::EPERM);
+    let e: CniError = node_view(&mut k, &Needs::of(&s), Vec::new)
+        .unwrap_err()
+        .into();
+    assert_eq!(e.code, podgate_cni::code::APPLY_FAILED);
+    let d: serde_json::Value = serde_json::from_str(&e.details)
+        .unwrap_or_else(|err| panic!("details {:?}: {err}", e.details));
+    assert_eq!(d["errno"], libc::EPERM, "{d}");
+    assert_eq!(d["errnoName"], "EPERM", "{d}");
+    assert_eq!(d["object"], "address list v6=false", "{d}");
+    assert_eq!(d["family"], "fake", "{d}");
 }
 
 /// Return routes read the main table alone: routes of other tables (a
@@ -271,8 +297,8 @@ fn return_routes_read_the_main_table_alone_and_plan_as_from_every_table() {
         k.routes.push(r);
     }
     for pools in [&["10.9.0.0/24", "fd09::/64"][..], &["10.70.0.0/24"][..]] {
-        let s = sel("r", pools);
-        let needs = Needs::of(&cfg, &s);
+        let s = sel(&cfg, "r", pools);
+        let needs = Needs::of(&s);
         assert!(!needs.all_tables);
         k.calls.clear();
         let main = node_view(&mut k, &needs, Vec::new).unwrap();

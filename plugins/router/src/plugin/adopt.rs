@@ -10,8 +10,9 @@
 //! and ADD's own code selects, plans, refuses, writes the record ahead and
 //! applies. The record says `adopted`.
 
-use super::{add, io_err, load, selection, store, Router};
+use super::{add, load, selection, store, Router};
 use crate::config::ANNOTATIONS_CAPABILITY;
+use crate::error::Error;
 use crate::record;
 use podgate_cni::version::Version;
 use podgate_cni::{code, CniError, Command, Env, NetConf, Plugin, Request};
@@ -274,14 +275,14 @@ pub fn adopt(entry: &Value, sb: &Sandbox) -> Result<Adoption, CniError> {
         Ok(Some(r)) if r.adopted && r.status == record::Status::Pending => {}
         Ok(Some(_)) => return Ok(Adoption::Recorded),
         Ok(None) => {}
-        Err(e) => return Err(io_err(e)),
+        Err(e) => return Err(Error::Record(e).into()),
     }
     // Only now the pod's addresses: a recorded sandbox is left alone
     // whatever it holds since.
     let req = request(entry, &ifname, sb)?;
     add::add_as(&req, true)?;
     Ok(Adoption::Applied {
-        profile: sel.profile,
+        profile: sel.name.to_string(),
         source: sel.source.to_string(),
         ifname,
     })

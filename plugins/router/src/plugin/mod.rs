@@ -6,6 +6,7 @@ mod del;
 mod gc;
 
 use crate::config::{RouterConfig, ANNOTATIONS_CAPABILITY};
+use crate::error::Error;
 use crate::intent::{self, PodIntent, Selection};
 use crate::lifecycle::Swept;
 use podgate_cni::log::Logger;
@@ -15,10 +16,6 @@ use podgate_kit::state::{Key, StateStore};
 use serde_json::json;
 
 pub struct Router;
-
-fn kit_err(what: &str, e: impl std::fmt::Display) -> CniError {
-    CniError::apply(format!("{what}: {e}"))
-}
 
 fn load(conf: &NetConf) -> Result<RouterConfig, CniError> {
     let cfg: RouterConfig = conf.plugin_config()?;
@@ -57,7 +54,7 @@ fn key_of(req: &Request) -> Key {
 }
 
 fn store(cfg: &RouterConfig) -> Result<StateStore, CniError> {
-    StateStore::open(&cfg.state_dir).map_err(|e| CniError::io(e.to_string()))
+    Ok(StateStore::open(&cfg.state_dir).map_err(Error::State)?)
 }
 
 fn open_netns(req: &Request) -> Result<NetNs, CniError> {
@@ -73,10 +70,6 @@ fn open_netns(req: &Request) -> Result<NetNs, CniError> {
             CniError::invalid_env(e.to_string())
         }
     })
-}
-
-fn io_err(e: impl std::fmt::Display) -> CniError {
-    CniError::io(e.to_string())
 }
 
 /// The pod's addresses on this interface from prevResult (DEL may have it).
@@ -111,7 +104,7 @@ fn ms(d: std::time::Duration) -> f64 {
     (d.as_micros() as f64) / 1000.0
 }
 
-fn selection(cfg: &RouterConfig, req: &Request) -> Result<Option<Selection>, CniError> {
+fn selection<'c>(cfg: &'c RouterConfig, req: &Request) -> Result<Option<Selection<'c>>, CniError> {
     let intent = PodIntent::from_request(&req.env, &req.conf)?;
     intent::select(cfg, &intent)
 }

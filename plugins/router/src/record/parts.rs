@@ -45,7 +45,7 @@ pub enum MssValue {
     Fixed(u16),
 }
 
-/// One MSS clamp rule in the `forward` chain of [`Record::nft_table`].
+/// One MSS clamp rule in the `forward` chain of [`crate::record::Record::nft_table`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MssClamp {
     pub pool: IpNet,

@@ -1,0 +1,142 @@
+//! The router's typed error, and its one conversion into a CNI error: the
+//! code, the message and the details all come from the same value. A
+//! failing kernel call keeps its errno and object up to the CNI error's
+//! `details` (JSON: `errno`, `errnoName`, `family`, `object`, `netns`).
+
+use crate::apply::{ApplyError, Failures};
+use crate::record::ReadError;
+use podgate_cni::{code, CniError};
+use podgate_kit::error::errno_name;
+use serde_json::{Map, Value};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The state directory: records, the claims index, locks.
+    #[error("{0}")]
+    State(#[source] podgate_kit::Error),
+    /// A record that could not be read (the state dir, or a newer format).
+    #[error("{0}")]
+    Record(#[from] ReadError),
+    /// A kernel call the router made: what it was doing, and kit's error.
+    #[error("{what}: {source}")]
+    Kernel {
+        what: &'static str,
+        #[source]
+        source: Box<ApplyError>,
+    },
+    /// Applying a profile failed and was rolled back; `left` is what the
+    /// rollback could not undo (the pending record then stays for DEL).
+    #[error("applying profile {profile:?}: {source}{}", rollback_left(.left))]
+    Apply {
+        profile: String,
+        #[source]
+        source: Box<ApplyError>,
+        left: Failures,
+    },
+    /// What could not be removed or undone.
+    #[error("{what}: {left}")]
+    Left { what: &'static str, left: Failures },
+    /// CHECK: what of the record no longer holds (one line each).
+    #[error("drift: {}", .0.join("; "))]
+    Drift(Vec<String>),
+    /// What a sweep could not remove (one line each).
+    #[error("{what}: {}", .failures.join("; "))]
+    Swept {
+        what: &'static str,
+        failures: Vec<String>,
+    },
+}
+
+fn rollback_left(left: &Failures) -> String {
+    if left.is_empty() {
+        String::new()
+    } else {
+        format!("; rollback left (record kept pending for DEL): {left}")
+    }
+}
+
+impl Error {
+    /// A kernel call failed while the router was doing `what`.
+    pub fn kernel(what: &'static str) -> impl FnOnce(podgate_kit::Error) -> Error {
+        move |e| Error::Kernel {
+            what,
+            source: Box::new(ApplyError::Kit(e)),
+        }
+    }
+
+    /// The CNI error code of this error.
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::State(_) | Error::Record(_) => code::IO_FAILURE,
+            Error::Apply { source, .. } if source.is_state() => code::IO_FAILURE,
+            Error::Kernel { .. }
+            | Error::Apply { .. }
+            | Error::Left { .. }
+            | Error::Drift(_)
+            | Error::Swept { .. } => code::APPLY_FAILED,
+        }
+    }
+
+    /// The first typed kit error behind this one (a list's first failure).
+    fn kit(&self) -> Option<(&podgate_kit::Error, Option<&str>)> {
+        match self {
+            Error::State(e) | Error::Record(ReadError::Io(e)) => Some((e, None)),
+            Error::Record(_) | Error::Drift(_) | Error::Swept { .. } => None,
+            Error::Kernel { source, .. } | Error::Apply { source, .. } => Some(source.kit()),
+            Error::Left { left, .. } => left.iter().next().map(ApplyError::kit),
+        }
+    }
+}
+
+impl From<Error> for CniError {
+    fn from(e: Error) -> CniError {
+        let details = e.kit().map(details_of).unwrap_or_default();
+        CniError::new(e.code(), e.to_string()).with_details(details)
+    }
+}
+
+/// The CNI error's details for a kit error: its errno, the netlink family
+/// and the object (or the file, the sysctl) it names, the pod's netns. An
+/// empty string when there is nothing beyond the message.
+fn details_of((e, netns): (&podgate_kit::Error, Option<&str>)) -> String {
+    use podgate_kit::Error as K;
+    let mut d = Map::new();
+    if let Some(errno) = e.errno() {
+        d.insert("errno".into(), errno.into());
+        d.insert("errnoName".into(), errno_name(errno).into());
+    }
+    let (family, object) = match e {
+        K::Kernel { family, object, .. }
+        | K::Invalid { family, object, .. }
+        | K::Timeout { family, object, .. }
+        | K::Protocol { family, object, .. }
+        | K::DumpInterrupted { family, object, .. }
+        | K::TooLarge { family, object, .. }
+        | K::TooMany { family, object, .. } => (Some(*family), Some(object.clone())),
+        K::Socket { family, .. } => (Some(*family), None),
+        K::Netns { path, .. }
+        | K::NotNetns { path }
+        | K::File { path, .. }
+        | K::State { path, .. }
+        | K::StateCorrupt { path, .. } => (None, Some(path.display().to_string())),
+        K::Sysctl { name, .. } | K::SysctlRefused { name, .. } => {
+            (None, Some(format!("sysctl {name}")))
+        }
+        K::MissingCapability { cap, .. } => (None, Some((*cap).to_string())),
+        K::NoSuchLink(name) => (None, Some(format!("interface {name}"))),
+    };
+    if let Some(f) = family {
+        d.insert("family".into(), f.into());
+    }
+    if let Some(o) = object {
+        d.insert("object".into(), o.into());
+    }
+    if let Some(n) = netns {
+        d.insert("netns".into(), n.into());
+    }
+    if d.is_empty() {
+        String::new()
+    } else {
+        Value::Object(d).to_string()
+    }
+}
