@@ -11,10 +11,12 @@
 #   integration/k8s/cluster.sh run CMD [ARGS...]            a command there (KUBECONFIG, PATH set)
 #   integration/k8s/cluster.sh node NODE CMD [ARGS...]      a command on a node (its netns and mounts)
 #   integration/k8s/cluster.sh load-image ARCHIVE           import an image into every node's containerd
+#   integration/k8s/cluster.sh restart NODE kubelet|containerd|kube-proxy
 #   integration/k8s/cluster.sh stop-node NODE | start-node NODE [--reboot]
-#                                                           stop a node (kubelet, kube-proxy, containerd,
-#                                                           its pods) and start it again; --reboot also
-#                                                           empties its /run and makes its netns anew
+#                                                           stop a node (kube-proxy, kubelet, containerd,
+#                                                           its pods) and start it again; --reboot first
+#                                                           does what a reboot takes away (mounts, netns,
+#                                                           cgroups, /run; /var/lib stays)
 #
 # Layout (all under $PODGATE_K8S_DIR, default /var/tmp/podgate-k8s):
 # * netns pg-k8s-fabric: a bridge, the underlay (192.168.200.254, no
@@ -222,8 +224,10 @@ link_to_fabric() {
 
 make_networks() {
     netns_add fabric
-    # The underlay: what nobody routes is dropped here.
-    ip netns exec "$P-fabric" sysctl -qw net.ipv4.ip_forward=0
+    # The underlay router (a VPC's): it routes the pod networks to their
+    # nodes and nothing else, so what nobody routes (a reply to a VPN
+    # client pool) is dropped here; strict pods' traffic crosses it.
+    echo 1 | nsenter --net="/run/netns/$P-fabric" -- tee /proc/sys/net/ipv4/ip_forward >/dev/null
     ip -n "$P-fabric" link add fab0 type bridge
     ip -n "$P-fabric" addr add "$GATEWAY/24" dev fab0
     ip -n "$P-fabric" link set fab0 up
@@ -234,7 +238,11 @@ make_networks() {
         netns_add "$n"
         link_to_fabric "$n" "$(node_ip "$n")"
     done
-    # host-gw: every node routes the others' pod networks via their address.
+    # host-gw: every node (and the underlay) routes the others' pod networks
+    # via their address.
+    for n in "${NODES[@]}"; do
+        ip -n "$P-fabric" route add "$(pod_cidr "$n")" via "$(node_ip "$n")"
+    done
     for n in "${NODES[@]}"; do
         for m in "${NODES[@]}"; do
             [ "$n" = "$m" ] || ip -n "$P-$n" route add "$(pod_cidr "$m")" via "$(node_ip "$m")"
@@ -339,21 +347,25 @@ make_mount_ns() {
 }
 
 # The primary CNI every node is provisioned with: Debian's reference
-# plugins and a bridge conflist for the node's pod network.
+# plugins, bridge + host-local on the first nodes, ptp + host-local (a
+# routed primary, one /32 per pod, which strict routing needs) on the last,
+# labelled podgate-k8s/primary=ptp.
+PTP_NODE=node-3
 provision_cni() {
-    local n=$1 root="$C/nodes/$1/fs"
-    cp /usr/lib/cni/{bridge,host-local,loopback,portmap} "$root/opt/cni/bin/"
-    cat >"$root/etc/cni/net.d/10-bridge.conflist" <<EOF
+    local n=$1 root="$C/nodes/$1/fs" first
+    cp /usr/lib/cni/{bridge,ptp,host-local,loopback,portmap} "$root/opt/cni/bin/"
+    if [ "$n" = "$PTP_NODE" ]; then
+        first='"type": "ptp", "ipMasq": false'
+    else
+        first='"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true'
+    fi
+    cat >"$root/etc/cni/net.d/10-podnet.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "podnet",
   "plugins": [
     {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
+      $first,
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$(pod_cidr "$n")"}]],
@@ -515,9 +527,11 @@ import_image() {
 start_kubelet() {
     local n=$1
     kubelet_config "$n" >"$C/nodes/$n/kubelet.yaml"
+    local primary=bridge
+    [ "$n" != "$PTP_NODE" ] || primary=ptp
     start "kubelet-$n" "$n" "$n" "$K8S_BIN/kubelet" --config="$C/nodes/$n/kubelet.yaml" \
         --kubeconfig="$C/pki/kubelet-$n.kubeconfig" --hostname-override="$n" \
-        --node-ip="$(node_ip "$n")" --v=2
+        --node-ip="$(node_ip "$n")" --node-labels="podgate-k8s/primary=$primary" --v=2
 }
 
 start_kube_proxy() {
@@ -540,6 +554,52 @@ make_node() {
     make_cgroups "$n"
     make_mount_ns "$n"
     provision_cni "$n"
+}
+
+# stop_node NODE: what the node's shutdown stops: kube-proxy, the kubelet,
+# containerd and every process of its pods (shims, sandboxes, containers).
+stop_node() {
+    local n=$1 h pids round
+    stop_pid "kube-proxy-$n"
+    stop_pid "kubelet-$n"
+    stop_pid "containerd-$n"
+    for round in $(seq 50); do
+        pids="$({
+            while read -r h; do
+                [ -d "$h$CGROUP_ROOT/$n" ] && find "$h$CGROUP_ROOT/$n" -name cgroup.procs -exec cat {} + 2>/dev/null
+            done < <(cgroup_hierarchies)
+            find /proc/[0-9]*/ns -maxdepth 1 -name mnt -printf '%l %p\n' 2>/dev/null |
+                grep -F "mnt:[$(stat -L -c %i "$C/ns/$n")] " | sed -E 's|.* /proc/([0-9]+)/ns/.*|\1|'
+        } | sort -u | tr '\n' ' ' || true)"
+        [ -n "${pids// /}" ] || return 0
+        # shellcheck disable=SC2086
+        kill -KILL $pids 2>/dev/null || true
+        sleep 0.1
+    done
+    fail "stop-node $n: processes left: $pids"
+}
+
+# reboot_node NODE: the node stopped, then what a reboot takes away: every
+# mount (its mount namespace made anew), its network namespace (made anew,
+# linked to the fabric again), its cgroups and /run; /var/lib, /var/log,
+# /opt and /etc/cni stay, as on a disk.
+reboot_node() {
+    local n=$1 m
+    stop_node "$n"
+    umount "$C/ns/$n"
+    ip netns del "$P-$n"
+    netns_add "$n"
+    link_to_fabric "$n" "$(node_ip "$n")"
+    for m in "${NODES[@]}"; do
+        [ "$n" = "$m" ] || ip -n "$P-$n" route add "$(pod_cidr "$m")" via "$(node_ip "$m")"
+    done
+    local h
+    while read -r h; do
+        [ -d "$h$CGROUP_ROOT/$n" ] && find "$h$CGROUP_ROOT/$n" -depth -type d -exec rmdir {} \;
+    done < <(cgroup_hierarchies)
+    rm -rf "${C:?}/nodes/$n/fs/run"
+    make_cgroups "$n"
+    make_mount_ns "$n"
 }
 
 # ---- images ----------------------------------------------------------------
@@ -705,6 +765,30 @@ node)
     n=$2
     shift 2
     PATH="$K8S_BIN:$CONTAINERD_BIN:$PATH" CONTAINER_RUNTIME_ENDPOINT=unix:///run/containerd/containerd.sock on_node "$n" "$@"
+    ;;
+restart)
+    [ "$#" -eq 3 ] || fail "restart NODE kubelet|containerd|kube-proxy"
+    load_bins
+    node_index "$2" >/dev/null
+    case "$3" in
+    kubelet) stop_pid "kubelet-$2" && start_kubelet "$2" ;;
+    containerd) stop_pid "containerd-$2" && start_containerd "$2" ;;
+    kube-proxy) stop_pid "kube-proxy-$2" && start_kube_proxy "$2" ;;
+    *) fail "restart: kubelet, containerd or kube-proxy" ;;
+    esac
+    ;;
+stop-node)
+    [ "$#" -eq 2 ] || fail "stop-node NODE"
+    load_bins
+    node_index "$2" >/dev/null
+    stop_node "$2"
+    ;;
+start-node)
+    [ "$#" -ge 2 ] || fail "start-node NODE [--reboot]"
+    load_bins
+    node_index "$2" >/dev/null
+    [ "${3:-}" != --reboot ] || reboot_node "$2"
+    start_node "$2"
     ;;
 load-image)
     [ "$#" -eq 2 ] || fail "load-image ARCHIVE"

@@ -203,7 +203,7 @@ impl Cluster {
     /// podgate).
     pub fn node_snapshot(&self, node: &str) -> Snapshot {
         let mut s = crate::snapshot::snapshot_at(&Cluster::netns_path(node));
-        s.nft.retain(|t| !t.contains(r#""table":"kube-proxy""#) && !t.contains(r#""name":"kube-proxy""#));
+        s.nft.retain(|e| nft_entry_table(e).is_none_or(|t| t != "kube-proxy"));
         s
     }
 
@@ -222,15 +222,23 @@ impl Cluster {
     }
 
     /// Polls `check` every 500 ms until it returns Some, for up to `secs`;
-    /// panics with `what` and the last `describe` output otherwise.
+    /// panics with `what` otherwise.
     #[track_caller]
-    pub fn wait<T>(&self, what: &str, secs: u64, mut check: impl FnMut() -> Option<T>) -> T {
+    pub fn wait<T>(&self, what: &str, secs: u64, check: impl FnMut() -> Option<T>) -> T {
+        self.wait_opt(secs, check)
+            .unwrap_or_else(|| panic!("{what}: not within {secs} s"))
+    }
+
+    /// Polls `check` every 500 ms until it returns Some, for up to `secs`.
+    pub fn wait_opt<T>(&self, secs: u64, mut check: impl FnMut() -> Option<T>) -> Option<T> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             if let Some(v) = check() {
-                return v;
+                return Some(v);
             }
-            assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+            if Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(500));
         }
     }
@@ -244,6 +252,15 @@ impl Drop for Cluster {
             Err(e) => eprintln!("warning: running cluster.sh down: {e}"),
         }
     }
+}
+
+/// The table an entry of [`Snapshot::nft`] belongs to: a table's own name,
+/// a chain's, rule's or set's `table`.
+pub fn nft_entry_table(entry: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(entry).ok()?;
+    let (kind, obj) = v.as_object()?.iter().next()?;
+    let name = if kind == "table" { &obj["name"] } else { &obj["table"] };
+    name.as_str().map(String::from)
 }
 
 /// What of the machine a cluster may touch, to compare before `up` and

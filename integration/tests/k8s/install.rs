@@ -6,29 +6,60 @@ use serde_json::Value;
 
 use crate::world::{sh_block, workdir, World};
 
-/// The CNI config a node's containerd says it loaded (`crictl info`): the
-/// first network's name and the file it came from.
-pub fn loaded_cni_config(world: &mut World, node: &str) -> (String, String) {
+/// The CNI network a node's containerd says it loaded for pods (`crictl
+/// info`): its name and its plugins' types, in order.
+pub fn loaded_cni_network(world: &mut World, node: &str) -> (String, Vec<String>) {
     let info = world.cluster().node_sh_ok(node, "crictl info");
     let info: Value = serde_json::from_str(&info).unwrap();
-    let net = &info["cniconfig"]["Networks"];
-    // Networks[0] is the loopback containerd adds; the pod network follows.
-    let pod_net = net
-        .as_array()
-        .and_then(|n| n.iter().find(|n| n["Config"]["Name"] != "cni-loopback"))
+    let nets = info["cniconfig"]["Networks"].as_array().cloned().unwrap_or_default();
+    // containerd's own loopback comes first; the pod network follows.
+    let net = nets
+        .iter()
+        .find(|n| n["Config"]["Name"] != "cni-loopback")
         .unwrap_or_else(|| panic!("{node}: no pod network in crictl info:\n{info:#}"));
-    (
-        pod_net["Config"]["Name"].as_str().unwrap_or_default().to_string(),
-        pod_net["Source"].as_str().unwrap_or_default().to_string(),
-    )
+    let types = net["Config"]["Plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["Network"]["type"].as_str().unwrap_or_default().to_string())
+        .collect();
+    (net["Config"]["Name"].as_str().unwrap_or_default().to_string(), types)
 }
 
-/// Installs podgate with the README's commands, once per cluster.
+/// A pod on every node, waited for and deleted: what a node keeps of its
+/// primary after its first pod (the bridge plugin's `cni0`), so that the
+/// snapshot before the install compares with a node whose pods are gone.
+const WARM_UP: &str = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: warm-up, namespace: default}
+spec:
+  selector: {matchLabels: {app: warm-up}}
+  template:
+    metadata: {labels: {app: warm-up}}
+    spec:
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 1
+      containers:
+        - {name: greeter, image: "localhost/podgate/greeter:1", imagePullPolicy: Never}
+"#;
+
+/// Installs podgate with the README's commands, once per cluster; the
+/// nodes' views before it are kept for the uninstall case.
 pub fn ensure_installed(world: &mut World) {
     if world.installed {
         return;
     }
     world.podgate_image();
+    world.cluster().load_image(&crate::world::test_image("greeter"));
+    let c = world.cluster();
+    c.apply(WARM_UP);
+    c.kubectl_ok(&["rollout", "status", "ds/warm-up", "--timeout=120s"]);
+    c.kubectl_ok(&["delete", "ds", "warm-up", "--wait=true"]);
+    c.wait("the warm-up pods gone", 120, || {
+        crate::openvpn::pods(c, "default", "app=warm-up").is_empty().then_some(())
+    });
+    world.before_install = Some(crate::nodes::views(world.cluster()));
     let block = sh_block("README.md", "Install on a cluster", "kubectl apply");
     let dir = workdir(&[]);
     let out = world.cluster().sh_in(&block, dir.path());
@@ -49,10 +80,12 @@ pub fn the_readme_install_rolls_out_on_every_node(world: &mut World) {
     for node in NODES {
         // The runtime itself says it loads podgate's chain: the primary's
         // plugins followed by podgate's.
-        let (name, source) = loaded_cni_config(world, node);
-        assert!(
-            source.contains("podgate-router") && source.contains("\"bridge\""),
-            "{node}'s containerd loaded {name}, not podgate's chain:\n{source}"
+        let (name, types) = loaded_cni_network(world, node);
+        let primary = if node == "node-3" { "ptp" } else { "bridge" };
+        assert_eq!(
+            types,
+            [primary, "portmap", "podgate-tunnel-guard", "podgate-router"],
+            "{node}'s containerd loaded {name}: not the primary's chain followed by podgate's"
         );
         let c = world.cluster();
         let conf = c.host_path(node, "/etc/cni/net.d/00-podgate.conflist");

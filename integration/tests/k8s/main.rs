@@ -14,8 +14,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod install;
+mod lifecycle;
 mod machine;
+mod nodes;
 mod openvpn;
+mod policy;
+mod upgrade;
 mod world;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -47,7 +51,36 @@ const CASES: &[Case] = &[
         name: "openvpn::the_example_reaches_every_node_and_a_service_through_the_api",
         run: openvpn::the_example_reaches_every_node_and_a_service_through_the_api,
     },
+    Case {
+        name: "policy::an_edited_policy_reaches_new_sandboxes",
+        run: policy_case,
+    },
+    Case {
+        name: "lifecycle::a_refused_pod_waits_with_podgates_reason_in_its_events",
+        run: lifecycle::a_refused_pod_waits_with_podgates_reason_in_its_events,
+    },
+    Case {
+        name: "lifecycle::deletions_of_every_kind_leave_nothing_on_the_nodes",
+        run: lifecycle::deletions_of_every_kind_leave_nothing_on_the_nodes,
+    },
+    Case {
+        name: "lifecycle::restarts_and_a_reboot_end_with_every_pod_wired",
+        run: lifecycle::restarts_and_a_reboot_end_with_every_pod_wired,
+    },
+    Case {
+        name: "upgrade::an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up",
+        run: upgrade::an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up,
+    },
+    Case {
+        name: "upgrade::the_documented_uninstall_leaves_every_node_as_before_the_install",
+        run: upgrade::the_documented_uninstall_leaves_every_node_as_before_the_install,
+    },
 ];
+
+fn policy_case(world: &mut World) {
+    policy::an_edited_policy_reaches_new_sandboxes(world);
+    world.policy_edited = true;
+}
 
 fn main() {
     let filters: Vec<String> = std::env::args()

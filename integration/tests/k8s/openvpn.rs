@@ -62,7 +62,8 @@ impl Pki {
             "openssl req -x509 {ec} -keyout ca.key -out ca.crt -days 2 -subj /CN=vpn-ca 2>/dev/null
              for n in server client; do
                openssl req -new {ec} -keyout $n.key -out $n.csr -subj /CN=$n 2>/dev/null
-               printf 'extendedKeyUsage=%s\\n' $([ $n = server ] && echo serverAuth || echo clientAuth) > $n.ext
+               printf 'keyUsage=critical,digitalSignature,keyEncipherment,keyAgreement\\nextendedKeyUsage=%s\\n' \\
+                 $([ $n = server ] && echo serverAuth || echo clientAuth) > $n.ext
                openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile $n.ext -out $n.crt 2>/dev/null
              done"
         ));

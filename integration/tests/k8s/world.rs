@@ -14,6 +14,10 @@ pub struct World {
     image: Option<PathBuf>,
     /// The install case ran and passed.
     pub installed: bool,
+    /// The policy case applied the edited policy.
+    pub policy_edited: bool,
+    /// Every node as it was before the install.
+    pub before_install: Option<std::collections::BTreeMap<&'static str, crate::nodes::NodeView>>,
 }
 
 impl World {
@@ -34,6 +38,8 @@ impl World {
     pub fn finish(&mut self) {
         self.cluster = None;
         self.installed = false;
+        self.policy_edited = false;
+        self.before_install = None;
     }
 
     /// podgate's image, built from the Dockerfile by

@@ -839,6 +839,19 @@ mod routing {
         v.node_snat
             .push(snat("CNI-HOSTPORT-MASQ", Some("POSTROUTING"), 9));
         assert!(plan_for(&c, "s-0", &v).is_ok());
+        // kube-proxy's nftables mode: `masquerading` in its own table, reached
+        // from `nat-postrouting` (marked packets and hairpin connections).
+        let mut v = ptp_node();
+        v.node_snat.push(SnatFinding {
+            table: "kube-proxy".into(),
+            ..snat("masquerading", Some("nat-postrouting"), 35)
+        });
+        assert!(plan_for(&c, "s-0", &v).is_ok());
+        // A chain of that name in another table is anyone's masquerade.
+        let mut v = ptp_node();
+        v.node_snat
+            .push(snat("masquerading", Some("nat-postrouting"), 36));
+        assert!(plan_for(&c, "s-0", &v).is_err());
 
         // A bridge primary: the pod sits on a shared subnet.
         let mut v = ptp_node();
