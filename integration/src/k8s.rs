@@ -203,7 +203,8 @@ impl Cluster {
     /// podgate).
     pub fn node_snapshot(&self, node: &str) -> Snapshot {
         let mut s = crate::snapshot::snapshot_at(&Cluster::netns_path(node));
-        s.nft.retain(|e| nft_entry_table(e).is_none_or(|t| t != "kube-proxy"));
+        s.nft
+            .retain(|e| nft_entry_table(e).is_none_or(|t| t != "kube-proxy"));
         s
     }
 
@@ -259,7 +260,11 @@ impl Drop for Cluster {
 pub fn nft_entry_table(entry: &str) -> Option<String> {
     let v: Value = serde_json::from_str(entry).ok()?;
     let (kind, obj) = v.as_object()?.iter().next()?;
-    let name = if kind == "table" { &obj["name"] } else { &obj["table"] };
+    let name = if kind == "table" {
+        &obj["name"]
+    } else {
+        &obj["table"]
+    };
     name.as_str().map(String::from)
 }
 
@@ -307,9 +312,17 @@ impl MachineState {
             let Ok(exe) = std::fs::read_link(entry.path().join("exe")) else {
                 continue;
             };
-            let name = exe.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let name = exe
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             if CLUSTER_PROGRAMS.contains(&name.as_str()) {
-                processes.push(format!("{} {}", entry.file_name().to_string_lossy(), exe.display()));
+                processes.push(format!(
+                    "{} {}",
+                    entry.file_name().to_string_lossy(),
+                    exe.display()
+                ));
             }
         }
         let mounts = std::fs::read_to_string("/proc/self/mountinfo")
@@ -363,7 +376,13 @@ impl MachineState {
             sysctls,
             files,
         };
-        for v in [&mut s.processes, &mut s.mounts, &mut s.netns, &mut s.cgroups, &mut s.files] {
+        for v in [
+            &mut s.processes,
+            &mut s.mounts,
+            &mut s.netns,
+            &mut s.cgroups,
+            &mut s.files,
+        ] {
             v.sort();
         }
         s
@@ -413,7 +432,13 @@ fn walk_dirs(dir: &Path, depth: usize, out: &mut Vec<String>) {
 fn walk_files(dir: &Path, out: &mut Vec<String>) {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let Ok(t) = e.file_type() else { continue };
-        let kind = if t.is_dir() { "d" } else if t.is_symlink() { "l" } else { "f" };
+        let kind = if t.is_dir() {
+            "d"
+        } else if t.is_symlink() {
+            "l"
+        } else {
+            "f"
+        };
         out.push(format!("{kind} {}", e.path().display()));
         if t.is_dir() {
             walk_files(&e.path(), out);

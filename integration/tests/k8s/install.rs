@@ -11,7 +11,10 @@ use crate::world::{sh_block, workdir, World};
 pub fn loaded_cni_network(world: &mut World, node: &str) -> (String, Vec<String>) {
     let info = world.cluster().node_sh_ok(node, "crictl info");
     let info: Value = serde_json::from_str(&info).unwrap();
-    let nets = info["cniconfig"]["Networks"].as_array().cloned().unwrap_or_default();
+    let nets = info["cniconfig"]["Networks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     // containerd's own loopback comes first; the pod network follows.
     let net = nets
         .iter()
@@ -21,9 +24,20 @@ pub fn loaded_cni_network(world: &mut World, node: &str) -> (String, Vec<String>
         .as_array()
         .into_iter()
         .flatten()
-        .map(|p| p["Network"]["type"].as_str().unwrap_or_default().to_string())
+        .map(|p| {
+            p["Network"]["type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
         .collect();
-    (net["Config"]["Name"].as_str().unwrap_or_default().to_string(), types)
+    (
+        net["Config"]["Name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        types,
+    )
 }
 
 /// A pod on every node, waited for and deleted: what a node keeps of its
@@ -51,13 +65,17 @@ pub fn ensure_installed(world: &mut World) {
         return;
     }
     world.podgate_image();
-    world.cluster().load_image(&crate::world::test_image("greeter"));
+    world
+        .cluster()
+        .load_image(&crate::world::test_image("greeter"));
     let c = world.cluster();
     c.apply(WARM_UP);
     c.kubectl_ok(&["rollout", "status", "ds/warm-up", "--timeout=120s"]);
     c.kubectl_ok(&["delete", "ds", "warm-up", "--wait=true"]);
     c.wait("the warm-up pods gone", 120, || {
-        crate::openvpn::pods(c, "default", "app=warm-up").is_empty().then_some(())
+        crate::openvpn::pods(c, "default", "app=warm-up")
+            .is_empty()
+            .then_some(())
     });
     world.before_install = Some(crate::nodes::views(world.cluster()));
     let block = sh_block("README.md", "Install on a cluster", "kubectl apply");
@@ -91,7 +109,10 @@ pub fn the_readme_install_rolls_out_on_every_node(world: &mut World) {
         let conf = c.host_path(node, "/etc/cni/net.d/00-podgate.conflist");
         assert!(conf.is_file(), "{node}: {} missing", conf.display());
         for bin in ["podgate-router", "podgate-tunnel-guard"] {
-            assert!(c.host_path(node, &format!("/opt/cni/bin/{bin}")).is_file(), "{node}: {bin} not installed");
+            assert!(
+                c.host_path(node, &format!("/opt/cni/bin/{bin}")).is_file(),
+                "{node}: {bin} not installed"
+            );
         }
     }
 }

@@ -21,7 +21,11 @@ pub fn up_and_down_leave_the_machine_as_found(world: &mut World) {
     let before = MachineState::read();
     let c = Cluster::up(Containerd::V2);
     let nodes = c.kubectl_ok(&["get", "nodes", "--no-headers"]);
-    assert_eq!(nodes.lines().filter(|l| l.contains(" Ready ")).count(), 3, "{nodes}");
+    assert_eq!(
+        nodes.lines().filter(|l| l.contains(" Ready ")).count(),
+        3,
+        "{nodes}"
+    );
     // A pod on every node, so that down has sandboxes, shims and pod
     // cgroups to remove.
     c.load_image(&crate::world::test_image("greeter"));
@@ -44,13 +48,23 @@ pub fn down_after_an_interrupted_up_leaves_the_machine_as_found(world: &mut Worl
     let marker = cluster_dir().join("pids/containerd-node-2");
     let deadline = Instant::now() + Duration::from_secs(120);
     while !marker.exists() {
-        assert!(Instant::now() < deadline, "cluster.sh up never started node-2's containerd");
-        assert!(up.try_wait().unwrap().is_none(), "cluster.sh up ended before node-2");
+        assert!(
+            Instant::now() < deadline,
+            "cluster.sh up never started node-2's containerd"
+        );
+        assert!(
+            up.try_wait().unwrap().is_none(),
+            "cluster.sh up ended before node-2"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     up.kill().unwrap();
     up.wait().unwrap();
     let down = cluster_sh(&["down"]).output().unwrap();
-    assert!(down.status.success(), "cluster.sh down:\n{}", output_text(&down));
+    assert!(
+        down.status.success(),
+        "cluster.sh down:\n{}",
+        output_text(&down)
+    );
     assert_restored(&before, "an up killed half-way, then down");
 }

@@ -39,20 +39,35 @@ pub fn view(c: &Cluster, node: &str) -> NodeView {
     // iptables-nft's tables are the kubelet's and portmap's (podgate's own
     // tables are named podgate*).
     net.nft.retain(|e| {
-        !podgate_integration::k8s::nft_entry_table(e).is_some_and(|t| ["nat", "filter", "mangle"].contains(&t.as_str()))
+        !podgate_integration::k8s::nft_entry_table(e)
+            .is_some_and(|t| ["nat", "filter", "mangle"].contains(&t.as_str()))
     });
     let sysctls = c
-        .node_sh_ok(node, &format!("for k in {}; do echo \"$k $(cat /proc/sys/$k)\"; done", NODE_SYSCTLS.join(" ")))
+        .node_sh_ok(
+            node,
+            &format!(
+                "for k in {}; do echo \"$k $(cat /proc/sys/$k)\"; done",
+                NODE_SYSCTLS.join(" ")
+            ),
+        )
         .lines()
         .map(String::from)
         .collect();
     let mut cni: Vec<String> = c
-        .node_sh_ok(node, "cd /etc/cni/net.d && sha256sum * 2>/dev/null || true; ls /opt/cni/bin")
+        .node_sh_ok(
+            node,
+            "cd /etc/cni/net.d && sha256sum * 2>/dev/null || true; ls /opt/cni/bin",
+        )
         .lines()
         .map(String::from)
         .collect();
     cni.sort();
-    NodeView { net, sysctls, state, cni }
+    NodeView {
+        net,
+        sysctls,
+        state,
+        cni,
+    }
 }
 
 pub fn views(c: &Cluster) -> BTreeMap<&'static str, NodeView> {
@@ -60,7 +75,10 @@ pub fn views(c: &Cluster) -> BTreeMap<&'static str, NodeView> {
 }
 
 /// What differs between two views of every node ("" when none).
-pub fn diff(before: &BTreeMap<&'static str, NodeView>, after: &BTreeMap<&'static str, NodeView>) -> String {
+pub fn diff(
+    before: &BTreeMap<&'static str, NodeView>,
+    after: &BTreeMap<&'static str, NodeView>,
+) -> String {
     let mut out = String::new();
     for (node, b) in before {
         let a = &after[node];
@@ -89,13 +107,21 @@ pub fn diff(before: &BTreeMap<&'static str, NodeView>, after: &BTreeMap<&'static
 /// Waits until every node looks as in `before` (DELs, the sweep and
 /// kube-proxy settle within seconds); panics with the difference.
 #[track_caller]
-pub fn wait_until_as_before(c: &Cluster, before: &BTreeMap<&'static str, NodeView>, what: &str, secs: u64) {
+pub fn wait_until_as_before(
+    c: &Cluster,
+    before: &BTreeMap<&'static str, NodeView>,
+    what: &str,
+    secs: u64,
+) {
     let mut last = String::new();
     let settled = c.wait_opt(secs, || {
         last = diff(before, &views(c));
         last.is_empty().then_some(())
     });
-    assert!(settled.is_some(), "{what}: the nodes are not as before:\n{last}");
+    assert!(
+        settled.is_some(),
+        "{what}: the nodes are not as before:\n{last}"
+    );
 }
 
 /// The podgate pod on `node` (`pod/<name>`), Ready or not.
@@ -119,7 +145,16 @@ pub fn podgate_pod(c: &Cluster, node: &str) -> String {
 /// `podgate ARGS` in the agent container of `node`'s podgate pod.
 pub fn podgate(c: &Cluster, node: &str, args: &[&str]) -> std::process::Output {
     let pod = podgate_pod(c, node);
-    let mut full = vec!["-n", "podgate-system", "exec", &pod, "-c", "agent", "--", "podgate"];
+    let mut full = vec![
+        "-n",
+        "podgate-system",
+        "exec",
+        &pod,
+        "-c",
+        "agent",
+        "--",
+        "podgate",
+    ];
     full.extend_from_slice(args);
     c.kubectl(&full)
 }
@@ -127,11 +162,37 @@ pub fn podgate(c: &Cluster, node: &str, args: &[&str]) -> std::process::Output {
 /// `net.ipv4.ip_forward` of a pod, as the helper on its node reads it.
 pub fn ip_forward(c: &Cluster, namespace: &str, pod: &str) -> String {
     let node = c
-        .kubectl_ok(&["-n", namespace, "get", "pod", pod, "-o", "jsonpath={.spec.nodeName}"])
+        .kubectl_ok(&[
+            "-n",
+            namespace,
+            "get",
+            "pod",
+            pod,
+            "-o",
+            "jsonpath={.spec.nodeName}",
+        ])
         .trim()
         .to_string();
-    let out = podgate(c, &node, &["sysctl", "get", "--k8s-pod", &format!("{namespace}/{pod}"), "net.ipv4.ip_forward"]);
+    let out = podgate(
+        c,
+        &node,
+        &[
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            &format!("{namespace}/{pod}"),
+            "net.ipv4.ip_forward",
+        ],
+    );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "sysctl get {namespace}/{pod}:\n{}", podgate_integration::output_text(&out));
-    text.trim().rsplit(' ').next().unwrap_or_default().to_string()
+    assert!(
+        out.status.success(),
+        "sysctl get {namespace}/{pod}:\n{}",
+        podgate_integration::output_text(&out)
+    );
+    text.trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }

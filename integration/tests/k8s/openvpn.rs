@@ -126,11 +126,17 @@ impl Client {
             "ip link add {port} type veth peer name uplink0 netns {} && ip link set {port} master fab0 up",
             ns.name()
         ));
-        ns.sh_ok(&format!("ip addr add {CLIENT_IP}/24 dev uplink0 && ip link set uplink0 up"));
+        ns.sh_ok(&format!(
+            "ip addr add {CLIENT_IP}/24 dev uplink0 && ip link set uplink0 up"
+        ));
         let dir = TempDir::new("k8s-ovpn-client");
         let conf = dir.path().join("client.conf");
         let log = dir.path().join("client.log");
-        std::fs::write(&conf, pki.client_conf(&format!("{}", node_ip("node-1")), node_port)).unwrap();
+        std::fs::write(
+            &conf,
+            pki.client_conf(&format!("{}", node_ip("node-1")), node_port),
+        )
+        .unwrap();
         let process = ns.spawn(&[
             "openvpn",
             "--config",
@@ -138,8 +144,16 @@ impl Client {
             "--log",
             log.to_str().unwrap(),
         ]);
-        let client = Client { ns, process, log, _pki_dir: dir };
-        let up = podgate_integration::vpn::wait_for(|| podgate_integration::ping(&client.ns, "10.8.0.1", 1), 60);
+        let client = Client {
+            ns,
+            process,
+            log,
+            _pki_dir: dir,
+        };
+        let up = podgate_integration::vpn::wait_for(
+            || podgate_integration::ping(&client.ns, "10.8.0.1", 1),
+            60,
+        );
         assert!(up, "the tunnel never came up:\n{}", client.log());
         client
     }
@@ -178,9 +192,18 @@ pub fn pods(c: &Cluster, namespace: &str, selector: &str) -> Vec<(String, String
         .iter()
         .map(|p| {
             (
-                p["metadata"]["name"].as_str().unwrap_or_default().to_string(),
-                p["status"]["podIP"].as_str().unwrap_or_default().to_string(),
-                p["spec"]["nodeName"].as_str().unwrap_or_default().to_string(),
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                p["status"]["podIP"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                p["spec"]["nodeName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             )
         })
         .collect()
@@ -197,14 +220,37 @@ pub fn the_example_reaches_every_node_and_a_service_through_the_api(world: &mut 
     c.kubectl_ok(&["rollout", "status", "ds/greeter", "--timeout=120s"]);
 
     let pki = Pki::new();
-    let example = sh_block("README.md", "A minimal OpenVPN example", "openvpn-example.yaml");
+    let example = sh_block(
+        "README.md",
+        "A minimal OpenVPN example",
+        "openvpn-example.yaml",
+    );
     let dir = workdir(&[("server.conf", &pki.server_conf())]);
     let out = c.sh_in(&example, dir.path());
-    assert!(out.status.success(), "{example}\nfailed:\n{}", output_text(&out));
-    c.kubectl_ok(&["-n", "vpn", "rollout", "status", "deploy/openvpn-gw", "--timeout=180s"]);
+    assert!(
+        out.status.success(),
+        "{example}\nfailed:\n{}",
+        output_text(&out)
+    );
+    c.kubectl_ok(&[
+        "-n",
+        "vpn",
+        "rollout",
+        "status",
+        "deploy/openvpn-gw",
+        "--timeout=180s",
+    ]);
 
     let node_port: u16 = c
-        .kubectl_ok(&["-n", "vpn", "get", "svc", "openvpn-gw", "-o", "jsonpath={.spec.ports[0].nodePort}"])
+        .kubectl_ok(&[
+            "-n",
+            "vpn",
+            "get",
+            "svc",
+            "openvpn-gw",
+            "-o",
+            "jsonpath={.spec.ports[0].nodePort}",
+        ])
         .trim()
         .parse()
         .unwrap();

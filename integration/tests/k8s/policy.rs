@@ -19,7 +19,8 @@ pub const CHURN: &str = "churn";
 /// cluster's underlay) and the `churn` namespace allowed to ask.
 pub fn edited_policy() -> String {
     let path = workspace_root().join("conf/kubernetes/podgate-config.yaml");
-    let doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let doc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let plugins = doc["data"]["plugins.json"].as_str().unwrap();
     let mut plugins: Value = serde_json::from_str(plugins).unwrap();
     let router = plugins
@@ -48,8 +49,10 @@ pub fn edited_policy() -> String {
 /// A pod of the greeter image in `namespace` with `annotations`; on the
 /// ptp node when `on_ptp` (strict routing needs a routed primary).
 pub fn pod_yaml(namespace: &str, name: &str, annotations: &[(&str, &str)], on_ptp: bool) -> String {
-    let ann: serde_json::Map<String, Value> =
-        annotations.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let ann: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
     let mut spec = json!({
         "automountServiceAccountToken": false,
         "terminationGracePeriodSeconds": 1,
@@ -104,8 +107,15 @@ pub fn an_edited_policy_reaches_new_sandboxes(world: &mut World) {
     c.apply(&namespace_yaml(CHURN));
     // Before the edit: `churn` may not ask, so the sandbox is refused and
     // the kubelet keeps retrying.
-    c.apply(&pod_yaml(CHURN, "early", &[("podgate.dev/profile", "forwarder")], false));
-    let refusal = c.wait("the early pod's sandbox refused", 120, || sandbox_failure(c, CHURN, "early"));
+    c.apply(&pod_yaml(
+        CHURN,
+        "early",
+        &[("podgate.dev/profile", "forwarder")],
+        false,
+    ));
+    let refusal = c.wait("the early pod's sandbox refused", 120, || {
+        sandbox_failure(c, CHURN, "early")
+    });
     assert!(refusal.contains("podgate-router"), "{refusal}");
 
     c.apply(&edited_policy());
@@ -113,9 +123,21 @@ pub fn an_edited_policy_reaches_new_sandboxes(world: &mut World) {
         every_chain_holds(c, "forwarder").then_some(())
     });
     // The retried sandbox and a new pod get it.
-    c.apply(&pod_yaml(CHURN, "late", &[("podgate.dev/profile", "forwarder")], false));
+    c.apply(&pod_yaml(
+        CHURN,
+        "late",
+        &[("podgate.dev/profile", "forwarder")],
+        false,
+    ));
     for pod in ["early", "late"] {
-        c.kubectl_ok(&["-n", CHURN, "wait", "--for=condition=Ready", &format!("pod/{pod}"), "--timeout=180s"]);
+        c.kubectl_ok(&[
+            "-n",
+            CHURN,
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{pod}"),
+            "--timeout=180s",
+        ]);
         assert_eq!(ip_forward(c, CHURN, pod), "1", "{CHURN}/{pod}: forwarding");
     }
     c.kubectl_ok(&["-n", CHURN, "delete", "pod", "early", "late", "--wait=true"]);

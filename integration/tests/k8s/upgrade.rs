@@ -23,7 +23,9 @@ fn deployment(name: &str, replicas: u32) -> String {
 
 /// Whether `node`'s installed podgate-router was built from `commit`.
 fn router_built_from(world: &mut World, node: &str, commit: &str) -> bool {
-    let bin = world.cluster().host_path(node, "/opt/cni/bin/podgate-router");
+    let bin = world
+        .cluster()
+        .host_path(node, "/opt/cni/bin/podgate-router");
     std::fs::read(bin).is_ok_and(|b| b.windows(commit.len()).any(|w| w == commit.as_bytes()))
 }
 
@@ -36,13 +38,33 @@ pub fn an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up(world: &mu
     c.apply(&pod_yaml(
         CHURN,
         "old-route",
-        &[("podgate.dev/profile", "forwarder"), ("podgate.dev/return-routes", "10.8.31.0/24")],
+        &[
+            ("podgate.dev/profile", "forwarder"),
+            ("podgate.dev/return-routes", "10.8.31.0/24"),
+        ],
         false,
     ));
-    c.kubectl_ok(&["-n", CHURN, "rollout", "status", "deploy/old", "--timeout=180s"]);
-    c.kubectl_ok(&["-n", CHURN, "wait", "--for=condition=Ready", "pod/old-route", "--timeout=180s"]);
+    c.kubectl_ok(&[
+        "-n",
+        CHURN,
+        "rollout",
+        "status",
+        "deploy/old",
+        "--timeout=180s",
+    ]);
+    c.kubectl_ok(&[
+        "-n",
+        CHURN,
+        "wait",
+        "--for=condition=Ready",
+        "pod/old-route",
+        "--timeout=180s",
+    ]);
     for node in NODES {
-        assert!(router_built_from(world, node, &old_commit), "{node}: not the first image's router");
+        assert!(
+            router_built_from(world, node, &old_commit),
+            "{node}: not the first image's router"
+        );
     }
 
     // A new image: another commit in `podgate --version`, so binaries that
@@ -50,7 +72,10 @@ pub fn an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up(world: &mu
     // applied as the README says.
     let new_commit = format!("upgrade-{}", &old_commit[..12]);
     let image = manifest_image();
-    let new_image = format!("{}:upgrade", image.rsplit_once(':').map_or(image.as_str(), |(r, _)| r));
+    let new_image = format!(
+        "{}:upgrade",
+        image.rsplit_once(':').map_or(image.as_str(), |(r, _)| r)
+    );
     let archive = build_podgate_image(&new_image, &new_commit);
     world.cluster().load_image(&archive);
     let c = world.cluster();
@@ -60,49 +85,119 @@ pub fn an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up(world: &mu
     c.apply(&manifest);
     // Pods created while the DaemonSet rolls node by node.
     c.apply(&deployment("during", 3));
-    c.kubectl_ok(&["-n", CHURN, "rollout", "status", "deploy/during", "--timeout=300s"]);
-    c.kubectl_ok(&["-n", "podgate-system", "rollout", "status", "ds/podgate", "--timeout=300s"]);
+    c.kubectl_ok(&[
+        "-n",
+        CHURN,
+        "rollout",
+        "status",
+        "deploy/during",
+        "--timeout=300s",
+    ]);
+    c.kubectl_ok(&[
+        "-n",
+        "podgate-system",
+        "rollout",
+        "status",
+        "ds/podgate",
+        "--timeout=300s",
+    ]);
     for (name, _, _) in pods(c, CHURN, "app=during") {
-        assert_eq!(crate::nodes::ip_forward(c, CHURN, &name), "1", "{name}, created during the rollout");
+        assert_eq!(
+            crate::nodes::ip_forward(c, CHURN, &name),
+            "1",
+            "{name}, created during the rollout"
+        );
     }
     for node in NODES {
-        assert!(router_built_from(world, node, &new_commit), "{node}: the new image's router is not installed");
+        assert!(
+            router_built_from(world, node, &new_commit),
+            "{node}: the new image's router is not installed"
+        );
     }
     // The new binaries DEL what the old ones set up.
     let c = world.cluster();
-    c.kubectl_ok(&["-n", CHURN, "delete", "deploy", "old", "during", "--wait=true"]);
+    c.kubectl_ok(&[
+        "-n",
+        CHURN,
+        "delete",
+        "deploy",
+        "old",
+        "during",
+        "--wait=true",
+    ]);
     c.kubectl_ok(&["-n", CHURN, "delete", "pod", "old-route", "--wait=true"]);
     c.wait("the old and during pods gone", 120, || {
-        (pods(c, CHURN, "app=old").is_empty() && pods(c, CHURN, "app=during").is_empty()).then_some(())
+        (pods(c, CHURN, "app=old").is_empty() && pods(c, CHURN, "app=during").is_empty())
+            .then_some(())
     });
-    wait_until_as_before(c, &before, "after the new binaries deleted the old pods", 60);
+    wait_until_as_before(
+        c,
+        &before,
+        "after the new binaries deleted the old pods",
+        60,
+    );
 }
 
 pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &mut World) {
     ensure_policy(world);
-    let before = world.before_install.take().expect("the install case's snapshot");
+    let before = world
+        .before_install
+        .take()
+        .expect("the install case's snapshot");
     let c = world.cluster();
     // Alive when the uninstall starts: a strict pod, a return-route pod, a
     // masquerading pod.
-    c.apply(&pod_yaml(CHURN, "strict", &[("podgate.dev/profile", "protected")], true));
+    c.apply(&pod_yaml(
+        CHURN,
+        "strict",
+        &[("podgate.dev/profile", "protected")],
+        true,
+    ));
     c.apply(&pod_yaml(
         CHURN,
         "routed",
-        &[("podgate.dev/profile", "forwarder"), ("podgate.dev/return-routes", "10.8.41.0/24")],
+        &[
+            ("podgate.dev/profile", "forwarder"),
+            ("podgate.dev/return-routes", "10.8.41.0/24"),
+        ],
         false,
     ));
-    c.apply(&pod_yaml("vpn", "masq", &[("podgate.dev/profile", "vpn-gateway")], false));
+    c.apply(&pod_yaml(
+        "vpn",
+        "masq",
+        &[("podgate.dev/profile", "vpn-gateway")],
+        false,
+    ));
     for (ns, pod) in [(CHURN, "strict"), (CHURN, "routed"), ("vpn", "masq")] {
-        c.kubectl_ok(&["-n", ns, "wait", "--for=condition=Ready", &format!("pod/{pod}"), "--timeout=180s"]);
+        c.kubectl_ok(&[
+            "-n",
+            ns,
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{pod}"),
+            "--timeout=180s",
+        ]);
     }
     // The sequence of "Upgrade and uninstall", verbatim, in two parts: the
     // step its comment names (the pods podgate wired go) in between.
-    let block = sh_block("conf/kubernetes/README.md", "Upgrade and uninstall", "podgate-uninstall.yaml");
+    let block = sh_block(
+        "conf/kubernetes/README.md",
+        "Upgrade and uninstall",
+        "podgate-uninstall.yaml",
+    );
     let step = "# pods podgate wired that still run";
-    let (first, second) = block.split_at(block.find(step).expect("the uninstall block's restart step"));
+    let (first, second) = block.split_at(
+        block
+            .find(step)
+            .expect("the uninstall block's restart step"),
+    );
     let dir = workdir(&[]);
     let out = c.sh_in(first, dir.path());
-    assert!(out.status.success(), "{first}\nfailed:\n{}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "{first}\nfailed:\n{}",
+        output_text(&out)
+    );
     // Every workload of the earlier cases goes too: the node must end as it
     // was before the install, when it ran none.
     for ns in [CHURN, "vpn"] {
@@ -112,27 +207,60 @@ pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &
     let _ = c.kubectl(&["delete", "svc", "greeter"]);
     c.wait("every test pod gone", 180, || {
         let all = c.kubectl_ok(&["get", "pods", "-A", "--no-headers"]);
-        all.lines().all(|l| l.starts_with("podgate-system ")).then_some(())
-    });
-    // The uninstall DaemonSet's agents sweep what the pods left.
-    c.wait("podgate inspect --all listing nothing on every node", 120, || {
-        NODES
-            .iter()
-            .all(|n| {
-                let pod = c.kubectl_ok(&[
-                    "-n", "podgate-system", "get", "pod", "-l", "app.kubernetes.io/name=podgate-uninstall",
-                    "--field-selector", &format!("spec.nodeName={n}"), "-o", "name",
-                ]);
-                let out = c.kubectl(&["-n", "podgate-system", "exec", pod.trim(), "-c", "agent", "--", "podgate", "inspect", "--all"]);
-                out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("churn/")
-                    && !String::from_utf8_lossy(&out.stdout).contains("vpn/")
-            })
+        all.lines()
+            .all(|l| l.starts_with("podgate-system "))
             .then_some(())
     });
+    // The uninstall DaemonSet's agents sweep what the pods left.
+    c.wait(
+        "podgate inspect --all listing nothing on every node",
+        120,
+        || {
+            NODES
+                .iter()
+                .all(|n| {
+                    let pod = c.kubectl_ok(&[
+                        "-n",
+                        "podgate-system",
+                        "get",
+                        "pod",
+                        "-l",
+                        "app.kubernetes.io/name=podgate-uninstall",
+                        "--field-selector",
+                        &format!("spec.nodeName={n}"),
+                        "-o",
+                        "name",
+                    ]);
+                    let out = c.kubectl(&[
+                        "-n",
+                        "podgate-system",
+                        "exec",
+                        pod.trim(),
+                        "-c",
+                        "agent",
+                        "--",
+                        "podgate",
+                        "inspect",
+                        "--all",
+                    ]);
+                    out.status.success()
+                        && !String::from_utf8_lossy(&out.stdout).contains("churn/")
+                        && !String::from_utf8_lossy(&out.stdout).contains("vpn/")
+                })
+                .then_some(())
+        },
+    );
     let out = c.sh_in(second, dir.path());
-    assert!(out.status.success(), "{second}\nfailed:\n{}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "{second}\nfailed:\n{}",
+        output_text(&out)
+    );
     c.wait("the podgate-system namespace gone", 180, || {
-        (!c.kubectl(&["get", "namespace", "podgate-system"]).status.success()).then_some(())
+        (!c.kubectl(&["get", "namespace", "podgate-system"])
+            .status
+            .success())
+        .then_some(())
     });
     wait_until_as_before(c, &before, "after the documented uninstall", 120);
     world.installed = false;

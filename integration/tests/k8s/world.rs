@@ -57,7 +57,8 @@ impl World {
 
 /// The image `conf/kubernetes/podgate.yaml` runs.
 pub fn manifest_image() -> String {
-    let text = std::fs::read_to_string(workspace_root().join("conf/kubernetes/podgate.yaml")).unwrap();
+    let text =
+        std::fs::read_to_string(workspace_root().join("conf/kubernetes/podgate.yaml")).unwrap();
     text.lines()
         .find_map(|l| l.trim().strip_prefix("image: "))
         .expect("an image: line in podgate.yaml")
@@ -71,7 +72,11 @@ pub fn head_commit() -> String {
         .current_dir(workspace_root())
         .output()
         .unwrap();
-    assert!(out.status.success(), "git rev-parse HEAD:\n{}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "git rev-parse HEAD:\n{}",
+        output_text(&out)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -84,12 +89,19 @@ pub fn build_podgate_image(name: &str, commit: &str) -> PathBuf {
     let build = workspace_root().join("integration/image/build.sh");
     let run = Command::new("bash")
         .arg(&build)
-        .args(["--arch", "amd64", "--tag", name, "--commit", commit, "--out"])
+        .args([
+            "--arch", "amd64", "--tag", name, "--commit", commit, "--out",
+        ])
         .arg(&out)
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(run.status.success(), "{} failed:\n{}", build.display(), output_text(&run));
+    assert!(
+        run.status.success(),
+        "{} failed:\n{}",
+        build.display(),
+        output_text(&run)
+    );
     out
 }
 
@@ -106,7 +118,11 @@ pub fn test_image(what: &str) -> PathBuf {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(run.status.success(), "images/build.sh {what}:\n{}", output_text(&run));
+    assert!(
+        run.status.success(),
+        "images/build.sh {what}:\n{}",
+        output_text(&run)
+    );
     out
 }
 
@@ -126,7 +142,11 @@ pub fn sh_block(file: &str, heading: &str, containing: &str) -> String {
             None if line.starts_with("## ") => break,
             None => {}
             Some(b) if line.trim() == "```" => {
-                let body = b.iter().map(|l| l.trim_start()).collect::<Vec<_>>().join("\n");
+                let body = b
+                    .iter()
+                    .map(|l| l.trim_start())
+                    .collect::<Vec<_>>()
+                    .join("\n");
                 if body.contains(containing) {
                     return body;
                 }

@@ -123,7 +123,9 @@ fn refuse(msg: String) -> CniError {
 /// `CNI-HOSTPORT-MASQ`.
 fn snat_matters(found: &SnatFinding) -> bool {
     let kube_proxy_nftables = found.table == "kube-proxy" && found.in_chain("masquerading");
-    !(found.in_chain("KUBE-POSTROUTING") || found.in_chain("CNI-HOSTPORT-MASQ") || kube_proxy_nftables)
+    !(found.in_chain("KUBE-POSTROUTING")
+        || found.in_chain("CNI-HOSTPORT-MASQ")
+        || kube_proxy_nftables)
 }
 
 const DEFAULT4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
