@@ -18,7 +18,7 @@
 #                                                           does what a reboot takes away (mounts, netns,
 #                                                           cgroups, /run; /var/lib stays)
 #
-# Layout (all under $PODGATE_K8S_DIR, default /var/tmp/podgate-k8s):
+# Layout (all under /var/tmp/$PODGATE_K8S_NAME, default /var/tmp/pg-k8s):
 # * netns pg-k8s-fabric: a bridge, the underlay (192.168.200.254, no
 #   forwarding); pg-k8s-cp: etcd, kube-apiserver (192.168.200.10:6443),
 #   controller-manager, scheduler, and where kubectl runs (`shell`, `run`);
@@ -40,8 +40,11 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-C="${PODGATE_K8S_DIR:-/var/tmp/podgate-k8s}"
-P=pg-k8s
+# One cluster per name on a machine: its netns prefix, cgroup root and
+# directory ($PODGATE_K8S_NAME, default pg-k8s).
+P="${PODGATE_K8S_NAME:-pg-k8s}"
+case "$P" in pg-k8s | pg-k8s-[a-z0-9]*) ;; *) echo "cluster.sh: PODGATE_K8S_NAME is pg-k8s or pg-k8s-<letters, digits>" >&2 && exit 64 ;; esac
+C="/var/tmp/$P"
 NODES=(node-1 node-2 node-3)
 FABRIC_NET=192.168.200
 CP_IP=$FABRIC_NET.10

@@ -41,11 +41,15 @@ pub fn script() -> PathBuf {
     workspace_root().join("integration/k8s/cluster.sh")
 }
 
-/// Where the cluster keeps its files (`$PODGATE_K8S_DIR`).
+/// The cluster's name (`$PODGATE_K8S_NAME`, default `pg-k8s`): the prefix
+/// of its netns, its cgroup root, its directory's name.
+pub fn cluster_name() -> String {
+    std::env::var("PODGATE_K8S_NAME").unwrap_or_else(|_| "pg-k8s".into())
+}
+
+/// Where the cluster keeps its files.
 pub fn cluster_dir() -> PathBuf {
-    std::env::var_os("PODGATE_K8S_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/tmp/podgate-k8s"))
+    PathBuf::from("/var/tmp").join(cluster_name())
 }
 
 /// `cluster.sh ARGS` with null stdin, from the workspace root.
@@ -193,9 +197,9 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// The node's netns, `/run/netns/pg-k8s-<node>` on the machine.
+    /// The node's netns, `/run/netns/<cluster name>-<node>` on the machine.
     pub fn netns_path(node: &str) -> PathBuf {
-        PathBuf::from(format!("/run/netns/pg-k8s-{node}"))
+        PathBuf::from(format!("/run/netns/{}-{node}", cluster_name()))
     }
 
     /// Routes, rules, nf_tables, links and addresses of `node`'s netns,

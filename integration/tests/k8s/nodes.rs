@@ -142,21 +142,39 @@ pub fn podgate_pod(c: &Cluster, node: &str) -> String {
     .to_string()
 }
 
-/// `podgate ARGS` in the agent container of `node`'s podgate pod.
+/// `podgate ARGS` in the agent container of `node`'s podgate pod. A
+/// kubelet or node that just restarted answers exec only once it has synced
+/// its pods again: an exec it refuses ("unable to upgrade connection",
+/// "container not found") is tried again for up to two minutes.
 pub fn podgate(c: &Cluster, node: &str, args: &[&str]) -> std::process::Output {
-    let pod = podgate_pod(c, node);
-    let mut full = vec![
-        "-n",
-        "podgate-system",
-        "exec",
-        &pod,
-        "-c",
-        "agent",
-        "--",
-        "podgate",
-    ];
-    full.extend_from_slice(args);
-    c.kubectl(&full)
+    let mut last = None;
+    for _ in 0..120 {
+        let pod = podgate_pod(c, node);
+        let mut full = vec![
+            "-n",
+            "podgate-system",
+            "exec",
+            &pod,
+            "-c",
+            "agent",
+            "--",
+            "podgate",
+        ];
+        full.extend_from_slice(args);
+        let out = c.kubectl(&full);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let not_yet = pod.is_empty()
+            || stderr.contains("unable to upgrade connection")
+            || stderr.contains("container not found")
+            || stderr.contains("is not running")
+            || stderr.contains("does not have a host assigned");
+        if !not_yet {
+            return out;
+        }
+        last = Some(out);
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    last.unwrap()
 }
 
 /// `net.ipv4.ip_forward` of a pod, as the helper on its node reads it.

@@ -162,6 +162,7 @@ pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &
         ],
         false,
     ));
+    c.apply(&crate::policy::namespace_yaml("vpn"));
     c.apply(&pod_yaml(
         "vpn",
         "masq",

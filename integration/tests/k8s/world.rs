@@ -34,9 +34,15 @@ impl World {
     }
 
     /// Takes the cluster down (the next [`World::cluster`] brings up a new
-    /// one).
+    /// one). With `PODGATE_K8S_KEEP=1` the last cluster stays up for a look
+    /// (`cluster.sh shell`; `cluster.sh down` when done).
     pub fn finish(&mut self) {
-        self.cluster = None;
+        if let Some(c) = self.cluster.take() {
+            if std::env::var_os("PODGATE_K8S_KEEP").is_some() {
+                println!("PODGATE_K8S_KEEP: the cluster stays up; integration/k8s/cluster.sh down removes it");
+                std::mem::forget(c);
+            }
+        }
         self.installed = false;
         self.policy_edited = false;
         self.before_install = None;
