@@ -208,6 +208,15 @@ make_pki() {
     done
 }
 
+# The cluster's network namespaces that exist: exactly the names it makes
+# (another cluster's name may start with this one's).
+cluster_netns() {
+    local n
+    for n in fabric cp "${NODES[@]}"; do
+        [ ! -e "/run/netns/$P-$n" ] || echo "$P-$n"
+    done
+}
+
 # ---- networks ----------------------------------------------------------------
 
 netns_add() {
@@ -623,8 +632,8 @@ up() {
     done
     case "$gen" in debian | 2) ;; *) fail "--containerd debian|2" ;; esac
     [ "$(id -u)" -eq 0 ] || fail "run as root"
-    if [ -e "$C" ] || ip netns list | grep -q "^$P-"; then
-        fail "a cluster exists ($C, or netns $P-*): run '$0 down' first"
+    if [ -e "$C" ] || [ -n "$(cluster_netns)" ]; then
+        fail "a cluster exists ($C, or netns $(cluster_netns)): run '$0 down' first"
     fi
     [ -d /etc/cni ] || fail "/etc/cni missing: the nodes' /etc/cni is bound over it (install-deps.sh makes it)"
     containerd_gen=$gen
@@ -680,7 +689,8 @@ kill_everything() {
 # Every process in the cluster's cgroups or in one of its namespaces.
 cluster_pids() {
     local f ns=()
-    for f in /run/netns/$P-*; do
+    for f in $(cluster_netns); do
+        f=/run/netns/$f
         [ -e "$f" ] && ns+=("net:[$(stat -L -c %i "$f")]")
     done
     for f in "$C"/ns/*; do
@@ -718,7 +728,7 @@ down_all() {
     while read -r m; do
         umount -l "$m" 2>/dev/null || true
     done < <(awk -v d="$C" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
-    for f in $(ip netns list | awk -v p="^$P-" '$1 ~ p {print $1}'); do
+    for f in $(cluster_netns); do
         ip netns del "$f"
     done
     remove_cgroups

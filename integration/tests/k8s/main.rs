@@ -75,7 +75,27 @@ const CASES: &[Case] = &[
         name: "upgrade::the_documented_uninstall_leaves_every_node_as_before_the_install",
         run: upgrade::the_documented_uninstall_leaves_every_node_as_before_the_install,
     },
+    Case {
+        name: "containerd_1_6::the_readme_install_and_the_openvpn_example",
+        run: containerd_1_6,
+    },
 ];
+
+/// The install and the OpenVPN example again, on a cluster whose nodes run
+/// Debian's containerd 1.6 (the other cases run 2.x).
+fn containerd_1_6(world: &mut World) {
+    world.finish();
+    world.containerd = Some(podgate_integration::k8s::Containerd::Debian);
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        install::the_readme_install_rolls_out_on_every_node(world);
+        openvpn::the_example_reaches_every_node_and_a_service_through_the_api(world);
+    }));
+    world.finish();
+    world.containerd = None;
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
 
 fn policy_case(world: &mut World) {
     policy::an_edited_policy_reaches_new_sandboxes(world);

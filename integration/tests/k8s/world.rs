@@ -10,6 +10,8 @@ use podgate_integration::{output_text, workspace_root};
 #[derive(Default)]
 pub struct World {
     cluster: Option<Cluster>,
+    /// The containerd the next cluster runs (2.x unless a case says).
+    pub containerd: Option<Containerd>,
     /// podgate's image (HEAD) as an archive, under podgate.yaml's name.
     image: Option<PathBuf>,
     /// The install case ran and passed.
@@ -21,11 +23,12 @@ pub struct World {
 }
 
 impl World {
-    /// The cluster, brought up on first use with containerd 2.x; prints
-    /// `kubectl version` and the nodes, as the CI log shows them.
+    /// The cluster, brought up on first use (containerd 2.x unless
+    /// [`World::containerd`] says otherwise); prints `kubectl version` and
+    /// the nodes, as the CI log shows them.
     pub fn cluster(&mut self) -> &Cluster {
         if self.cluster.is_none() {
-            let c = Cluster::up(Containerd::V2);
+            let c = Cluster::up(self.containerd.unwrap_or(Containerd::V2));
             println!("{}", c.kubectl_ok(&["version"]));
             println!("{}", c.kubectl_ok(&["get", "nodes", "-o", "wide"]));
             self.cluster = Some(c);
