@@ -10,7 +10,6 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 packages=(
-    golang-go
     golang-github-appc-cni-dev
     containernetworking-plugins
     nftables

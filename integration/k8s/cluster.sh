@@ -358,22 +358,29 @@ make_mount_ns() {
         node_mounts "$C/nodes/$n" "${KUBELET_SYSCTLS[@]}"
 }
 
-# The primary CNI every node is provisioned with: Debian's reference
-# plugins, bridge + host-local on the first nodes, ptp + host-local (a
-# routed primary, one /32 per pod, which strict routing needs) on the last,
-# labelled podgate-k8s/primary=ptp.
+# The primary CNI every node is provisioned with: bridge + host-local on
+# the first nodes (Debian's reference plugins, spec 1.0.0), ptp + host-local
+# (a routed primary, one /32 per pod, which strict routing needs) on the
+# last, labelled podgate-k8s/primary=ptp. With containerd 2.x that node runs
+# the reference plugins v1.10.0 at spec 1.1.0 (integration/go-tools.sh), so
+# the runtime's STATUS and GC reach the chain; Debian's containerd 1.6
+# (libcni 1.1) stops at spec 1.0.0, and so do Debian's plugins.
 PTP_NODE=node-3
 provision_cni() {
-    local n=$1 root="$C/nodes/$1/fs" first
-    cp /usr/lib/cni/{bridge,ptp,host-local,loopback,portmap} "$root/opt/cni/bin/"
+    local n=$1 root="$C/nodes/$1/fs" first plugins=/usr/lib/cni version=1.0.0
     if [ "$n" = "$PTP_NODE" ]; then
         first='"type": "ptp", "ipMasq": false'
+        if [ "$(cat "$C/containerd")" = 2 ]; then
+            plugins="$(bash "$here/../go-tools.sh" dir plugins)"
+            version=1.1.0
+        fi
     else
         first='"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true'
     fi
+    cp "$plugins"/{bridge,ptp,host-local,loopback,portmap} "$root/opt/cni/bin/"
     cat >"$root/etc/cni/net.d/10-podnet.conflist" <<EOF
 {
-  "cniVersion": "1.0.0",
+  "cniVersion": "$version",
   "name": "podnet",
   "plugins": [
     {

@@ -116,3 +116,67 @@ pub fn the_readme_install_rolls_out_on_every_node(world: &mut World) {
         }
     }
 }
+
+/// The Ready condition of `node`: (status, message).
+fn ready_condition(c: &podgate_integration::k8s::Cluster, node: &str) -> (String, String) {
+    let n = c.kubectl_json(&["get", "node", node]);
+    let cond = n["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap_or_default();
+    (
+        cond["status"].as_str().unwrap_or_default().to_string(),
+        cond["message"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// containerd 2.x asks a spec-1.1.0 chain for its STATUS (node-3's, with
+/// the reference plugins v1.10.0) through the kubelet's runtime status,
+/// every few seconds: both of podgate's plugins answer it, and a router
+/// that cannot use its state dir makes the node NotReady with its reason
+/// until it can again.
+pub fn containerd_2_asks_status_and_a_router_without_its_state_dir_takes_the_node_out(
+    world: &mut World,
+) {
+    ensure_installed(world);
+    let c = world.cluster();
+    let events = c.host_path("node-3", "/var/lib/cni/podgate/events.jsonl");
+    c.wait("STATUS answered by both plugins on node-3", 60, || {
+        let text = std::fs::read_to_string(&events).unwrap_or_default();
+        ["podgate-router", "podgate-tunnel-guard"]
+            .iter()
+            .all(|p| {
+                text.lines().any(|l| {
+                    l.contains(&format!(
+                        "\"plugin\":\"{p}\",\"command\":\"STATUS\",\"outcome\":\"ok\""
+                    ))
+                })
+            })
+            .then_some(())
+    });
+    // The state dir read-only, as a failed disk leaves it.
+    c.node_sh_ok(
+        "node-3",
+        "mount --bind -o ro /var/lib/cni/podgate /var/lib/cni/podgate",
+    );
+    let (_, message) = c.wait("node-3 NotReady for podgate-router's STATUS", 90, || {
+        let (status, message) = ready_condition(c, "node-3");
+        (status == "False").then_some((status, message))
+    });
+    let restored = c.node_sh("node-3", "umount /var/lib/cni/podgate");
+    assert!(
+        message.contains("NetworkReady=false") && message.contains("state dir unusable"),
+        "{message}"
+    );
+    assert!(
+        restored.status.success(),
+        "umount: {}",
+        output_text(&restored)
+    );
+    c.wait("node-3 Ready again", 90, || {
+        (ready_condition(c, "node-3").0 == "True").then_some(())
+    });
+}

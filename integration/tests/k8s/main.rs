@@ -48,6 +48,10 @@ const CASES: &[Case] = &[
         run: install::the_readme_install_rolls_out_on_every_node,
     },
     Case {
+        name: "install::containerd_2_asks_status_and_a_router_without_its_state_dir_takes_the_node_out",
+        run: install::containerd_2_asks_status_and_a_router_without_its_state_dir_takes_the_node_out,
+    },
+    Case {
         name: "openvpn::the_example_reaches_every_node_and_a_service_through_the_api",
         run: openvpn::the_example_reaches_every_node_and_a_service_through_the_api,
     },
