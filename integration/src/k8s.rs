@@ -304,9 +304,56 @@ const CLUSTER_PROGRAMS: &[&str] = &[
     "greeter",
 ];
 
+/// Entries of other test runs beside this one: their netns (`pg-`), test
+/// cgroups and dirs (`podgate-it-`), and other clusters' (`pg-k8s-<name>`).
 fn is_other_tests(entry: &str) -> bool {
-    (entry.contains("/netns/pg-") || entry.starts_with("pg-")) && !entry.contains("pg-k8s-")
-        || entry.contains("podgate-it-")
+    let name = cluster_name();
+    let own = |part: &str| {
+        part == name
+            || ["fabric", "cp", "node-1", "node-2", "node-3"]
+                .iter()
+                .any(|n| part == format!("{name}-{n}"))
+    };
+    let parts = || entry.split(['/', ' ']);
+    let other_netns = parts().any(|p| p.starts_with("pg-") && !p.starts_with("pg-k8s"))
+        && (entry.contains("/netns/") || entry.starts_with("pg-"));
+    let other_cluster = parts().any(|p| p.starts_with("pg-k8s") && !own(p));
+    other_netns || other_cluster || entry.contains("podgate-it-")
+}
+
+/// Whether process `pid` belongs to another cluster than this one (named
+/// otherwise, running beside it): in a cgroup under that cluster's root, or
+/// in one of its nodes' mount namespaces.
+fn of_another_cluster(pid: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ours = cluster_name();
+    let cgroups = std::fs::read_to_string(pid.join("cgroup")).unwrap_or_default();
+    if cgroups.lines().any(|l| {
+        let path = l.splitn(3, ':').nth(2).unwrap_or_default();
+        path.starts_with("/pg-k8s") && path.split('/').nth(1) != Some(ours.as_str())
+    }) {
+        return true;
+    }
+    let Ok(mnt) = std::fs::metadata(pid.join("ns/mnt")) else {
+        return false;
+    };
+    std::fs::read_dir("/var/tmp")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|d| {
+            let n = d.file_name().to_string_lossy().into_owned();
+            n.starts_with("pg-k8s") && n != ours
+        })
+        .flat_map(|d| {
+            std::fs::read_dir(d.path().join("ns"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .any(|f| {
+            std::fs::metadata(f.path()).is_ok_and(|m| m.ino() == mnt.ino() && m.dev() == mnt.dev())
+        })
 }
 
 impl MachineState {
@@ -321,7 +368,7 @@ impl MachineState {
                 .unwrap_or_default()
                 .to_string_lossy()
                 .into_owned();
-            if CLUSTER_PROGRAMS.contains(&name.as_str()) {
+            if CLUSTER_PROGRAMS.contains(&name.as_str()) && !of_another_cluster(&entry.path()) {
                 processes.push(format!(
                     "{} {}",
                     entry.file_name().to_string_lossy(),

@@ -282,12 +282,88 @@ pub fn the_example_reaches_every_node_and_a_service_through_the_api(world: &mut 
         );
     }
 
-    // The README's "How to verify", verbatim, with the client connected.
-    let verify = sh_block("README.md", "How to verify", "podgate");
-    let out = c.sh(&verify);
+    // The README's "How to verify", verbatim, with the client connected
+    // and the kubectl plugin on PATH as the README installs it.
+    let verify = sh_block("README.md", "How to verify", "kubectl podgate");
+    let plugin = PluginPath::new();
+    let out = c.sh(&plugin.around(&verify));
     let text = output_text(&out);
     assert!(out.status.success(), "{verify}\nfailed:\n{text}");
     assert!(text.contains("net.ipv4.ip_forward = 1"), "{text}");
     assert!(text.contains("holds"), "{text}");
     drop(client);
+    the_kubectl_plugin_says_what_is_wrong_and_copies_a_report(world, &plugin);
+}
+
+/// A directory holding `kubectl-podgate` (conf/kubectl-podgate), to put on
+/// PATH as the README installs it.
+pub struct PluginPath(TempDir);
+
+impl PluginPath {
+    pub fn new() -> PluginPath {
+        let dir = TempDir::new("k8s-plugin");
+        let conf = podgate_integration::workspace_root().join("conf/kubectl-podgate");
+        std::os::unix::fs::symlink(conf, dir.path().join("kubectl-podgate")).unwrap();
+        PluginPath(dir)
+    }
+
+    /// `script` with the plugin on PATH.
+    pub fn around(&self, script: &str) -> String {
+        format!(
+            "export PATH={}:\"$PATH\"\n{script}",
+            self.0.path().display()
+        )
+    }
+}
+
+/// `kubectl podgate`'s clear errors (no such pod, a pod not scheduled, no
+/// node) and `report NODE`, which copies the node's archive.
+fn the_kubectl_plugin_says_what_is_wrong_and_copies_a_report(
+    world: &mut World,
+    plugin: &PluginPath,
+) {
+    let c = world.cluster();
+    c.apply(&crate::policy::namespace_yaml("nowhere"));
+    c.apply(
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unplaced", "namespace": "nowhere"},
+            "spec": {"nodeSelector": {"no-such-label": "x"}, "automountServiceAccountToken": false,
+                     "containers": [{"name": "c", "image": "localhost/podgate/greeter:1", "imagePullPolicy": "Never"}]}}"#,
+    );
+    for (cmd, says) in [
+        (
+            "kubectl podgate inspect vpn/no-such-pod",
+            "no pod vpn/no-such-pod",
+        ),
+        (
+            "kubectl podgate inspect nowhere/unplaced",
+            "pod nowhere/unplaced is not scheduled to a node yet",
+        ),
+        (
+            "kubectl podgate inspect no-slash",
+            "name the pod as NAMESPACE/POD",
+        ),
+        ("kubectl podgate report node-9", "no node node-9"),
+    ] {
+        let out = c.sh(&plugin.around(cmd));
+        let text = output_text(&out);
+        assert!(
+            !out.status.success() && text.contains(says),
+            "{cmd}: want '{says}':\n{text}"
+        );
+    }
+    let dir = TempDir::new("k8s-report");
+    let out = c.sh_in(
+        &plugin.around("kubectl podgate report node-1 && tar -tf podgate-report-node-1.tar"),
+        dir.path(),
+    );
+    let text = output_text(&out);
+    assert!(
+        out.status.success() && text.contains("podgate-report-node-1.tar"),
+        "report:\n{text}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).lines().count() > 3,
+        "an archive of a few files:\n{text}"
+    );
+    c.kubectl_ok(&["delete", "namespace", "nowhere", "--wait=false"]);
 }
