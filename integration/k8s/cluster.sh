@@ -606,6 +606,9 @@ reboot_node() {
     local n=$1 m
     stop_node "$n"
     umount "$C/ns/$n"
+    # The fabric's end of the node's uplink first: a deleted netns is torn
+    # down by the kernel later, with its veth pair.
+    ip -n "$P-fabric" link del "f-$n"
     ip netns del "$P-$n"
     netns_add "$n"
     link_to_fabric "$n" "$(node_ip "$n")"
