@@ -11,7 +11,7 @@ pub const ANN_PROFILE: &str = "podgate.dev/profile";
 pub const ANN_MASQUERADE: &str = "podgate.dev/masquerade";
 pub const ANN_RETURN_ROUTES: &str = "podgate.dev/return-routes";
 /// At most this many CIDRs per annotation: a pod cannot make us do unbounded work.
-const MAX_ANNOTATION_POOLS: usize = 16;
+pub const MAX_ANNOTATION_POOLS: usize = 16;
 
 /// Where the profile came from, for logs and refusals.
 #[derive(Debug, Clone, PartialEq, Eq)]
