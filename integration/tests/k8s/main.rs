@@ -13,6 +13,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod admission;
 mod install;
 mod lifecycle;
 mod machine;
@@ -58,6 +59,14 @@ const CASES: &[Case] = &[
     Case {
         name: "policy::an_edited_policy_reaches_new_sandboxes",
         run: policy_case,
+    },
+    Case {
+        name: "admission::the_policy_refuses_what_the_router_refuses",
+        run: admission::the_policy_refuses_what_the_router_refuses,
+    },
+    Case {
+        name: "admission::the_shipped_policy_refuses_at_kubectl_apply",
+        run: admission::the_shipped_policy_refuses_at_kubectl_apply,
     },
     Case {
         name: "lifecycle::a_refused_pod_waits_with_podgates_reason_in_its_events",
