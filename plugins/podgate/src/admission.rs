@@ -58,19 +58,37 @@ impl Action {
     }
 }
 
+/// Why no admission policy was rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("--validation-actions names no action")]
+    NoAction,
+    #[error("--validation-actions names {0} twice")]
+    ActionTwice(&'static str),
+    #[error("--validation-actions: Deny and Warn cannot be used together (the API server refuses the binding)")]
+    DenyAndWarn,
+    /// The plugins file, as the installer would refuse it.
+    #[error("{0}")]
+    Plugins(#[from] podgate_install::Error),
+    #[error("the plugins file has {0} podgate-router entries; the admission policy is rendered from exactly one")]
+    Routers(usize),
+    #[error("the podgate-router entry: {0}")]
+    Entry(#[from] serde_json::Error),
+}
+
 /// The actions as the API server accepts them: some, each once, not both
 /// Deny and Warn.
-pub fn check_actions(actions: &[Action]) -> Result<(), String> {
+pub fn check_actions(actions: &[Action]) -> Result<(), RenderError> {
     if actions.is_empty() {
-        return Err("--validation-actions names no action".into());
+        return Err(RenderError::NoAction);
     }
     for (i, a) in actions.iter().enumerate() {
         if actions.iter().skip(i + 1).any(|b| b == a) {
-            return Err(format!("--validation-actions names {} twice", a.as_str()));
+            return Err(RenderError::ActionTwice(a.as_str()));
         }
     }
     if actions.contains(&Action::Deny) && actions.contains(&Action::Warn) {
-        return Err("--validation-actions: Deny and Warn cannot be used together (the API server refuses the binding)".into());
+        return Err(RenderError::DenyAndWarn);
     }
     Ok(())
 }
@@ -84,18 +102,21 @@ pub struct Policy {
 impl Policy {
     /// The router entry of plugins.json (`text`), checked as the installer
     /// checks it (the plugins' own config code).
-    pub fn from_plugins(text: &[u8]) -> Result<Policy, String> {
-        let entries = podgate_install::chain::parse_entries(text).map_err(|e| e.to_string())?;
-        podgate_install::validate::validate_entries(&entries).map_err(|e| e.to_string())?;
-        let mut routers = entries.iter().filter(|e| {
-            e.as_object().and_then(|o| o.str_field("type"))
-                == Some(podgate_install::validate::ROUTER)
-        });
-        let (Some(entry), None) = (routers.next(), routers.next()) else {
-            return Err("the plugins file needs exactly one podgate-router entry".into());
+    pub fn from_plugins(text: &[u8]) -> Result<Policy, RenderError> {
+        let entries = podgate_install::chain::parse_entries(text)?;
+        podgate_install::validate::validate_entries(&entries)?;
+        let routers: Vec<_> = entries
+            .iter()
+            .filter(|e| {
+                e.as_object().and_then(|o| o.str_field("type"))
+                    == Some(podgate_install::validate::ROUTER)
+            })
+            .collect();
+        let [entry] = routers[..] else {
+            return Err(RenderError::Routers(routers.len()));
         };
-        let entry = entry.to_value().map_err(|e| e.to_string())?;
-        let cfg = RouterConfig::deserialize(&entry).map_err(|e| e.to_string())?;
+        let entry = entry.to_value()?;
+        let cfg = RouterConfig::deserialize(&entry)?;
         Ok(Policy {
             cfg,
             digest: digest(&entry),
@@ -679,6 +700,13 @@ mod tests {
         json!([{"type": "podgate-tunnel-guard", "protectionDir": "/run/x"}, router]).to_string()
     }
 
+    /// Every document of a YAML stream, as `kubectl apply -f` reads it.
+    fn documents(yaml: &str) -> Vec<serde_yaml::Value> {
+        serde_yaml::Deserializer::from_str(yaml)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect()
+    }
+
     fn router() -> Value {
         json!({
             "type": "podgate-router",
@@ -762,16 +790,37 @@ mod tests {
         let err = |text: String| {
             Policy::from_plugins(text.as_bytes())
                 .err()
+                .map(|e| e.to_string())
                 .unwrap_or_default()
         };
         let guard_only =
             json!([{"type": "podgate-tunnel-guard", "protectionDir": "/run/x"}]).to_string();
-        assert!(err(guard_only).contains("exactly one podgate-router"));
-        assert!(err(json!([router(), router()]).to_string()).contains("exactly one podgate-router"));
+        assert!(err(guard_only).contains("has 0 podgate-router entries"));
+        assert!(
+            err(json!([router(), router()]).to_string()).contains("has 2 podgate-router entries")
+        );
         let mut undefined = router();
         undefined["assign"][0]["profile"] = json!("nope");
         assert!(err(plugins(undefined)).contains("assign[0] names profile \"nope\""));
         assert!(err("{".into()).contains("JSON"), "{}", err("{".into()));
+    }
+
+    /// `--configmap`: the ConfigMap the DaemonSet mounts, holding the
+    /// plugins file byte for byte, first, with the same digest.
+    #[test]
+    fn the_configmap_holds_the_plugins_file_as_it_is() {
+        let text = std::fs::read_to_string(conf("plugins.json")).unwrap();
+        let p = Policy::from_plugins(text.as_bytes()).unwrap();
+        let yaml = p.render(&[Action::Deny], Some(&text));
+        let first = &documents(&yaml)[0];
+        assert_eq!(first["kind"], "ConfigMap");
+        assert_eq!(first["metadata"]["name"], "podgate-plugins");
+        assert_eq!(first["metadata"]["namespace"], "podgate-system");
+        assert_eq!(first["data"]["plugins.json"].as_str(), Some(text.as_str()));
+        assert_eq!(
+            first["metadata"]["annotations"][DIGEST_ANNOTATION].as_str(),
+            Some(p.digest())
+        );
     }
 
     #[test]
@@ -790,12 +839,7 @@ mod tests {
             assert!(check_actions(bad).is_err(), "{bad:?}");
         }
         let p = Policy::from_plugins(plugins(router()).as_bytes()).unwrap();
-        let docs: Vec<serde_yaml::Value> = p
-            .render(&[Warn, Audit], None)
-            .split("\n---\n")
-            .skip(1)
-            .map(|d| serde_yaml::from_str(d).unwrap())
-            .collect();
+        let docs = documents(&p.render(&[Warn, Audit], None));
         let bindings: Vec<_> = docs
             .iter()
             .filter(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")

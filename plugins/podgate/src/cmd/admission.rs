@@ -71,7 +71,7 @@ fn policy(path: &Path, text: &str) -> Result<Policy> {
 pub fn run(cmd: &AdmissionCmd) -> Result<Found> {
     match cmd {
         AdmissionCmd::Render(a) => {
-            check_actions(&a.validation_actions).map_err(Error::usage)?;
+            check_actions(&a.validation_actions).map_err(|e| Error::usage(e.to_string()))?;
             let path = &a.plugins.plugins;
             let text = read(path)?;
             let p = policy(path, &text)?;
