@@ -737,7 +737,7 @@ down_all() {
     local m
     while read -r m; do
         umount -l "$m" 2>/dev/null || true
-    done < <(awk -v d="$C" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+    done < <(awk -v d="$C" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r)
     for f in $(cluster_netns); do
         ip netns del "$f"
     done
