@@ -134,7 +134,7 @@ impl Client {
         let log = dir.path().join("client.log");
         std::fs::write(
             &conf,
-            pki.client_conf(&format!("{}", node_ip("node-1")), node_port),
+            pki.client_conf(&node_ip("node-1"), node_port),
         )
         .unwrap();
         let process = ns.spawn(&[
