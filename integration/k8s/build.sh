@@ -6,9 +6,10 @@
 #       kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 #       kube-proxy and kubectl (links by those names); etcd; crictl
 #   containerd/<version>/bin      containerd, ctr, containerd-shim-runc-v2
+#   helm/<version>/bin            helm (the chart's tests)
 #
 #   bash integration/k8s/build.sh          build what is missing
-#   bash integration/k8s/build.sh --env    also print K8S_BIN=... CONTAINERD2_BIN=...
+#   bash integration/k8s/build.sh --env    also print K8S_BIN=... CONTAINERD2_BIN=... HELM_BIN=...
 #
 # Versions: Kubernetes and etcd as the wrapper modules beside this script
 # pin them (components/go.mod, etcd/go.mod: k8s.io/kubernetes cannot be
@@ -20,6 +21,7 @@ set -euo pipefail
 
 CRICTL_VERSION=v1.37.0
 CONTAINERD_VERSION=v2.4.2
+HELM_VERSION=v4.3.2
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${PODGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podgate}"
@@ -100,8 +102,25 @@ build_containerd() {
     CONTAINERD2_BIN="$dir/bin"
 }
 
+build_helm() {
+    local dir="$cache/helm/$HELM_VERSION" started
+    if [ ! -f "$dir/complete" ]; then
+        started=$SECONDS
+        echo "k8s/build.sh: building helm $HELM_VERSION into $dir/bin; about 4 minutes" >&2
+        rm -rf "$dir"
+        mkdir -p "$dir/bin"
+        GOBIN="$dir/bin" GOFLAGS= quiet "$go" install -trimpath \
+            -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+            "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+        touch "$dir/complete"
+        echo "k8s/build.sh: built in $((SECONDS - started)) s" >&2
+    fi
+    HELM_BIN="$dir/bin"
+}
+
 build_components
 build_containerd
+build_helm
 if [ "${1:-}" = "--env" ]; then
-    printf 'K8S_BIN=%q\nCONTAINERD2_BIN=%q\n' "$K8S_BIN" "$CONTAINERD2_BIN"
+    printf 'K8S_BIN=%q\nCONTAINERD2_BIN=%q\nHELM_BIN=%q\n' "$K8S_BIN" "$CONTAINERD2_BIN" "$HELM_BIN"
 fi

@@ -769,10 +769,10 @@ status() {
 }
 
 # run CMD...: in the control plane's netns with KUBECONFIG and PATH set
-# (kubectl, crictl and the cluster's tools first on PATH).
+# (kubectl, helm, crictl and the cluster's tools first on PATH).
 run_cmd() {
     load_bins
-    KUBECONFIG="$C/pki/admin.kubeconfig" PATH="$K8S_BIN:$PATH" in_cp "$@"
+    KUBECONFIG="$C/pki/admin.kubeconfig" PATH="$K8S_BIN:$HELM_BIN:$PATH" in_cp "$@"
 }
 
 case "${1:-}" in
