@@ -10,7 +10,6 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 packages=(
-    golang-go
     golang-github-appc-cni-dev
     containernetworking-plugins
     nftables
@@ -111,3 +110,9 @@ fi
 bash "$here/go-tools.sh"
 quiet bash "$here/runner/build.sh"
 quiet bash "$here/runner/build.sh" --libcni13
+
+# tests/k8s: the real Kubernetes components, etcd, crictl and containerd
+# 2.x, built from the Go module proxy once per version into
+# ~/.cache/podgate (k8s/build.sh says when it builds and how long that
+# takes: about 15 minutes the first time).
+bash "$here/k8s/build.sh"

@@ -21,10 +21,12 @@
 # a bridge, nftables tables and turns the machine's ip_forward on), the
 # machine's CA bundle mounted read-only (cargo reaches crates.io over TLS),
 # and a cargo cache mounted into it ($PODGATE_IMAGE_CACHE, default
-# ~/.cache/podgate/image-build: outside the checkout, so a fresh clone on the
-# same machine, as CI makes, reuses it; registry and
-# one target dir: the build scripts and proc macros, built for the build
-# machine, serve both architectures). --out saves a docker-archive that
+# ~/.cache/podgate/image-build, outside the checkout: the registry, shared,
+# and one target dir per checkout path, for both architectures (the build
+# scripts and proc macros, built for the build machine, serve both; a
+# checkout of its own, because cargo takes a path crate's artifacts built
+# from another checkout as fresh while they are newer than its sources).
+# --out saves a docker-archive that
 # `ctr -n k8s.io images import` takes with the image name.
 #
 # Builds are serialized machine-wide (podman's image store and the FROM tags
@@ -112,7 +114,8 @@ revision_of() {
 }
 
 cache="${PODGATE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podgate/image-build}"
-mkdir -p "$cache/registry" "$cache/target"
+target_cache="$cache/target-$(printf '%s' "$root" | sha256sum | cut -c1-12)"
+mkdir -p "$cache/registry" "$target_cache"
 
 # ---- the build stage's stand-in ---------------------------------------------
 make_build_standin() {
@@ -219,7 +222,7 @@ fi
 # for the build stage's base image for the target platform.
 volumes=(
     -v "$cache/registry:/usr/local/cargo/registry"
-    -v "$cache/target:/src/target"
+    -v "$target_cache:/src/target"
 )
 if [ -f "$CA_BUNDLE" ]; then
     volumes+=(-v "$CA_BUNDLE:$CA_BUNDLE:ro")

@@ -33,6 +33,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod cri;
 pub mod intruder;
+pub mod k8s;
 pub mod kubelet;
 mod netns;
 mod node;

@@ -104,8 +104,33 @@ pub fn assert_same(before: &Snapshot, after: &Snapshot) {
 /// Captures routes (v4+v6, all tables), rules (v4+v6), the nftables ruleset,
 /// links and addresses of `ns`.
 pub fn snapshot(ns: &Netns) -> Snapshot {
+    snapshot_by(|args| ns.exec_ok(args))
+}
+
+/// [`snapshot`] of the netns bound at `path` (one this harness did not make,
+/// e.g. a node of [`crate::k8s::Cluster`]), read through `nsenter --net=`.
+pub fn snapshot_at(path: &Path) -> Snapshot {
+    snapshot_by(|args| {
+        let out = std::process::Command::new("nsenter")
+            .arg(format!("--net={}", path.display()))
+            .arg("--")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("nsenter {args:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "in {}: {args:?} failed\n{}",
+            path.display(),
+            crate::output_text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
+}
+
+fn snapshot_by(exec_ok: impl Fn(&[&str]) -> String) -> Snapshot {
     let json = |args: &[&str]| -> Value {
-        let out = ns.exec_ok(args);
+        let out = exec_ok(args);
         if out.trim().is_empty() {
             return Value::Array(Vec::new());
         }

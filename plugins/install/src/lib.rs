@@ -25,7 +25,8 @@
 //!   and the agent's `podgate_install_ready` alike.
 //! * `adopt`: the agent's scan applying the profile to sandboxes that
 //!   started without the chain (evidence: `history`).
-//! * `validate`: podgate's entries checked by the plugins' own config code.
+//! * [`validate`]: podgate's entries checked by the plugins' own config code
+//!   (also by `podgate admission render`).
 //! * `migrate`: earlier releases' records, taken as far as the conf dir
 //!   confirms them.
 //! * [`sysctl_broker`], [`cri_proxy`]: the containers that hold a writable
@@ -55,7 +56,7 @@ mod state;
 mod sweep;
 mod sys;
 pub mod sysctl_broker;
-mod validate;
+pub mod validate;
 mod watch;
 
 use clap::Args;

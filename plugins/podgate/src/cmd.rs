@@ -1,5 +1,6 @@
 //! One module per command family.
 
+pub mod admission;
 pub mod diagnose;
 pub mod inspect;
 pub mod install;

@@ -7,6 +7,7 @@
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+mod admission;
 mod attachment;
 mod cmd;
 mod diagnose;
@@ -196,6 +197,22 @@ Endpoints: GET /metrics (Prometheus text format 0.0.4), GET /healthz (200 while 
 
 Progress goes to stderr when it is a terminal; the path written is printed on stdout.")]
     Report(report::ReportArgs),
+    /// The admission policy: ValidatingAdmissionPolicies that refuse, when a
+    /// pod or a workload is created or its podgate annotations change, what
+    /// podgate-router would refuse at ADD without looking at the node;
+    /// rendered from the operator's policy (plugins.json).
+    #[command(after_help = "Examples:
+  podgate admission render --plugins plugins.json | kubectl apply -f -
+  podgate admission render --plugins plugins.json --configmap | kubectl apply -f -
+  podgate admission render --plugins plugins.json --validation-actions Warn,Audit
+  podgate admission digest --plugins /etc/podgate/plugins.json
+
+The policy's digest is stamped on every rendered object (and the ConfigMap with --configmap)
+as the annotation podgate.dev/policy-digest.")]
+    Admission {
+        #[command(subcommand)]
+        cmd: cmd::admission::AdmissionCmd,
+    },
 }
 
 fn dispatch(cli: &Cli) -> Result<Found, Error> {
@@ -212,6 +229,7 @@ fn dispatch(cli: &Cli) -> Result<Found, Error> {
         Cmd::Agent(a) => cmd::install::agent(a),
         Cmd::SysctlBroker(a) => cmd::install::sysctl_broker(a),
         Cmd::CriProxy(a) => cmd::install::cri_proxy(a),
+        Cmd::Admission { cmd } => cmd::admission::run(cmd),
     }
 }
 

@@ -5,12 +5,13 @@ use crate::config::{Profile, RouterConfig, ANNOTATIONS_CAPABILITY};
 use ipnet::IpNet;
 use podgate_cni::{CniError, Env, NetConf};
 use serde_json::Value;
+use std::net::IpAddr;
 
 pub const ANN_PROFILE: &str = "podgate.dev/profile";
 pub const ANN_MASQUERADE: &str = "podgate.dev/masquerade";
 pub const ANN_RETURN_ROUTES: &str = "podgate.dev/return-routes";
 /// At most this many CIDRs per annotation: a pod cannot make us do unbounded work.
-const MAX_ANNOTATION_POOLS: usize = 16;
+pub const MAX_ANNOTATION_POOLS: usize = 16;
 
 /// Where the profile came from, for logs and refusals.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,6 +185,28 @@ pub fn select<'c>(
     }))
 }
 
+/// One pool of an annotation, read as the Kubernetes API server reads a
+/// CIDR (Go's `netip.ParsePrefix` and its CEL `cidr()`), so that the
+/// admission policy rendered from this policy (`podgate admission render`)
+/// and this check agree: no leading zeros in an IPv4 octet (`010.8.0.0`
+/// reads as 10.8.0.0 to some tools and 8.8.0.0 to others) or in the prefix
+/// length, no sign, no IPv6 zone, and no IPv4-mapped IPv6 address (an IPv6
+/// route to `::ffff:10.8.0.0/120` never carries the IPv4 traffic it names).
+pub fn parse_pool(s: &str) -> Option<IpNet> {
+    let (addr, len) = s.split_once('/')?;
+    let digits = !len.is_empty() && len.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (len.len() > 1 && len.starts_with('0')) {
+        return None;
+    }
+    let addr: IpAddr = addr.parse().ok()?;
+    if let IpAddr::V6(v6) = addr {
+        if v6.to_ipv4_mapped().is_some() {
+            return None;
+        }
+    }
+    IpNet::new(addr, len.parse().ok()?).ok()
+}
+
 /// Parse a comma-separated CIDR list and keep it inside `allow.pools`.
 pub fn allowed_pools(cfg: &RouterConfig, ann: &str, s: &str) -> Result<Vec<IpNet>, CniError> {
     let mut out = Vec::new();
@@ -193,7 +216,7 @@ pub fn allowed_pools(cfg: &RouterConfig, ann: &str, s: &str) -> Result<Vec<IpNet
                 "annotation {ann}: more than {MAX_ANNOTATION_POOLS} pools"
             )));
         }
-        let net: IpNet = part.parse().map_err(|_| {
+        let net = parse_pool(part).ok_or_else(|| {
             CniError::policy(format!(
                 "annotation {ann}: {:?} is not a CIDR",
                 part.chars().take(64).collect::<String>()

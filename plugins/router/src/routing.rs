@@ -116,9 +116,16 @@ fn refuse(msg: String) -> CniError {
 
 /// Node SNAT that masquerades only marked packets (hostPort hairpin, kube
 /// service masquerade) does not touch a pod's own egress; anything else in a
-/// nat postrouting chain would.
+/// nat postrouting chain would. The marked-only chains: kube-proxy's
+/// `KUBE-POSTROUTING` (iptables mode) and `masquerading` in its own
+/// `kube-proxy` table (nftables mode: packets marked 0x4000 on their way to
+/// a Service, and hairpin connections of an endpoint to itself), portmap's
+/// `CNI-HOSTPORT-MASQ`.
 fn snat_matters(found: &SnatFinding) -> bool {
-    !(found.in_chain("KUBE-POSTROUTING") || found.in_chain("CNI-HOSTPORT-MASQ"))
+    let kube_proxy_nftables = found.table == "kube-proxy" && found.in_chain("masquerading");
+    !(found.in_chain("KUBE-POSTROUTING")
+        || found.in_chain("CNI-HOSTPORT-MASQ")
+        || kube_proxy_nftables)
 }
 
 const DEFAULT4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);

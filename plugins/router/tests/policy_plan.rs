@@ -142,6 +142,51 @@ fn refusals_name_the_rule() {
     }
 }
 
+/// Annotation pools are read as the Kubernetes API server reads a CIDR
+/// (the admission policy's CEL `cidr()`): octal-looking octets, a prefix
+/// length with a leading zero or a sign, zones and IPv4-mapped IPv6 are not
+/// CIDRs, even where `allow.pools` would cover what they might mean.
+#[test]
+fn pools_are_read_as_the_api_server_reads_cidrs() {
+    let mut c = cfg();
+    c.allow.pools = vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()];
+    let ask = |pool: &str| {
+        select(
+            &c,
+            &intent(
+                "K8S_POD_NAMESPACE=vpn;K8S_POD_NAME=x",
+                annotations(json!({"podgate.dev/profile": "vpn-routed",
+                                   "podgate.dev/return-routes": pool})),
+            ),
+        )
+    };
+    for bad in [
+        "010.8.1.0/24",
+        "10.8.1.0/024",
+        "10.8.1.0/+24",
+        "10.8.1.0/ 24",
+        "::ffff:10.8.1.0/120",
+        "::ffff:a08:100/120",
+        "0:0:0:0:0:ffff:a08:100/120",
+        "64:ff9b::010.8.1.0/120",
+        "fe80::%eth0/64",
+        "fd00:8::/064",
+    ] {
+        let e = ask(bad).unwrap_err();
+        assert!(e.msg.contains("is not a CIDR"), "{bad}: {}", e.msg);
+    }
+    for (good, read) in [
+        ("10.8.1.0/24", "10.8.1.0/24"),
+        ("0.0.0.0/0", "0.0.0.0/0"),
+        ("FD00:8::/32", "fd00:8::/32"),
+        ("64:ff9b::10.8.1.0/120", "64:ff9b::a08:100/120"),
+        ("::fffe:a08:100/120", "::fffe:a08:100/120"),
+    ] {
+        let s = ask(good).unwrap().unwrap();
+        assert_eq!(s.return_routes, vec![read.parse().unwrap()], "{good}");
+    }
+}
+
 #[test]
 fn annotations_narrow_pools_inside_allow() {
     let s = select(
@@ -849,6 +894,19 @@ mod routing {
         v.node_snat
             .push(snat("CNI-HOSTPORT-MASQ", Some("POSTROUTING"), 9));
         assert!(plan_for(&c, "s-0", &v).is_ok());
+        // kube-proxy's nftables mode: `masquerading` in its own table, reached
+        // from `nat-postrouting` (marked packets and hairpin connections).
+        let mut v = ptp_node();
+        v.node_snat.push(SnatFinding {
+            table: "kube-proxy".into(),
+            ..snat("masquerading", Some("nat-postrouting"), 35)
+        });
+        assert!(plan_for(&c, "s-0", &v).is_ok());
+        // A chain of that name in another table is anyone's masquerade.
+        let mut v = ptp_node();
+        v.node_snat
+            .push(snat("masquerading", Some("nat-postrouting"), 36));
+        assert!(plan_for(&c, "s-0", &v).is_err());
 
         // A bridge primary: the pod sits on a shared subnet.
         let mut v = ptp_node();

@@ -1,0 +1,269 @@
+//! Upgrade and uninstall through the API, as conf/kubernetes/README.md
+//! says.
+
+use podgate_integration::k8s::NODES;
+use podgate_integration::{output_text, workspace_root};
+
+use crate::lifecycle::ensure_policy;
+use crate::nodes::{views, wait_until_as_before};
+use crate::openvpn::pods;
+use crate::policy::{pod_yaml, CHURN};
+use crate::world::{build_podgate_image, head_commit, manifest_image, sh_block, workdir, World};
+
+fn deployment(name: &str, replicas: u32) -> String {
+    format!(
+        r#"{{"apiVersion": "apps/v1", "kind": "Deployment",
+  "metadata": {{"name": "{name}", "namespace": "{CHURN}"}},
+  "spec": {{"replicas": {replicas}, "selector": {{"matchLabels": {{"app": "{name}"}}}},
+    "template": {{"metadata": {{"labels": {{"app": "{name}"}}, "annotations": {{"podgate.dev/profile": "forwarder"}}}},
+      "spec": {{"automountServiceAccountToken": false, "terminationGracePeriodSeconds": 1,
+        "containers": [{{"name": "greeter", "image": "localhost/podgate/greeter:1", "imagePullPolicy": "Never"}}]}}}}}}}}"#
+    )
+}
+
+/// Whether `node`'s installed podgate-router was built from `commit`.
+fn router_built_from(world: &mut World, node: &str, commit: &str) -> bool {
+    let bin = world
+        .cluster()
+        .host_path(node, "/opt/cni/bin/podgate-router");
+    std::fs::read(bin).is_ok_and(|b| b.windows(commit.len()).any(|w| w == commit.as_bytes()))
+}
+
+pub fn an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up(world: &mut World) {
+    ensure_policy(world);
+    let old_commit = head_commit();
+    let c = world.cluster();
+    let before = views(c);
+    c.apply(&deployment("old", 3));
+    c.apply(&pod_yaml(
+        CHURN,
+        "old-route",
+        &[
+            ("podgate.dev/profile", "forwarder"),
+            ("podgate.dev/return-routes", "10.8.31.0/24"),
+        ],
+        false,
+    ));
+    c.kubectl_ok(&[
+        "-n",
+        CHURN,
+        "rollout",
+        "status",
+        "deploy/old",
+        "--timeout=180s",
+    ]);
+    c.kubectl_ok(&[
+        "-n",
+        CHURN,
+        "wait",
+        "--for=condition=Ready",
+        "pod/old-route",
+        "--timeout=180s",
+    ]);
+    for node in NODES {
+        assert!(
+            router_built_from(world, node, &old_commit),
+            "{node}: not the first image's router"
+        );
+    }
+
+    // A new image: another commit in `podgate --version`, so binaries that
+    // differ in their bytes, under a new tag, put into podgate.yaml and
+    // applied as the README says.
+    let new_commit = format!("upgrade-{}", &old_commit[..12]);
+    let image = manifest_image();
+    let new_image = format!(
+        "{}:upgrade",
+        image.rsplit_once(':').map_or(image.as_str(), |(r, _)| r)
+    );
+    let archive = build_podgate_image(&new_image, &new_commit);
+    world.cluster().load_image(&archive);
+    let c = world.cluster();
+    let manifest = std::fs::read_to_string(workspace_root().join("conf/kubernetes/podgate.yaml"))
+        .unwrap()
+        .replace(&format!("image: {image}"), &format!("image: {new_image}"));
+    c.apply(&manifest);
+    // Pods created while the DaemonSet rolls node by node.
+    c.apply(&deployment("during", 3));
+    c.kubectl_ok(&[
+        "-n",
+        CHURN,
+        "rollout",
+        "status",
+        "deploy/during",
+        "--timeout=300s",
+    ]);
+    c.kubectl_ok(&[
+        "-n",
+        "podgate-system",
+        "rollout",
+        "status",
+        "ds/podgate",
+        "--timeout=300s",
+    ]);
+    for (name, _, _) in pods(c, CHURN, "app=during") {
+        assert_eq!(
+            crate::nodes::ip_forward(c, CHURN, &name),
+            "1",
+            "{name}, created during the rollout"
+        );
+    }
+    for node in NODES {
+        assert!(
+            router_built_from(world, node, &new_commit),
+            "{node}: the new image's router is not installed"
+        );
+    }
+    // The new binaries DEL what the old ones set up.
+    let c = world.cluster();
+    c.kubectl_ok(&[
+        "-n",
+        CHURN,
+        "delete",
+        "deploy",
+        "old",
+        "during",
+        "--wait=true",
+    ]);
+    c.kubectl_ok(&["-n", CHURN, "delete", "pod", "old-route", "--wait=true"]);
+    c.wait("the old and during pods gone", 120, || {
+        (pods(c, CHURN, "app=old").is_empty() && pods(c, CHURN, "app=during").is_empty())
+            .then_some(())
+    });
+    wait_until_as_before(
+        c,
+        &before,
+        "after the new binaries deleted the old pods",
+        60,
+    );
+}
+
+pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &mut World) {
+    ensure_policy(world);
+    let before = world
+        .before_install
+        .take()
+        .expect("the install case's snapshot");
+    let c = world.cluster();
+    // Alive when the uninstall starts: a strict pod, a return-route pod, a
+    // masquerading pod.
+    c.apply(&pod_yaml(
+        CHURN,
+        "strict",
+        &[("podgate.dev/profile", "protected")],
+        true,
+    ));
+    c.apply(&pod_yaml(
+        CHURN,
+        "routed",
+        &[
+            ("podgate.dev/profile", "forwarder"),
+            ("podgate.dev/return-routes", "10.8.41.0/24"),
+        ],
+        false,
+    ));
+    c.apply(&crate::policy::namespace_yaml("vpn"));
+    c.apply(&pod_yaml(
+        "vpn",
+        "masq",
+        &[("podgate.dev/profile", "vpn-gateway")],
+        false,
+    ));
+    for (ns, pod) in [(CHURN, "strict"), (CHURN, "routed"), ("vpn", "masq")] {
+        c.kubectl_ok(&[
+            "-n",
+            ns,
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{pod}"),
+            "--timeout=180s",
+        ]);
+    }
+    // The sequence of "Upgrade and uninstall", verbatim, in two parts: the
+    // step its comment names (the pods podgate wired go) in between.
+    let block = sh_block(
+        "conf/kubernetes/README.md",
+        "Upgrade and uninstall",
+        "podgate-uninstall.yaml",
+    );
+    let step = "# pods podgate wired that still run";
+    let (first, second) = block.split_at(
+        block
+            .find(step)
+            .expect("the uninstall block's restart step"),
+    );
+    let dir = workdir(&[]);
+    let out = c.sh_in(first, dir.path());
+    assert!(
+        out.status.success(),
+        "{first}\nfailed:\n{}",
+        output_text(&out)
+    );
+    // Every workload of the earlier cases goes too: the node must end as it
+    // was before the install, when it ran none.
+    for ns in [CHURN, "vpn"] {
+        let _ = c.kubectl(&["delete", "namespace", ns, "--wait=true", "--timeout=180s"]);
+    }
+    let _ = c.kubectl(&["delete", "ds", "greeter", "--wait=true"]);
+    let _ = c.kubectl(&["delete", "svc", "greeter"]);
+    c.wait("every test pod gone", 180, || {
+        let all = c.kubectl_ok(&["get", "pods", "-A", "--no-headers"]);
+        all.lines()
+            .all(|l| l.starts_with("podgate-system "))
+            .then_some(())
+    });
+    // The uninstall DaemonSet's agents sweep what the pods left.
+    c.wait(
+        "podgate inspect --all listing nothing on every node",
+        120,
+        || {
+            NODES
+                .iter()
+                .all(|n| {
+                    let pod = c.kubectl_ok(&[
+                        "-n",
+                        "podgate-system",
+                        "get",
+                        "pod",
+                        "-l",
+                        "app.kubernetes.io/name=podgate-uninstall",
+                        "--field-selector",
+                        &format!("spec.nodeName={n}"),
+                        "-o",
+                        "name",
+                    ]);
+                    let out = c.kubectl(&[
+                        "-n",
+                        "podgate-system",
+                        "exec",
+                        pod.trim(),
+                        "-c",
+                        "agent",
+                        "--",
+                        "podgate",
+                        "inspect",
+                        "--all",
+                    ]);
+                    out.status.success()
+                        && !String::from_utf8_lossy(&out.stdout).contains("churn/")
+                        && !String::from_utf8_lossy(&out.stdout).contains("vpn/")
+                })
+                .then_some(())
+        },
+    );
+    let out = c.sh_in(second, dir.path());
+    assert!(
+        out.status.success(),
+        "{second}\nfailed:\n{}",
+        output_text(&out)
+    );
+    c.wait("the podgate-system namespace gone", 180, || {
+        (!c.kubectl(&["get", "namespace", "podgate-system"])
+            .status
+            .success())
+        .then_some(())
+    });
+    wait_until_as_before(c, &before, "after the documented uninstall", 120);
+    world.installed = false;
+    world.policy_edited = false;
+}
