@@ -42,8 +42,8 @@ fn run(c: &Cluster, block: &str, dir: &Path) {
     );
 }
 
-/// Rolls out `name` and checks each of its pods got forwarding on.
-fn wired(c: &Cluster, name: &str, when: &str) {
+/// Creates the gateways `name` and waits for them to run.
+fn start(c: &Cluster, name: &str) {
     c.apply(&gateways(name));
     c.kubectl_ok(&[
         "-n",
@@ -53,9 +53,19 @@ fn wired(c: &Cluster, name: &str, when: &str) {
         &format!("deploy/{name}"),
         "--timeout=300s",
     ]);
+}
+
+/// Checks each of the gateways `name` got forwarding on (asked of the
+/// node's podgate pod: once podgate's rollout is over).
+fn check(c: &Cluster, name: &str, when: &str) {
     for (pod, _, _) in pods(c, NS, &format!("app={name}")) {
         assert_eq!(ip_forward(c, NS, &pod), "1", "{pod}, created {when}");
     }
+}
+
+fn wired(c: &Cluster, name: &str, when: &str) {
+    start(c, name);
+    check(c, name, when);
 }
 
 fn policy_digest(c: &Cluster) -> String {
@@ -145,9 +155,10 @@ pub fn install_upgrade_rollback_and_uninstall_with_helm(world: &mut World) {
     // Pods created while the DaemonSet rolls node by node.
     std::thread::scope(|s| {
         let helm = s.spawn(|| run(c, &upgrade, dir.path()));
-        wired(c, "during", "during helm upgrade");
+        start(c, "during");
         helm.join().unwrap();
     });
+    check(world.cluster(), "during", "during helm upgrade");
     routers_built_from(world, &new_commit, "the upgraded image");
     let c = world.cluster();
     assert_eq!(policy_digest(c), digest, "the policy after helm upgrade");
@@ -157,9 +168,10 @@ pub fn install_upgrade_rollback_and_uninstall_with_helm(world: &mut World) {
 
     std::thread::scope(|s| {
         let helm = s.spawn(|| run(c, &sh_block(README, HEADING, "helm rollback"), dir.path()));
-        wired(c, "rollback", "during helm rollback");
+        start(c, "rollback");
         helm.join().unwrap();
     });
+    check(world.cluster(), "rollback", "during helm rollback");
     routers_built_from(world, &old_commit, "the rolled-back image");
     let c = world.cluster();
     assert_eq!(policy_digest(c), digest, "the policy after helm rollback");
