@@ -343,6 +343,16 @@ fn the_chart_takes_podgate_admission_render_of_its_policy_and_refuses_another() 
         !diff.is_empty() && diff.iter().all(|d| d.contains("validationActions")),
         "{diff:?}"
     );
+    // Before 1.31 (no CEL IP and CIDR functions): refused, unless off.
+    let err = template(&["--kube-version", "1.30.4"]).unwrap_err();
+    assert!(err.contains("needs Kubernetes 1.31"), "{err}");
+    template(&[
+        "--kube-version",
+        "1.30.4",
+        "--set",
+        "admission.enabled=false",
+    ])
+    .unwrap();
     // Off: no admission objects.
     assert!(template(&[
         "--show-only",

@@ -90,8 +90,9 @@ pub fn install_upgrade_rollback_and_uninstall_with_helm(world: &mut World) {
         !world.installed,
         "the Helm case runs where podgate is not installed (alone, or after the uninstall case)"
     );
-    let before = warm_up(world);
+    // The commit the image is built from (before its build).
     let old_commit = head_commit();
+    let before = warm_up(world);
     // The operator's own policy: the shipped one, one more namespace
     // allowed (so that a reset to the chart's default would show).
     let mut policy: serde_json::Value = serde_json::from_str(
