@@ -2,6 +2,10 @@
 # Lint podgate's deployment files:
 #  * every manifest under conf/kubernetes/ with kubernetes-validate, strict
 #    (unknown fields are errors), against a recent Kubernetes;
+#  * the Helm chart conf/helm/podgate/ with `helm lint --strict`, and its
+#    renders (default values, then uninstall mode, an image digest and
+#    pull secrets) with kubernetes-validate as above; helm is the one
+#    integration/k8s/build.sh builds (cached);
 #  * the Dockerfile with hadolint (any finding fails);
 #  * every example conflist under conf/ and conf/plugins.json parse as JSON
 #    (that the podgate entries in them are accepted by the plugins is checked
@@ -57,6 +61,27 @@ if grep -Eiq 'warn|error' "$log"; then
     fail "kubernetes-validate warned"
 fi
 
+helm="$(bash integration/k8s/build.sh --env | sed -n 's/^HELM_BIN=//p')/helm"
+chart=conf/helm/podgate
+if ! "$helm" lint --strict "$chart" >"$log" 2>&1; then
+    cat "$log" >&2
+    fail "helm lint rejected $chart"
+fi
+renders="$(mktemp -d)"
+trap 'rm -f "$log"; rm -rf "$renders"' EXIT
+"$helm" template podgate "$chart" -n podgate-system --set namespace.create=true \
+    >"$renders/default.yaml" 2>"$log" || { cat "$log" >&2; fail "helm template $chart failed"; }
+"$helm" template podgate "$chart" -n podgate-system --set uninstall=true \
+    --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
+    --set 'image.imagePullSecrets[0].name=registry' --set admission.enabled=false \
+    >"$renders/uninstall.yaml" 2>"$log" || { cat "$log" >&2; fail "helm template $chart (uninstall) failed"; }
+if ! "$venv/bin/kubernetes-validate" --strict --quiet \
+    --kubernetes-version "$KUBERNETES_VERSION" "$renders"/*.yaml >"$log" 2>&1 ||
+    grep -Eiq 'warn|error' "$log"; then
+    cat "$log" >&2
+    fail "kubernetes-validate (strict, Kubernetes $KUBERNETES_VERSION) rejected a render of $chart"
+fi
+
 if ! "$venv/bin/hadolint" --no-color Dockerfile >"$log" 2>&1; then
     cat "$log" >&2
     fail "hadolint found problems in the Dockerfile"
@@ -71,4 +96,4 @@ for f in "${jsons[@]}"; do
     }
 done
 
-echo "lint-deploy: ok (${#manifests[@]} manifest files, Dockerfile, ${#jsons[@]} JSON files)"
+echo "lint-deploy: ok (${#manifests[@]} manifest files, the chart and 2 renders, Dockerfile, ${#jsons[@]} JSON files)"

@@ -62,6 +62,34 @@ pub fn cluster_sh(args: &[&str]) -> Command {
     cmd
 }
 
+/// The helm binary `integration/k8s/build.sh` built: `$HELM_BIN/helm`
+/// (the directory, as `build.sh --env` prints it), else asked of
+/// `build.sh --env` (which builds it the first time, about 4 minutes).
+pub fn helm() -> PathBuf {
+    let dir = match std::env::var_os("HELM_BIN").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let out = Command::new("bash")
+                .arg(workspace_root().join("integration/k8s/build.sh"))
+                .arg("--env")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap_or_else(|e| panic!("running integration/k8s/build.sh --env: {e}"));
+            let text = output_text(&out);
+            assert!(
+                out.status.success(),
+                "integration/k8s/build.sh --env failed:\n{text}"
+            );
+            let line = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("HELM_BIN=").map(str::to_string))
+                .unwrap_or_else(|| panic!("build.sh --env printed no HELM_BIN:\n{text}"));
+            PathBuf::from(line)
+        }
+    };
+    dir.join("helm")
+}
+
 /// A running cluster, taken down when dropped (also while unwinding).
 pub struct Cluster {
     pub containerd: Containerd,

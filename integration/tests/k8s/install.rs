@@ -58,12 +58,11 @@ spec:
         - {name: greeter, image: "localhost/podgate/greeter:1", imagePullPolicy: Never}
 "#;
 
-/// Installs podgate with the README's commands, once per cluster; the
-/// nodes' views before it are kept for the uninstall case.
-pub fn ensure_installed(world: &mut World) {
-    if world.installed {
-        return;
-    }
+/// podgate's image and the greeter's loaded, a pod run and deleted on
+/// every node: the nodes' views before an install.
+pub fn warm_up(
+    world: &mut World,
+) -> std::collections::BTreeMap<&'static str, crate::nodes::NodeView> {
     world.podgate_image();
     world
         .cluster()
@@ -77,7 +76,16 @@ pub fn ensure_installed(world: &mut World) {
             .is_empty()
             .then_some(())
     });
-    world.before_install = Some(crate::nodes::views(world.cluster()));
+    crate::nodes::views(world.cluster())
+}
+
+/// Installs podgate with the README's commands, once per cluster; the
+/// nodes' views before it are kept for the uninstall case.
+pub fn ensure_installed(world: &mut World) {
+    if world.installed {
+        return;
+    }
+    world.before_install = Some(warm_up(world));
     let block = sh_block("README.md", "Install on a cluster", "kubectl apply");
     let dir = workdir(&[]);
     let out = world.cluster().sh_in(&block, dir.path());

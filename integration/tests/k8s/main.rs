@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod admission;
+mod helm;
 mod install;
 mod lifecycle;
 mod machine;
@@ -87,6 +88,10 @@ const CASES: &[Case] = &[
     Case {
         name: "upgrade::the_documented_uninstall_leaves_every_node_as_before_the_install",
         run: upgrade::the_documented_uninstall_leaves_every_node_as_before_the_install,
+    },
+    Case {
+        name: "helm::install_upgrade_rollback_and_uninstall_with_helm",
+        run: helm::install_upgrade_rollback_and_uninstall_with_helm,
     },
     Case {
         name: "containerd_1_6::the_readme_install_and_the_openvpn_example",

@@ -214,3 +214,48 @@ pub fn ip_forward(c: &Cluster, namespace: &str, pod: &str) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// Waits until `podgate inspect --all` in every uninstall DaemonSet pod's
+/// agent lists no pod of `namespaces` (its sweep removed their records).
+pub fn wait_until_agents_list_none_of(c: &Cluster, namespaces: &[&str]) {
+    c.wait(
+        "podgate inspect --all listing nothing on every node",
+        120,
+        || {
+            NODES
+                .iter()
+                .all(|n| {
+                    let pod = c.kubectl_ok(&[
+                        "-n",
+                        "podgate-system",
+                        "get",
+                        "pod",
+                        "-l",
+                        "app.kubernetes.io/name=podgate-uninstall",
+                        "--field-selector",
+                        &format!("spec.nodeName={n}"),
+                        "-o",
+                        "name",
+                    ]);
+                    let out = c.kubectl(&[
+                        "-n",
+                        "podgate-system",
+                        "exec",
+                        pod.trim(),
+                        "-c",
+                        "agent",
+                        "--",
+                        "podgate",
+                        "inspect",
+                        "--all",
+                    ]);
+                    let listed = String::from_utf8_lossy(&out.stdout);
+                    out.status.success()
+                        && namespaces
+                            .iter()
+                            .all(|ns| !listed.contains(&format!("{ns}/")))
+                })
+                .then_some(())
+        },
+    );
+}

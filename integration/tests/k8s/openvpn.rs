@@ -132,11 +132,7 @@ impl Client {
         let dir = TempDir::new("k8s-ovpn-client");
         let conf = dir.path().join("client.conf");
         let log = dir.path().join("client.log");
-        std::fs::write(
-            &conf,
-            pki.client_conf(&node_ip("node-1"), node_port),
-        )
-        .unwrap();
+        std::fs::write(&conf, pki.client_conf(&node_ip("node-1"), node_port)).unwrap();
         let process = ns.spawn(&[
             "openvpn",
             "--config",

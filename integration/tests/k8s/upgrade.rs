@@ -5,7 +5,7 @@ use podgate_integration::k8s::NODES;
 use podgate_integration::{output_text, workspace_root};
 
 use crate::lifecycle::ensure_policy;
-use crate::nodes::{views, wait_until_as_before};
+use crate::nodes::{views, wait_until_agents_list_none_of, wait_until_as_before};
 use crate::openvpn::pods;
 use crate::policy::{pod_yaml, CHURN};
 use crate::world::{build_podgate_image, head_commit, manifest_image, sh_block, workdir, World};
@@ -22,7 +22,7 @@ fn deployment(name: &str, replicas: u32) -> String {
 }
 
 /// Whether `node`'s installed podgate-router was built from `commit`.
-fn router_built_from(world: &mut World, node: &str, commit: &str) -> bool {
+pub fn router_built_from(world: &mut World, node: &str, commit: &str) -> bool {
     let bin = world
         .cluster()
         .host_path(node, "/opt/cni/bin/podgate-router");
@@ -213,44 +213,7 @@ pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &
             .then_some(())
     });
     // The uninstall DaemonSet's agents sweep what the pods left.
-    c.wait(
-        "podgate inspect --all listing nothing on every node",
-        120,
-        || {
-            NODES
-                .iter()
-                .all(|n| {
-                    let pod = c.kubectl_ok(&[
-                        "-n",
-                        "podgate-system",
-                        "get",
-                        "pod",
-                        "-l",
-                        "app.kubernetes.io/name=podgate-uninstall",
-                        "--field-selector",
-                        &format!("spec.nodeName={n}"),
-                        "-o",
-                        "name",
-                    ]);
-                    let out = c.kubectl(&[
-                        "-n",
-                        "podgate-system",
-                        "exec",
-                        pod.trim(),
-                        "-c",
-                        "agent",
-                        "--",
-                        "podgate",
-                        "inspect",
-                        "--all",
-                    ]);
-                    out.status.success()
-                        && !String::from_utf8_lossy(&out.stdout).contains("churn/")
-                        && !String::from_utf8_lossy(&out.stdout).contains("vpn/")
-                })
-                .then_some(())
-        },
-    );
+    wait_until_agents_list_none_of(c, &[CHURN, "vpn"]);
     let out = c.sh_in(second, dir.path());
     assert!(
         out.status.success(),
