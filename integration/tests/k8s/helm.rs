@@ -144,15 +144,17 @@ pub fn install_upgrade_rollback_and_uninstall_with_helm(world: &mut World) {
     wired(c, "installed", "after helm install");
     routers_built_from(world, &old_commit, "the installed image");
 
-    // A new image: binaries of another commit, under a new tag.
-    let new_commit = format!("helm-{}", &old_commit[..12]);
+    // A new image: binaries of another commit, under a new tag; the same
+    // tag and commit as the kubectl upgrade case's, so the build cache
+    // serves it when both cases run.
+    let new_commit = format!("upgrade-{}", &old_commit[..12]);
     let image = manifest_image();
     let (repo, _) = image.rsplit_once(':').unwrap();
-    let archive = build_podgate_image(&format!("{repo}:helm-upgrade"), &new_commit);
+    let archive = build_podgate_image(&format!("{repo}:upgrade"), &new_commit);
     world.cluster().load_image(&archive);
     let c = world.cluster();
-    let upgrade = sh_block(README, HEADING, "image.tag=")
-        .replace("image.tag=0.2.0", "image.tag=helm-upgrade");
+    let upgrade =
+        sh_block(README, HEADING, "image.tag=").replace("image.tag=0.2.0", "image.tag=upgrade");
     // Pods created while the DaemonSet rolls node by node.
     std::thread::scope(|s| {
         let helm = s.spawn(|| run(c, &upgrade, dir.path()));
