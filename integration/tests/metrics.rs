@@ -23,7 +23,7 @@ fn entries(node: &TestNode) -> Value {
     json!([
         {"type": "podgate-tunnel-guard", "required": "always", "mode": "audit",
          "agentSocket": node.root().join("no-agent/status.sock"),
-         "eventFile": node.state_dir().join("events.jsonl")},
+         "eventFile": node.event_file()},
         {"type": "podgate-router", "stateDir": node.state_dir(),
          "logFile": node.root().join("router.log"),
          "capabilities": {"io.kubernetes.cri.pod-annotations": true},
@@ -112,10 +112,7 @@ fn node_with_agent(prefix: &str) -> (TestNode, Agent) {
 #[test]
 fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     let (node, agent) = node_with_agent("metrics");
-    assert!(
-        node.state_dir().join("events.jsonl").is_file(),
-        "the agent makes the channel"
-    );
+    assert!(node.event_file().is_file(), "the agent makes the channel");
 
     let gw = node.pod("openvpn-gw-0");
     gw.set_forwarding(false);

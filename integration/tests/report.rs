@@ -45,7 +45,7 @@ fn report_has_every_part_and_no_key_material() {
     let entries = json!([
         {"type": "podgate-tunnel-guard", "required": "always", "mode": "audit",
          "agentSocket": node.root().join("no-agent/status.sock"),
-         "logFile": node.root().join("guard.log")},
+         "logFile": node.root().join("guard.log"), "eventFile": node.event_file()},
         {"type": "podgate-router", "stateDir": node.state_dir(), "logFile": router_log,
          "capabilities": {"io.kubernetes.cri.pod-annotations": true},
          "profiles": {
