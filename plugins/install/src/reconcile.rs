@@ -16,7 +16,8 @@ use super::fsx;
 use super::json::Json;
 use super::state::{Backup, StateDir};
 use super::validate::{self, BINARIES};
-use super::Error;
+use super::{Error, Readiness};
+use crate::logging::info;
 use std::path::{Path, PathBuf};
 
 /// Where things are on this node.
@@ -197,7 +198,7 @@ pub fn apply(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Err
     let mut migrated = false;
     for b in node.state.list()? {
         if b.file != node.own_file {
-            super::log(restore(node, &b)?);
+            info(restore(node, &b)?);
             migrated = true;
         }
     }
@@ -258,7 +259,7 @@ fn render(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Error>
             // Never leave a copy of a primary that is gone: the runtime would
             // go on wiring pods with a network nobody provides any more.
             if let Some(msg) = withdraw_own(node)? {
-                super::log(msg);
+                info(msg);
             }
             return Err(e);
         }
@@ -326,16 +327,12 @@ fn withdraw_own(node: &Node) -> Result<Option<String>, Error> {
     Ok(msg)
 }
 
-/// Ok(file) when podgate's file holds exactly the primary's current chain
-/// plus these entries, sorts first, and the binaries are current;
-/// Err(reason) otherwise.
-pub fn status(
-    node: &Node,
-    src: &Source,
-    entries: &[Json],
-) -> Result<Result<String, String>, Error> {
+/// Chained(file) when podgate's file holds exactly the primary's current
+/// chain plus these entries, sorts first, and the binaries are current;
+/// NotReady(reason) otherwise.
+pub fn status(node: &Node, src: &Source, entries: &[Json]) -> Result<Readiness, Error> {
     if let Some(bin) = stale_binary(src, node)? {
-        return Ok(Err(format!(
+        return Ok(Readiness::NotReady(format!(
             "{bin} in {} is missing or differs from {}",
             node.bin_dir.display(),
             src.binaries_dir.display()
@@ -343,29 +340,29 @@ pub fn status(
     }
     let name = match find_primary(node, src) {
         Ok(n) => n,
-        Err(e) if e.is_transient() => return Ok(Err(e.to_string())),
+        Err(e) if e.is_transient() => return Ok(Readiness::NotReady(e.to_string())),
         Err(e) => return Err(e),
     };
     if let Err(e) = check_order(node, &name) {
-        return Ok(Err(e.to_string()));
+        return Ok(Readiness::NotReady(e.to_string()));
     }
     let chain = match chain_of(node, &name, entries) {
         Ok(c) => c,
-        Err(e) if e.is_transient() => return Ok(Err(e.to_string())),
+        Err(e) if e.is_transient() => return Ok(Readiness::NotReady(e.to_string())),
         Err(e) => return Err(e),
     };
     let own = &node.own_file;
     Ok(match fsx::read_opt(&node.conf_dir.join(own))? {
-        None => Err(format!(
+        None => Readiness::NotReady(format!(
             "{own} is missing: the runtime wires pods with {name} alone, without podgate"
         )),
         Some(cur) => match List::parse(own, &cur) {
-            Ok(l) if l.same(&chain) => Ok(own.clone()),
-            Ok(_) => Err(format!(
+            Ok(l) if l.same(&chain) => Readiness::Chained(own.clone()),
+            Ok(_) => Readiness::NotReady(format!(
                 "{own} is not the current chain of {name} plus {}",
                 src.plugins_file.display()
             )),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Readiness::NotReady(e.to_string()),
         },
     })
 }
@@ -556,7 +553,7 @@ pub fn install_once(node: &Node, src: &Source) -> Result<Applied, Error> {
     let _lock = node.state.lock()?;
     let written = install_binaries(src, node)?;
     if !written.is_empty() {
-        super::log(format!(
+        info(format!(
             "installed {} into {}",
             written.join(", "),
             node.bin_dir.display()

@@ -16,7 +16,8 @@ use super::reconcile::{self, Applied, Node, Source};
 use super::runtime::{self, Runtime};
 use super::sys::{poll_readable, Inotify, Signals, WatchDescriptor};
 use super::validate::BINARIES;
-use super::{log, Error};
+use super::{Error, Readiness};
+use crate::logging::{info, warn};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -73,7 +74,7 @@ impl Ready {
     fn clear(&mut self) {
         if let Some(path) = &self.path {
             if let Err(e) = fsx::remove(path) {
-                log(format!("warning: {e}"));
+                warn(e);
             }
         }
         self.current = None;
@@ -90,7 +91,7 @@ pub fn write_ready_file(path: &Path, file: &str) -> Result<(), Error> {
 
 pub fn remove_ready_file(path: &Path) {
     if let Err(e) = fsx::remove(path) {
-        log(format!("warning: {e}"));
+        warn(e);
     }
 }
 
@@ -162,7 +163,7 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
-    log(format!(
+    info(format!(
         "watching {} (primary: {}; plugins: {})",
         node.conf_dir.display(),
         src.primary.as_deref().unwrap_or("the first config file"),
@@ -214,7 +215,7 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
             match signals.read() {
                 Ok(Some(libc::SIGHUP)) => due = Some(Instant::now()),
                 Ok(Some(sig)) => {
-                    log(format!("signal {sig}: stopping"));
+                    info(format!("signal {sig}: stopping"));
                     break Ok(());
                 }
                 Ok(None) => {}
@@ -249,7 +250,7 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
     let result = result.and_then(|()| {
         if opts.uninstall_on_exit {
             for msg in reconcile::unchain_all(node)? {
-                log(msg);
+                info(msg);
             }
         }
         Ok(())
@@ -285,7 +286,7 @@ fn begin_history(f: &HistoryFile, node: &Node) -> Result<History, Error> {
     let absent = !node.conf_dir.join(&node.own_file).exists();
     if absent && h.absent_since_boot(history::now_nanos()) {
         f.save(&h)?;
-        log(format!(
+        info(format!(
             "{} is not in {} yet: the runtime has not served podgate's chain this boot (recorded in {})",
             node.own_file,
             node.conf_dir.display(),
@@ -304,7 +305,7 @@ impl Passes {
                 let wrote = !matches!(applied, Applied::Unchanged { .. });
                 let was_chained = matches!(self.last, Last::Chained | Last::NotLoaded(_));
                 if wrote || !was_chained {
-                    log(&applied);
+                    info(&applied);
                 }
                 if applied.fresh() && was_chained {
                     self.note_rechain(applied.file());
@@ -313,18 +314,18 @@ impl Passes {
                 let verdict = runtime::judge(node, src, &entries, rt)?;
                 self.record(verdict.loaded)?;
                 match verdict.ready {
-                    Ok(file) => {
+                    Readiness::Chained(file) => {
                         if matches!(self.last, Last::NotLoaded(_)) {
-                            log(format!("ready: the runtime loaded {file}"));
+                            info(format!("ready: the runtime loaded {file}"));
                         }
                         self.last = Last::Chained;
                         self.ready.set(&file)?;
                         Ok(false)
                     }
-                    Err(why) => {
+                    Readiness::NotReady(why) => {
                         self.ready.clear();
                         if !matches!(&self.last, Last::NotLoaded(m) if *m == why) {
-                            log(format!("not ready: {why}"));
+                            info(format!("not ready: {why}"));
                         }
                         self.last = Last::NotLoaded(why);
                         Ok(true)
@@ -340,7 +341,7 @@ impl Passes {
                 }
                 let msg = e.to_string();
                 if !matches!(&self.last, Last::Waiting(m) if *m == msg) {
-                    log(format!("not chained, waiting for a change: {msg}"));
+                    info(format!("not chained, waiting for a change: {msg}"));
                 }
                 self.last = Last::Waiting(msg);
                 Ok(false)
@@ -364,16 +365,15 @@ impl Passes {
                 true => format!("{what} served"),
                 false => format!("{what} NOT served"),
             };
-            log(format!(
-                "{}the runtime's network: {}, {} (recorded at {now} ns)",
-                if seen.router && seen.guard {
-                    ""
-                } else {
-                    "warning: "
-                },
+            let line = format!(
+                "the runtime's network: {}, {} (recorded at {now} ns)",
                 said(seen.router, "podgate-router"),
                 said(seen.guard, "an enforcing tunnel guard"),
-            ));
+            );
+            match seen.router && seen.guard {
+                true => info(line),
+                false => warn(line),
+            }
         }
         self.last_seen.update(seen, now);
         Ok(())
@@ -394,8 +394,8 @@ impl Passes {
             .is_none_or(|t| now.duration_since(t) > FIGHT_WINDOW);
         if self.rechains.len() >= FIGHT_COUNT && quiet {
             self.warned = Some(now);
-            log(format!(
-                "warning: {file} was removed {} times in the last minute: another \
+            warn(format!(
+                "{file} was removed {} times in the last minute: another \
                  component keeps removing CNI configs it does not own (e.g. Cilium's \
                  cni.exclusive); configure it to leave {file} alone",
                 self.rechains.len()
