@@ -403,3 +403,122 @@ impl Passes {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::tests::{Scratch, PRIMARY};
+
+    fn passes(ready_file: &Path) -> Passes {
+        Passes {
+            ready: Ready {
+                path: Some(ready_file.to_path_buf()),
+                current: None,
+            },
+            last: Last::Start,
+            rechains: VecDeque::new(),
+            warned: None,
+            history: None,
+            last_seen: LastServed::default(),
+        }
+    }
+
+    fn ready_text(path: &Path) -> Option<String> {
+        std::fs::read_to_string(path).ok()
+    }
+
+    /// A pass chains and writes the ready file; a plugins file that stops
+    /// parsing is a wait, not an exit, with the ready file removed; once
+    /// fixed, the next pass is ready again.
+    #[test]
+    fn the_ready_file_exists_only_while_the_chain_is_in_place() {
+        let s = Scratch::new("watch-ready");
+        let ready = s.root.join("run/ready");
+        let mut p = passes(&ready);
+        let not_loaded = p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
+        assert!(!not_loaded);
+        assert_eq!(
+            ready_text(&ready).as_deref(),
+            Some("chained 00-podgate.conflist\n")
+        );
+        assert!(matches!(p.last, Last::Chained));
+
+        std::fs::write(&s.src.plugins_file, "[{").unwrap();
+        assert!(!p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap());
+        assert_eq!(ready_text(&ready), None);
+        assert!(matches!(&p.last, Last::Waiting(m) if m.contains("plugins.json")));
+
+        std::fs::write(
+            &s.src.plugins_file,
+            r#"[{"type": "podgate-router", "profiles": {}}]"#,
+        )
+        .unwrap();
+        assert!(!p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap());
+        assert!(ready_text(&ready).is_some());
+    }
+
+    /// A fatal error (the conf dir cannot be written) ends the watch and
+    /// removes the ready file.
+    #[test]
+    fn a_fatal_pass_error_clears_the_ready_file() {
+        let s = Scratch::new("watch-fatal");
+        let ready = s.root.join("ready");
+        let mut p = passes(&ready);
+        p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
+        assert!(ready_text(&ready).is_some());
+        // The bin dir a file: installing the binaries fails, not transient.
+        std::fs::remove_dir_all(&s.node.bin_dir).unwrap();
+        std::fs::write(&s.node.bin_dir, b"").unwrap();
+        let e = p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap_err();
+        assert!(!e.is_transient(), "{e}");
+        assert_eq!(ready_text(&ready), None);
+    }
+
+    /// A re-chain is noted (and past the limit warned about) only when
+    /// podgate's file had to be written again after it was in place.
+    #[test]
+    fn a_deleted_own_file_is_a_rechain() {
+        let s = Scratch::new("watch-rechain");
+        let mut p = passes(&s.root.join("ready"));
+        p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
+        assert!(p.rechains.is_empty());
+        std::fs::remove_file(s.node.conf_dir.join(&s.node.own_file)).unwrap();
+        p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
+        assert_eq!(p.rechains.len(), 1);
+        assert!(s.own().is_some());
+    }
+
+    /// Which inotify events start a pass: config files, backups and the
+    /// plugins file in the conf dir, podgate's binaries in the bin dir,
+    /// anything in the plugins file's own dir; never a temp name.
+    #[test]
+    fn only_relevant_names_start_a_pass() {
+        let s = Scratch::new("watch-names");
+        let ino = Inotify::new().unwrap();
+        let plugins_dir = s.root.join("plugins");
+        std::fs::create_dir_all(&plugins_dir).unwrap();
+        let w = Watches {
+            conf: ino.add(&s.node.conf_dir, DIR_MASK).unwrap(),
+            bin: ino.add(&s.node.bin_dir, DIR_MASK).unwrap(),
+            plugins: Some(ino.add(&plugins_dir, DIR_MASK).unwrap()),
+            plugins_name: "plugins.json".into(),
+        };
+        let (conf, bin, plugins) = (w.conf, w.bin, w.plugins.unwrap());
+        for name in [PRIMARY, "05-x.conf", "x.json", "", "plugins.json"] {
+            assert!(w.relevant(conf, name), "{name:?}");
+        }
+        assert!(w.relevant(conf, &format!("10-bridge.conflist{ORIG_SUFFIX}")));
+        for name in ["README", "10-bridge.conflist.swp"] {
+            assert!(!w.relevant(conf, name), "{name:?}");
+        }
+        for name in BINARIES {
+            assert!(w.relevant(bin, name));
+            assert!(!w.relevant(conf, name));
+        }
+        assert!(!w.relevant(bin, "bridge"));
+        assert!(w.relevant(plugins, "..data"));
+        let temp = ".00-podgate.conflist.podgate-tmp-1234";
+        assert!(fsx::is_temp_name(temp));
+        assert!(!w.relevant(conf, temp), "{temp}");
+    }
+}
