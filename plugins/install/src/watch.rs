@@ -112,6 +112,48 @@ struct Watches {
 }
 
 impl Watches {
+    fn add(ino: &Inotify, node: &Node, src: &Source) -> Result<Watches, Error> {
+        let add = |dir: &Path, mask: u32| {
+            ino.add(dir, mask)
+                .map_err(|e| watch_err(&format!("watching {}", dir.display()), e))
+        };
+        let plugins_dir = dir_of(&src.plugins_file);
+        Ok(Watches {
+            conf: add(&node.conf_dir, DIR_MASK | SELF_MASK)?,
+            bin: add(&node.bin_dir, DIR_MASK)?,
+            // A missing dir means no plugins file: the pass reports that and
+            // the resync picks the file up once it appears.
+            plugins: if plugins_dir == node.conf_dir {
+                None
+            } else {
+                ino.add(&plugins_dir, DIR_MASK).ok()
+            },
+            plugins_name: src
+                .plugins_file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Whether `events` call for a pass; an error when the conf dir itself
+    /// went away (the watcher exits and restarts on the new directory).
+    fn judge(&self, events: &[crate::sys::Event], node: &Node) -> Result<bool, Error> {
+        if let Some(e) = events
+            .iter()
+            .find(|e| e.wd == self.conf && e.mask & SELF_GONE != 0)
+        {
+            return Err(Error::Watch(format!(
+                "{} went away (inotify mask {:#x}); exiting so the watcher restarts on the new directory",
+                node.conf_dir.display(),
+                e.mask
+            )));
+        }
+        Ok(events
+            .iter()
+            .any(|e| e.mask & libc::IN_Q_OVERFLOW != 0 || self.relevant(e.wd, &e.name)))
+    }
+
     fn relevant(&self, wd: WatchDescriptor, name: &str) -> bool {
         if fsx::is_temp_name(name) {
             return false;
@@ -142,78 +184,30 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
     }
     let ino = Inotify::new().map_err(|e| watch_err("inotify", e))?;
-    let add = |dir: &Path, mask: u32| {
-        ino.add(dir, mask)
-            .map_err(|e| watch_err(&format!("watching {}", dir.display()), e))
-    };
-    let plugins_dir = dir_of(&src.plugins_file);
-    let watches = Watches {
-        conf: add(&node.conf_dir, DIR_MASK | SELF_MASK)?,
-        bin: add(&node.bin_dir, DIR_MASK)?,
-        // A missing dir means no plugins file: the pass reports that and the
-        // resync picks the file up once it appears.
-        plugins: if plugins_dir == node.conf_dir {
-            None
-        } else {
-            ino.add(&plugins_dir, DIR_MASK).ok()
-        },
-        plugins_name: src
-            .plugins_file
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    };
+    let watches = Watches::add(&ino, node, src)?;
     info(format!(
         "watching {} (primary: {}; plugins: {})",
         node.conf_dir.display(),
         src.primary.as_deref().unwrap_or("the first config file"),
         src.plugins_file.display()
     ));
-
-    let mut passes = Passes {
-        ready: Ready {
-            path: opts.ready_file.clone(),
-            current: None,
-        },
-        last: Last::Start,
-        rechains: VecDeque::new(),
-        warned: None,
-        history: match &opts.history {
-            Some(f) => Some((f.clone(), begin_history(f, node)?)),
-            None => None,
-        },
-        last_seen: LastServed::default(),
-    };
-    let mut due = Some(Instant::now());
-    let mut first_event: Option<Instant> = None;
-    let mut next_resync = Instant::now() + opts.resync;
-    let mut recheck = runtime::RECHECK;
+    let mut passes = Passes::new(node, opts)?;
+    let mut schedule = Schedule::new(opts);
     let result = loop {
-        let now = Instant::now();
-        if due.is_some_and(|d| d <= now) || next_resync <= now {
-            due = None;
-            first_event = None;
-            next_resync = now + opts.resync;
+        if let Some(now) = schedule.pass_due() {
             match passes.run(node, src, &opts.runtime) {
-                // The runtime has not loaded the chain yet: ask again soon,
-                // less often the longer it takes.
-                Ok(true) => {
-                    due = Some(now + recheck);
-                    recheck = (recheck * 2).min(opts.resync);
-                }
-                Ok(false) => recheck = runtime::RECHECK,
+                Ok(not_loaded) => schedule.passed(now, not_loaded),
                 Err(e) => break Err(e),
             }
         }
-        let wake = due.map_or(next_resync, |d| d.min(next_resync));
-        let timeout = wake.saturating_duration_since(Instant::now());
+        let timeout = schedule.wake().saturating_duration_since(Instant::now());
         let [signalled, changed] = match poll_readable([signals.fd(), ino.fd()], timeout) {
             Ok(r) => r,
             Err(e) => break Err(watch_err("poll", e)),
         };
         if signalled {
             match signals.read() {
-                Ok(Some(libc::SIGHUP)) => due = Some(Instant::now()),
+                Ok(Some(libc::SIGHUP)) => schedule.now(),
                 Ok(Some(sig)) => {
                     info(format!("signal {sig}: stopping"));
                     break Ok(());
@@ -223,27 +217,13 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
             }
         }
         if changed {
-            let events = match ino.read() {
-                Ok(ev) => ev,
-                Err(e) => break Err(watch_err("inotify", e)),
-            };
-            if let Some(e) = events
-                .iter()
-                .find(|e| e.wd == watches.conf && e.mask & SELF_GONE != 0)
-            {
-                break Err(Error::Watch(format!(
-                    "{} went away (inotify mask {:#x}); exiting so the watcher restarts on the new directory",
-                    node.conf_dir.display(),
-                    e.mask
-                )));
-            }
-            let relevant = events
-                .iter()
-                .any(|e| e.mask & libc::IN_Q_OVERFLOW != 0 || watches.relevant(e.wd, &e.name));
-            if relevant {
-                let now = Instant::now();
-                let first = *first_event.get_or_insert(now);
-                due = Some((now + opts.debounce).min(first + opts.max_delay));
+            match ino.read().map_err(|e| watch_err("inotify", e)) {
+                Ok(events) => match watches.judge(&events, node) {
+                    Ok(true) => schedule.changed(),
+                    Ok(false) => {}
+                    Err(e) => break Err(e),
+                },
+                Err(e) => break Err(e),
             }
         }
     };
@@ -257,6 +237,74 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
     });
     passes.ready.clear();
     result
+}
+
+/// When the next pass is due: at once on start and SIGHUP, a debounce
+/// after a change (bounded from the first change), every resync, and while
+/// the runtime has not loaded the chain, again soon and less often the
+/// longer it takes.
+struct Schedule {
+    due: Option<Instant>,
+    first_event: Option<Instant>,
+    next_resync: Instant,
+    recheck: Duration,
+    debounce: Duration,
+    max_delay: Duration,
+    resync: Duration,
+}
+
+impl Schedule {
+    fn new(opts: &WatchOpts) -> Schedule {
+        let now = Instant::now();
+        Schedule {
+            due: Some(now),
+            first_event: None,
+            next_resync: now + opts.resync,
+            recheck: runtime::RECHECK,
+            debounce: opts.debounce,
+            max_delay: opts.max_delay,
+            resync: opts.resync,
+        }
+    }
+
+    /// Now, when a pass is due (and the next resync counted from it).
+    fn pass_due(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        if !(self.due.is_some_and(|d| d <= now) || self.next_resync <= now) {
+            return None;
+        }
+        self.due = None;
+        self.first_event = None;
+        self.next_resync = now + self.resync;
+        Some(now)
+    }
+
+    /// After the pass of `now`: `not_loaded`, the runtime has not loaded
+    /// the chain yet.
+    fn passed(&mut self, now: Instant, not_loaded: bool) {
+        if not_loaded {
+            self.due = Some(now + self.recheck);
+            self.recheck = (self.recheck * 2).min(self.resync);
+        } else {
+            self.recheck = runtime::RECHECK;
+        }
+    }
+
+    fn now(&mut self) {
+        self.due = Some(Instant::now());
+    }
+
+    /// A relevant change: a pass after the debounce.
+    fn changed(&mut self) {
+        let now = Instant::now();
+        let first = *self.first_event.get_or_insert(now);
+        self.due = Some((now + self.debounce).min(first + self.max_delay));
+    }
+
+    fn wake(&self) -> Instant {
+        self.due
+            .map_or(self.next_resync, |d| d.min(self.next_resync))
+    }
 }
 
 /// podgate's file put back after someone removed it this many times within
@@ -297,6 +345,23 @@ fn begin_history(f: &HistoryFile, node: &Node) -> Result<History, Error> {
 }
 
 impl Passes {
+    fn new(node: &Node, opts: &WatchOpts) -> Result<Passes, Error> {
+        Ok(Passes {
+            ready: Ready {
+                path: opts.ready_file.clone(),
+                current: None,
+            },
+            last: Last::Start,
+            rechains: VecDeque::new(),
+            warned: None,
+            history: match &opts.history {
+                Some(f) => Some((f.clone(), begin_history(f, node)?)),
+                None => None,
+            },
+            last_seen: LastServed::default(),
+        })
+    }
+
     /// One install pass, then readiness. Ok(true) when the chain is on disk
     /// but the runtime has not loaded it; Err only when the error is fatal.
     fn run(&mut self, node: &Node, src: &Source, rt: &Runtime) -> Result<bool, Error> {
@@ -486,6 +551,48 @@ mod tests {
         p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
         assert_eq!(p.rechains.len(), 1);
         assert!(s.own().is_some());
+    }
+
+    /// A pass at start; after a change, one debounce later but never
+    /// later than max_delay after the first change; while the runtime has
+    /// not loaded the chain, again after RECHECK, doubling up to the resync.
+    #[test]
+    fn the_schedule_debounces_and_backs_off() {
+        let opts = WatchOpts {
+            debounce: Duration::from_millis(200),
+            max_delay: Duration::from_secs(1),
+            resync: Duration::from_secs(3),
+            ready_file: None,
+            uninstall_on_exit: false,
+            history: None,
+            runtime: Runtime::FileOnly,
+        };
+        let mut sch = Schedule::new(&opts);
+        let t0 = sch.pass_due().unwrap();
+        assert!(sch.pass_due().is_none());
+        assert_eq!(sch.wake(), t0 + opts.resync);
+        sch.changed();
+        let first = sch.due.unwrap();
+        assert!(first >= t0 + opts.debounce && first < t0 + opts.max_delay);
+        std::thread::sleep(Duration::from_millis(50));
+        sch.changed();
+        assert!(sch.due.unwrap() > first, "each change pushes the pass back");
+        sch.first_event = Some(t0 - opts.max_delay);
+        sch.changed();
+        assert!(
+            sch.due.unwrap() <= t0,
+            "bounded by max_delay from the first change"
+        );
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let now = Instant::now();
+            sch.passed(now, true);
+            waits.push(sch.due.unwrap() - now);
+        }
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [500, 1000, 2000, 3000, 3000]);
+        sch.passed(Instant::now(), false);
+        assert_eq!(sch.recheck, runtime::RECHECK);
     }
 
     /// Which inotify events start a pass: config files, backups and the
