@@ -36,6 +36,7 @@
 //!   `/proc/sys/net` and the runtime's socket for the agent, which has
 //!   neither.
 
+#![forbid(unsafe_code)]
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)

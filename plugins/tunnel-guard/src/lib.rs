@@ -23,6 +23,8 @@
 //! intent and `/startup` answers 200 (initial preparation). The agent's word
 //! alone never passes the gate.
 
+#![forbid(unsafe_code)]
+
 pub mod agent;
 pub mod config;
 pub mod evaluation;
