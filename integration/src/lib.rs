@@ -11,7 +11,7 @@
 //!   through upstream `cnitool` (or, for what it cannot do, `cnirunner`: see
 //!   [`tools`]) executed inside the node netns, so bridges, routes and
 //!   nftables rules land there.
-//! * [`snapshot`] / [`assert_same`]: before/after equality of routes, rules,
+//! * [`snapshot()`] / [`assert_same`]: before/after equality of routes, rules,
 //!   nftables ruleset, links and addresses.
 //! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`], [`udp_answer`],
 //!   [`udp_request`]: traffic between namespaces.

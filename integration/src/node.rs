@@ -513,7 +513,7 @@ impl TestNode {
         self.cni(Verb::Del, network, pod, "eth0", None, None)
     }
 
-    /// Snapshot of the node netns (see [`crate::snapshot`]).
+    /// Snapshot of the node netns (see [`crate::snapshot()`]).
     pub fn snapshot(&self) -> crate::Snapshot {
         crate::snapshot(&self.ns)
     }

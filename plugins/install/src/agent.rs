@@ -36,7 +36,7 @@ const BROKER_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
     /// Serve GET /metrics and GET /healthz here (plain HTTP): a numeric
-    /// address and port, e.g. 10.0.0.5:9750 or [fd00::5]:9750 (an IPv6
+    /// address and port, e.g. 10.0.0.5:9750 or `[fd00::5]:9750` (an IPv6
     /// address may also come unbracketed, the part after the last colon
     /// being the port, as `$(HOST_IP):9750` expands). No default: give the
     /// node's own address, not 0.0.0.0.

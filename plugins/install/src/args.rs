@@ -180,7 +180,7 @@ pub struct UninstallArgs {
     pub purge_state_dir: Option<PathBuf>,
 }
 
-/// The running executable's directory: /proc/self/exe, else argv[0] when it
+/// The running executable's directory: /proc/self/exe, else `argv[0]` when it
 /// is a path (no /proc, e.g. in a bare chroot).
 fn exe_dir() -> Result<PathBuf, Error> {
     let exe = match std::env::current_exe() {

@@ -1,4 +1,4 @@
-//! The verdict over what [`crate::observe`] read (pure: no I/O): every check
+//! The verdict over what [`crate::observe()`] read (pure: no I/O): every check
 //! with a stable name, its outcome and a message, in the order made.
 
 use crate::evaluation::{Check, Evaluation, Outcome, Protection, Signals, Verdict};
