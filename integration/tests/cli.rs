@@ -1047,45 +1047,8 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
     let backend_ip = pod_ip(b.result.as_ref().unwrap());
     let _srv = podgate_integration::tcp_listen_peer_echo(&backend, 8080);
 
-    // Service VIP 10.96.0.10:80 -> backend:8080, masqueraded like kube-proxy's hairpin.
-    node.ns.sh_ok(&format!(
-        "nft -f - <<'EOF'\n\
-         table ip svc {{\n\
-           chain pre {{ type nat hook prerouting priority -100; ip daddr 10.96.0.10 tcp dport 80 dnat to {backend_ip}:8080; }}\n\
-           chain post {{ type nat hook postrouting priority 100; ct status dnat ip daddr {backend_ip} masquerade; }}\n\
-         }}\nEOF"
-    ));
-    // A public host behind the node (routes back to the node for pod addresses).
-    let public = Netns::new("public");
-    let up = format!("pgpub{}", std::process::id() % 100_000);
-    node.ns.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        &up,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "wan0",
-        "netns",
-        public.name(),
-    ]);
-    node.ns
-        .exec_ok(&["ip", "addr", "add", "198.51.100.1/24", "dev", &up]);
-    node.ns.exec_ok(&["ip", "link", "set", &up, "up"]);
-    node.ns.exec_ok(&[
-        "ip",
-        "route",
-        "add",
-        "203.0.113.0/24",
-        "via",
-        "198.51.100.2",
-    ]);
-    public.sh_ok(
-        "ip addr add 198.51.100.2/24 dev wan0 && ip link set wan0 up && \
-         ip addr add 203.0.113.7/32 dev lo && ip route add default via 198.51.100.1",
-    );
+    service_vip(&node, &backend_ip);
+    let _public = public_host_behind(&node);
 
     let client_routes = [
         ("10.22.0.0", "255.255.0.0"),
@@ -1181,78 +1144,17 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
         let r = podgate(&argv);
         keep(round, &argv, &r);
         let seen = reaches(&backend_ip, 8080);
+        let d = Diag {
+            argv: &argv,
+            nn: &nn,
+            backend_ip: &backend_ip,
+            vpn_ip: &vpn_ip,
+            reaches: &reaches,
+        };
         match i {
-            0 => {
-                assert_eq!(r.code, Some(2), "{r:?}");
-                assert!(r.stdout.contains(&format!(
-                    "verdict: pod {backend_ip} silent for tunnel clients: forwarding is off in the pod netns (net.ipv4.ip_forward = 0)"
-                )), "{r:?}");
-                assert!(row(&r.stdout, "forwarding ipv4").contains("FAIL"), "{r:?}");
-                assert!(row(&r.stdout, "peer").contains(" ok "), "{r:?}");
-                assert!(row(&r.stdout, "pod ").contains("BLOCKED"), "{r:?}");
-                assert!(row(&r.stdout, "service").contains("not probed"), "{r:?}");
-                assert_eq!(seen, None, "the client really gets nothing past the peer");
-            }
-            1 => {
-                assert_eq!(r.code, Some(2), "{r:?}");
-                assert!(r.stdout.contains(&format!(
-                    "verdict: pod {backend_ip} silent: forwarding is on; no masquerade for 10.8.0.0/24 and no return route on the node: replies cannot find the tunnel"
-                )), "{r:?}");
-                assert!(row(&r.stdout, "forwarding ipv4").contains(" ok "), "{r:?}");
-                assert_eq!(seen, None, "the client really gets nothing past the peer");
-
-                // The other fix: a return route on the node, made with podgate itself.
-                let add = podgate(&["route", "add", "--netns", &nn, CLIENT_POOL, "via", &vpn_ip]);
-                assert_eq!(add.code, Some(0), "{add:?}");
-                let r = podgate(&argv);
-                keep("2b-return-route", &argv, &r);
-                assert_eq!(r.code, Some(0), "{r:?}");
-                assert!(r.stdout.contains("verdict: all 4 hops answer"), "{r:?}");
-                assert!(
-                    r.stdout
-                        .contains("return route on the node: 10.8.0.0/24 via"),
-                    "{r:?}"
-                );
-                assert_eq!(
-                    reaches(&backend_ip, 8080).as_deref(),
-                    Some(TUN_CLIENT_IP),
-                    "the client's own address arrives"
-                );
-                let del = podgate(&["route", "del", "--netns", &nn, CLIENT_POOL, "via", &vpn_ip]);
-                assert_eq!(del.code, Some(0), "{del:?}");
-            }
-            _ => {
-                assert_eq!(r.code, Some(0), "{r:?}");
-                assert!(
-                    r.stdout
-                        .contains("verdict: all 4 hops answer: peer 10.8.0.2 -> pod"),
-                    "{r:?}"
-                );
-                assert!(
-                    r.stdout
-                        .contains("masquerade in the pod: inet podgate-eth0 10.8.0.0/24 out eth0"),
-                    "{r:?}"
-                );
-                assert!(
-                    !r.stdout.contains("FAIL")
-                        && !r.stdout.contains("SILENT")
-                        && !r.stdout.contains("BLOCKED"),
-                    "{r:?}"
-                );
-                assert_eq!(
-                    seen.as_deref(),
-                    Some(vpn_ip.as_str()),
-                    "masqueraded to the VPN pod"
-                );
-                assert!(
-                    reaches("10.96.0.10", 80).is_some(),
-                    "the client reaches the Service"
-                );
-                let j = podgate(&[argv.as_slice(), &["--json"]].concat()).json();
-                assert_eq!(j["verdict"]["ok"], true, "{j}");
-                assert_eq!(j["hops"].as_array().unwrap().len(), 4);
-                assert_eq!(j["pools"], json!([CLIENT_POOL]));
-            }
+            0 => d.forwarding_off(&r, seen),
+            1 => d.no_return_path(&r, seen),
+            _ => d.fixed(&r, seen),
         }
         vpn::stop(cl);
         vpn::stop(server);
@@ -1276,6 +1178,149 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
     )
     .assert_ok();
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+}
+
+/// Service VIP 10.96.0.10:80 -> `backend_ip`:8080 on the node, masqueraded
+/// like kube-proxy's hairpin.
+fn service_vip(node: &TestNode, backend_ip: &str) {
+    node.ns.sh_ok(&format!(
+        "nft -f - <<'EOF'\n\
+         table ip svc {{\n\
+           chain pre {{ type nat hook prerouting priority -100; ip daddr 10.96.0.10 tcp dport 80 dnat to {backend_ip}:8080; }}\n\
+           chain post {{ type nat hook postrouting priority 100; ct status dnat ip daddr {backend_ip} masquerade; }}\n\
+         }}\nEOF"
+    ));
+}
+
+/// A public host (203.0.113.7) behind the node, routing back to the node
+/// for pod addresses.
+fn public_host_behind(node: &TestNode) -> Netns {
+    let public = Netns::new("public");
+    let up = format!("pgpub{}", std::process::id() % 100_000);
+    node.ns.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        &up,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "wan0",
+        "netns",
+        public.name(),
+    ]);
+    node.ns
+        .exec_ok(&["ip", "addr", "add", "198.51.100.1/24", "dev", &up]);
+    node.ns.exec_ok(&["ip", "link", "set", &up, "up"]);
+    node.ns.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "203.0.113.0/24",
+        "via",
+        "198.51.100.2",
+    ]);
+    public.sh_ok(
+        "ip addr add 198.51.100.2/24 dev wan0 && ip link set wan0 up && \
+         ip addr add 203.0.113.7/32 dev lo && ip route add default via 198.51.100.1",
+    );
+    public
+}
+
+/// One diagnose round's inputs: the command line, the node netns, the
+/// backend's and the VPN pod's addresses, whether the client reaches
+/// an address and port (what answered, if anything).
+struct Diag<'a> {
+    argv: &'a [&'a str],
+    nn: &'a str,
+    backend_ip: &'a str,
+    vpn_ip: &'a str,
+    reaches: &'a dyn Fn(&str, u16) -> Option<String>,
+}
+
+impl Diag<'_> {
+    /// Round 1, forwarding off in the VPN pod: diagnose names it, and the
+    /// client really gets nothing past the peer.
+    fn forwarding_off(&self, r: &Run, seen: Option<String>) {
+        let backend_ip = self.backend_ip;
+        assert_eq!(r.code, Some(2), "{r:?}");
+        assert!(r.stdout.contains(&format!(
+        "verdict: pod {backend_ip} silent for tunnel clients: forwarding is off in the pod netns (net.ipv4.ip_forward = 0)"
+    )), "{r:?}");
+        assert!(row(&r.stdout, "forwarding ipv4").contains("FAIL"), "{r:?}");
+        assert!(row(&r.stdout, "peer").contains(" ok "), "{r:?}");
+        assert!(row(&r.stdout, "pod ").contains("BLOCKED"), "{r:?}");
+        assert!(row(&r.stdout, "service").contains("not probed"), "{r:?}");
+        assert_eq!(seen, None, "the client really gets nothing past the peer");
+    }
+
+    /// Round 2, forwarding on but no masquerade and no return route:
+    /// named; then the other fix, a return route made with podgate itself,
+    /// and every hop answers with the client's own address arriving.
+    fn no_return_path(&self, r: &Run, seen: Option<String>) {
+        let (argv, nn, backend_ip, vpn_ip) = (self.argv, self.nn, self.backend_ip, self.vpn_ip);
+        let reaches = self.reaches;
+        assert_eq!(r.code, Some(2), "{r:?}");
+        assert!(r.stdout.contains(&format!(
+        "verdict: pod {backend_ip} silent: forwarding is on; no masquerade for 10.8.0.0/24 and no return route on the node: replies cannot find the tunnel"
+    )), "{r:?}");
+        assert!(row(&r.stdout, "forwarding ipv4").contains(" ok "), "{r:?}");
+        assert_eq!(seen, None, "the client really gets nothing past the peer");
+
+        // The other fix: a return route on the node, made with podgate itself.
+        let add = podgate(&["route", "add", "--netns", nn, CLIENT_POOL, "via", vpn_ip]);
+        assert_eq!(add.code, Some(0), "{add:?}");
+        let r = podgate(argv);
+        keep("2b-return-route", argv, &r);
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert!(r.stdout.contains("verdict: all 4 hops answer"), "{r:?}");
+        assert!(
+            r.stdout
+                .contains("return route on the node: 10.8.0.0/24 via"),
+            "{r:?}"
+        );
+        assert_eq!(
+            reaches(backend_ip, 8080).as_deref(),
+            Some(TUN_CLIENT_IP),
+            "the client's own address arrives"
+        );
+        let del = podgate(&["route", "del", "--netns", nn, CLIENT_POOL, "via", vpn_ip]);
+        assert_eq!(del.code, Some(0), "{del:?}");
+    }
+
+    /// Round 3, podgate's profile: every hop answers, masqueraded to the
+    /// VPN pod, the Service reached; the JSON says the same.
+    fn fixed(&self, r: &Run, seen: Option<String>) {
+        let (argv, vpn_ip) = (self.argv, self.vpn_ip);
+        let reaches = self.reaches;
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert!(
+            r.stdout
+                .contains("verdict: all 4 hops answer: peer 10.8.0.2 -> pod"),
+            "{r:?}"
+        );
+        assert!(
+            r.stdout
+                .contains("masquerade in the pod: inet podgate-eth0 10.8.0.0/24 out eth0"),
+            "{r:?}"
+        );
+        assert!(
+            !r.stdout.contains("FAIL")
+                && !r.stdout.contains("SILENT")
+                && !r.stdout.contains("BLOCKED"),
+            "{r:?}"
+        );
+        assert_eq!(seen.as_deref(), Some(vpn_ip), "masqueraded to the VPN pod");
+        assert!(
+            reaches("10.96.0.10", 80).is_some(),
+            "the client reaches the Service"
+        );
+        let j = podgate(&[argv, &["--json"]].concat()).json();
+        assert_eq!(j["verdict"]["ok"], true, "{j}");
+        assert_eq!(j["hops"].as_array().unwrap().len(), 4);
+        assert_eq!(j["pools"], json!([CLIENT_POOL]));
+    }
 }
 
 #[test]
