@@ -240,10 +240,24 @@ fn pods_through_containerd_cri() {
         "runtime error must name the pool: {err}"
     );
 
-    // The helper by pod name, for the profile pod and for a pod podgate
-    // never touched.
+    helper_by_pod_name(&c, &gw, &plain, &a, &baseline);
+    helper_from_the_daemonsets_container(&c);
+
+    // Everything deleted as the kubelet deletes pods.
+    for id in [&gw, &plain, &a] {
+        cri.stop_and_remove(id);
+    }
+    assert!(!gw_ns.exists() && !plain_ns.exists());
+    assert_clean(&c, &before);
+}
+
+/// The helper by pod name (`--k8s-pod`), for the profile pod and for a
+/// pod podgate never touched (`baseline`: the node's fresh forwarding
+/// value); an unknown pod named; `inspect` of a pod with and one without a
+/// record.
+fn helper_by_pod_name(c: &Containerd, gw: &str, plain: &str, a: &str, baseline: &str) {
     let r = podgate_at(
-        &c,
+        c,
         &[
             "sysctl",
             "get",
@@ -258,7 +272,7 @@ fn pods_through_containerd_cri() {
         "{r:?}"
     );
     let r = podgate_at(
-        &c,
+        c,
         &[
             "sysctl",
             "get",
@@ -272,7 +286,7 @@ fn pods_through_containerd_cri() {
         (Some(0), format!("net.ipv4.ip_forward = {baseline}\n")),
         "{r:?}"
     );
-    let r = podgate_at(&c, &["diagnose", "--k8s-pod", "vpn/openvpn-0"]);
+    let r = podgate_at(c, &["diagnose", "--k8s-pod", "vpn/openvpn-0"]);
     assert!(
         r.stdout
             .contains(&format!("pod vpn/openvpn-0 (sandbox {gw}")),
@@ -295,7 +309,7 @@ fn pods_through_containerd_cri() {
         "{r:?}"
     );
     let r = podgate_at(
-        &c,
+        c,
         &[
             "diagnose",
             "--k8s-pod",
@@ -325,7 +339,7 @@ fn pods_through_containerd_cri() {
         "{r:?}"
     );
     let r = podgate_at(
-        &c,
+        c,
         &[
             "sysctl",
             "get",
@@ -336,12 +350,12 @@ fn pods_through_containerd_cri() {
     );
     assert_eq!(r.code, Some(1), "{r:?}");
     assert!(r.stderr.contains("pod vpn/nope: no ready sandbox"), "{r:?}");
-    let r = podgate_at(&c, &["inspect", "--k8s-pod", "vpn/router-a", "--json"]);
+    let r = podgate_at(c, &["inspect", "--k8s-pod", "vpn/router-a", "--json"]);
     assert_eq!(r.code, Some(0), "{r:?}");
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["attachments"].as_array().unwrap().len(), 1, "{r:?}");
     assert_eq!(v["attachments"][0]["key"]["containerID"], a, "{r:?}");
-    let r = podgate_at(&c, &["inspect", "--k8s-pod", "default/web-0", "--json"]);
+    let r = podgate_at(c, &["inspect", "--k8s-pod", "default/web-0", "--json"]);
     assert_eq!(r.code, Some(0), "{r:?}");
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(
@@ -349,11 +363,13 @@ fn pods_through_containerd_cri() {
         json!([]),
         "a plain pod has no record: {r:?}"
     );
+}
 
-    // The same from the DaemonSet's container (read-only CRI socket, its
-    // capabilities only). Its netns is the node's (hostNetwork).
+/// The same from the DaemonSet's container (read-only CRI socket, its
+/// capabilities only). Its netns is the node's (hostNetwork).
+fn helper_from_the_daemonsets_container(c: &Containerd) {
     let r = podgate_as_daemonset(
-        &c,
+        c,
         &[
             "sysctl",
             "get",
@@ -368,7 +384,7 @@ fn pods_through_containerd_cri() {
         "{r:?}"
     );
     let r = podgate_as_daemonset(
-        &c,
+        c,
         &[
             "diagnose",
             "--k8s-pod",
@@ -383,13 +399,6 @@ fn pods_through_containerd_cri() {
             .any(|l| l.starts_with("return path 10.8.0.0/24") && l.contains(" ok ")),
         "nf_tables readable with the DaemonSet's capabilities: {r:?}"
     );
-
-    // Everything deleted as the kubelet deletes pods.
-    for id in [&gw, &plain, &a] {
-        cri.stop_and_remove(id);
-    }
-    assert!(!gw_ns.exists() && !plain_ns.exists());
-    assert_clean(&c, &before);
 }
 
 /// containerd restarted while pods run (its CNI state must carry over), then
