@@ -371,207 +371,264 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
 /// with `--node`; with `--node`, the command acts on the node's own.
 #[test]
 fn changing_commands_need_a_target_and_match_a_rule_on_every_field() {
-    let node = Netns::new("cli-node-own");
-    node.sh_ok(
-        "ip link add d0 type veth peer name d1 && ip link set d0 up && ip link set d1 up && \
-         ip addr add 10.61.0.1/24 dev d0 && ip -6 addr add fd00:61::1/64 dev d0 nodad && \
-         ip -6 route add default via fd00:61::2 dev d0 && \
-         ip rule add fwmark 0x10 lookup 100 pref 50 && \
-         ip rule add not from 10.8.0.0/24 lookup 100 pref 60 && \
-         ip rule add from 10.9.0.0/24 blackhole pref 70 && \
-         ip rule add from 10.7.0.0/24 lookup 100 pref 90",
-    );
-    node.sysctl_set("net.ipv4.ip_forward", "0");
-    let rules = || node.exec_ok(&["ip", "rule", "show"]);
-    let routes =
-        || node.exec_ok(&["ip", "-6", "route", "show"]) + &node.exec_ok(&["ip", "route", "show"]);
-    let (rules0, routes0) = (rules(), routes());
-    assert!(
-        routes0.contains("default via fd00:61::2 dev d0"),
-        "{routes0}"
-    );
-    assert!(rules0.contains("0:\tfrom all lookup local"), "{rules0}");
-    let unchanged = |what: &str| {
-        assert_eq!(rules(), rules0, "{what}: rules");
-        assert_eq!(routes(), routes0, "{what}: routes");
+    let own = OwnNode::new();
+    own.without_a_target_changing_commands_refuse();
+    own.dry_run_says_and_changes_nothing();
+    own.rule_del_matches_every_field();
+    own.node_only_knobs_are_refused();
+    own.named_it_acts();
+}
+
+/// A throwaway netns standing in for the node podgate runs in: an IPv6
+/// default route, fwmark, `not`, blackhole and plain rules, forwarding off;
+/// its rules and routes as they were at the start.
+struct OwnNode {
+    node: Netns,
+    rules0: String,
+    routes0: String,
+}
+
+impl OwnNode {
+    fn new() -> OwnNode {
+        let node = Netns::new("cli-node-own");
+        node.sh_ok(
+            "ip link add d0 type veth peer name d1 && ip link set d0 up && ip link set d1 up && \
+             ip addr add 10.61.0.1/24 dev d0 && ip -6 addr add fd00:61::1/64 dev d0 nodad && \
+             ip -6 route add default via fd00:61::2 dev d0 && \
+             ip rule add fwmark 0x10 lookup 100 pref 50 && \
+             ip rule add not from 10.8.0.0/24 lookup 100 pref 60 && \
+             ip rule add from 10.9.0.0/24 blackhole pref 70 && \
+             ip rule add from 10.7.0.0/24 lookup 100 pref 90",
+        );
+        node.sysctl_set("net.ipv4.ip_forward", "0");
+        let mut own = OwnNode {
+            node,
+            rules0: String::new(),
+            routes0: String::new(),
+        };
+        (own.rules0, own.routes0) = (own.rules(), own.routes());
+        assert!(
+            own.routes0.contains("default via fd00:61::2 dev d0"),
+            "{}",
+            own.routes0
+        );
+        assert!(
+            own.rules0.contains("0:\tfrom all lookup local"),
+            "{}",
+            own.rules0
+        );
+        own
+    }
+
+    fn rules(&self) -> String {
+        self.node.exec_ok(&["ip", "rule", "show"])
+    }
+
+    fn routes(&self) -> String {
+        self.node.exec_ok(&["ip", "-6", "route", "show"])
+            + &self.node.exec_ok(&["ip", "route", "show"])
+    }
+
+    /// Rules, routes and forwarding as at the start.
+    fn unchanged(&self, what: &str) {
+        assert_eq!(self.rules(), self.rules0, "{what}: rules");
+        assert_eq!(self.routes(), self.routes0, "{what}: routes");
         assert_eq!(
-            node.sysctl_get("net.ipv4.ip_forward"),
+            self.node.sysctl_get("net.ipv4.ip_forward"),
             "0",
             "{what}: forwarding"
         );
-    };
-
-    for args in [
-        &["route", "del", "-6", "default"][..],
-        &["rule", "del", "from", "all", "lookup", "local"],
-        &["sysctl", "set", "net.ipv4.ip_forward=1"],
-        &["route", "add", "10.62.0.0/24", "via", "10.61.0.2"],
-        &["rule", "add", "from", "10.62.0.0/24", "lookup", "100"],
-        &["route", "del", "--dry-run", "-6", "default"],
-    ] {
-        let r = podgate_on(&node, args);
-        assert_eq!(r.code, Some(64), "{args:?}: {r:?}");
-        assert!(
-            r.stderr.contains("give --node for the one podgate runs in"),
-            "{r:?}"
-        );
-        unchanged(&args.join(" "));
     }
-    // The commands that only read keep their default: the namespace podgate runs in.
-    let r = podgate_on(&node, &["route", "list", "-6"]);
-    assert!(r.stdout.contains("default via fd00:61::2 dev d0"), "{r:?}");
 
-    for (args, want) in [
-        (
-            &["route", "del", "--node", "--dry-run", "-6", "default"][..],
-            "would delete: default via fd00:61::2 dev d0",
-        ),
-        (
+    /// Without a target, every changing command refuses (64) and changes
+    /// nothing; the reading ones keep their default.
+    fn without_a_target_changing_commands_refuse(&self) {
+        for args in [
+            &["route", "del", "-6", "default"][..],
+            &["rule", "del", "from", "all", "lookup", "local"],
+            &["sysctl", "set", "net.ipv4.ip_forward=1"],
+            &["route", "add", "10.62.0.0/24", "via", "10.61.0.2"],
+            &["rule", "add", "from", "10.62.0.0/24", "lookup", "100"],
+            &["route", "del", "--dry-run", "-6", "default"],
+        ] {
+            let r = podgate_on(&self.node, args);
+            assert_eq!(r.code, Some(64), "{args:?}: {r:?}");
+            assert!(
+                r.stderr.contains("give --node for the one podgate runs in"),
+                "{r:?}"
+            );
+            self.unchanged(&args.join(" "));
+        }
+        // The commands that only read keep their default: the namespace podgate runs in.
+        let r = podgate_on(&self.node, &["route", "list", "-6"]);
+        assert!(r.stdout.contains("default via fd00:61::2 dev d0"), "{r:?}");
+    }
+
+    /// With --node --dry-run each says what it would do and does nothing.
+    fn dry_run_says_and_changes_nothing(&self) {
+        for (args, want) in [
+            (
+                &["route", "del", "--node", "--dry-run", "-6", "default"][..],
+                "would delete: default via fd00:61::2 dev d0",
+            ),
+            (
+                &[
+                    "route",
+                    "add",
+                    "--node",
+                    "--dry-run",
+                    "10.62.0.0/24",
+                    "via",
+                    "10.61.0.2",
+                ],
+                "would add: 10.62.0.0/24 via 10.61.0.2",
+            ),
+            (
+                &[
+                    "rule",
+                    "del",
+                    "--node",
+                    "--dry-run",
+                    "from",
+                    "10.7.0.0/24",
+                    "lookup",
+                    "100",
+                ],
+                "would delete: 90: from 10.7.0.0/24 lookup 100 (node (current netns))",
+            ),
+            (
+                &[
+                    "rule",
+                    "add",
+                    "--node",
+                    "--dry-run",
+                    "from",
+                    "10.62.0.0/24",
+                    "lookup",
+                    "100",
+                ],
+                "would add: 49: from 10.62.0.0/24 lookup 100",
+            ),
+            (
+                &[
+                    "sysctl",
+                    "set",
+                    "--node",
+                    "--dry-run",
+                    "net.ipv4.ip_forward=1",
+                ],
+                "would change: net.ipv4.ip_forward: 0 -> 1 (node (current netns))",
+            ),
+        ] {
+            let r = podgate_on(&self.node, args);
+            assert_eq!(r.code, Some(0), "{args:?}: {r:?}");
+            assert!(r.stdout.contains(want), "{args:?}: {r:?}");
+            self.unchanged(&args.join(" "));
+        }
+    }
+
+    /// Every field: the words name no fwmark, no `not`, no blackhole, so
+    /// those rules are not theirs; `from all` alone names no table.
+    fn rule_del_matches_every_field(&self) {
+        for (args, code) in [
+            (&["rule", "del", "--node", "from", "all"][..], 64),
+            (&["rule", "del", "--node", "from", "10.9.0.0/24"], 64),
+            (
+                &["rule", "del", "--node", "from", "all", "lookup", "100"],
+                1,
+            ),
+            (
+                &[
+                    "rule",
+                    "del",
+                    "--node",
+                    "from",
+                    "10.8.0.0/24",
+                    "lookup",
+                    "100",
+                ],
+                1,
+            ),
+            (&["rule", "del", "--node", "pref", "50", "lookup", "100"], 1),
+        ] {
+            let r = podgate_on(&self.node, args);
+            assert_eq!(r.code, Some(code), "{args:?}: {r:?}");
+            self.unchanged(&args.join(" "));
+        }
+        let r = podgate_on(&self.node, &["rule", "list", "-4"]);
+        for line in [
+            "50:\tfrom all fwmark 0x10/0xffffffff lookup 100\n",
+            "60:\tnot from 10.8.0.0/24 lookup 100\n",
+            "70:\tfrom 10.9.0.0/24 blackhole\n",
+        ] {
+            assert!(r.stdout.contains(line), "{line:?}: {r:?}");
+        }
+    }
+
+    /// Knobs of the node alone, under net.*: refused even with --node
+    /// (bpf_jit_harden is absent from other namespaces, rmem_max read-only
+    /// there, the default neighbour thresholds absent).
+    fn node_only_knobs_are_refused(&self) {
+        let rmem = self.node.sysctl_get("net.core.rmem_max");
+        for name in [
+            "net.core.bpf_jit_harden=2",
+            "net.core.rmem_max=1048576",
+            "net.ipv4.neigh.default.gc_thresh3=1",
+        ] {
+            let r = podgate_on(&self.node, &["sysctl", "set", "--node", name]);
+            assert_eq!(r.code, Some(3), "{name}: {r:?}");
+            assert!(
+                r.stderr.contains("is not per network namespace"),
+                "{name}: {r:?}"
+            );
+        }
+        assert_eq!(self.node.sysctl_get("net.core.rmem_max"), rmem);
+        self.unchanged("global knobs");
+    }
+
+    /// Named, it acts: on the node's own namespace with --node.
+    fn named_it_acts(&self) {
+        let r = podgate_on(
+            &self.node,
             &[
-                "route",
-                "add",
+                "sysctl",
+                "set",
                 "--node",
-                "--dry-run",
-                "10.62.0.0/24",
-                "via",
-                "10.61.0.2",
+                "net.ipv4.conf.d0.rp_filter=2",
+                "net.ipv4.ip_forward=1",
             ],
-            "would add: 10.62.0.0/24 via 10.61.0.2",
-        ),
-        (
+        );
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert_eq!(self.node.sysctl_get("net.ipv4.conf.d0.rp_filter"), "2");
+        assert_eq!(self.node.sysctl_get("net.ipv4.ip_forward"), "1");
+        self.node.sysctl_set("net.ipv4.ip_forward", "0");
+        let r = podgate_on(
+            &self.node,
             &[
                 "rule",
                 "del",
                 "--node",
-                "--dry-run",
                 "from",
                 "10.7.0.0/24",
                 "lookup",
                 "100",
             ],
-            "would delete: 90: from 10.7.0.0/24 lookup 100 (node (current netns))",
-        ),
-        (
-            &[
-                "rule",
-                "add",
-                "--node",
-                "--dry-run",
-                "from",
-                "10.62.0.0/24",
-                "lookup",
-                "100",
-            ],
-            "would add: 49: from 10.62.0.0/24 lookup 100",
-        ),
-        (
-            &[
-                "sysctl",
-                "set",
-                "--node",
-                "--dry-run",
-                "net.ipv4.ip_forward=1",
-            ],
-            "would change: net.ipv4.ip_forward: 0 -> 1 (node (current netns))",
-        ),
-    ] {
-        let r = podgate_on(&node, args);
-        assert_eq!(r.code, Some(0), "{args:?}: {r:?}");
-        assert!(r.stdout.contains(want), "{args:?}: {r:?}");
-        unchanged(&args.join(" "));
-    }
-
-    // Every field: the words name no fwmark, no `not`, no blackhole, so
-    // those rules are not theirs; `from all` alone names no table.
-    for (args, code) in [
-        (&["rule", "del", "--node", "from", "all"][..], 64),
-        (&["rule", "del", "--node", "from", "10.9.0.0/24"], 64),
-        (
-            &["rule", "del", "--node", "from", "all", "lookup", "100"],
-            1,
-        ),
-        (
-            &[
-                "rule",
-                "del",
-                "--node",
-                "from",
-                "10.8.0.0/24",
-                "lookup",
-                "100",
-            ],
-            1,
-        ),
-        (&["rule", "del", "--node", "pref", "50", "lookup", "100"], 1),
-    ] {
-        let r = podgate_on(&node, args);
-        assert_eq!(r.code, Some(code), "{args:?}: {r:?}");
-        unchanged(&args.join(" "));
-    }
-    let r = podgate_on(&node, &["rule", "list", "-4"]);
-    for line in [
-        "50:\tfrom all fwmark 0x10/0xffffffff lookup 100\n",
-        "60:\tnot from 10.8.0.0/24 lookup 100\n",
-        "70:\tfrom 10.9.0.0/24 blackhole\n",
-    ] {
-        assert!(r.stdout.contains(line), "{line:?}: {r:?}");
-    }
-
-    // Knobs of the node alone, under net.*: refused even with --node
-    // (bpf_jit_harden is absent from other namespaces, rmem_max read-only
-    // there, the default neighbour thresholds absent).
-    let rmem = node.sysctl_get("net.core.rmem_max");
-    for name in [
-        "net.core.bpf_jit_harden=2",
-        "net.core.rmem_max=1048576",
-        "net.ipv4.neigh.default.gc_thresh3=1",
-    ] {
-        let r = podgate_on(&node, &["sysctl", "set", "--node", name]);
-        assert_eq!(r.code, Some(3), "{name}: {r:?}");
-        assert!(
-            r.stderr.contains("is not per network namespace"),
-            "{name}: {r:?}"
         );
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert_eq!(
+            self.rules(),
+            self.rules0
+                .replace("90:\tfrom 10.7.0.0/24 lookup 100\n", "")
+        );
+        let r = podgate_on(&self.node, &["route", "del", "--node", "-6", "default"]);
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert!(
+            !self.routes().contains("default via fd00:61::2"),
+            "{}",
+            self.routes()
+        );
+        assert!(self.rules().contains("0:\tfrom all lookup local"));
     }
-    assert_eq!(node.sysctl_get("net.core.rmem_max"), rmem);
-    unchanged("global knobs");
-
-    // Named, it acts: on the node's own namespace with --node.
-    let r = podgate_on(
-        &node,
-        &[
-            "sysctl",
-            "set",
-            "--node",
-            "net.ipv4.conf.d0.rp_filter=2",
-            "net.ipv4.ip_forward=1",
-        ],
-    );
-    assert_eq!(r.code, Some(0), "{r:?}");
-    assert_eq!(node.sysctl_get("net.ipv4.conf.d0.rp_filter"), "2");
-    assert_eq!(node.sysctl_get("net.ipv4.ip_forward"), "1");
-    node.sysctl_set("net.ipv4.ip_forward", "0");
-    let r = podgate_on(
-        &node,
-        &[
-            "rule",
-            "del",
-            "--node",
-            "from",
-            "10.7.0.0/24",
-            "lookup",
-            "100",
-        ],
-    );
-    assert_eq!(r.code, Some(0), "{r:?}");
-    assert_eq!(
-        rules(),
-        rules0.replace("90:\tfrom 10.7.0.0/24 lookup 100\n", "")
-    );
-    let r = podgate_on(&node, &["route", "del", "--node", "-6", "default"]);
-    assert_eq!(r.code, Some(0), "{r:?}");
-    assert!(!routes().contains("default via fd00:61::2"), "{}", routes());
-    assert!(rules().contains("0:\tfrom all lookup local"));
 }
 
 /// Strict routing's own IPv6 rules on a host-side interface (`ipproto
