@@ -69,6 +69,7 @@ mod reconcile;
 mod runtime;
 mod socket;
 mod state;
+pub use state::RecordRefusal;
 mod sweep;
 mod sys;
 pub mod sysctl_broker;

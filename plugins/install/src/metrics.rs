@@ -109,7 +109,7 @@ pub(crate) fn collect_once(probe: &ChainProbe, spool: &mut events::Spool) -> Sna
     let entries = match probe.entries() {
         Ok(e) => e,
         Err(e) => {
-            errs.push(error("plugins", e));
+            errs.push(error("plugins", e.to_string()));
             Vec::new()
         }
     };

@@ -63,11 +63,10 @@ impl ChainProbe {
     }
 
     /// podgate's plugin entries as configured (the plugins file).
-    pub fn entries(&self) -> Result<Vec<serde_json::Value>, String> {
-        reconcile::load_entries(&self.src.plugins_file)
-            .map_err(|e| e.to_string())?
+    pub fn entries(&self) -> Result<Vec<serde_json::Value>, Error> {
+        reconcile::load_entries(&self.src.plugins_file)?
             .iter()
-            .map(|j| j.to_value().map_err(|e| e.to_string()))
+            .map(|j| j.to_value().map_err(Error::Encode))
             .collect()
     }
 }
