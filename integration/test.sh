@@ -37,6 +37,15 @@ cargo build --workspace --bins
 cnitool_cache() { find /var/lib/cni/results -maxdepth 1 -name '*-cnitool-*' 2>/dev/null | sort; }
 cnitool_before="$(cnitool_cache)"
 
+# The machine's own podgate directories (the plugins' default stateDir and
+# event file, the installer's and the agent's defaults): every test and
+# benchmark writes inside its own temp dirs, so not one entry here is added,
+# removed, resized or touched.
+machine_state() {
+    { find /var/lib/cni/podgate /var/lib/podgate -printf '%p %y %s %T@\n' 2>/dev/null || true; } | sort
+}
+machine_before="$(machine_state)"
+
 step "tests: unit + netns integration"
 # Integration test binaries share the machine's /var/run/netns; each test makes
 # its own uniquely named namespaces, so tests may run in parallel.
@@ -56,6 +65,13 @@ escaped="$(comm -13 <(echo "$cnitool_before") <(cnitool_cache) | sed '/^$/d')"
 if [ -n "$escaped" ]; then
     echo "integration/test.sh: cnitool wrote to the machine's /var/lib/cni:" >&2
     echo "$escaped" >&2
+    exit 1
+fi
+
+touched="$(diff <(echo "$machine_before") <(machine_state) || true)"
+if [ -n "$touched" ]; then
+    echo "integration/test.sh: the tests wrote to the machine's /var/lib/cni/podgate or /var/lib/podgate:" >&2
+    echo "$touched" >&2
     exit 1
 fi
 

@@ -119,6 +119,7 @@ peer_policies() {
 cat >"$tmp/conf.json" <<EOF
 {"cniVersion": "1.0.0", "name": "bench", "type": "podgate-tunnel-guard",
  "protectionDir": "$tmp/protection", "ovsdbSocket": "$tmp/db.sock", "timeoutMs": 3000,
+ "eventFile": "$tmp/events.jsonl",
  "prevResult": {"cniVersion": "1.0.0",
    "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/$ns"}],
    "ips": [{"address": "10.244.0.5/24", "gateway": "10.244.0.1", "interface": 0}]}}

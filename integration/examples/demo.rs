@@ -68,14 +68,14 @@ fn diagnose(c: &Cluster, vp: &VpnPod<'_>) -> i32 {
     );
     let netns = vp.pod.path().to_str().unwrap();
     let out = c.diagnose(&[&["--netns", netns], &targets[..]].concat());
-    let text = String::from_utf8_lossy(&out.stdout);
-    for l in text
+    for l in out
+        .stdout
         .lines()
         .filter(|l| l.starts_with("verdict:") || l.starts_with("next:") || l.starts_with("pod "))
     {
         println!("     {l}");
     }
-    out.status.code().unwrap_or(-1)
+    out.code.unwrap_or(-1)
 }
 
 /// One act: the VPN pod `name` on node A, the client's pings to `backends`

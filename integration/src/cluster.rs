@@ -262,18 +262,18 @@ impl Cluster {
     /// (`--peer` the client's tunnel address, `--from` the pod's), with node
     /// A's netns and CNI config dir and 1 s per probe; `args` select the pod
     /// and name the targets.
-    pub fn diagnose(&self, args: &[&str]) -> std::process::Output {
+    pub fn diagnose(&self, args: &[&str]) -> crate::Run {
         let a = &self.node_a().node;
-        Command::new(crate::bin_dir().join("podgate"))
-            .arg("diagnose")
-            .args(args)
-            .args(["--peer", TUN_CLIENT_IP, "--from", TUN_SERVER_IP])
-            .args(["--timeout-ms", "1000", "--node-netns"])
-            .arg(a.ns.path())
-            .arg("--cni-conf-dir")
-            .arg(a.conf_dir())
-            .output()
-            .expect("running podgate diagnose")
+        crate::Run::of(
+            Command::new(crate::bin_dir().join("podgate"))
+                .arg("diagnose")
+                .args(args)
+                .args(["--peer", TUN_CLIENT_IP, "--from", TUN_SERVER_IP])
+                .args(["--timeout-ms", "1000", "--node-netns"])
+                .arg(a.ns.path())
+                .arg("--cni-conf-dir")
+                .arg(a.conf_dir()),
+        )
     }
 
     /// Routes the client pool to node A on every other node, as an operator

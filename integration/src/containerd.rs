@@ -414,7 +414,7 @@ fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// A path field of /proc/<pid>/mountinfo, octal escapes undone.
+/// A path field of `/proc/<pid>/mountinfo`, octal escapes undone.
 pub fn unescape_mountinfo(s: &str) -> String {
     s.replace("\\040", " ")
         .replace("\\011", "\t")

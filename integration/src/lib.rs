@@ -11,7 +11,7 @@
 //!   through upstream `cnitool` (or, for what it cannot do, `cnirunner`: see
 //!   [`tools`]) executed inside the node netns, so bridges, routes and
 //!   nftables rules land there.
-//! * [`snapshot`] / [`assert_same`]: before/after equality of routes, rules,
+//! * [`snapshot()`] / [`assert_same`]: before/after equality of routes, rules,
 //!   nftables ruleset, links and addresses.
 //! * [`ping`], [`tcp_listen`], [`tcp_connect_ok`], [`udp_answer`],
 //!   [`udp_request`]: traffic between namespaces.
@@ -21,6 +21,8 @@
 //!   OpenVPN client outside, for client pools that cross nodes.
 //! * [`containerd::Containerd`]: a real containerd (CRI) running inside a
 //!   node's netns, with a locally built pause image.
+//! * [`ipsec::GuardNode`]: a node for podgate-tunnel-guard: a real
+//!   `ovsdb-server`, the fixture IPsec agent and real XFRM policies.
 //! * [`registry::Registry`]: a real registry (Debian's `docker-registry`)
 //!   in a node's netns, that podman pushes to and containerd pulls from.
 //!
@@ -33,6 +35,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod cri;
 pub mod intruder;
+pub mod ipsec;
 pub mod k8s;
 pub mod kubelet;
 mod netns;
@@ -147,6 +150,19 @@ pub fn built_shipped() -> Vec<PathBuf> {
             "podgate-tunnel-guard",
         ],
     )
+}
+
+/// The `podgate` helper binary, built with the plugins first if missing or
+/// stale (see [`built_shipped`]).
+pub fn podgate_bin() -> PathBuf {
+    built_shipped().remove(0)
+}
+
+/// `podgate <args>` on this machine, as root, run to its end by [`Run::of`]:
+/// only for commands given a throwaway target (a test's netns, dirs, socket).
+pub fn podgate(args: &[&str]) -> Run {
+    require_root();
+    Run::of(bin_command(&podgate_bin()).args(args))
 }
 
 /// Panics with a clear message unless the effective user is root.
@@ -304,7 +320,8 @@ pub fn run_with_stdin(cmd: &mut Command, input: &[u8]) -> Run {
     Run::from(out)
 }
 
-/// How a plugin run by [`run_with_stdin`] ended, and what it printed.
+/// How a command run by [`run_with_stdin`], [`Run::of`] or [`podgate`]
+/// ended, and what it printed.
 pub struct Run {
     pub code: Option<i32>,
     pub signal: Option<i32>,
@@ -335,6 +352,26 @@ impl std::fmt::Debug for Run {
 }
 
 impl Run {
+    /// Runs `cmd` (stdin closed, stdout and stderr captured) to its end.
+    pub fn of(cmd: &mut Command) -> Run {
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+        Run::from(out)
+    }
+
+    /// stdout as one JSON document.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+
+    /// stdout followed by stderr, as a terminal shows them.
+    pub fn text(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+
     /// Exited 0.
     pub fn ok(&self) -> &Self {
         assert_eq!(self.code, Some(0), "{self:?}");

@@ -233,6 +233,14 @@ impl TestNode {
     pub fn state_dir(&self) -> PathBuf {
         self.root().join("state")
     }
+    /// The node's event channel: where a router entry with this `stateDir`
+    /// writes its events, and the `eventFile` a tunnel-guard entry names.
+    /// Without it the guard writes the machine's default
+    /// (`/var/lib/cni/podgate/events.jsonl`) wherever a runtime runs it
+    /// outside [`TestNode::var_lib_dir`] (containerd, the tests' own calls).
+    pub fn event_file(&self) -> PathBuf {
+        self.state_dir().join("events.jsonl")
+    }
     pub fn cni_bin_dir(&self) -> PathBuf {
         self.root().join("cni-bin")
     }
@@ -505,7 +513,7 @@ impl TestNode {
         self.cni(Verb::Del, network, pod, "eth0", None, None)
     }
 
-    /// Snapshot of the node netns (see [`crate::snapshot`]).
+    /// Snapshot of the node netns (see [`crate::snapshot()`]).
     pub fn snapshot(&self) -> crate::Snapshot {
         crate::snapshot(&self.ns)
     }

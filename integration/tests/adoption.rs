@@ -240,7 +240,8 @@ fn write_guarded_plugins(node: &TestNode, mode: &str, assign: Value) {
             {"type": "podgate-tunnel-guard", "required": "always", "mode": mode,
              "excludeNamespaces": ["kube-system"],
              "protectionDir": node.root().join("no-protection"),
-             "ovsdbSocket": node.root().join("no-ovsdb.sock")},
+             "ovsdbSocket": node.root().join("no-ovsdb.sock"),
+             "eventFile": node.event_file()},
             router_entry(node, assign)
         ])
         .to_string(),
@@ -433,7 +434,8 @@ fn a_lost_history_adopts_and_repairs_nothing() {
     let plugins = |node: &TestNode, assign: Value| {
         json!([
             {"type": "podgate-tunnel-guard", "required": "auto", "mode": "enforce",
-             "protectionDir": protection, "ovsdbSocket": node.root().join("no-ovsdb.sock")},
+             "protectionDir": protection, "ovsdbSocket": node.root().join("no-ovsdb.sock"),
+             "eventFile": node.event_file()},
             router_entry(node, assign)
         ])
         .to_string()

@@ -10,12 +10,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-#[path = "common_ipsec/mod.rs"]
-mod common_ipsec;
-
 use podgate_integration::vpn::{self, CLIENT_POOL, TUN_CLIENT_IP, TUN_SERVER_IP};
 use podgate_integration::{
-    assert_same, bin_dir, bridge_name, require_root, snapshot, Netns, TestNode, Verb,
+    assert_same, bin_dir, bridge_name, ipsec, podgate, podgate_bin, require_root, snapshot, Netns,
+    Run, TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -27,38 +25,7 @@ const SUBNET: &str = "10.22.0.0/16";
 
 /// Build podgate and podgate-router when missing or stale.
 fn ensure_built() {
-    podgate_integration::built(
-        &["podgate", "podgate-router"],
-        &["-p", "podgate", "-p", "podgate-router"],
-    );
-}
-
-struct Run {
-    code: i32,
-    out: String,
-    err: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {}\n--- stdout ---\n{}--- stderr ---\n{}",
-            self.code, self.out, self.err
-        )
-    }
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.out).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
-    }
-}
-
-fn podgate(args: &[&str]) -> Run {
-    require_root();
-    ensure_built();
-    run(Command::new(bin_dir().join("podgate")).args(args))
+    podgate_integration::built_shipped();
 }
 
 /// `podgate` entered into `node`, a throwaway netns standing in for a node
@@ -66,23 +33,12 @@ fn podgate(args: &[&str]) -> Run {
 /// read-only commands' default mean, is that one, never this machine's.
 fn podgate_on(node: &Netns, args: &[&str]) -> Run {
     require_root();
-    ensure_built();
-    run(Command::new("nsenter")
-        .arg(format!("--net={}", node.path().display()))
-        .arg(bin_dir().join("podgate"))
-        .args(args))
-}
-
-fn run(cmd: &mut Command) -> Run {
-    let out = cmd
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        out: String::from_utf8_lossy(&out.stdout).into_owned(),
-        err: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Run::of(
+        Command::new("nsenter")
+            .arg(format!("--net={}", node.path().display()))
+            .arg(podgate_bin())
+            .args(args),
+    )
 }
 
 fn p(ns: &Netns) -> &str {
@@ -105,8 +61,8 @@ fn sysctl_get_set_refusal_and_diff() {
 
     let r = podgate(&["sysctl", "get", "--netns", p(&pod), "net.ipv4.ip_forward"]);
     assert_eq!(
-        (r.code, r.out.as_str()),
-        (0, "net.ipv4.ip_forward = 0\n"),
+        (r.code, r.stdout.as_str()),
+        (Some(0), "net.ipv4.ip_forward = 0\n"),
         "{r:?}"
     );
 
@@ -121,7 +77,7 @@ fn sysctl_get_set_refusal_and_diff() {
         "--json",
         "net.ipv4.ip_forward",
     ]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     assert_eq!(r.json()[0]["value"], "0", "{r:?}");
     let _ = sleeper.kill();
     let _ = sleeper.wait();
@@ -134,12 +90,12 @@ fn sysctl_get_set_refusal_and_diff() {
         "net.ipv4.ip_forward=1",
         "net.ipv4.conf.tun0.rp_filter=2",
     ]);
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.out.contains("net.ipv4.ip_forward: 0 -> 1"), "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.contains("net.ipv4.ip_forward: 0 -> 1"), "{r:?}");
     assert_eq!(pod.sysctl_get("net.ipv4.ip_forward"), "1");
     assert_eq!(pod.sysctl_get("net.ipv4.conf.tun0.rp_filter"), "2");
     let r = podgate(&["sysctl", "set", "--netns", p(&pod), "net.ipv4.ip_forward=1"]);
-    assert!(r.out.contains("(unchanged)"), "{r:?}");
+    assert!(r.stdout.contains("(unchanged)"), "{r:?}");
 
     // Node-wide names are refused (exit 3) before anything is written.
     pod.sysctl_set("net.ipv4.ip_forward", "0");
@@ -156,8 +112,8 @@ fn sysctl_get_set_refusal_and_diff() {
         ],
     ] {
         let r = podgate(&args);
-        assert_eq!(r.code, 3, "{args:?}: {r:?}");
-        assert!(r.err.contains("node-wide"), "{r:?}");
+        assert_eq!(r.code, Some(3), "{args:?}: {r:?}");
+        assert!(r.stderr.contains("node-wide"), "{r:?}");
     }
     assert_eq!(
         pod.sysctl_get("net.ipv4.ip_forward"),
@@ -171,8 +127,8 @@ fn sysctl_get_set_refusal_and_diff() {
         p(&pod),
         "net.ipv4.conf.nosuch0.rp_filter",
     ]);
-    assert_eq!(r.code, 1, "{r:?}");
-    assert!(r.err.contains("no such sysctl"), "{r:?}");
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("no such sysctl"), "{r:?}");
 
     // diff: the pod next to the (test) node, each interface included.
     let r = podgate(&[
@@ -183,7 +139,7 @@ fn sysctl_get_set_refusal_and_diff() {
         "--node-netns",
         p(&node),
     ]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     for needle in [
         "net.ipv4.conf.all.rp_filter",
         "net.ipv4.conf.default.rp_filter",
@@ -192,10 +148,10 @@ fn sysctl_get_set_refusal_and_diff() {
         "net.ipv4.tcp_early_demux",
         "net.ipv4.udp_early_demux",
     ] {
-        assert!(r.out.contains(needle), "{needle}: {r:?}");
+        assert!(r.stdout.contains(needle), "{needle}: {r:?}");
     }
     let fwd = r
-        .out
+        .stdout
         .lines()
         .find(|l| l.starts_with("net.ipv4.ip_forward"))
         .unwrap();
@@ -250,7 +206,7 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
         "metric",
         "7",
     ]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     let r = podgate(&[
         "route",
         "add",
@@ -264,7 +220,7 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
         "proto",
         "static",
     ]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     // The kernel has them, as `ip` shows (it hides proto boot).
     let shown = pod.exec_ok(&["ip", "route", "show", "10.9.0.0/24"]);
     assert!(shown.contains("via 10.60.0.2 dev d0 metric 7"), "{shown}");
@@ -276,24 +232,24 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
 
     let r = podgate(&["route", "list", "--netns", ns]);
     assert!(
-        r.out
+        r.stdout
             .contains("10.9.0.0/24 via 10.60.0.2 dev d0 proto boot metric 7\n"),
         "{r:?}"
     );
     assert!(
-        r.out
+        r.stdout
             .contains("10.60.0.0/24 dev d0 proto kernel scope link src 10.60.0.1"),
         "{r:?}"
     );
-    assert!(!r.out.contains("10.10.0.0/16"), "main table only: {r:?}");
+    assert!(!r.stdout.contains("10.10.0.0/16"), "main table only: {r:?}");
     let r = podgate(&["route", "list", "--netns", ns, "table", "all", "-4"]);
     assert!(
-        r.out
+        r.stdout
             .contains("10.10.0.0/16 dev d0 table 100 proto static scope link"),
         "{r:?}"
     );
     assert!(
-        r.out
+        r.stdout
             .contains("local 10.60.0.1 dev d0 table local proto kernel scope host"),
         "{r:?}"
     );
@@ -315,10 +271,10 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
         "metric",
         "7",
     ];
-    assert_eq!(podgate(&dup).code, 1);
+    assert_eq!(podgate(&dup).code, Some(1));
     let mut rep = dup.to_vec();
     rep.insert(2, "--replace");
-    assert_eq!(podgate(&rep).code, 0);
+    assert_eq!(podgate(&rep).code, Some(0));
 
     // `rule del` with the words of `rule add` deletes what they added.
     let words = [
@@ -332,7 +288,7 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
         "100",
     ];
     let r = podgate(&[&["rule", "add", "--netns", ns][..], &words].concat());
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     let r = podgate(&[
         "rule",
         "add",
@@ -343,19 +299,20 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
         "lookup",
         "main",
     ]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     // One below the first non-zero preference (100), as the kernel picks.
     assert!(
-        r.out
+        r.stdout
             .contains("added: 99: from all to 10.11.0.0/16 lookup main"),
         "{r:?}"
     );
     let r = podgate(&["rule", "list", "--netns", ns, "-4"]);
     assert!(
-        r.out.contains("100:\tfrom 10.8.0.0/24 iif d0 lookup 100\n"),
+        r.stdout
+            .contains("100:\tfrom 10.8.0.0/24 iif d0 lookup 100\n"),
         "{r:?}"
     );
-    assert!(r.out.contains("32766:\tfrom all lookup main"), "{r:?}");
+    assert!(r.stdout.contains("32766:\tfrom all lookup main"), "{r:?}");
     assert!(pod
         .exec_ok(&["ip", "rule", "show"])
         .contains("from 10.8.0.0/24 iif d0 lookup 100"));
@@ -364,7 +321,7 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
     assert_eq!(j[0]["from"], "10.8.0.0/24");
 
     let first = [&["rule", "del", "--netns", ns][..], &words].concat();
-    assert_eq!(podgate(&first).code, 0);
+    assert_eq!(podgate(&first).code, Some(0));
     assert_eq!(
         podgate(&[
             "rule",
@@ -377,11 +334,11 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
             "main"
         ])
         .code,
-        0
+        Some(0)
     );
-    assert_eq!(podgate(&first).code, 1, "already gone");
+    assert_eq!(podgate(&first).code, Some(1), "already gone");
     let r = podgate(&["route", "del", "--netns", ns, "10.9.0.0/24"]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     let r = podgate(&[
         "route",
         "del",
@@ -391,16 +348,16 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
         "table",
         "100",
     ]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     let r = podgate(&["route", "del", "--netns", ns, "10.9.0.0/24"]);
-    assert_eq!(r.code, 1, "already gone: {r:?}");
-    assert!(r.err.contains("no route 10.9.0.0/24"), "{r:?}");
+    assert_eq!(r.code, Some(1), "already gone: {r:?}");
+    assert!(r.stderr.contains("no route 10.9.0.0/24"), "{r:?}");
     // Usage errors are 64, not 1 or 2.
     assert_eq!(
         podgate(&["route", "add", "--netns", ns, "10.9.0.0/24", "bogus"]).code,
-        64
+        Some(64)
     );
-    assert_eq!(podgate(&["route", "list", "--nope"]).code, 64);
+    assert_eq!(podgate(&["route", "list", "--nope"]).code, Some(64));
 
     assert_same(&before, &snapshot(&pod));
 }
@@ -414,207 +371,264 @@ fn route_and_rule_add_list_del_leave_the_netns_as_before() {
 /// with `--node`; with `--node`, the command acts on the node's own.
 #[test]
 fn changing_commands_need_a_target_and_match_a_rule_on_every_field() {
-    let node = Netns::new("cli-node-own");
-    node.sh_ok(
-        "ip link add d0 type veth peer name d1 && ip link set d0 up && ip link set d1 up && \
-         ip addr add 10.61.0.1/24 dev d0 && ip -6 addr add fd00:61::1/64 dev d0 nodad && \
-         ip -6 route add default via fd00:61::2 dev d0 && \
-         ip rule add fwmark 0x10 lookup 100 pref 50 && \
-         ip rule add not from 10.8.0.0/24 lookup 100 pref 60 && \
-         ip rule add from 10.9.0.0/24 blackhole pref 70 && \
-         ip rule add from 10.7.0.0/24 lookup 100 pref 90",
-    );
-    node.sysctl_set("net.ipv4.ip_forward", "0");
-    let rules = || node.exec_ok(&["ip", "rule", "show"]);
-    let routes =
-        || node.exec_ok(&["ip", "-6", "route", "show"]) + &node.exec_ok(&["ip", "route", "show"]);
-    let (rules0, routes0) = (rules(), routes());
-    assert!(
-        routes0.contains("default via fd00:61::2 dev d0"),
-        "{routes0}"
-    );
-    assert!(rules0.contains("0:\tfrom all lookup local"), "{rules0}");
-    let unchanged = |what: &str| {
-        assert_eq!(rules(), rules0, "{what}: rules");
-        assert_eq!(routes(), routes0, "{what}: routes");
+    let own = OwnNode::new();
+    own.without_a_target_changing_commands_refuse();
+    own.dry_run_says_and_changes_nothing();
+    own.rule_del_matches_every_field();
+    own.node_only_knobs_are_refused();
+    own.named_it_acts();
+}
+
+/// A throwaway netns standing in for the node podgate runs in: an IPv6
+/// default route, fwmark, `not`, blackhole and plain rules, forwarding off;
+/// its rules and routes as they were at the start.
+struct OwnNode {
+    node: Netns,
+    rules0: String,
+    routes0: String,
+}
+
+impl OwnNode {
+    fn new() -> OwnNode {
+        let node = Netns::new("cli-node-own");
+        node.sh_ok(
+            "ip link add d0 type veth peer name d1 && ip link set d0 up && ip link set d1 up && \
+             ip addr add 10.61.0.1/24 dev d0 && ip -6 addr add fd00:61::1/64 dev d0 nodad && \
+             ip -6 route add default via fd00:61::2 dev d0 && \
+             ip rule add fwmark 0x10 lookup 100 pref 50 && \
+             ip rule add not from 10.8.0.0/24 lookup 100 pref 60 && \
+             ip rule add from 10.9.0.0/24 blackhole pref 70 && \
+             ip rule add from 10.7.0.0/24 lookup 100 pref 90",
+        );
+        node.sysctl_set("net.ipv4.ip_forward", "0");
+        let mut own = OwnNode {
+            node,
+            rules0: String::new(),
+            routes0: String::new(),
+        };
+        (own.rules0, own.routes0) = (own.rules(), own.routes());
+        assert!(
+            own.routes0.contains("default via fd00:61::2 dev d0"),
+            "{}",
+            own.routes0
+        );
+        assert!(
+            own.rules0.contains("0:\tfrom all lookup local"),
+            "{}",
+            own.rules0
+        );
+        own
+    }
+
+    fn rules(&self) -> String {
+        self.node.exec_ok(&["ip", "rule", "show"])
+    }
+
+    fn routes(&self) -> String {
+        self.node.exec_ok(&["ip", "-6", "route", "show"])
+            + &self.node.exec_ok(&["ip", "route", "show"])
+    }
+
+    /// Rules, routes and forwarding as at the start.
+    fn unchanged(&self, what: &str) {
+        assert_eq!(self.rules(), self.rules0, "{what}: rules");
+        assert_eq!(self.routes(), self.routes0, "{what}: routes");
         assert_eq!(
-            node.sysctl_get("net.ipv4.ip_forward"),
+            self.node.sysctl_get("net.ipv4.ip_forward"),
             "0",
             "{what}: forwarding"
         );
-    };
-
-    for args in [
-        &["route", "del", "-6", "default"][..],
-        &["rule", "del", "from", "all", "lookup", "local"],
-        &["sysctl", "set", "net.ipv4.ip_forward=1"],
-        &["route", "add", "10.62.0.0/24", "via", "10.61.0.2"],
-        &["rule", "add", "from", "10.62.0.0/24", "lookup", "100"],
-        &["route", "del", "--dry-run", "-6", "default"],
-    ] {
-        let r = podgate_on(&node, args);
-        assert_eq!(r.code, 64, "{args:?}: {r:?}");
-        assert!(
-            r.err.contains("give --node for the one podgate runs in"),
-            "{r:?}"
-        );
-        unchanged(&args.join(" "));
     }
-    // The commands that only read keep their default: the namespace podgate runs in.
-    let r = podgate_on(&node, &["route", "list", "-6"]);
-    assert!(r.out.contains("default via fd00:61::2 dev d0"), "{r:?}");
 
-    for (args, want) in [
-        (
-            &["route", "del", "--node", "--dry-run", "-6", "default"][..],
-            "would delete: default via fd00:61::2 dev d0",
-        ),
-        (
+    /// Without a target, every changing command refuses (64) and changes
+    /// nothing; the reading ones keep their default.
+    fn without_a_target_changing_commands_refuse(&self) {
+        for args in [
+            &["route", "del", "-6", "default"][..],
+            &["rule", "del", "from", "all", "lookup", "local"],
+            &["sysctl", "set", "net.ipv4.ip_forward=1"],
+            &["route", "add", "10.62.0.0/24", "via", "10.61.0.2"],
+            &["rule", "add", "from", "10.62.0.0/24", "lookup", "100"],
+            &["route", "del", "--dry-run", "-6", "default"],
+        ] {
+            let r = podgate_on(&self.node, args);
+            assert_eq!(r.code, Some(64), "{args:?}: {r:?}");
+            assert!(
+                r.stderr.contains("give --node for the one podgate runs in"),
+                "{r:?}"
+            );
+            self.unchanged(&args.join(" "));
+        }
+        // The commands that only read keep their default: the namespace podgate runs in.
+        let r = podgate_on(&self.node, &["route", "list", "-6"]);
+        assert!(r.stdout.contains("default via fd00:61::2 dev d0"), "{r:?}");
+    }
+
+    /// With --node --dry-run each says what it would do and does nothing.
+    fn dry_run_says_and_changes_nothing(&self) {
+        for (args, want) in [
+            (
+                &["route", "del", "--node", "--dry-run", "-6", "default"][..],
+                "would delete: default via fd00:61::2 dev d0",
+            ),
+            (
+                &[
+                    "route",
+                    "add",
+                    "--node",
+                    "--dry-run",
+                    "10.62.0.0/24",
+                    "via",
+                    "10.61.0.2",
+                ],
+                "would add: 10.62.0.0/24 via 10.61.0.2",
+            ),
+            (
+                &[
+                    "rule",
+                    "del",
+                    "--node",
+                    "--dry-run",
+                    "from",
+                    "10.7.0.0/24",
+                    "lookup",
+                    "100",
+                ],
+                "would delete: 90: from 10.7.0.0/24 lookup 100 (node (current netns))",
+            ),
+            (
+                &[
+                    "rule",
+                    "add",
+                    "--node",
+                    "--dry-run",
+                    "from",
+                    "10.62.0.0/24",
+                    "lookup",
+                    "100",
+                ],
+                "would add: 49: from 10.62.0.0/24 lookup 100",
+            ),
+            (
+                &[
+                    "sysctl",
+                    "set",
+                    "--node",
+                    "--dry-run",
+                    "net.ipv4.ip_forward=1",
+                ],
+                "would change: net.ipv4.ip_forward: 0 -> 1 (node (current netns))",
+            ),
+        ] {
+            let r = podgate_on(&self.node, args);
+            assert_eq!(r.code, Some(0), "{args:?}: {r:?}");
+            assert!(r.stdout.contains(want), "{args:?}: {r:?}");
+            self.unchanged(&args.join(" "));
+        }
+    }
+
+    /// Every field: the words name no fwmark, no `not`, no blackhole, so
+    /// those rules are not theirs; `from all` alone names no table.
+    fn rule_del_matches_every_field(&self) {
+        for (args, code) in [
+            (&["rule", "del", "--node", "from", "all"][..], 64),
+            (&["rule", "del", "--node", "from", "10.9.0.0/24"], 64),
+            (
+                &["rule", "del", "--node", "from", "all", "lookup", "100"],
+                1,
+            ),
+            (
+                &[
+                    "rule",
+                    "del",
+                    "--node",
+                    "from",
+                    "10.8.0.0/24",
+                    "lookup",
+                    "100",
+                ],
+                1,
+            ),
+            (&["rule", "del", "--node", "pref", "50", "lookup", "100"], 1),
+        ] {
+            let r = podgate_on(&self.node, args);
+            assert_eq!(r.code, Some(code), "{args:?}: {r:?}");
+            self.unchanged(&args.join(" "));
+        }
+        let r = podgate_on(&self.node, &["rule", "list", "-4"]);
+        for line in [
+            "50:\tfrom all fwmark 0x10/0xffffffff lookup 100\n",
+            "60:\tnot from 10.8.0.0/24 lookup 100\n",
+            "70:\tfrom 10.9.0.0/24 blackhole\n",
+        ] {
+            assert!(r.stdout.contains(line), "{line:?}: {r:?}");
+        }
+    }
+
+    /// Knobs of the node alone, under net.*: refused even with --node
+    /// (bpf_jit_harden is absent from other namespaces, rmem_max read-only
+    /// there, the default neighbour thresholds absent).
+    fn node_only_knobs_are_refused(&self) {
+        let rmem = self.node.sysctl_get("net.core.rmem_max");
+        for name in [
+            "net.core.bpf_jit_harden=2",
+            "net.core.rmem_max=1048576",
+            "net.ipv4.neigh.default.gc_thresh3=1",
+        ] {
+            let r = podgate_on(&self.node, &["sysctl", "set", "--node", name]);
+            assert_eq!(r.code, Some(3), "{name}: {r:?}");
+            assert!(
+                r.stderr.contains("is not per network namespace"),
+                "{name}: {r:?}"
+            );
+        }
+        assert_eq!(self.node.sysctl_get("net.core.rmem_max"), rmem);
+        self.unchanged("global knobs");
+    }
+
+    /// Named, it acts: on the node's own namespace with --node.
+    fn named_it_acts(&self) {
+        let r = podgate_on(
+            &self.node,
             &[
-                "route",
-                "add",
+                "sysctl",
+                "set",
                 "--node",
-                "--dry-run",
-                "10.62.0.0/24",
-                "via",
-                "10.61.0.2",
+                "net.ipv4.conf.d0.rp_filter=2",
+                "net.ipv4.ip_forward=1",
             ],
-            "would add: 10.62.0.0/24 via 10.61.0.2",
-        ),
-        (
+        );
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert_eq!(self.node.sysctl_get("net.ipv4.conf.d0.rp_filter"), "2");
+        assert_eq!(self.node.sysctl_get("net.ipv4.ip_forward"), "1");
+        self.node.sysctl_set("net.ipv4.ip_forward", "0");
+        let r = podgate_on(
+            &self.node,
             &[
                 "rule",
                 "del",
                 "--node",
-                "--dry-run",
                 "from",
                 "10.7.0.0/24",
                 "lookup",
                 "100",
             ],
-            "would delete: 90: from 10.7.0.0/24 lookup 100 (node (current netns))",
-        ),
-        (
-            &[
-                "rule",
-                "add",
-                "--node",
-                "--dry-run",
-                "from",
-                "10.62.0.0/24",
-                "lookup",
-                "100",
-            ],
-            "would add: 49: from 10.62.0.0/24 lookup 100",
-        ),
-        (
-            &[
-                "sysctl",
-                "set",
-                "--node",
-                "--dry-run",
-                "net.ipv4.ip_forward=1",
-            ],
-            "would change: net.ipv4.ip_forward: 0 -> 1 (node (current netns))",
-        ),
-    ] {
-        let r = podgate_on(&node, args);
-        assert_eq!(r.code, 0, "{args:?}: {r:?}");
-        assert!(r.out.contains(want), "{args:?}: {r:?}");
-        unchanged(&args.join(" "));
-    }
-
-    // Every field: the words name no fwmark, no `not`, no blackhole, so
-    // those rules are not theirs; `from all` alone names no table.
-    for (args, code) in [
-        (&["rule", "del", "--node", "from", "all"][..], 64),
-        (&["rule", "del", "--node", "from", "10.9.0.0/24"], 64),
-        (
-            &["rule", "del", "--node", "from", "all", "lookup", "100"],
-            1,
-        ),
-        (
-            &[
-                "rule",
-                "del",
-                "--node",
-                "from",
-                "10.8.0.0/24",
-                "lookup",
-                "100",
-            ],
-            1,
-        ),
-        (&["rule", "del", "--node", "pref", "50", "lookup", "100"], 1),
-    ] {
-        let r = podgate_on(&node, args);
-        assert_eq!(r.code, code, "{args:?}: {r:?}");
-        unchanged(&args.join(" "));
-    }
-    let r = podgate_on(&node, &["rule", "list", "-4"]);
-    for line in [
-        "50:\tfrom all fwmark 0x10/0xffffffff lookup 100\n",
-        "60:\tnot from 10.8.0.0/24 lookup 100\n",
-        "70:\tfrom 10.9.0.0/24 blackhole\n",
-    ] {
-        assert!(r.out.contains(line), "{line:?}: {r:?}");
-    }
-
-    // Knobs of the node alone, under net.*: refused even with --node
-    // (bpf_jit_harden is absent from other namespaces, rmem_max read-only
-    // there, the default neighbour thresholds absent).
-    let rmem = node.sysctl_get("net.core.rmem_max");
-    for name in [
-        "net.core.bpf_jit_harden=2",
-        "net.core.rmem_max=1048576",
-        "net.ipv4.neigh.default.gc_thresh3=1",
-    ] {
-        let r = podgate_on(&node, &["sysctl", "set", "--node", name]);
-        assert_eq!(r.code, 3, "{name}: {r:?}");
-        assert!(
-            r.err.contains("is not per network namespace"),
-            "{name}: {r:?}"
         );
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert_eq!(
+            self.rules(),
+            self.rules0
+                .replace("90:\tfrom 10.7.0.0/24 lookup 100\n", "")
+        );
+        let r = podgate_on(&self.node, &["route", "del", "--node", "-6", "default"]);
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert!(
+            !self.routes().contains("default via fd00:61::2"),
+            "{}",
+            self.routes()
+        );
+        assert!(self.rules().contains("0:\tfrom all lookup local"));
     }
-    assert_eq!(node.sysctl_get("net.core.rmem_max"), rmem);
-    unchanged("global knobs");
-
-    // Named, it acts: on the node's own namespace with --node.
-    let r = podgate_on(
-        &node,
-        &[
-            "sysctl",
-            "set",
-            "--node",
-            "net.ipv4.conf.d0.rp_filter=2",
-            "net.ipv4.ip_forward=1",
-        ],
-    );
-    assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(node.sysctl_get("net.ipv4.conf.d0.rp_filter"), "2");
-    assert_eq!(node.sysctl_get("net.ipv4.ip_forward"), "1");
-    node.sysctl_set("net.ipv4.ip_forward", "0");
-    let r = podgate_on(
-        &node,
-        &[
-            "rule",
-            "del",
-            "--node",
-            "from",
-            "10.7.0.0/24",
-            "lookup",
-            "100",
-        ],
-    );
-    assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(
-        rules(),
-        rules0.replace("90:\tfrom 10.7.0.0/24 lookup 100\n", "")
-    );
-    let r = podgate_on(&node, &["route", "del", "--node", "-6", "default"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(!routes().contains("default via fd00:61::2"), "{}", routes());
-    assert!(rules().contains("0:\tfrom all lookup local"));
 }
 
 /// Strict routing's own IPv6 rules on a host-side interface (`ipproto
@@ -661,12 +675,12 @@ fn rule_del_never_takes_an_ipproto_or_blackhole_rule_for_a_plain_one() {
     };
 
     let r = del("95");
-    assert_eq!(r.code, 1, "{r:?}");
-    assert!(r.err.contains("would not tell"), "{r:?}");
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("would not tell"), "{r:?}");
     assert_eq!(rules(), rules0, "nothing deleted");
 
     let r = del("96");
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     let after = rules();
     assert!(after.contains(icmp) && after.contains(blackhole), "{after}");
     assert_eq!(
@@ -759,7 +773,7 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
     let routed_ip = pod_ip(out.result.as_ref().unwrap());
 
     let r = podgate(&["inspect", "--all", "--state-dir", sd, "--node-netns", nn]);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     for needle in [
         &format!("attachment vpnnet/{cid_gw}/eth0"),
         "profile:     vpn-gateway (selected by assign[0])",
@@ -771,7 +785,7 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "proto podgate",
         "status:      holds",
     ] {
-        assert!(r.out.contains(needle), "{needle}: {r:?}");
+        assert!(r.stdout.contains(needle), "{needle}: {r:?}");
     }
     let j = podgate(&[
         "inspect",
@@ -801,8 +815,8 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "net.ipv4.ip_forward",
     ]);
     assert_eq!(
-        (r.code, r.out.as_str()),
-        (0, "net.ipv4.ip_forward = 1\n"),
+        (r.code, r.stdout.as_str()),
+        (Some(0), "net.ipv4.ip_forward = 1\n"),
         "{r:?}"
     );
     let r = podgate(&[
@@ -813,8 +827,8 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "--state-dir",
         sd,
     ]);
-    assert_eq!(r.code, 1, "ambiguous prefix: {r:?}");
-    assert!(r.err.contains("ambiguous"), "{r:?}");
+    assert_eq!(r.code, Some(1), "ambiguous prefix: {r:?}");
+    assert!(r.stderr.contains("ambiguous"), "{r:?}");
 
     // Drift: someone turned forwarding off and removed the masquerade table.
     gw.sysctl_set("net.ipv4.ip_forward", "0");
@@ -828,14 +842,14 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "--node-netns",
         nn,
     ]);
-    assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.out.contains("status:      DRIFT: "), "{r:?}");
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stdout.contains("status:      DRIFT: "), "{r:?}");
     assert!(
-        r.out.contains("sysctl net.ipv4.ip_forward is 0, want 1"),
+        r.stdout.contains("sysctl net.ipv4.ip_forward is 0, want 1"),
         "{r:?}"
     );
     assert!(
-        r.out.contains("nft table inet podgate-eth0 is missing"),
+        r.stdout.contains("nft table inet podgate-eth0 is missing"),
         "{r:?}"
     );
     // ... and the node's return route was deleted by hand.
@@ -850,7 +864,7 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "--node-netns",
         nn,
     ]);
-    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.code, Some(2), "{r:?}");
     let a = &r.json()["attachments"][0];
     assert_eq!(a["state"], "drift");
     assert!(
@@ -874,9 +888,9 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
         "--node-netns",
         nn,
     ]);
-    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.code, Some(2), "{r:?}");
     assert!(
-        r.out.contains("STALE: netns") && r.out.contains("is gone"),
+        r.stdout.contains("STALE: netns") && r.stdout.contains("is gone"),
         "{r:?}"
     );
 
@@ -899,8 +913,8 @@ fn inspect_shows_what_the_router_applied_and_its_drift() {
     )
     .assert_ok();
     let r = podgate(&["inspect", "--state-dir", sd, "--node-netns", nn]);
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.out.contains("no podgate attachments"), "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.contains("no podgate attachments"), "{r:?}");
 }
 
 #[test]
@@ -922,31 +936,31 @@ fn ipsec_status_without_an_agent_is_a_clear_report() {
         "/nonexistent",
     ];
     let r = podgate(&base);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     assert!(
-        r.out.contains("IPsec tunnel protection: NOT REQUIRED"),
+        r.stdout.contains("IPsec tunnel protection: NOT REQUIRED"),
         "{r:?}"
     );
     assert!(
-        r.out.contains(&format!(
+        r.stdout.contains(&format!(
             "IPsec not in use on this node (required: auto): no {dir}/required, \
              no {dir}/protection.sock, no OVSDB at {db}"
         )),
         "{r:?}"
     );
-    assert!(r.out.contains("config: defaults"), "{r:?}");
+    assert!(r.stdout.contains("config: defaults"), "{r:?}");
     assert!(
-        r.out.contains("ike:    no UDP socket bound to 500/4500"),
+        r.stdout.contains("ike:    no UDP socket bound to 500/4500"),
         "{r:?}"
     );
 
     let mut always = base.to_vec();
     always.extend(["--required", "always"]);
     let r = podgate(&always);
-    assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.out.contains("NOT READY"), "{r:?}");
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stdout.contains("NOT READY"), "{r:?}");
     assert!(
-        r.out.contains(&format!(
+        r.stdout.contains(&format!(
             "ipsec not ready: ovsdb socket {db} absent; {dir}/protection.sock absent: agent not serving"
         )),
         "{r:?}"
@@ -958,14 +972,14 @@ fn ipsec_status_without_an_agent_is_a_clear_report() {
 
     let mut bad = base.to_vec();
     bad.extend(["--required", "sometimes"]);
-    assert_eq!(podgate(&bad).code, 64);
+    assert_eq!(podgate(&bad).code, Some(64));
 }
 
 #[test]
 fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
-    let g = common_ipsec::GuardNode::with_agent(
+    let g = ipsec::GuardNode::with_agent(
         "cli",
-        common_ipsec::AgentOpts {
+        ipsec::AgentOpts {
             status: true,
             ..Default::default()
         },
@@ -976,7 +990,7 @@ fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
     let args = ["ipsec", "status", "--netns", nn, "--config", s(&conf)];
     let r = podgate(&args);
     keep("ipsec-status", &args, &r);
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
     for needle in [
         "IPsec tunnel protection: READY",
         "signals:     required file yes, protection.sock yes, ovsdb keys ovn-ipsec-protection-node-uid",
@@ -990,10 +1004,12 @@ fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
         "certificate: expires",
         "[ok  ] tunnels",
     ] {
-        assert!(r.out.contains(needle), "{needle}: {r:?}");
+        assert!(r.stdout.contains(needle), "{needle}: {r:?}");
     }
     assert!(
-        !r.out.contains("PRIVATE KEY") && !r.out.contains("BEGIN") && !r.out.contains("TESTLEASE"),
+        !r.stdout.contains("PRIVATE KEY")
+            && !r.stdout.contains("BEGIN")
+            && !r.stdout.contains("TESTLEASE"),
         "{r:?}"
     );
     // Without --config: found in the CNI conf dir.
@@ -1006,7 +1022,7 @@ fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
         s(&g.node.conf_dir()),
     ]);
     assert!(
-        r.out.contains(&format!("config: {}", conf.display())),
+        r.stdout.contains(&format!("config: {}", conf.display())),
         "{r:?}"
     );
 
@@ -1023,11 +1039,11 @@ fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
     ]);
     assert!(vpn::wait_for(
         || podgate(&["ipsec", "status", "--netns", nn, "--config", s(&conf)])
-            .out
+            .stdout
             .contains("1 UDP socket(s) on 500/4500"),
         10
     ));
-    g.remove_guard("", common_ipsec::MARK);
+    g.remove_guard("", ipsec::MARK);
     let r = podgate(&[
         "ipsec",
         "status",
@@ -1037,7 +1053,7 @@ fn ipsec_status_reports_the_endpoint_the_guard_and_ike_sockets() {
         s(&conf),
         "--json",
     ]);
-    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.code, Some(2), "{r:?}");
     let j = r.json();
     assert_eq!(j["report"]["verdict"], "notReady");
     assert_eq!(j["report"]["ikeSockets"][0]["local"], "0.0.0.0:4500");
@@ -1053,7 +1069,12 @@ fn row<'a>(out: &'a str, prefix: &str) -> &'a str {
 /// Keep a diagnose output when PODGATE_CLI_TRANSCRIPT names a directory.
 fn keep(name: &str, args: &[&str], r: &Run) {
     if let Some(dir) = std::env::var_os("PODGATE_CLI_TRANSCRIPT") {
-        let text = format!("$ podgate {}\n{}(exit {})\n", args.join(" "), r.out, r.code);
+        let text = format!(
+            "$ podgate {}\n{}(exit {})\n",
+            args.join(" "),
+            r.stdout,
+            r.code.unwrap_or(-1)
+        );
         std::fs::write(PathBuf::from(dir).join(format!("{name}.txt")), text).unwrap();
     }
 }
@@ -1083,45 +1104,8 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
     let backend_ip = pod_ip(b.result.as_ref().unwrap());
     let _srv = podgate_integration::tcp_listen_peer_echo(&backend, 8080);
 
-    // Service VIP 10.96.0.10:80 -> backend:8080, masqueraded like kube-proxy's hairpin.
-    node.ns.sh_ok(&format!(
-        "nft -f - <<'EOF'\n\
-         table ip svc {{\n\
-           chain pre {{ type nat hook prerouting priority -100; ip daddr 10.96.0.10 tcp dport 80 dnat to {backend_ip}:8080; }}\n\
-           chain post {{ type nat hook postrouting priority 100; ct status dnat ip daddr {backend_ip} masquerade; }}\n\
-         }}\nEOF"
-    ));
-    // A public host behind the node (routes back to the node for pod addresses).
-    let public = Netns::new("public");
-    let up = format!("pgpub{}", std::process::id() % 100_000);
-    node.ns.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        &up,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "wan0",
-        "netns",
-        public.name(),
-    ]);
-    node.ns
-        .exec_ok(&["ip", "addr", "add", "198.51.100.1/24", "dev", &up]);
-    node.ns.exec_ok(&["ip", "link", "set", &up, "up"]);
-    node.ns.exec_ok(&[
-        "ip",
-        "route",
-        "add",
-        "203.0.113.0/24",
-        "via",
-        "198.51.100.2",
-    ]);
-    public.sh_ok(
-        "ip addr add 198.51.100.2/24 dev wan0 && ip link set wan0 up && \
-         ip addr add 203.0.113.7/32 dev lo && ip route add default via 198.51.100.1",
-    );
+    service_vip(&node, &backend_ip);
+    let _public = public_host_behind(&node);
 
     let client_routes = [
         ("10.22.0.0", "255.255.0.0"),
@@ -1217,77 +1201,17 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
         let r = podgate(&argv);
         keep(round, &argv, &r);
         let seen = reaches(&backend_ip, 8080);
+        let d = Diag {
+            argv: &argv,
+            nn: &nn,
+            backend_ip: &backend_ip,
+            vpn_ip: &vpn_ip,
+            reaches: &reaches,
+        };
         match i {
-            0 => {
-                assert_eq!(r.code, 2, "{r:?}");
-                assert!(r.out.contains(&format!(
-                    "verdict: pod {backend_ip} silent for tunnel clients: forwarding is off in the pod netns (net.ipv4.ip_forward = 0)"
-                )), "{r:?}");
-                assert!(row(&r.out, "forwarding ipv4").contains("FAIL"), "{r:?}");
-                assert!(row(&r.out, "peer").contains(" ok "), "{r:?}");
-                assert!(row(&r.out, "pod ").contains("BLOCKED"), "{r:?}");
-                assert!(row(&r.out, "service").contains("not probed"), "{r:?}");
-                assert_eq!(seen, None, "the client really gets nothing past the peer");
-            }
-            1 => {
-                assert_eq!(r.code, 2, "{r:?}");
-                assert!(r.out.contains(&format!(
-                    "verdict: pod {backend_ip} silent: forwarding is on; no masquerade for 10.8.0.0/24 and no return route on the node: replies cannot find the tunnel"
-                )), "{r:?}");
-                assert!(row(&r.out, "forwarding ipv4").contains(" ok "), "{r:?}");
-                assert_eq!(seen, None, "the client really gets nothing past the peer");
-
-                // The other fix: a return route on the node, made with podgate itself.
-                let add = podgate(&["route", "add", "--netns", &nn, CLIENT_POOL, "via", &vpn_ip]);
-                assert_eq!(add.code, 0, "{add:?}");
-                let r = podgate(&argv);
-                keep("2b-return-route", &argv, &r);
-                assert_eq!(r.code, 0, "{r:?}");
-                assert!(r.out.contains("verdict: all 4 hops answer"), "{r:?}");
-                assert!(
-                    r.out.contains("return route on the node: 10.8.0.0/24 via"),
-                    "{r:?}"
-                );
-                assert_eq!(
-                    reaches(&backend_ip, 8080).as_deref(),
-                    Some(TUN_CLIENT_IP),
-                    "the client's own address arrives"
-                );
-                let del = podgate(&["route", "del", "--netns", &nn, CLIENT_POOL, "via", &vpn_ip]);
-                assert_eq!(del.code, 0, "{del:?}");
-            }
-            _ => {
-                assert_eq!(r.code, 0, "{r:?}");
-                assert!(
-                    r.out
-                        .contains("verdict: all 4 hops answer: peer 10.8.0.2 -> pod"),
-                    "{r:?}"
-                );
-                assert!(
-                    r.out
-                        .contains("masquerade in the pod: inet podgate-eth0 10.8.0.0/24 out eth0"),
-                    "{r:?}"
-                );
-                assert!(
-                    !r.out.contains("FAIL")
-                        && !r.out.contains("SILENT")
-                        && !r.out.contains("BLOCKED"),
-                    "{r:?}"
-                );
-                assert_eq!(
-                    seen.as_deref(),
-                    Some(vpn_ip.as_str()),
-                    "masqueraded to the VPN pod"
-                );
-                assert!(
-                    reaches("10.96.0.10", 80).is_some(),
-                    "the client reaches the Service"
-                );
-                let j = podgate(&[argv.as_slice(), &["--json"]].concat()).json();
-                assert_eq!(j["verdict"]["ok"], true, "{j}");
-                assert_eq!(j["hops"].as_array().unwrap().len(), 4);
-                assert_eq!(j["pools"], json!([CLIENT_POOL]));
-            }
+            0 => d.forwarding_off(&r, seen),
+            1 => d.no_return_path(&r, seen),
+            _ => d.fixed(&r, seen),
         }
         vpn::stop(cl);
         vpn::stop(server);
@@ -1311,6 +1235,149 @@ fn diagnose_names_the_broken_hop_in_the_openvpn_scenario() {
     )
     .assert_ok();
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
+}
+
+/// Service VIP 10.96.0.10:80 -> `backend_ip`:8080 on the node, masqueraded
+/// like kube-proxy's hairpin.
+fn service_vip(node: &TestNode, backend_ip: &str) {
+    node.ns.sh_ok(&format!(
+        "nft -f - <<'EOF'\n\
+         table ip svc {{\n\
+           chain pre {{ type nat hook prerouting priority -100; ip daddr 10.96.0.10 tcp dport 80 dnat to {backend_ip}:8080; }}\n\
+           chain post {{ type nat hook postrouting priority 100; ct status dnat ip daddr {backend_ip} masquerade; }}\n\
+         }}\nEOF"
+    ));
+}
+
+/// A public host (203.0.113.7) behind the node, routing back to the node
+/// for pod addresses.
+fn public_host_behind(node: &TestNode) -> Netns {
+    let public = Netns::new("public");
+    let up = format!("pgpub{}", std::process::id() % 100_000);
+    node.ns.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        &up,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "wan0",
+        "netns",
+        public.name(),
+    ]);
+    node.ns
+        .exec_ok(&["ip", "addr", "add", "198.51.100.1/24", "dev", &up]);
+    node.ns.exec_ok(&["ip", "link", "set", &up, "up"]);
+    node.ns.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "203.0.113.0/24",
+        "via",
+        "198.51.100.2",
+    ]);
+    public.sh_ok(
+        "ip addr add 198.51.100.2/24 dev wan0 && ip link set wan0 up && \
+         ip addr add 203.0.113.7/32 dev lo && ip route add default via 198.51.100.1",
+    );
+    public
+}
+
+/// One diagnose round's inputs: the command line, the node netns, the
+/// backend's and the VPN pod's addresses, whether the client reaches
+/// an address and port (what answered, if anything).
+struct Diag<'a> {
+    argv: &'a [&'a str],
+    nn: &'a str,
+    backend_ip: &'a str,
+    vpn_ip: &'a str,
+    reaches: &'a dyn Fn(&str, u16) -> Option<String>,
+}
+
+impl Diag<'_> {
+    /// Round 1, forwarding off in the VPN pod: diagnose names it, and the
+    /// client really gets nothing past the peer.
+    fn forwarding_off(&self, r: &Run, seen: Option<String>) {
+        let backend_ip = self.backend_ip;
+        assert_eq!(r.code, Some(2), "{r:?}");
+        assert!(r.stdout.contains(&format!(
+        "verdict: pod {backend_ip} silent for tunnel clients: forwarding is off in the pod netns (net.ipv4.ip_forward = 0)"
+    )), "{r:?}");
+        assert!(row(&r.stdout, "forwarding ipv4").contains("FAIL"), "{r:?}");
+        assert!(row(&r.stdout, "peer").contains(" ok "), "{r:?}");
+        assert!(row(&r.stdout, "pod ").contains("BLOCKED"), "{r:?}");
+        assert!(row(&r.stdout, "service").contains("not probed"), "{r:?}");
+        assert_eq!(seen, None, "the client really gets nothing past the peer");
+    }
+
+    /// Round 2, forwarding on but no masquerade and no return route:
+    /// named; then the other fix, a return route made with podgate itself,
+    /// and every hop answers with the client's own address arriving.
+    fn no_return_path(&self, r: &Run, seen: Option<String>) {
+        let (argv, nn, backend_ip, vpn_ip) = (self.argv, self.nn, self.backend_ip, self.vpn_ip);
+        let reaches = self.reaches;
+        assert_eq!(r.code, Some(2), "{r:?}");
+        assert!(r.stdout.contains(&format!(
+        "verdict: pod {backend_ip} silent: forwarding is on; no masquerade for 10.8.0.0/24 and no return route on the node: replies cannot find the tunnel"
+    )), "{r:?}");
+        assert!(row(&r.stdout, "forwarding ipv4").contains(" ok "), "{r:?}");
+        assert_eq!(seen, None, "the client really gets nothing past the peer");
+
+        // The other fix: a return route on the node, made with podgate itself.
+        let add = podgate(&["route", "add", "--netns", nn, CLIENT_POOL, "via", vpn_ip]);
+        assert_eq!(add.code, Some(0), "{add:?}");
+        let r = podgate(argv);
+        keep("2b-return-route", argv, &r);
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert!(r.stdout.contains("verdict: all 4 hops answer"), "{r:?}");
+        assert!(
+            r.stdout
+                .contains("return route on the node: 10.8.0.0/24 via"),
+            "{r:?}"
+        );
+        assert_eq!(
+            reaches(backend_ip, 8080).as_deref(),
+            Some(TUN_CLIENT_IP),
+            "the client's own address arrives"
+        );
+        let del = podgate(&["route", "del", "--netns", nn, CLIENT_POOL, "via", vpn_ip]);
+        assert_eq!(del.code, Some(0), "{del:?}");
+    }
+
+    /// Round 3, podgate's profile: every hop answers, masqueraded to the
+    /// VPN pod, the Service reached; the JSON says the same.
+    fn fixed(&self, r: &Run, seen: Option<String>) {
+        let (argv, vpn_ip) = (self.argv, self.vpn_ip);
+        let reaches = self.reaches;
+        assert_eq!(r.code, Some(0), "{r:?}");
+        assert!(
+            r.stdout
+                .contains("verdict: all 4 hops answer: peer 10.8.0.2 -> pod"),
+            "{r:?}"
+        );
+        assert!(
+            r.stdout
+                .contains("masquerade in the pod: inet podgate-eth0 10.8.0.0/24 out eth0"),
+            "{r:?}"
+        );
+        assert!(
+            !r.stdout.contains("FAIL")
+                && !r.stdout.contains("SILENT")
+                && !r.stdout.contains("BLOCKED"),
+            "{r:?}"
+        );
+        assert_eq!(seen.as_deref(), Some(vpn_ip), "masqueraded to the VPN pod");
+        assert!(
+            reaches("10.96.0.10", 80).is_some(),
+            "the client reaches the Service"
+        );
+        let j = podgate(&[argv, &["--json"]].concat()).json();
+        assert_eq!(j["verdict"]["ok"], true, "{j}");
+        assert_eq!(j["hops"].as_array().unwrap().len(), 4);
+        assert_eq!(j["pools"], json!([CLIENT_POOL]));
+    }
 }
 
 #[test]
@@ -1375,26 +1442,32 @@ while True:
             &dns_ip,
         ])
     };
-    assert!(vpn::wait_for(|| ask("kubernetes.default").code == 0, 10));
+    assert!(vpn::wait_for(
+        || ask("kubernetes.default").code == Some(0),
+        10
+    ));
     let r = ask("kubernetes.default");
-    assert!(r.out.contains("kubernetes.default -> 10.96.0.1"), "{r:?}");
-    let r = ask("nosuch.default");
-    assert_eq!(r.code, 2, "{r:?}");
     assert!(
-        r.out.contains(&format!(
+        r.stdout.contains("kubernetes.default -> 10.96.0.1"),
+        "{r:?}"
+    );
+    let r = ask("nosuch.default");
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(
+        r.stdout.contains(&format!(
             "verdict: nameserver {dns_ip} answers, but nosuch.default: NXDOMAIN"
         )),
         "{r:?}"
     );
-    assert!(r.out.contains("so this is DNS, not forwarding"), "{r:?}");
+    assert!(r.stdout.contains("so this is DNS, not forwarding"), "{r:?}");
     let _ = srv.kill();
     let _ = srv.wait();
     let r = ask("kubernetes.default");
-    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.code, Some(2), "{r:?}");
     assert!(
-        r.out.contains("nothing serves DNS")
-            || r.out.contains("did not answer")
-            || r.out.contains("silent"),
+        r.stdout.contains("nothing serves DNS")
+            || r.stdout.contains("did not answer")
+            || r.stdout.contains("silent"),
         "{r:?}"
     );
     for (p_, n) in [(&pod, "client"), (&dnspod, "dns")] {
@@ -1522,9 +1595,9 @@ fn diagnose_names_the_primarys_anti_spoofing_for_routed_pools() {
 
     // The node's own primary: bridge, which filters no sources.
     let r = diagnose(&node.conf_dir(), false);
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.out.contains("return path 10.8.0.0/24  ok"), "{r:?}");
-    assert!(!r.out.contains("anti-spoofing"), "{r:?}");
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.contains("return path 10.8.0.0/24  ok"), "{r:?}");
+    assert!(!r.stdout.contains("anti-spoofing"), "{r:?}");
 
     let calico = podgate_integration::TempDir::new("calico-net.d");
     std::fs::copy(
@@ -1534,8 +1607,8 @@ fn diagnose_names_the_primarys_anti_spoofing_for_routed_pools() {
     )
     .unwrap();
     let r = diagnose(calico.path(), false);
-    assert_eq!(r.code, 0, "{r:?}");
-    let spoof = row(&r.out, "anti-spoofing 10.8.0.0/24");
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let spoof = row(&r.stdout, "anti-spoofing 10.8.0.0/24");
     for needle in [
         "warn",
         "primary calico (10-calico.conflist)",
@@ -1559,7 +1632,7 @@ fn diagnose_names_the_primarys_anti_spoofing_for_routed_pools() {
     )
     .unwrap();
     let r = diagnose(calico.path(), false);
-    let spoof = row(&r.out, "anti-spoofing 10.8.0.0/24");
+    let spoof = row(&r.stdout, "anti-spoofing 10.8.0.0/24");
     assert!(
         spoof.contains("does not recognise the primary weave-net"),
         "{spoof}"

@@ -63,8 +63,11 @@ fn start(prefix: &str, with_primary: bool) -> Containerd {
     }
     std::fs::write(
         node.root().join("plugins.json"),
-        json!([{"type": "podgate-tunnel-guard", "required": "never"}, router_entry(&node)])
-            .to_string(),
+        json!([
+            {"type": "podgate-tunnel-guard", "required": "never", "eventFile": node.event_file()},
+            router_entry(&node)
+        ])
+        .to_string(),
     )
     .unwrap();
     Containerd::start(node)

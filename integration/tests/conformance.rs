@@ -103,7 +103,8 @@ fn configs(dir: &Path) -> Vec<(&'static str, Value)> {
         (
             "podgate-tunnel-guard",
             json!({"name": "conf", "type": "podgate-tunnel-guard", "required": "never",
-                   "agentSocket": dir.join("absent.sock")}),
+                   "agentSocket": dir.join("absent.sock"),
+                   "eventFile": dir.join("events.jsonl")}),
         ),
     ]
 }
@@ -602,7 +603,8 @@ fn a_misspelt_key_fails_add_naming_it_and_applies_nothing() {
     // The guard with no IPsec signal on this "node": always is not ready.
     let guard = json!({"name": "conf", "type": "podgate-tunnel-guard", "required": "always",
                        "protectionDir": dir.path().join("no-protection"),
-                       "ovsdbSocket": dir.path().join("no-ovsdb.sock")});
+                       "ovsdbSocket": dir.path().join("no-ovsdb.sock"),
+                       "eventFile": dir.path().join("events.jsonl")});
     let out = call(
         "podgate-tunnel-guard",
         &env("ADD"),

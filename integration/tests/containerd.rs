@@ -10,7 +10,8 @@
 use podgate_integration::containerd::{cgroup_tree_exists, Containerd};
 use podgate_integration::cri::{in_netns, pod_nft, sysctl_in, Cri, Pod};
 use podgate_integration::{
-    assert_same, bin_dir, output_text, require_root, vpn, Netns, Snapshot, TestNode, Verb,
+    assert_same, bin_dir, output_text, podgate_bin, require_root, vpn, Netns, Run, Snapshot,
+    TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -40,7 +41,8 @@ fn router_entry(node: &TestNode) -> Value {
 fn chain(node: &TestNode) -> Vec<Value> {
     vec![
         json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),
-        json!({"type": "podgate-tunnel-guard", "required": "never"}),
+        json!({"type": "podgate-tunnel-guard", "required": "never",
+               "eventFile": node.event_file()}),
         router_entry(node),
     ]
 }
@@ -69,40 +71,18 @@ fn node_routes(node: &TestNode) -> String {
     node.ns.exec_ok(&["ip", "route", "show", "table", "all"])
 }
 
-struct Run {
-    code: i32,
-    out: String,
-    err: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {}\n--- stdout ---\n{}--- stderr ---\n{}",
-            self.code, self.out, self.err
-        )
-    }
-}
-
 /// The helper, pointed at this containerd and node.
-fn podgate(c: &Containerd, args: &[&str]) -> Run {
-    let out = Command::new(bin_dir().join("podgate"))
-        .args(args)
-        .arg("--runtime-endpoint")
-        .arg(c.endpoint())
-        .arg("--state-dir")
-        .arg(c.node().state_dir())
-        .arg("--node-netns")
-        .arg(c.node().ns.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        out: String::from_utf8_lossy(&out.stdout).into_owned(),
-        err: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+fn podgate_at(c: &Containerd, args: &[&str]) -> Run {
+    Run::of(
+        Command::new(podgate_bin())
+            .args(args)
+            .arg("--runtime-endpoint")
+            .arg(c.endpoint())
+            .arg("--state-dir")
+            .arg(c.node().state_dir())
+            .arg("--node-netns")
+            .arg(c.node().ns.path()),
+    )
 }
 
 /// The helper as `kubectl exec` runs it in the DaemonSet's container
@@ -115,31 +95,25 @@ fn podgate_as_daemonset(c: &Containerd, args: &[&str]) -> Run {
 mount --rbind "$d" "$d" && mount -o remount,bind,ro "$d" || exit 99
 if touch "$d/.rw-probe" 2>/dev/null; then rm -f "$d/.rw-probe"; exit 98; fi
 exec setpriv --bounding-set=-all,+sys_admin,+net_admin,+net_raw -- "$@""#;
-    let out = Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
-        .arg(c.dir())
-        .arg(bin_dir().join("podgate"))
-        .args(args)
-        .arg("--runtime-endpoint")
-        .arg(c.endpoint())
-        .arg("--state-dir")
-        .arg(c.node().state_dir())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        out: String::from_utf8_lossy(&out.stdout).into_owned(),
-        err: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Run::of(
+        Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(c.dir())
+            .arg(podgate_bin())
+            .args(args)
+            .arg("--runtime-endpoint")
+            .arg(c.endpoint())
+            .arg("--state-dir")
+            .arg(c.node().state_dir()),
+    )
 }
 
 /// The node's state once every pod is gone: nothing of podgate's (routes,
@@ -266,10 +240,24 @@ fn pods_through_containerd_cri() {
         "runtime error must name the pool: {err}"
     );
 
-    // The helper by pod name, for the profile pod and for a pod podgate
-    // never touched.
-    let r = podgate(
-        &c,
+    helper_by_pod_name(&c, &gw, &plain, &a, &baseline);
+    helper_from_the_daemonsets_container(&c);
+
+    // Everything deleted as the kubelet deletes pods.
+    for id in [&gw, &plain, &a] {
+        cri.stop_and_remove(id);
+    }
+    assert!(!gw_ns.exists() && !plain_ns.exists());
+    assert_clean(&c, &before);
+}
+
+/// The helper by pod name (`--k8s-pod`), for the profile pod and for a
+/// pod podgate never touched (`baseline`: the node's fresh forwarding
+/// value); an unknown pod named; `inspect` of a pod with and one without a
+/// record.
+fn helper_by_pod_name(c: &Containerd, gw: &str, plain: &str, a: &str, baseline: &str) {
+    let r = podgate_at(
+        c,
         &[
             "sysctl",
             "get",
@@ -279,12 +267,12 @@ fn pods_through_containerd_cri() {
         ],
     );
     assert_eq!(
-        (r.code, r.out.as_str()),
-        (0, "net.ipv4.ip_forward = 1\n"),
+        (r.code, r.stdout.as_str()),
+        (Some(0), "net.ipv4.ip_forward = 1\n"),
         "{r:?}"
     );
-    let r = podgate(
-        &c,
+    let r = podgate_at(
+        c,
         &[
             "sysctl",
             "get",
@@ -294,33 +282,34 @@ fn pods_through_containerd_cri() {
         ],
     );
     assert_eq!(
-        (r.code, r.out.clone()),
-        (0, format!("net.ipv4.ip_forward = {baseline}\n")),
+        (r.code, r.stdout.clone()),
+        (Some(0), format!("net.ipv4.ip_forward = {baseline}\n")),
         "{r:?}"
     );
-    let r = podgate(&c, &["diagnose", "--k8s-pod", "vpn/openvpn-0"]);
+    let r = podgate_at(c, &["diagnose", "--k8s-pod", "vpn/openvpn-0"]);
     assert!(
-        r.out.contains(&format!("pod vpn/openvpn-0 (sandbox {gw}")),
+        r.stdout
+            .contains(&format!("pod vpn/openvpn-0 (sandbox {gw}")),
         "{r:?}"
     );
     assert!(
-        r.out.contains("pools: 10.8.0.0/24"),
+        r.stdout.contains("pools: 10.8.0.0/24"),
         "pools from the record: {r:?}"
     );
     assert!(
-        r.out
+        r.stdout
             .lines()
             .any(|l| l.starts_with("forwarding ipv4") && l.contains(" ok ")),
         "{r:?}"
     );
     assert!(
-        r.out
+        r.stdout
             .lines()
             .any(|l| l.starts_with("return path 10.8.0.0/24") && l.contains(" ok ")),
         "{r:?}"
     );
-    let r = podgate(
-        &c,
+    let r = podgate_at(
+        c,
         &[
             "diagnose",
             "--k8s-pod",
@@ -330,27 +319,27 @@ fn pods_through_containerd_cri() {
         ],
     );
     assert!(
-        r.out
+        r.stdout
             .contains(&format!("pod default/web-0 (sandbox {plain}")),
         "{r:?}"
     );
     if baseline == "0" {
-        assert_eq!(r.code, 2, "a plain pod is not a router: {r:?}");
+        assert_eq!(r.code, Some(2), "a plain pod is not a router: {r:?}");
         assert!(
-            r.out
+            r.stdout
                 .lines()
                 .any(|l| l.starts_with("forwarding ipv4") && l.contains("FAIL")),
             "{r:?}"
         );
     }
     assert!(
-        r.out
+        r.stdout
             .lines()
             .any(|l| l.starts_with("return path 10.8.0.0/24") && l.contains("FAIL")),
         "{r:?}"
     );
-    let r = podgate(
-        &c,
+    let r = podgate_at(
+        c,
         &[
             "sysctl",
             "get",
@@ -359,26 +348,28 @@ fn pods_through_containerd_cri() {
             "net.ipv4.ip_forward",
         ],
     );
-    assert_eq!(r.code, 1, "{r:?}");
-    assert!(r.err.contains("pod vpn/nope: no ready sandbox"), "{r:?}");
-    let r = podgate(&c, &["inspect", "--k8s-pod", "vpn/router-a", "--json"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    let v: Value = serde_json::from_str(&r.out).unwrap();
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("pod vpn/nope: no ready sandbox"), "{r:?}");
+    let r = podgate_at(c, &["inspect", "--k8s-pod", "vpn/router-a", "--json"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["attachments"].as_array().unwrap().len(), 1, "{r:?}");
     assert_eq!(v["attachments"][0]["key"]["containerID"], a, "{r:?}");
-    let r = podgate(&c, &["inspect", "--k8s-pod", "default/web-0", "--json"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    let v: Value = serde_json::from_str(&r.out).unwrap();
+    let r = podgate_at(c, &["inspect", "--k8s-pod", "default/web-0", "--json"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(
         v["attachments"],
         json!([]),
         "a plain pod has no record: {r:?}"
     );
+}
 
-    // The same from the DaemonSet's container (read-only CRI socket, its
-    // capabilities only). Its netns is the node's (hostNetwork).
+/// The same from the DaemonSet's container (read-only CRI socket, its
+/// capabilities only). Its netns is the node's (hostNetwork).
+fn helper_from_the_daemonsets_container(c: &Containerd) {
     let r = podgate_as_daemonset(
-        &c,
+        c,
         &[
             "sysctl",
             "get",
@@ -388,12 +379,12 @@ fn pods_through_containerd_cri() {
         ],
     );
     assert_eq!(
-        (r.code, r.out.as_str()),
-        (0, "net.ipv4.ip_forward = 1\n"),
+        (r.code, r.stdout.as_str()),
+        (Some(0), "net.ipv4.ip_forward = 1\n"),
         "{r:?}"
     );
     let r = podgate_as_daemonset(
-        &c,
+        c,
         &[
             "diagnose",
             "--k8s-pod",
@@ -403,18 +394,11 @@ fn pods_through_containerd_cri() {
         ],
     );
     assert!(
-        r.out
+        r.stdout
             .lines()
             .any(|l| l.starts_with("return path 10.8.0.0/24") && l.contains(" ok ")),
         "nf_tables readable with the DaemonSet's capabilities: {r:?}"
     );
-
-    // Everything deleted as the kubelet deletes pods.
-    for id in [&gw, &plain, &a] {
-        cri.stop_and_remove(id);
-    }
-    assert!(!gw_ns.exists() && !plain_ns.exists());
-    assert_clean(&c, &before);
 }
 
 /// containerd restarted while pods run (its CNI state must carry over), then
@@ -439,8 +423,8 @@ fn a_runtime_listing_past_4_mib_of_annotations_is_read() {
         };
         ids.push(cri.run(&c, &pod).unwrap());
     }
-    let r = podgate(&c, &["inspect", "--k8s-pod", "default/big-7", "--json"]);
-    assert_eq!(r.code, 0, "{r:?}");
+    let r = podgate_at(&c, &["inspect", "--k8s-pod", "default/big-7", "--json"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
 
     // Every sandbox unguarded: a guard requiring IPsec, and a history whose
     // guard series was seen not served since the boot.
@@ -459,7 +443,8 @@ fn a_runtime_listing_past_4_mib_of_annotations_is_read() {
         &plugins,
         json!([{"type": "podgate-tunnel-guard", "required": "always",
                 "protectionDir": node.root().join("no-protection"),
-                "ovsdbSocket": node.root().join("no-ovsdb.sock")}])
+                "ovsdbSocket": node.root().join("no-ovsdb.sock"),
+                "eventFile": node.event_file()}])
         .to_string(),
     )
     .unwrap();
@@ -508,7 +493,7 @@ fn containerd_restart_while_pods_run() {
     // The pods survived the restart, podgate's state with them.
     assert_eq!(sysctl_in(&gw_ns, "net.ipv4.ip_forward"), "1");
     assert_eq!(c.node().state_files().len(), 2);
-    let r = podgate(
+    let r = podgate_at(
         &c,
         &[
             "sysctl",
@@ -519,8 +504,8 @@ fn containerd_restart_while_pods_run() {
         ],
     );
     assert_eq!(
-        (r.code, r.out.as_str()),
-        (0, "net.ipv4.ip_forward = 1\n"),
+        (r.code, r.stdout.as_str()),
+        (Some(0), "net.ipv4.ip_forward = 1\n"),
         "{r:?}"
     );
     for id in [&routed, &gw] {
@@ -776,7 +761,8 @@ fn primary_rewrites_its_conflist_while_the_installer_is_down() {
     std::fs::write(
         &plugins,
         json!([
-            {"type": "podgate-tunnel-guard", "required": "never"},
+            {"type": "podgate-tunnel-guard", "required": "never",
+             "eventFile": node.event_file()},
             router_entry(&node)
         ])
         .to_string(),

@@ -74,6 +74,22 @@ fn configmaps(docs: &[Value]) -> BTreeMap<String, BTreeMap<String, String>> {
         .collect()
 }
 
+/// In `plugins.json`, an entry naming neither `eventFile` nor `stateDir`
+/// writes the plugins' default event file, a path of the node's like every
+/// other: it is named, so that [`Kubelet::map_paths`] maps it too (else the
+/// containerd-run plugin would write this machine's own default).
+fn default_event_files(key: &str, mut v: Value) -> Value {
+    if key == "plugins.json" {
+        for entry in v.as_array_mut().into_iter().flatten() {
+            if entry.get("eventFile").is_none() && entry.get("stateDir").is_none() {
+                let file = podgate_cni::event::file_for_entry(entry);
+                entry["eventFile"] = json!(file);
+            }
+        }
+    }
+    v
+}
+
 // ------------------------------------------------------------------ images
 
 /// podgate's image under `name`, built from the Dockerfile by
@@ -271,7 +287,10 @@ impl Node {
                 let data = data
                     .into_iter()
                     .map(|(key, text)| match serde_json::from_str::<Value>(&text) {
-                        Ok(v) => (key, serde_json::to_string_pretty(&k.map_paths(&v)).unwrap()),
+                        Ok(v) => {
+                            let v = k.map_paths(&default_event_files(&key, v));
+                            (key, serde_json::to_string_pretty(&v).unwrap())
+                        }
                         Err(_) => (key, text),
                     })
                     .collect();

@@ -727,7 +727,7 @@ fn every_metric_the_docs_name_appears_in_a_real_scrape() {
     );
     let entries = json!([
         {"type": "podgate-tunnel-guard", "required": "always", "mode": "audit",
-         "agentSocket": status},
+         "agentSocket": status, "eventFile": node.event_file()},
         {"type": "podgate-router", "stateDir": node.state_dir(),
          "profiles": {"vpn-gateway": {"sysctls": {"net.ipv4.ip_forward": "1"}}}}
     ]);

@@ -29,9 +29,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-mod common_ipsec;
-
-use common_ipsec::{GuardNode, TIMEOUT_MS};
+use podgate_integration::ipsec::{GuardNode, TIMEOUT_MS};
 use podgate_integration::{
     assert_same, built, require_root, run_with_stdin, snapshot, Netns, Run, TempDir,
 };
@@ -585,7 +583,10 @@ fn panic_hook_answers_with_a_cni_error() {
     require_root();
     let bin = panic_example();
     let dir = TempDir::new("panic");
-    let conf = |v: &str| json!({"cniVersion": v, "name": "n", "type": "panic"}).to_string();
+    let events = dir.path().join("events.jsonl");
+    let conf = |v: &str| {
+        json!({"cniVersion": v, "name": "n", "type": "panic", "eventFile": events}).to_string()
+    };
     let netns = Netns::new("panic");
     let run = |cmd: &str, version: &str| -> Run {
         run_with_stdin(
@@ -684,7 +685,7 @@ fn ovsdb_that_never_answers_fails_add_in_bounded_time() {
     );
     // Without the `required` file and the socket, a stalled OVSDB still cannot
     // rule out its lease keys: closed, not "IPsec not in use".
-    let mut st = common_ipsec::armed_state(&g.chassis);
+    let mut st = podgate_integration::ipsec::armed_state(&g.chassis);
     st["lease"] = json!(null);
     g.agent.set(&st);
     let mut g = g;

@@ -10,7 +10,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{bin_dir, require_root, workspace_root, TempDir, TestNode, Verb};
+use podgate_integration::{
+    bin_dir, podgate_bin, require_root, workspace_root, TempDir, TestNode, Verb,
+};
 use serde_json::{json, Value};
 use std::ffi::OsStr;
 use std::fs;
@@ -29,16 +31,6 @@ const PRIMARIES: [&str; 7] = [
     "10-mynet.conf",
     "10-calico.conf",
 ];
-
-fn podgate() -> PathBuf {
-    let p = bin_dir().join("podgate");
-    assert!(
-        p.is_file(),
-        "{} missing: run `cargo build --bins` before these tests",
-        p.display()
-    );
-    p
-}
 
 fn fixture(name: &str) -> Vec<u8> {
     let p = workspace_root()
@@ -141,7 +133,7 @@ impl Dirs {
             .arg(self.root().join("state"));
     }
     fn install_cmd(&self, extra: &[&str]) -> Command {
-        let mut cmd = Command::new(podgate());
+        let mut cmd = Command::new(podgate_bin());
         cmd.arg("install");
         self.common(&mut cmd);
         cmd.arg("--source-dir")
@@ -170,7 +162,7 @@ impl Dirs {
         self.install(&["--check"]).status.success()
     }
     fn uninstall(&self, extra: &[&str]) -> Output {
-        let mut cmd = Command::new(podgate());
+        let mut cmd = Command::new(podgate_bin());
         cmd.arg("uninstall");
         self.common(&mut cmd);
         cmd.args(extra).stdin(Stdio::null()).output().unwrap()
@@ -1203,7 +1195,7 @@ fn wire_pod_through_installed_chain(single_conf: bool) {
     )
     .unwrap();
     let run = |verb: &str, extra: &[&OsStr]| {
-        let mut cmd = Command::new(podgate());
+        let mut cmd = Command::new(podgate_bin());
         cmd.arg(verb)
             .arg("--cni-conf-dir")
             .arg(node.conf_dir())
@@ -1417,7 +1409,7 @@ fn watch_stays_unready_saying_which_configmap_to_apply_until_the_plugins_file_ap
 /// `podgate uninstall --wait --purge-state-dir <router_state>` as a child.
 fn uninstall_waiting(d: &Dirs, extra: &[&str], router_state: &Path) -> Watcher {
     let log = d.root().join("uninstall.log");
-    let mut cmd = Command::new(podgate());
+    let mut cmd = Command::new(podgate_bin());
     cmd.arg("uninstall");
     d.common(&mut cmd);
     let child = cmd

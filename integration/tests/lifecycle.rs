@@ -32,15 +32,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::{
-    built, claims_index_matches_records, require_root, run_with_stdin, snapshot, state_files_in,
-    workspace_root, Netns, Run, Snapshot, TempDir,
+    built, claims_index_matches_records, podgate_bin, require_root, run_with_stdin, snapshot,
+    state_files_in, workspace_root, Netns, Run, Snapshot, TempDir,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 const ROUTER: &str = "podgate-router";
-const PODGATE: &str = "podgate";
 /// Interface index of both veth ends, as the golden records name it.
 const IFINDEX: &str = "7";
 const POD_SYSCTLS: [&str; 2] = ["net.ipv4.ip_forward", "net.ipv4.conf.eth0.accept_local"];
@@ -53,10 +52,6 @@ const STRICT_NODE_SYSCTLS: [&str; 4] = [
 
 fn router() -> PathBuf {
     built(&[ROUTER], &["-p", ROUTER]).remove(0)
-}
-
-fn podgate() -> PathBuf {
-    built(&[PODGATE], &["-p", PODGATE]).remove(0)
 }
 
 /// A node netns with bridge `pgbr0` (10.22.0.1/24, ifindex 7) and one pod,
@@ -318,7 +313,7 @@ impl Rig {
     }
 
     fn inspect(&self) -> Value {
-        let out = Command::new(podgate())
+        let out = Command::new(podgate_bin())
             .args(["inspect", "--all", "--json", "--state-dir"])
             .arg(self.state_dir())
             .arg("--node-netns")
@@ -1312,7 +1307,7 @@ fn the_node_agent_sweeps_records_of_dead_pods() {
 fn agent_command(rig: &Rig, extra: &[&str]) -> Command {
     let mut cmd = Command::new("nsenter");
     cmd.arg(format!("--net={}", rig.node.path().display()))
-        .arg(podgate())
+        .arg(podgate_bin())
         .arg("agent")
         .args(extra)
         .args(["--runtime-endpoint", "none"])
@@ -1350,7 +1345,7 @@ fn sweep_once(rig: &Rig) -> String {
 /// SIGTERM: what the uninstall DaemonSet does; its log.
 fn uninstall_purge(rig: &Rig) -> String {
     let log = rig.dir.path().join("uninstall.log");
-    let mut cmd = Command::new(podgate());
+    let mut cmd = Command::new(podgate_bin());
     cmd.arg("uninstall");
     node_dirs(rig, &mut cmd);
     let mut child = cmd

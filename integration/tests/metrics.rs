@@ -23,7 +23,7 @@ fn entries(node: &TestNode) -> Value {
     json!([
         {"type": "podgate-tunnel-guard", "required": "always", "mode": "audit",
          "agentSocket": node.root().join("no-agent/status.sock"),
-         "eventFile": node.state_dir().join("events.jsonl")},
+         "eventFile": node.event_file()},
         {"type": "podgate-router", "stateDir": node.state_dir(),
          "logFile": node.root().join("router.log"),
          "capabilities": {"io.kubernetes.cri.pod-annotations": true},
@@ -112,20 +112,39 @@ fn node_with_agent(prefix: &str) -> (TestNode, Agent) {
 #[test]
 fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     let (node, agent) = node_with_agent("metrics");
-    assert!(
-        node.state_dir().join("events.jsonl").is_file(),
-        "the agent makes the channel"
-    );
+    assert!(node.event_file().is_file(), "the agent makes the channel");
+    let pods = add_every_outcome(&node);
+    let body = every_outcome_counted(&node, &agent);
+    promtool_passes_and_only_metrics_is_served(&node, &body);
+    drift_is_followed(&node, &agent, &pods.gw);
+    let agent = counters_survive_a_restart(&node, agent, &body, &pods.gw);
+    stale_is_followed_then_everything_deleted(&node, &agent, pods);
+    agent.kill();
+}
 
+/// The pods of [`add_every_outcome`].
+struct Pods {
+    gw: Netns,
+    plain: Netns,
+    other: Netns,
+    _crash: Netns,
+}
+
+fn add(node: &TestNode, pod: &Netns, ns: &str, name: &str) -> podgate_integration::CniOutcome {
+    node.cni(Verb::Add, NET, pod, "eth0", Some(&pod_args(ns, name)), None)
+}
+
+/// ADDs with every outcome: a profile applied (the gateway), a pass-through
+/// (plain), a refusal (a pod outside allow.annotationNamespaces asking
+/// for a profile, through the runner for its CNI error code), and a router
+/// ADD killed half-way.
+fn add_every_outcome(node: &TestNode) -> Pods {
     let gw = node.pod("openvpn-gw-0");
     gw.set_forwarding(false);
     let plain = node.pod("plain");
     let other = node.pod("other");
-    let add = |pod: &Netns, ns: &str, name: &str| {
-        node.cni(Verb::Add, NET, pod, "eth0", Some(&pod_args(ns, name)), None)
-    };
-    add(&gw, "vpn", "openvpn-gw-0").assert_ok();
-    add(&plain, "vpn", "plain").assert_ok();
+    add(node, &gw, "vpn", "openvpn-gw-0").assert_ok();
+    add(node, &plain, "vpn", "plain").assert_ok();
     // A pod outside allow.annotationNamespaces asking for a profile (the
     // runner: its CNI error code).
     node.runner(
@@ -140,14 +159,24 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     .assert_cni_error(100);
     let crash_pod = node.pod("crash");
     assert_eq!(
-        router_add_killed_half_way(&node, &crash_pod),
+        router_add_killed_half_way(node, &crash_pod),
         Some(libc::SIGKILL),
         "the router ADD must die at the injected point"
     );
+    Pods {
+        gw,
+        plain,
+        other,
+        _crash: crash_pod,
+    }
+}
 
+/// `/metrics` once every ADD is counted: by outcome, refusal rule and
+/// duration; records, pending, drift; the guard's IPsec state.
+fn every_outcome_counted(node: &TestNode, agent: &Agent) -> String {
     let router = "podgate-router";
     let guard = "podgate-tunnel-guard";
-    let body = wait_for(&node, &agent, "every ADD counted", |b| {
+    let body = wait_for(node, agent, "every ADD counted", |b| {
         value(b, &requests(router, "ADD", "crashed")) == Some(1.0)
             && value(b, &requests(router, "ADD", "ok")) == Some(2.0)
     });
@@ -204,7 +233,10 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
             .any(|l| l.starts_with("podgate_ipsec_checks_failed{check=") && l.ends_with(" 1")),
         "the missing agent is a failed check: {body}"
     );
+    body
+}
 
+fn promtool_passes_and_only_metrics_is_served(node: &TestNode, body: &str) {
     // promtool, from Debian's prometheus package.
     let out = run_with_stdin(
         Command::new("promtool")
@@ -227,18 +259,24 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
     )
     .unwrap();
     assert_eq!(status, 404);
+}
 
+fn drift_is_followed(node: &TestNode, agent: &Agent, gw: &Netns) {
     // Drift: someone turns forwarding back off in the router pod.
     gw.sysctl_set("net.ipv4.ip_forward", "0");
-    wait_for(&node, &agent, "drift 1", |b| {
+    wait_for(node, agent, "drift 1", |b| {
         value(b, "podgate_attachment_drift") == Some(1.0)
     });
     gw.sysctl_set("net.ipv4.ip_forward", "1");
+}
 
+/// Returns the restarted agent.
+fn counters_survive_a_restart(node: &TestNode, agent: Agent, body: &str, gw: &Netns) -> Agent {
+    let router = "podgate-router";
     // A SIGKILLed agent comes back with the same counters, then counts on.
     agent.kill();
-    let agent = Agent::start(&node);
-    let after = wait_for(&node, &agent, "restarted agent", |b| {
+    let agent = Agent::start(node);
+    let after = wait_for(node, &agent, "restarted agent", |b| {
         value(b, "podgate_install_ready") == Some(1.0)
     });
     let counters = |b: &str| -> Vec<String> {
@@ -252,20 +290,20 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
             .collect()
     };
     assert_eq!(
-        counters(&body),
+        counters(body),
         counters(&after),
         "no double count after a restart"
     );
     node.cni(
         Verb::Del,
         NET,
-        &gw,
+        gw,
         "eth0",
         Some(&pod_args("vpn", "openvpn-gw-0")),
         None,
     )
     .assert_ok();
-    let del = wait_for(&node, &agent, "DEL counted", |b| {
+    let del = wait_for(node, &agent, "DEL counted", |b| {
         value(b, &requests(router, "DEL", "ok")) == Some(1.0)
     });
     assert_eq!(
@@ -278,13 +316,19 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
         Some(1.0),
         "{del}"
     );
+    agent
+}
 
+fn stale_is_followed_then_everything_deleted(node: &TestNode, agent: &Agent, pods: Pods) {
+    let Pods {
+        gw, plain, other, ..
+    } = pods;
     // Stale: a pod's netns is deleted before its DEL.
-    add(&gw, "vpn", "openvpn-gw-0").assert_ok();
+    add(node, &gw, "vpn", "openvpn-gw-0").assert_ok();
     let gw_path = gw.path().to_path_buf();
     drop(gw);
     assert!(!gw_path.exists());
-    wait_for(&node, &agent, "stale 1", |b| {
+    wait_for(node, agent, "stale 1", |b| {
         value(b, "podgate_records_stale") == Some(1.0)
     });
     node.cni_with_netns_path(
@@ -315,7 +359,6 @@ fn agent_metrics_count_every_outcome_pass_promtool_and_survive_a_restart() {
         None,
     )
     .assert_ok();
-    agent.kill();
 }
 
 /// A pod in a namespace that may choose its profile by annotation, ADDed by

@@ -12,7 +12,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::vpn::{self, CLIENT_POOL, TUN_SERVER_IP};
-use podgate_integration::{require_root, tcp_listen_bulk, tcp_request, Netns, TestNode, Verb};
+use podgate_integration::{
+    podgate, require_root, tcp_listen_bulk, tcp_request, Netns, TcpServer, TestNode, Verb,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -104,57 +106,80 @@ struct Round {
     icmp_dropped: u64,
 }
 
-#[test]
-fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
-    require_root();
-    podgate_integration::built(
-        &["podgate", "podgate-router"],
-        &["-p", "podgate", "-p", "podgate-router"],
-    );
-    let node = TestNode::new("mss");
-    let mut vpn_conf = node.bridge_conflist(
-        VPN_NET,
-        "1.0.0",
-        "10.22.0.0/24",
-        vec![
-            json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),
-            router(&node),
-        ],
-    );
-    vpn_conf["plugins"][0]["mtu"] = json!(1400);
-    node.write_conflist(VPN_NET, &vpn_conf);
-    node.write_conflist(
-        APPS_NET,
-        &node.bridge_conflist(APPS_NET, "1.0.0", "10.23.0.0/24", vec![]),
-    );
-    // Where the node would tell the backend to send smaller packets, it cannot.
-    node.ns.sh_ok(
-        "nft -f - <<'EOF'\n\
-         table inet lossy {\n\
-           chain lossy_out { type filter hook output priority 0; policy accept;\n\
-             icmp type destination-unreachable icmp code frag-needed counter drop comment \"frag-needed\"; }\n\
-           chain lossy_fwd { type filter hook forward priority 0; policy accept;\n\
-             icmp type destination-unreachable icmp code frag-needed counter drop comment \"frag-needed\"; }\n\
-         }\nEOF",
-    );
+/// The node: the VPN pod's network (MTU 1400, portmap, podgate-router) and
+/// the apps network (MTU 1500), ICMP frag-needed dropped on the node; the
+/// backend pod serving 1 MiB and counting SYNs by MSS; the VPN client.
+/// Fields drop in order: client, bulk server, backend, node.
+struct Rig {
+    client: vpn::VpnClient,
+    _bulk: TcpServer,
+    backend: Netns,
+    backend_ip: String,
+    node: TestNode,
+}
 
-    let backend = node.pod("backend");
-    let b = node.cni(Verb::Add, APPS_NET, &backend, "eth0", None, None);
-    b.assert_ok();
-    let backend_ip = ip_of(&b);
-    assert_eq!(
-        backend.exec_ok(&["cat", "/sys/class/net/eth0/mtu"]).trim(),
-        "1500"
-    );
-    mss_probe(&backend);
-    let _bulk = tcp_listen_bulk(&backend, BULK_PORT, BULK);
+impl Rig {
+    fn new() -> Rig {
+        let node = TestNode::new("mss");
+        let mut vpn_conf = node.bridge_conflist(
+            VPN_NET,
+            "1.0.0",
+            "10.22.0.0/24",
+            vec![
+                json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),
+                router(&node),
+            ],
+        );
+        vpn_conf["plugins"][0]["mtu"] = json!(1400);
+        node.write_conflist(VPN_NET, &vpn_conf);
+        node.write_conflist(
+            APPS_NET,
+            &node.bridge_conflist(APPS_NET, "1.0.0", "10.23.0.0/24", vec![]),
+        );
+        // Where the node would tell the backend to send smaller packets, it cannot.
+        node.ns.sh_ok(
+            "nft -f - <<'EOF'\n\
+             table inet lossy {\n\
+               chain lossy_out { type filter hook output priority 0; policy accept;\n\
+                 icmp type destination-unreachable icmp code frag-needed counter drop comment \"frag-needed\"; }\n\
+               chain lossy_fwd { type filter hook forward priority 0; policy accept;\n\
+                 icmp type destination-unreachable icmp code frag-needed counter drop comment \"frag-needed\"; }\n\
+             }\nEOF",
+        );
 
-    let client = vpn::client(&node, "m");
-    let portmap =
-        json!({"portMappings": [{"hostPort": 1194, "containerPort": 1194, "protocol": "udp"}]});
-    let no_mssfix = ["--mssfix", "0"];
+        let backend = node.pod("backend");
+        let b = node.cni(Verb::Add, APPS_NET, &backend, "eth0", None, None);
+        b.assert_ok();
+        let backend_ip = ip_of(&b);
+        assert_eq!(
+            backend.exec_ok(&["cat", "/sys/class/net/eth0/mtu"]).trim(),
+            "1500"
+        );
+        mss_probe(&backend);
+        let bulk = tcp_listen_bulk(&backend, BULK_PORT, BULK);
+        let client = vpn::client(&node, "m");
+        Rig {
+            client,
+            _bulk: bulk,
+            backend,
+            backend_ip,
+            node,
+        }
+    }
 
-    let run = |name: &str, lport: u16| -> Round {
+    fn portmap() -> Value {
+        json!({"portMappings": [{"hostPort": 1194, "containerPort": 1194, "protocol": "udp"}]})
+    }
+
+    /// One round: VPN pod `name` (ADD through the chain), the tunnel from
+    /// the client on `lport`, the 1 MiB transfer, what the backend and the
+    /// node counted; for `vpn-clamp*` also `inspect` of the clamp and its
+    /// drift; DEL leaves nothing of podgate's in the pod.
+    fn round(&self, name: &str, lport: u16) -> Round {
+        let (node, client, backend, backend_ip) =
+            (&self.node, &self.client, &self.backend, &self.backend_ip);
+        let portmap = Rig::portmap();
+        let no_mssfix = ["--mssfix", "0"];
         let pod = node.pod(name);
         pod.set_forwarding(false);
         let out = node.cni(
@@ -195,12 +220,12 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
         );
         let before: Vec<u64> = ["1460", "1360", "1300", "syn"]
             .iter()
-            .map(|c| counter(&backend, "probe", c))
+            .map(|c| counter(backend, "probe", c))
             .collect();
         let icmp0 = counter(&node.ns, "lossy", "frag-needed");
         let received = tcp_request(
             &client.client,
-            &backend_ip,
+            backend_ip,
             BULK_PORT,
             Duration::from_secs(4),
         )
@@ -208,7 +233,7 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
         .map(|s| s.len());
         let after: Vec<u64> = ["1460", "1360", "1300", "syn"]
             .iter()
-            .map(|c| counter(&backend, "probe", c))
+            .map(|c| counter(backend, "probe", c))
             .collect();
         let round = Round {
             mss: [0, 1, 2, 3].map(|i| after[i] - before[i]),
@@ -217,66 +242,7 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
         };
 
         if name.starts_with("vpn-clamp") {
-            // inspect (CHECK's drift check) covers the chain: holds, then
-            // names a missing rule.
-            let inspect = || {
-                let out =
-                    std::process::Command::new(podgate_integration::bin_dir().join("podgate"))
-                        .args(["inspect", "--container"])
-                        .arg(out.container_id.as_deref().unwrap())
-                        .arg("--state-dir")
-                        .arg(node.state_dir())
-                        .arg("--node-netns")
-                        .arg(node.ns.path())
-                        .output()
-                        .unwrap();
-                (
-                    out.status.code(),
-                    String::from_utf8_lossy(&out.stdout).into_owned(),
-                )
-            };
-            let (code, text) = inspect();
-            assert_eq!(code, Some(0), "{text}");
-            assert!(
-                text.contains("mss clamp:   inet podgate-eth0 forward: ip saddr 10.8.0.0/24 oifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set rt mtu"),
-                "{text}"
-            );
-            let table = pod.exec_ok(&[
-                "nft",
-                "-a",
-                "list",
-                "chain",
-                "inet",
-                "podgate-eth0",
-                "forward",
-            ]);
-            assert!(
-                table.contains("tcp option maxseg size set rt mtu"),
-                "{table}"
-            );
-            let handle = table
-                .lines()
-                .find(|l| l.contains("oifname \"eth0\""))
-                .and_then(|l| l.rsplit("# handle ").next())
-                .unwrap()
-                .trim()
-                .to_string();
-            pod.exec_ok(&[
-                "nft",
-                "delete",
-                "rule",
-                "inet",
-                "podgate-eth0",
-                "forward",
-                "handle",
-                &handle,
-            ]);
-            let (code, text) = inspect();
-            assert_eq!(code, Some(2), "{text}");
-            assert!(
-                text.contains("DRIFT: mss clamp `ip saddr 10.8.0.0/24 oifname \"eth0\""),
-                "{text}"
-            );
+            inspect_names_the_clamp_and_its_drift(node, &pod, out.container_id.as_deref().unwrap());
         }
 
         vpn::stop(cl);
@@ -293,8 +259,78 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
         let left = pod.exec_ok(&["nft", "list", "ruleset"]);
         assert!(!left.contains("podgate"), "{name}: DEL left {left}");
         round
-    };
+    }
+}
 
+/// `podgate inspect` (CHECK's drift check) covers the clamp chain: holds,
+/// then names the rule deleted by hand.
+fn inspect_names_the_clamp_and_its_drift(node: &TestNode, pod: &Netns, container_id: &str) {
+    let state_dir = node.state_dir();
+    let inspect = || {
+        let r = podgate(&[
+            "inspect",
+            "--container",
+            container_id,
+            "--state-dir",
+            state_dir.to_str().unwrap(),
+            "--node-netns",
+            node.ns.path().to_str().unwrap(),
+        ]);
+        (r.code, r.stdout)
+    };
+    let (code, text) = inspect();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("mss clamp:   inet podgate-eth0 forward: ip saddr 10.8.0.0/24 oifname \"eth0\" tcp flags syn / syn,rst tcp option maxseg size set rt mtu"),
+        "{text}"
+    );
+    let table = pod.exec_ok(&[
+        "nft",
+        "-a",
+        "list",
+        "chain",
+        "inet",
+        "podgate-eth0",
+        "forward",
+    ]);
+    assert!(
+        table.contains("tcp option maxseg size set rt mtu"),
+        "{table}"
+    );
+    let handle = table
+        .lines()
+        .find(|l| l.contains("oifname \"eth0\""))
+        .and_then(|l| l.rsplit("# handle ").next())
+        .unwrap()
+        .trim()
+        .to_string();
+    pod.exec_ok(&[
+        "nft",
+        "delete",
+        "rule",
+        "inet",
+        "podgate-eth0",
+        "forward",
+        "handle",
+        &handle,
+    ]);
+    let (code, text) = inspect();
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("DRIFT: mss clamp `ip saddr 10.8.0.0/24 oifname \"eth0\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
+    require_root();
+    podgate_integration::built(
+        &["podgate", "podgate-router"],
+        &["-p", "podgate", "-p", "podgate-router"],
+    );
+    let rig = Rig::new();
+    let run = |name: &str, lport: u16| rig.round(name, lport);
     let plain = run("vpn-plain-0", 43001);
     assert_eq!(
         plain.mss,
@@ -328,7 +364,12 @@ fn mss_clamp_lets_full_size_transfers_through_a_narrow_pod_network() {
     assert_eq!(fixed.mss, [0, 0, 1, 1], "mssClamp 1300");
     assert_eq!(fixed.received, Some(BULK));
 
-    assert!(node.state_files().is_empty(), "{:?}", node.state_files());
-    node.cni(Verb::Del, APPS_NET, &backend, "eth0", None, None)
+    assert!(
+        rig.node.state_files().is_empty(),
+        "{:?}",
+        rig.node.state_files()
+    );
+    rig.node
+        .cni(Verb::Del, APPS_NET, &rig.backend, "eth0", None, None)
         .assert_ok();
 }

@@ -10,6 +10,7 @@
 
 use podgate_integration::cluster::{Cluster, VpnPod, BACKEND_PORT, VIP, VIP_PORT};
 use podgate_integration::vpn::TUN_SERVER_IP;
+use podgate_integration::Run;
 
 /// Connections to the VIP per check: two rounds over the three endpoints.
 const VIP_TRIES: usize = 6;
@@ -97,37 +98,18 @@ fn with_the_pool_routed_to_node_a_on_b_and_c_all_three_answer() {
     assert!(shares.iter().all(Option::is_some), "{shares:?}");
 }
 
-struct Run {
-    code: i32,
-    out: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n{}", self.code, self.out)
-    }
-}
-
 /// `podgate diagnose` of the VPN pod (pools from podgate's record) on node
 /// A, probing the tunnel peer and `pod` from the tunnel address.
 fn diagnose(c: &Cluster, vp: &VpnPod<'_>, pod: &str) -> Run {
     let state_dir = c.node_a().node.state_dir();
-    let out = c.diagnose(&[
+    c.diagnose(&[
         "--container",
         &vp.container_id,
         "--state-dir",
         state_dir.to_str().unwrap(),
         "--pod",
         pod,
-    ]);
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        out: format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
+    ])
 }
 
 const CROSS_NODE: &str = "exists only on this node";
@@ -137,42 +119,42 @@ fn diagnose_names_the_node_local_return_route_for_backends_on_b_and_c_and_not_fo
     let c = Cluster::new();
     let vp = c.vpn_pod("openvpn-rt-0");
     let a = diagnose(&c, &vp, &c.backends[0].ip);
-    assert_eq!(a.code, 0, "{a:?}");
-    assert!(a.out.contains("verdict: all 2 hops answer"), "{a:?}");
-    assert!(!a.out.contains(CROSS_NODE), "{a:?}");
+    assert_eq!(a.code, Some(0), "{a:?}");
+    assert!(a.text().contains("verdict: all 2 hops answer"), "{a:?}");
+    assert!(!a.text().contains(CROSS_NODE), "{a:?}");
 
     let node_a = &c.node_a().ip;
     for b in c.backends.iter().skip(1) {
         let r = diagnose(&c, &vp, &b.ip);
-        assert_eq!(r.code, 2, "{r:?}");
+        assert_eq!(r.code, Some(2), "{r:?}");
         let node = &c.nodes[b.node];
         assert!(
-            r.out.contains(&format!(
+            r.text().contains(&format!(
                 "verdict: pod {}: the pod reaches it, but a probe from {TUN_SERVER_IP} silent",
                 b.ip
             )),
             "{r:?}"
         );
         assert!(
-            r.out.contains(&format!(
+            r.text().contains(&format!(
                 "{} is not served by this node (the node's route {} via {} dev fabric0 proto boot)",
                 b.ip, node.pod_cidr, node.ip
             )),
             "{r:?}"
         );
         assert!(
-            r.out.contains(&format!(
+            r.text().contains(&format!(
                 "the return route 10.8.0.0/24 via {} {CROSS_NODE}",
                 vp.ip
             )),
             "{r:?}"
         );
         assert!(
-            r.out.contains("masquerade 10.8.0.0/24 in the pod")
-                && r.out.contains(&format!(
+            r.text().contains("masquerade 10.8.0.0/24 in the pod")
+                && r.text().contains(&format!(
                     "route 10.8.0.0/24 to this node ({node_a}) on every node or on the fabric"
                 ))
-                && r.out.contains("bridge routes only each node's pod CIDR"),
+                && r.text().contains("bridge routes only each node's pod CIDR"),
             "{r:?}"
         );
     }
@@ -185,17 +167,17 @@ fn diagnose_does_not_blame_the_return_route_when_bs_backend_is_stopped() {
     let b = &c.backends[1];
     b.pod.exec_ok(&["ip", "link", "set", "eth0", "down"]);
     let r = diagnose(&c, &vp, &b.ip);
-    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(r.code, Some(2), "{r:?}");
     assert!(
-        r.out.contains(&format!(
+        r.text().contains(&format!(
             "verdict: pod {} silent (no answer in 1000 ms) even from the VPN pod itself",
             b.ip
         )),
         "{r:?}"
     );
-    assert!(!r.out.contains(CROSS_NODE), "{r:?}");
+    assert!(!r.text().contains(CROSS_NODE), "{r:?}");
     assert!(
-        !r.out.contains("masquerade 10.8.0.0/24 in the pod"),
+        !r.text().contains("masquerade 10.8.0.0/24 in the pod"),
         "{r:?}"
     );
 }

@@ -5,10 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{bin_dir, cnitool_container_id, require_root, TestNode, Verb};
+use podgate_integration::{bin_dir, cnitool_container_id, require_root, Netns, TestNode, Verb};
 use serde_json::{json, Value};
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 const NET: &str = "reportnet";
@@ -36,16 +36,29 @@ fn files_under(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-#[test]
-fn report_has_every_part_and_no_key_material() {
-    require_root();
-    podgate_integration::built_shipped();
+/// A node with both plugins chained, two VPN pods wired through libcni
+/// (one masqueraded, one with a return-route pool), and secrets planted
+/// where operators leave them: another network's conflist, the installer's
+/// state, the router's log. Fields drop in order: the pods, then the node.
+struct Planted {
+    gw: Netns,
+    rt: Netns,
+    gw_id: String,
+    rt_id: String,
+    installer: PathBuf,
+    plugins_file: PathBuf,
+    agent_state: PathBuf,
+    agent_log: PathBuf,
+    node: TestNode,
+}
+
+fn planted() -> Planted {
     let node = TestNode::new("report");
     let router_log = node.root().join("router.log");
     let entries = json!([
         {"type": "podgate-tunnel-guard", "required": "always", "mode": "audit",
          "agentSocket": node.root().join("no-agent/status.sock"),
-         "logFile": node.root().join("guard.log")},
+         "logFile": node.root().join("guard.log"), "eventFile": node.event_file()},
         {"type": "podgate-router", "stateDir": node.state_dir(), "logFile": router_log,
          "capabilities": {"io.kubernetes.cri.pod-annotations": true},
          "profiles": {
@@ -112,7 +125,31 @@ fn report_has_every_part_and_no_key_material() {
         "2026-12-01T00:00:00.000Z podgate installer: chained podgate\n",
     )
     .unwrap();
+    Planted {
+        gw,
+        rt,
+        gw_id,
+        rt_id,
+        installer,
+        plugins_file,
+        agent_state,
+        agent_log,
+        node,
+    }
+}
 
+/// `podgate report --output <node>/report.tar` in the node netns, over
+/// everything planted: it succeeds, prints the archive's name, and draws
+/// no progress without a terminal.
+fn report(p: &Planted) -> PathBuf {
+    let Planted {
+        node,
+        installer,
+        plugins_file,
+        agent_state,
+        agent_log,
+        ..
+    } = p;
     let archive = node.root().join("report.tar");
     let out = node
         .ns
@@ -127,13 +164,13 @@ fn report_has_every_part_and_no_key_material() {
         .arg("--state-dir")
         .arg(node.state_dir())
         .arg("--installer-state-dir")
-        .arg(&installer)
+        .arg(installer)
         .arg("--plugins")
-        .arg(&plugins_file)
+        .arg(plugins_file)
         .arg("--agent-state-dir")
-        .arg(&agent_state)
+        .arg(agent_state)
         .arg("--log")
-        .arg(&agent_log)
+        .arg(agent_log)
         .args(["--lines", "200"])
         .stdin(Stdio::null())
         .output()
@@ -148,12 +185,16 @@ fn report_has_every_part_and_no_key_material() {
         String::from_utf8_lossy(&out.stdout).contains("report.tar"),
         "{text}"
     );
+    archive
+}
 
+/// The archive unpacked under the node's dir: its `podgate-report/`.
+fn untar(node: &TestNode, archive: &Path) -> PathBuf {
     let x = node.root().join("x");
     fs::create_dir_all(&x).unwrap();
     let untar = Command::new("tar")
         .arg("-xf")
-        .arg(&archive)
+        .arg(archive)
         .arg("-C")
         .arg(&x)
         .output()
@@ -163,10 +204,29 @@ fn report_has_every_part_and_no_key_material() {
         "{}",
         podgate_integration::output_text(&untar)
     );
-    let r = x.join("podgate-report");
-    let read = |p: &str| {
-        fs::read_to_string(r.join(p)).unwrap_or_else(|e| panic!("{p} missing from the report: {e}"))
-    };
+    x.join("podgate-report")
+}
+
+/// `podgate-report/<p>`, which must be there.
+fn read(r: &Path, p: &str) -> String {
+    fs::read_to_string(r.join(p)).unwrap_or_else(|e| panic!("{p} missing from the report: {e}"))
+}
+
+/// Whether any file of `podgate-report/logs/` holds `needle`.
+fn logs_hold(r: &Path, needle: &str) -> bool {
+    fs::read_dir(r.join("logs"))
+        .unwrap()
+        .flatten()
+        .any(|e| fs::read_to_string(e.path()).unwrap().contains(needle))
+}
+
+/// Every listed part: versions, configs, the installer's and the agent's
+/// state, both records with the claims index, IPsec status, the node's
+/// routes, rules and nf_tables, the logs, the README.
+fn assert_every_part(p: &Planted, r: &Path) {
+    let (gw_id, rt_id) = (&p.gw_id, &p.rt_id);
+    let read = |f: &str| read(r, f);
+    let logs = |needle: &str| logs_hold(r, needle);
     let release =
         String::from_utf8(Command::new("uname").arg("-r").output().unwrap().stdout).unwrap();
     let v = read("version.txt");
@@ -219,25 +279,24 @@ fn report_has_every_part_and_no_key_material() {
         )) && nft.contains("10.8.0.0/24"),
         "{nft}"
     );
-    let logs = |needle: &str| {
-        fs::read_dir(r.join("logs"))
-            .unwrap()
-            .flatten()
-            .any(|e| fs::read_to_string(e.path()).unwrap().contains(needle))
-    };
     assert!(logs("\"msg\":\"applied\""), "router log lines included");
     assert!(logs("chained podgate"), "the agent's --log included");
     assert!(read("README.txt").contains("records/inspect.json"));
+}
 
-    // The secrets test: nowhere in the archive, nor in any file in it.
-    let raw = fs::read(&archive).unwrap();
+/// The secrets: nowhere in the archive, nor in any file in it; the planted
+/// places were copied (redacted), not skipped.
+fn assert_no_key_material(archive: &Path, r: &Path) {
+    let read = |f: &str| read(r, f);
+    let logs = |needle: &str| logs_hold(r, needle);
+    let raw = fs::read(archive).unwrap();
     let raw = String::from_utf8_lossy(&raw);
     let sa_digits = SA_KEY.trim_start_matches("0x");
     for secret in [KEY_BODY, "BEGIN PRIVATE KEY", sa_digits] {
         assert!(!raw.contains(secret), "{secret:?} leaked into the archive");
     }
     let mut all = Vec::new();
-    files_under(&r, &mut all);
+    files_under(r, &mut all);
     assert!(all.len() >= 14, "{all:?}");
     for f in all {
         let t = fs::read_to_string(&f).unwrap();
@@ -252,7 +311,18 @@ fn report_has_every_part_and_no_key_material() {
     // The planted places were copied (redacted), not skipped.
     assert!(read("cni/20-secret.conflist").contains("[redacted"));
     assert!(logs("[redacted key]") && logs("[redacted PEM PRIVATE KEY]"));
+}
 
+#[test]
+fn report_has_every_part_and_no_key_material() {
+    require_root();
+    podgate_integration::built_shipped();
+    let p = planted();
+    let archive = report(&p);
+    let r = untar(&p.node, &archive);
+    assert_every_part(&p, &r);
+    assert_no_key_material(&archive, &r);
+    let Planted { node, gw, rt, .. } = &p;
     for (pod, name) in [(&gw, "openvpn-gw-0"), (&rt, "openvpn-rt-0")] {
         node.cni(
             Verb::Del,

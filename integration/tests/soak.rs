@@ -16,7 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::{
-    assert_same, built, output_text, require_root, snapshot, target_dir, Netns, TempDir,
+    assert_same, built, output_text, require_root, snapshot, target_dir, Netns, Run, TempDir,
 };
 use serde_json::{json, Value};
 use std::fs::File;
@@ -213,8 +213,9 @@ impl Rig {
 
     /// Runs `argv` with `env` and `stdin`, entering the node netns between
     /// fork and exec (no `ip netns exec` in between: what is timed is the
-    /// plugin process alone). Returns what it printed and its status.
-    fn spawn(&self, argv: &[&Path], env: &[(String, String)], stdin: &[u8]) -> Run {
+    /// plugin process alone). Returns what it printed and its status, and
+    /// how long it ran (ms).
+    fn spawn(&self, argv: &[&Path], env: &[(String, String)], stdin: &[u8]) -> (Run, f64) {
         let mut cmd = Command::new(argv[0]);
         cmd.args(&argv[1..])
             .env_clear()
@@ -264,31 +265,13 @@ impl Rig {
         let status = child.wait().unwrap();
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         use std::os::unix::process::ExitStatusExt;
-        Run {
-            ms,
-            exited: status.code(),
+        let run = Run {
+            code: status.code(),
             signal: status.signal(),
             stdout,
             stderr: err_reader.join().unwrap(),
-        }
-    }
-}
-
-struct Run {
-    ms: f64,
-    exited: Option<i32>,
-    signal: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {:?} signal {:?} in {:.1} ms\nstdout: {}\nstderr: {}",
-            self.exited, self.signal, self.ms, self.stdout, self.stderr
-        )
+        };
+        (run, ms)
     }
 }
 
@@ -403,8 +386,8 @@ fn audit_fds(rig: &Rig, env: &[(String, String)], stdin: &[u8], tag: &str) -> Ve
     let qq = PathBuf::from("-qq");
     let o = PathBuf::from("-o");
     let plugin = plugin();
-    let run = rig.spawn(&[&strace, &ff, &qq, &o, &prefix, &plugin], env, stdin);
-    assert_eq!(run.exited, Some(0), "under strace {tag}: {run:?}");
+    let (run, _) = rig.spawn(&[&strace, &ff, &qq, &o, &prefix, &plugin], env, stdin);
+    assert_eq!(run.code, Some(0), "under strace {tag}: {run:?}");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
@@ -506,8 +489,13 @@ fn soak_add_del_cycles_leave_nothing_behind() {
             let _ = std::fs::remove_file(&report);
             env.push(("LD_PRELOAD".into(), shim.display().to_string()));
             env.push(("PODGATE_FD_REPORT".into(), report.display().to_string()));
-            let run = rig.spawn(&[&plugin], &env, &conf);
-            assert_eq!(run.exited, Some(0), "cycle {i} {v:?} {}: {run:?}", call.0);
+            let (run, ms) = rig.spawn(&[&plugin], &env, &conf);
+            assert_eq!(
+                run.code,
+                Some(0),
+                "cycle {i} {v:?} {} in {ms:.1} ms: {run:?}",
+                call.0
+            );
             if call.0 == "ADD" {
                 let out: Value = serde_json::from_str(run.stdout.trim())
                     .unwrap_or_else(|e| panic!("cycle {i} ADD stdout: {e}: {run:?}"));
@@ -535,7 +523,7 @@ fn soak_add_del_cycles_leave_nothing_behind() {
                     call.0
                 )),
             }
-            call.1 = run.ms;
+            call.1 = ms;
         }
         add_ms.push(calls[0].1);
         del_ms.push(calls[1].1);

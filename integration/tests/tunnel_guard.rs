@@ -12,9 +12,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-mod common_ipsec;
-
-use common_ipsec::{armed_state, lease, rfc3339_from_now, AgentOpts, GuardNode, MARK, TIMEOUT_MS};
+use podgate_integration::ipsec::{
+    armed_state, lease, rfc3339_from_now, AgentOpts, GuardNode, MARK, TIMEOUT_MS,
+};
 use podgate_integration::{Primaries, Verb};
 use serde_json::json;
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! No `unsafe` here: the protocol layer parses input a pod can influence,
 //! and std's stdin, stdout and exit (and the kit's file locks) do all it
 //! needs.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)

@@ -7,6 +7,7 @@
 //! Every call runs on a current-thread tokio runtime of its own and returns
 //! plain data: callers stay synchronous.
 
+#![forbid(unsafe_code)]
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)

@@ -20,8 +20,9 @@
 //! process.
 
 use crate::history::{History, HistoryFile};
+use crate::logging::info;
 use crate::runtime::Runtime;
-use crate::{log, ChainProbe};
+use crate::{ChainProbe, Readiness};
 use podgate_cri::{ReadySandbox, SandboxNetns};
 use podgate_router::plugin::adopt::{self, Adoption, Sandbox};
 use podgate_tunnel_guard::{GuardConfig, Verdict};
@@ -142,14 +143,14 @@ impl Repair {
             let pod = format!("{}/{} (sandbox {})", sb.namespace, sb.name, sb.id);
             if self.dry_run {
                 if self.said.insert(sb.id.clone()) {
-                    log(format!(
+                    info(format!(
                         "dry run: would stop unguarded {pod}: created while the tunnel guard was not in the chain the runtime served"
                     ));
                 }
                 continue;
             }
             if self.stopped.len() >= self.per_minute {
-                log(format!(
+                info(format!(
                     "repair: {} a minute reached; {pod} waits",
                     self.per_minute
                 ));
@@ -158,7 +159,7 @@ impl Repair {
             self.stopped.push_back(now);
             match podgate_cri::stop_sandbox(endpoint, &sb.id) {
                 Ok(()) => {
-                    log(format!(
+                    info(format!(
                         "stopped unguarded {pod}: created while the tunnel guard was not in the chain; the kubelet recreates it through the chain"
                     ));
                     out.stopped.push(sb.id.clone());
@@ -237,19 +238,21 @@ impl Adopter {
             }
         };
         let ready = probe.ready();
-        let served = ready.is_ok() && h.router.served_now();
+        let served = ready.is_chained() && h.router.served_now();
         if self.adopt && !served {
             out.skipped = Some(match &ready {
-                Err(why) => format!("the runtime does not serve podgate's chain: {why}"),
-                Ok(_) if !h.router.observed() => format!(
+                Readiness::NotReady(why) => {
+                    format!("the runtime does not serve podgate's chain: {why}")
+                }
+                Readiness::Chained(_) if !h.router.observed() => format!(
                     "{} holds no observation of the runtime yet (a new or lost record is no evidence: nothing is adopted until the installer's watch has looked)",
                     crate::history::FILE
                 ),
-                Ok(_) if h.router.first_loaded.is_none() => format!(
+                Readiness::Chained(_) if h.router.first_loaded.is_none() => format!(
                     "{} does not record the runtime serving podgate's chain yet",
                     crate::history::FILE
                 ),
-                Ok(_) => format!(
+                Readiness::Chained(_) => format!(
                     "{} records the chain missing since it was last seen served",
                     crate::history::FILE
                 ),
@@ -257,7 +260,7 @@ impl Adopter {
         }
         // Stopped sandboxes are recreated through the chain: only while it
         // is served with the guard enforcing, or they come back unguarded.
-        let guarded = ready.is_ok() && h.guard.served_now();
+        let guarded = ready.is_chained() && h.guard.served_now();
         let guard = guard_required(probe);
         let entry = if served && self.adopt {
             match router_entry(probe) {
@@ -343,7 +346,7 @@ impl Adopter {
                 // Stopped meanwhile: its DEL may have come before the record.
                 match podgate_cri::is_ready(endpoint, &sb.id) {
                     Ok(true) => {
-                        log(format!(
+                        info(format!(
                             "adopted {pod}: profile {profile:?} (selected by {source}); it was created without podgate's chain"
                         ));
                         out.adopted.push((pod, profile));
@@ -352,7 +355,7 @@ impl Adopter {
                     Ok(false) => match adopt::undo(entry, &ifname, &sandbox) {
                         Ok(()) => {
                             let line = format!("{pod}: stopped while it was adopted: undone");
-                            log(&line);
+                            info(&line);
                             out.stopped_meanwhile.push(line);
                             Ok(())
                         }
@@ -381,7 +384,7 @@ impl Adopter {
                         "{pod}: stopped before it was adopted: nothing applied ({})",
                         e.msg
                     );
-                    log(&line);
+                    info(&line);
                     out.stopped_meanwhile.push(line);
                     return Ok(());
                 }

@@ -14,9 +14,10 @@
 
 use crate::adopt::{Adopter, Repair, Scan};
 use crate::history::HistoryFile;
+use crate::logging::{info, warn};
 use crate::metrics::{self, events::Spool, http};
 use crate::sweep::Sweep;
-use crate::{log, AgentLogArgs, ChainArgs, ChainProbe, Error};
+use crate::{AgentLogArgs, ChainArgs, ChainProbe, Error};
 use clap::Args;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -35,7 +36,7 @@ const BROKER_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
     /// Serve GET /metrics and GET /healthz here (plain HTTP): a numeric
-    /// address and port, e.g. 10.0.0.5:9750 or [fd00::5]:9750 (an IPv6
+    /// address and port, e.g. 10.0.0.5:9750 or `[fd00::5]:9750` (an IPv6
     /// address may also come unbracketed, the part after the last colon
     /// being the port, as `$(HOST_IP):9750` expands). No default: give the
     /// node's own address, not 0.0.0.0.
@@ -177,8 +178,8 @@ impl Worker {
     fn stop(self) {
         let _ = self.stop.send(());
         if self.done.recv_timeout(STOP_WAIT).is_err() {
-            log(format!(
-                "warning: a collection or sweep was still running after {}s; exiting anyway",
+            warn(format!(
+                "a collection or sweep was still running after {}s; exiting anyway",
                 STOP_WAIT.as_secs()
             ));
         }
@@ -201,7 +202,7 @@ fn supervised(pages: &http::Pages, body: impl FnOnce()) {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(no message)".into());
-    log(format!(
+    info(format!(
         "error: the collection worker panicked: {why}; /healthz fails and podgate_install_ready is 0 until the agent is restarted"
     ));
     let mut snap = metrics::Snapshot {
@@ -216,10 +217,10 @@ fn supervised(pages: &http::Pages, body: impl FnOnce()) {
 fn adopt_round(a: &mut Adopter, probe: &ChainProbe, spool: &mut Spool) -> crate::adopt::Scan {
     let scan = a.scan(probe);
     for e in &scan.errors {
-        log(format!("warning: adoption: {e}"));
+        warn(format!("adoption: {e}"));
     }
     for e in count(spool, &scan) {
-        log(format!("warning: {e}"));
+        warn(e);
     }
     scan
 }
@@ -298,8 +299,8 @@ fn wait_for_broker(socket: &std::path::Path) {
     let start = Instant::now();
     while !socket.exists() {
         if start.elapsed() > BROKER_WAIT {
-            log(format!(
-                "warning: no sysctl broker at {} after {}s; sysctl writes fail until it is there",
+            warn(format!(
+                "no sysctl broker at {} after {}s; sysctl writes fail until it is there",
                 socket.display(),
                 BROKER_WAIT.as_secs()
             ));
@@ -315,11 +316,11 @@ async fn terminated(mut term: tokio::signal::unix::Signal, mut int: tokio::signa
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     };
-    log(format!("{name}: stopping"));
+    info(format!("{name}: stopping"));
 }
 
 pub fn run(args: &AgentArgs) -> Result<(), Error> {
-    crate::set_log(&args.log, "agent");
+    crate::logging::set(&args.log, "agent");
     let probe = ChainProbe::new(&args.chain)?;
     let spool = Spool::open(&args.agent_state_dir).map_err(Error::Agent)?;
     let interval = Duration::from_secs(args.metrics_interval_secs.max(1));
@@ -371,7 +372,7 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
             adopter,
             Arc::clone(&pages),
         )?;
-        log(format!(
+        info(format!(
             "serving http://{addr}/metrics and /healthz, collecting every {}s; {}; {}",
             interval.as_secs(),
             match &sweep {

@@ -5,7 +5,8 @@
 //! forwards only the reads podgate makes ([`podgate_cri::proxy`]) and,
 //! with `--allow-stop`, StopPodSandbox for `--repair-unguarded`.
 
-use crate::{log, log_at, set_log, AgentLogArgs, Error};
+use crate::logging::{self, info, warn};
+use crate::{AgentLogArgs, Error};
 use clap::Args;
 use podgate_cni::log::Level;
 use podgate_cri::proxy::{self, Event, Filter};
@@ -31,7 +32,7 @@ pub struct CriProxyArgs {
 }
 
 pub fn run(args: &CriProxyArgs) -> Result<(), Error> {
-    set_log(&args.log, "cri-proxy");
+    logging::set(&args.log, "cri-proxy");
     let err = |what: &str, e: &dyn std::fmt::Display| Error::CriProxy(format!("{what}: {e}"));
     let upstream = match &args.runtime_endpoint {
         Some(e) => Some(podgate_cri::socket_path(e).map_err(|e| err("--runtime-endpoint", &e))?),
@@ -55,7 +56,7 @@ pub fn run(args: &CriProxyArgs) -> Result<(), Error> {
         let signal = |kind| tokio::signal::unix::signal(kind).map_err(|e| err("signals", &e));
         let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
-        log(format!(
+        info(format!(
             "serving {} for {}: {}",
             args.listen.display(),
             upstream
@@ -71,7 +72,7 @@ pub fn run(args: &CriProxyArgs) -> Result<(), Error> {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
             };
-            log(format!("{name}: stopping"));
+            info(format!("{name}: stopping"));
         };
         proxy::serve(listener, filter, report, stop).await;
         Ok::<(), Error>(())
@@ -82,8 +83,8 @@ pub fn run(args: &CriProxyArgs) -> Result<(), Error> {
 
 fn report(e: Event) {
     match e {
-        Event::Forwarded(m) => log_at(Level::Debug, &format!("forwarded {m}")),
-        Event::Denied(m) => log(format!("warning: refused {m}: not forwarded")),
-        Event::Failed { method, why } => log(format!("warning: {method}: {why}")),
+        Event::Forwarded(m) => logging::at(Level::Debug, &format!("forwarded {m}")),
+        Event::Denied(m) => warn(format!("refused {m}: not forwarded")),
+        Event::Failed { method, why } => warn(format!("{method}: {why}")),
     }
 }

@@ -104,7 +104,10 @@ pub enum Error {
     /// written (not a plain file name of the conf dir, or not the one its
     /// own file name says).
     #[error("installer record {}: {why}; refusing it", path.display())]
-    RecordRefused { path: PathBuf, why: String },
+    RecordRefused {
+        path: PathBuf,
+        why: crate::state::RecordRefusal,
+    },
     /// Any other failure of a kit call (file errors become [`Error::Io`]).
     #[error(transparent)]
     Kit(podgate_kit::Error),

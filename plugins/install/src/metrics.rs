@@ -8,7 +8,8 @@ pub mod events;
 pub mod exposition;
 pub mod http;
 
-use crate::ChainProbe;
+use crate::logging;
+use crate::{ChainProbe, Readiness};
 use collect::{AttachmentLabels, IpsecState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -91,7 +92,7 @@ fn sources(entries: &[serde_json::Value]) -> Sources {
 
 /// A source the collection could not read: logged at debug, counted.
 fn error(what: &'static str, msg: String) -> &'static str {
-    crate::log_at(
+    logging::at(
         podgate_cni::log::Level::Debug,
         &format!("metrics: {what}: {msg}"),
     );
@@ -102,13 +103,13 @@ pub(crate) fn collect_once(probe: &ChainProbe, spool: &mut events::Spool) -> Sna
     let mut snap = Snapshot::default();
     let mut errs: Vec<&'static str> = Vec::new();
     match probe.ready() {
-        Ok(_) => snap.install_ready = true,
-        Err(reason) => snap.install_reason = Some(reason),
+        Readiness::Chained(_) => snap.install_ready = true,
+        Readiness::NotReady(reason) => snap.install_reason = Some(reason),
     }
     let entries = match probe.entries() {
         Ok(e) => e,
         Err(e) => {
-            errs.push(error("plugins", e));
+            errs.push(error("plugins", e.to_string()));
             Vec::new()
         }
     };

@@ -81,7 +81,7 @@ pub fn from(old: &Path, node: &Node) -> Result<Vec<String>, Error> {
 /// The record, if it may be taken (see the module's notes); else why not.
 fn judge(key: &str, bytes: &[u8], node: &Node) -> Result<Backup, String> {
     let b: Backup = serde_json::from_slice(bytes).map_err(|e| format!("not a record: {e}"))?;
-    b.check(key)?;
+    b.check(key).map_err(|e| e.to_string())?;
     if b.rendered_from.is_some() || b.file == node.own_file {
         return Err("podgate's own conflist is rendered and recorded anew".into());
     }

@@ -16,7 +16,8 @@ use super::fsx;
 use super::json::Json;
 use super::state::{Backup, StateDir};
 use super::validate::{self, BINARIES};
-use super::Error;
+use super::{Error, Readiness};
+use crate::logging::info;
 use std::path::{Path, PathBuf};
 
 /// Where things are on this node.
@@ -197,7 +198,7 @@ pub fn apply(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Err
     let mut migrated = false;
     for b in node.state.list()? {
         if b.file != node.own_file {
-            super::log(restore(node, &b)?);
+            info(restore(node, &b)?);
             migrated = true;
         }
     }
@@ -258,7 +259,7 @@ fn render(node: &Node, src: &Source, entries: &[Json]) -> Result<Applied, Error>
             // Never leave a copy of a primary that is gone: the runtime would
             // go on wiring pods with a network nobody provides any more.
             if let Some(msg) = withdraw_own(node)? {
-                super::log(msg);
+                info(msg);
             }
             return Err(e);
         }
@@ -326,16 +327,12 @@ fn withdraw_own(node: &Node) -> Result<Option<String>, Error> {
     Ok(msg)
 }
 
-/// Ok(file) when podgate's file holds exactly the primary's current chain
-/// plus these entries, sorts first, and the binaries are current;
-/// Err(reason) otherwise.
-pub fn status(
-    node: &Node,
-    src: &Source,
-    entries: &[Json],
-) -> Result<Result<String, String>, Error> {
+/// Chained(file) when podgate's file holds exactly the primary's current
+/// chain plus these entries, sorts first, and the binaries are current;
+/// NotReady(reason) otherwise.
+pub fn status(node: &Node, src: &Source, entries: &[Json]) -> Result<Readiness, Error> {
     if let Some(bin) = stale_binary(src, node)? {
-        return Ok(Err(format!(
+        return Ok(Readiness::NotReady(format!(
             "{bin} in {} is missing or differs from {}",
             node.bin_dir.display(),
             src.binaries_dir.display()
@@ -343,29 +340,29 @@ pub fn status(
     }
     let name = match find_primary(node, src) {
         Ok(n) => n,
-        Err(e) if e.is_transient() => return Ok(Err(e.to_string())),
+        Err(e) if e.is_transient() => return Ok(Readiness::NotReady(e.to_string())),
         Err(e) => return Err(e),
     };
     if let Err(e) = check_order(node, &name) {
-        return Ok(Err(e.to_string()));
+        return Ok(Readiness::NotReady(e.to_string()));
     }
     let chain = match chain_of(node, &name, entries) {
         Ok(c) => c,
-        Err(e) if e.is_transient() => return Ok(Err(e.to_string())),
+        Err(e) if e.is_transient() => return Ok(Readiness::NotReady(e.to_string())),
         Err(e) => return Err(e),
     };
     let own = &node.own_file;
     Ok(match fsx::read_opt(&node.conf_dir.join(own))? {
-        None => Err(format!(
+        None => Readiness::NotReady(format!(
             "{own} is missing: the runtime wires pods with {name} alone, without podgate"
         )),
         Some(cur) => match List::parse(own, &cur) {
-            Ok(l) if l.same(&chain) => Ok(own.clone()),
-            Ok(_) => Err(format!(
+            Ok(l) if l.same(&chain) => Readiness::Chained(own.clone()),
+            Ok(_) => Readiness::NotReady(format!(
                 "{own} is not the current chain of {name} plus {}",
                 src.plugins_file.display()
             )),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Readiness::NotReady(e.to_string()),
         },
     })
 }
@@ -556,11 +553,196 @@ pub fn install_once(node: &Node, src: &Source) -> Result<Applied, Error> {
     let _lock = node.state.lock()?;
     let written = install_binaries(src, node)?;
     if !written.is_empty() {
-        super::log(format!(
+        info(format!(
             "installed {} into {}",
             written.join(", "),
             node.bin_dir.display()
         ));
     }
     apply(node, src, &entries)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A node in a fresh temporary directory (no root needed): `conf/` with
+    /// a bridge primary `10-bridge.conflist`, `bin/`, `state/`, `src/` with
+    /// stand-in plugin binaries, and `plugins.json` with a router entry.
+    pub(crate) struct Scratch {
+        pub root: PathBuf,
+        pub node: Node,
+        pub src: Source,
+    }
+
+    pub(crate) const PRIMARY: &str = "10-bridge.conflist";
+    pub(crate) const PRIMARY_TEXT: &str = r#"{"cniVersion": "1.0.0", "name": "podnet", "plugins": [{"type": "bridge", "bridge": "cni0", "ipam": {"type": "host-local", "subnet": "10.22.0.0/16"}}]}"#;
+
+    impl Scratch {
+        pub(crate) fn new(tag: &str) -> Scratch {
+            let root = std::env::temp_dir()
+                .join(format!("podgate-reconcile-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            for d in ["conf", "bin", "state", "src"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+            }
+            for name in BINARIES {
+                fsx::atomic_write(&root.join("src").join(name), name.as_bytes(), 0o755).unwrap();
+            }
+            std::fs::write(root.join("conf").join(PRIMARY), PRIMARY_TEXT).unwrap();
+            let router = serde_json::json!([{"type": "podgate-router",
+                "stateDir": root.join("router-state"), "profiles": {}}]);
+            std::fs::write(root.join("plugins.json"), router.to_string()).unwrap();
+            Scratch {
+                node: Node {
+                    conf_dir: root.join("conf"),
+                    bin_dir: root.join("bin"),
+                    state: StateDir::new(&root.join("state")),
+                    own_file: "00-podgate.conflist".into(),
+                },
+                src: Source {
+                    binaries_dir: root.join("src"),
+                    plugins_file: root.join("plugins.json"),
+                    primary: None,
+                    host_paths: validate::HostPaths {
+                        extra_roots: vec![root.clone()],
+                        installer_state: root.join("state"),
+                    },
+                },
+                root,
+            }
+        }
+
+        pub(crate) fn status(&self) -> Readiness {
+            let entries = load_entries(&self.src.plugins_file).unwrap();
+            status(&self.node, &self.src, &entries).unwrap()
+        }
+
+        pub(crate) fn own(&self) -> Option<Vec<u8>> {
+            fsx::read_opt(&self.node.conf_dir.join(&self.node.own_file)).unwrap()
+        }
+
+        pub(crate) fn primary(&self) -> Vec<u8> {
+            std::fs::read(self.node.conf_dir.join(PRIMARY)).unwrap()
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn types(text: &[u8]) -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_slice(text).unwrap();
+        v["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["type"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_chains_the_primary_into_podgates_own_file_and_changes_nothing_else() {
+        let s = Scratch::new("chain");
+        assert!(!s.status().is_chained());
+        let applied = install_once(&s.node, &s.src).unwrap();
+        assert_eq!(
+            applied,
+            Applied::Rendered {
+                file: "00-podgate.conflist".into(),
+                from: PRIMARY.into(),
+                fresh: true
+            }
+        );
+        assert_eq!(
+            s.primary(),
+            PRIMARY_TEXT.as_bytes(),
+            "the primary's file is never written"
+        );
+        assert_eq!(types(&s.own().unwrap()), ["bridge", "podgate-router"]);
+        for name in BINARIES {
+            assert_eq!(
+                std::fs::read(s.node.bin_dir.join(name)).unwrap(),
+                name.as_bytes()
+            );
+        }
+        assert_eq!(s.status(), Readiness::Chained("00-podgate.conflist".into()));
+        // Nothing changed: nothing written.
+        assert!(matches!(
+            install_once(&s.node, &s.src).unwrap(),
+            Applied::Unchanged { .. }
+        ));
+    }
+
+    #[test]
+    fn readiness_names_what_is_out_of_date() {
+        let s = Scratch::new("stale");
+        install_once(&s.node, &s.src).unwrap();
+        // A new binary to install: not ready until the pass copies it.
+        fsx::atomic_write(&s.src.binaries_dir.join(BINARIES[0]), b"v2", 0o755).unwrap();
+        match s.status() {
+            Readiness::NotReady(why) => assert!(why.contains("differs from"), "{why}"),
+            r => panic!("{r:?}"),
+        }
+        install_once(&s.node, &s.src).unwrap();
+        assert!(s.status().is_chained());
+        // The primary's chain changed: podgate's file re-rendered from it.
+        let portmap = PRIMARY_TEXT.replace(
+            "}}]}",
+            r#"}}, {"type": "portmap", "capabilities": {"portMappings": true}}]}"#,
+        );
+        std::fs::write(s.node.conf_dir.join(PRIMARY), &portmap).unwrap();
+        match s.status() {
+            Readiness::NotReady(why) => assert!(why.contains("not the current chain"), "{why}"),
+            r => panic!("{r:?}"),
+        }
+        let applied = install_once(&s.node, &s.src).unwrap();
+        assert!(
+            matches!(applied, Applied::Rendered { fresh: false, .. }),
+            "{applied:?}"
+        );
+        assert_eq!(
+            types(&s.own().unwrap()),
+            ["bridge", "portmap", "podgate-router"]
+        );
+        assert!(s.status().is_chained());
+    }
+
+    #[test]
+    fn a_primary_gone_withdraws_podgates_file() {
+        let s = Scratch::new("gone");
+        install_once(&s.node, &s.src).unwrap();
+        std::fs::remove_file(s.node.conf_dir.join(PRIMARY)).unwrap();
+        let e = install_once(&s.node, &s.src).unwrap_err();
+        assert!(e.is_transient(), "{e}");
+        assert_eq!(s.own(), None, "no copy of a primary nobody provides");
+        assert!(!s.status().is_chained());
+    }
+
+    #[test]
+    fn a_plugins_file_with_a_host_path_out_of_place_is_not_chained() {
+        let s = Scratch::new("hostpath");
+        std::fs::write(
+            &s.src.plugins_file,
+            r#"[{"type": "podgate-router", "stateDir": "/etc", "profiles": {}}]"#,
+        )
+        .unwrap();
+        let e = install_once(&s.node, &s.src).unwrap_err();
+        assert!(e.to_string().contains("stateDir /etc is outside"), "{e}");
+        assert_eq!(s.own(), None);
+    }
+
+    #[test]
+    fn uninstall_takes_podgate_out_and_leaves_nothing() {
+        let s = Scratch::new("uninstall");
+        install_once(&s.node, &s.src).unwrap();
+        assert!(!leftovers(&s.node, true).unwrap().is_empty());
+        unchain_all(&s.node).unwrap();
+        assert_eq!(s.own(), None);
+        assert_eq!(s.primary(), PRIMARY_TEXT.as_bytes());
+        assert_eq!(remove_binaries(&s.node).unwrap(), BINARIES);
+        assert_eq!(leftovers(&s.node, true).unwrap(), Vec::<String>::new());
+    }
 }

@@ -20,7 +20,7 @@ use super::fsx;
 use super::history::Seen;
 use super::json::Json;
 use super::reconcile::{self, Node, Source};
-use super::Error;
+use super::{Error, Readiness};
 use podgate_cri::{LoadedNetwork, RuntimeStatus};
 use std::path::Path;
 
@@ -54,14 +54,14 @@ pub fn ready(
     src: &Source,
     entries: &[Json],
     runtime: &Runtime,
-) -> Result<Result<String, String>, Error> {
+) -> Result<Readiness, Error> {
     Ok(judge(node, src, entries, runtime)?.ready)
 }
 
 /// [`ready`]'s answer, and what it learnt of the runtime on the way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
-    pub ready: Result<String, String>,
+    pub ready: Readiness,
     /// What the runtime's loaded network has in it, configured as now or
     /// not: podgate-router, an enforcing tunnel guard (through Multus: in
     /// podgate's file, when its clusterNetwork is that file); None when the
@@ -94,7 +94,7 @@ pub fn judge(
         Ok(s) => s,
         Err(e) => {
             return Ok(Verdict {
-                ready: Err(format!(
+                ready: Readiness::NotReady(format!(
                     "cannot tell what the runtime loaded: {e} (--runtime-endpoint none: trust the conf dir alone)"
                 )),
                 loaded: None,
@@ -105,7 +105,7 @@ pub fn judge(
     Ok(Verdict {
         loaded: serves(node, &status),
         ready: match loaded {
-            Err(why) => Err(why),
+            Err(why) => Readiness::NotReady(why),
             Ok(()) => reconcile::status(node, src, entries)?,
         },
     })
@@ -118,12 +118,12 @@ pub fn wait_ready(
     src: &Source,
     runtime: &Runtime,
     wait: std::time::Duration,
-) -> Result<Result<String, String>, Error> {
+) -> Result<Readiness, Error> {
     let deadline = std::time::Instant::now() + wait;
     loop {
         let entries = reconcile::load_entries(&src.plugins_file)?;
         let r = ready(node, src, &entries, runtime)?;
-        if r.is_ok() || std::time::Instant::now() >= deadline {
+        if r.is_chained() || std::time::Instant::now() >= deadline {
             return Ok(r);
         }
         std::thread::sleep(RECHECK);

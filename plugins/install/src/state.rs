@@ -52,6 +52,22 @@ fn plain(name: &str) -> bool {
         && kind_of(name).is_some()
 }
 
+/// Why an installer record is refused: it names a conf-dir file the
+/// installer could not have written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordRefusal {
+    #[error("its file {file:?} is not the one its name says ({key:?})")]
+    NotItsName { file: String, key: String },
+    #[error("file {0:?} is not a plain .conflist name of the conf dir")]
+    NotPlainConflist(String),
+    #[error(
+        "convertedFrom {conf:?} is not the plain .conf or .json name {file:?} is converted from"
+    )]
+    BadConvertedFrom { conf: String, file: String },
+    #[error("renderedFrom {0:?} is not a plain file name of the conf dir")]
+    BadRenderedFrom(String),
+}
+
 impl Backup {
     /// The record, kept under `key`, names only conf-dir files the
     /// installer could have written: `file` is `key`, a plain `.conflist`
@@ -59,35 +75,30 @@ impl Backup {
     /// from (`file` being its conversion's name); `renderedFrom` a plain
     /// name. Records are joined to the conf dir's path, so a `../` or an
     /// absolute name would make the installer write outside it.
-    pub fn check(&self, key: &str) -> Result<(), String> {
+    pub fn check(&self, key: &str) -> Result<(), RecordRefusal> {
         if self.file != key {
-            return Err(format!(
-                "its file {:?} is not the one its name says ({key:?})",
-                self.file
-            ));
+            return Err(RecordRefusal::NotItsName {
+                file: self.file.clone(),
+                key: key.into(),
+            });
         }
         if !plain(&self.file) || kind_of(&self.file) != Some(Kind::List) {
-            return Err(format!(
-                "file {:?} is not a plain .conflist name of the conf dir",
-                self.file
-            ));
+            return Err(RecordRefusal::NotPlainConflist(self.file.clone()));
         }
         if let Some(conf) = &self.converted_from {
             if !plain(conf)
                 || kind_of(conf) != Some(Kind::Single)
                 || converted_name(conf) != self.file
             {
-                return Err(format!(
-                    "convertedFrom {conf:?} is not the plain .conf or .json name {:?} is converted from",
-                    self.file
-                ));
+                return Err(RecordRefusal::BadConvertedFrom {
+                    conf: conf.clone(),
+                    file: self.file.clone(),
+                });
             }
         }
         if let Some(from) = &self.rendered_from {
             if !plain(from) {
-                return Err(format!(
-                    "renderedFrom {from:?} is not a plain file name of the conf dir"
-                ));
+                return Err(RecordRefusal::BadRenderedFrom(from.clone()));
             }
         }
         Ok(())

@@ -5,7 +5,7 @@
 //! never fatal to the agent. Each sweep ends with one line saying how long
 //! it took (what the node-scale bench reads).
 
-use super::log;
+use crate::logging::{info, warn};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -51,27 +51,27 @@ impl Sweep {
             }
         });
         for r in &swept.removed {
-            log(format!("sweep {dir}: removed {r}"));
+            info(format!("sweep {dir}: removed {r}"));
         }
         for q in &swept.quarantined {
-            log(format!("warning: sweep {dir}: {q}"));
+            warn(format!("sweep {dir}: {q}"));
         }
         if swept.index_repaired > 0 {
-            log(format!(
+            info(format!(
                 "sweep {dir}: claims index: {} entries repaired to match the records",
                 swept.index_repaired
             ));
         }
         for r in &swept.rules_ahead {
-            log(format!(
-                "warning: sweep {dir}: {r}; podgate reports it and leaves it (the rule is another agent's, which would put it back): remove it or move it below priority {}",
+            warn(format!(
+                "sweep {dir}: {r}; podgate reports it and leaves it (the rule is another agent's, which would put it back): remove it or move it below priority {}",
                 podgate_router::routing::PRIO_STRICT
             ));
         }
         for f in &swept.failures {
-            log(format!("warning: sweep {dir}: {f}"));
+            warn(format!("sweep {dir}: {f}"));
         }
-        log(format!(
+        info(format!(
             "sweep {dir}: done in {:.1} ms ({} removed, {} failed)",
             started.elapsed().as_secs_f64() * 1000.0,
             swept.removed.len(),

@@ -6,8 +6,9 @@
 //! strict routing's node-wide and uplink settings, the host-side
 //! interface's). Requests are answered one at a time on the main thread.
 
+use crate::logging::{self, info, warn};
 use crate::sys::{poll_readable, Signals};
-use crate::{log, log_at, set_log, AgentLogArgs, Error};
+use crate::{AgentLogArgs, Error};
 use clap::Args;
 use podgate_cni::log::Level;
 use podgate_kit::sysctl::broker::{Broker, Outcome};
@@ -30,7 +31,7 @@ pub struct SysctlBrokerArgs {
 }
 
 pub fn run(args: &SysctlBrokerArgs) -> Result<(), Error> {
-    set_log(&args.log, "sysctl-broker");
+    logging::set(&args.log, "sysctl-broker");
     let err = |what: &str, e: &dyn std::fmt::Display| Error::Broker(format!("{what}: {e}"));
     let signals = Signals::new().map_err(|e| err("signalfd", &e))?;
     let broker = Broker::new(
@@ -41,7 +42,7 @@ pub fn run(args: &SysctlBrokerArgs) -> Result<(), Error> {
     listener
         .set_nonblocking(true)
         .map_err(|e| err("listener", &e))?;
-    log(format!(
+    info(format!(
         "serving {}: pods' net.* sysctls in their own namespace, in the node's only podgate-router's node settings; writing through {}",
         args.listen.display(),
         args.proc_sys.display()
@@ -54,7 +55,7 @@ pub fn run(args: &SysctlBrokerArgs) -> Result<(), Error> {
             match signals.read().map_err(|e| err("signalfd", &e))? {
                 Some(libc::SIGHUP) | None => {}
                 Some(s) => {
-                    log(format!("signal {s}: stopping"));
+                    info(format!("signal {s}: stopping"));
                     break;
                 }
             }
@@ -63,7 +64,7 @@ pub fn run(args: &SysctlBrokerArgs) -> Result<(), Error> {
             match listener.accept() {
                 Ok((stream, _)) => report(broker.serve(stream)),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => log(format!("warning: accept: {e}")),
+                Err(e) => warn(format!("accept: {e}")),
             }
         }
     }
@@ -73,14 +74,14 @@ pub fn run(args: &SysctlBrokerArgs) -> Result<(), Error> {
 
 fn report(outcome: Outcome) {
     match outcome {
-        Outcome::Granted { name, node: true } => log(format!(
+        Outcome::Granted { name, node: true } => info(format!(
             "opened {name} for the agent in the node's namespace"
         )),
-        Outcome::Granted { name, node: false } => log_at(
+        Outcome::Granted { name, node: false } => logging::at(
             Level::Debug,
             &format!("opened {name} for the agent in a pod's namespace"),
         ),
-        Outcome::Refused { name, why } => log(format!("warning: refused {name}: {why}")),
-        Outcome::Failed(why) => log(format!("warning: {why}")),
+        Outcome::Refused { name, why } => warn(format!("refused {name}: {why}")),
+        Outcome::Failed(why) => warn(why),
     }
 }

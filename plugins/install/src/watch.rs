@@ -16,7 +16,8 @@ use super::reconcile::{self, Applied, Node, Source};
 use super::runtime::{self, Runtime};
 use super::sys::{poll_readable, Inotify, Signals, WatchDescriptor};
 use super::validate::BINARIES;
-use super::{log, Error};
+use super::{Error, Readiness};
+use crate::logging::{info, warn};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -73,7 +74,7 @@ impl Ready {
     fn clear(&mut self) {
         if let Some(path) = &self.path {
             if let Err(e) = fsx::remove(path) {
-                log(format!("warning: {e}"));
+                warn(e);
             }
         }
         self.current = None;
@@ -90,7 +91,7 @@ pub fn write_ready_file(path: &Path, file: &str) -> Result<(), Error> {
 
 pub fn remove_ready_file(path: &Path) {
     if let Err(e) = fsx::remove(path) {
-        log(format!("warning: {e}"));
+        warn(e);
     }
 }
 
@@ -111,6 +112,48 @@ struct Watches {
 }
 
 impl Watches {
+    fn add(ino: &Inotify, node: &Node, src: &Source) -> Result<Watches, Error> {
+        let add = |dir: &Path, mask: u32| {
+            ino.add(dir, mask)
+                .map_err(|e| watch_err(&format!("watching {}", dir.display()), e))
+        };
+        let plugins_dir = dir_of(&src.plugins_file);
+        Ok(Watches {
+            conf: add(&node.conf_dir, DIR_MASK | SELF_MASK)?,
+            bin: add(&node.bin_dir, DIR_MASK)?,
+            // A missing dir means no plugins file: the pass reports that and
+            // the resync picks the file up once it appears.
+            plugins: if plugins_dir == node.conf_dir {
+                None
+            } else {
+                ino.add(&plugins_dir, DIR_MASK).ok()
+            },
+            plugins_name: src
+                .plugins_file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Whether `events` call for a pass; an error when the conf dir itself
+    /// went away (the watcher exits and restarts on the new directory).
+    fn judge(&self, events: &[crate::sys::Event], node: &Node) -> Result<bool, Error> {
+        if let Some(e) = events
+            .iter()
+            .find(|e| e.wd == self.conf && e.mask & SELF_GONE != 0)
+        {
+            return Err(Error::Watch(format!(
+                "{} went away (inotify mask {:#x}); exiting so the watcher restarts on the new directory",
+                node.conf_dir.display(),
+                e.mask
+            )));
+        }
+        Ok(events
+            .iter()
+            .any(|e| e.mask & libc::IN_Q_OVERFLOW != 0 || self.relevant(e.wd, &e.name)))
+    }
+
     fn relevant(&self, wd: WatchDescriptor, name: &str) -> bool {
         if fsx::is_temp_name(name) {
             return false;
@@ -141,80 +184,32 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
     }
     let ino = Inotify::new().map_err(|e| watch_err("inotify", e))?;
-    let add = |dir: &Path, mask: u32| {
-        ino.add(dir, mask)
-            .map_err(|e| watch_err(&format!("watching {}", dir.display()), e))
-    };
-    let plugins_dir = dir_of(&src.plugins_file);
-    let watches = Watches {
-        conf: add(&node.conf_dir, DIR_MASK | SELF_MASK)?,
-        bin: add(&node.bin_dir, DIR_MASK)?,
-        // A missing dir means no plugins file: the pass reports that and the
-        // resync picks the file up once it appears.
-        plugins: if plugins_dir == node.conf_dir {
-            None
-        } else {
-            ino.add(&plugins_dir, DIR_MASK).ok()
-        },
-        plugins_name: src
-            .plugins_file
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    };
-    log(format!(
+    let watches = Watches::add(&ino, node, src)?;
+    info(format!(
         "watching {} (primary: {}; plugins: {})",
         node.conf_dir.display(),
         src.primary.as_deref().unwrap_or("the first config file"),
         src.plugins_file.display()
     ));
-
-    let mut passes = Passes {
-        ready: Ready {
-            path: opts.ready_file.clone(),
-            current: None,
-        },
-        last: Last::Start,
-        rechains: VecDeque::new(),
-        warned: None,
-        history: match &opts.history {
-            Some(f) => Some((f.clone(), begin_history(f, node)?)),
-            None => None,
-        },
-        last_seen: LastServed::default(),
-    };
-    let mut due = Some(Instant::now());
-    let mut first_event: Option<Instant> = None;
-    let mut next_resync = Instant::now() + opts.resync;
-    let mut recheck = runtime::RECHECK;
+    let mut passes = Passes::new(node, opts)?;
+    let mut schedule = Schedule::new(opts);
     let result = loop {
-        let now = Instant::now();
-        if due.is_some_and(|d| d <= now) || next_resync <= now {
-            due = None;
-            first_event = None;
-            next_resync = now + opts.resync;
+        if let Some(now) = schedule.pass_due() {
             match passes.run(node, src, &opts.runtime) {
-                // The runtime has not loaded the chain yet: ask again soon,
-                // less often the longer it takes.
-                Ok(true) => {
-                    due = Some(now + recheck);
-                    recheck = (recheck * 2).min(opts.resync);
-                }
-                Ok(false) => recheck = runtime::RECHECK,
+                Ok(not_loaded) => schedule.passed(now, not_loaded),
                 Err(e) => break Err(e),
             }
         }
-        let wake = due.map_or(next_resync, |d| d.min(next_resync));
-        let timeout = wake.saturating_duration_since(Instant::now());
+        let timeout = schedule.wake().saturating_duration_since(Instant::now());
         let [signalled, changed] = match poll_readable([signals.fd(), ino.fd()], timeout) {
             Ok(r) => r,
             Err(e) => break Err(watch_err("poll", e)),
         };
         if signalled {
             match signals.read() {
-                Ok(Some(libc::SIGHUP)) => due = Some(Instant::now()),
+                Ok(Some(libc::SIGHUP)) => schedule.now(),
                 Ok(Some(sig)) => {
-                    log(format!("signal {sig}: stopping"));
+                    info(format!("signal {sig}: stopping"));
                     break Ok(());
                 }
                 Ok(None) => {}
@@ -222,40 +217,94 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
             }
         }
         if changed {
-            let events = match ino.read() {
-                Ok(ev) => ev,
-                Err(e) => break Err(watch_err("inotify", e)),
-            };
-            if let Some(e) = events
-                .iter()
-                .find(|e| e.wd == watches.conf && e.mask & SELF_GONE != 0)
-            {
-                break Err(Error::Watch(format!(
-                    "{} went away (inotify mask {:#x}); exiting so the watcher restarts on the new directory",
-                    node.conf_dir.display(),
-                    e.mask
-                )));
-            }
-            let relevant = events
-                .iter()
-                .any(|e| e.mask & libc::IN_Q_OVERFLOW != 0 || watches.relevant(e.wd, &e.name));
-            if relevant {
-                let now = Instant::now();
-                let first = *first_event.get_or_insert(now);
-                due = Some((now + opts.debounce).min(first + opts.max_delay));
+            match ino.read().map_err(|e| watch_err("inotify", e)) {
+                Ok(events) => match watches.judge(&events, node) {
+                    Ok(true) => schedule.changed(),
+                    Ok(false) => {}
+                    Err(e) => break Err(e),
+                },
+                Err(e) => break Err(e),
             }
         }
     };
     let result = result.and_then(|()| {
         if opts.uninstall_on_exit {
             for msg in reconcile::unchain_all(node)? {
-                log(msg);
+                info(msg);
             }
         }
         Ok(())
     });
     passes.ready.clear();
     result
+}
+
+/// When the next pass is due: at once on start and SIGHUP, a debounce
+/// after a change (bounded from the first change), every resync, and while
+/// the runtime has not loaded the chain, again soon and less often the
+/// longer it takes.
+struct Schedule {
+    due: Option<Instant>,
+    first_event: Option<Instant>,
+    next_resync: Instant,
+    recheck: Duration,
+    debounce: Duration,
+    max_delay: Duration,
+    resync: Duration,
+}
+
+impl Schedule {
+    fn new(opts: &WatchOpts) -> Schedule {
+        let now = Instant::now();
+        Schedule {
+            due: Some(now),
+            first_event: None,
+            next_resync: now + opts.resync,
+            recheck: runtime::RECHECK,
+            debounce: opts.debounce,
+            max_delay: opts.max_delay,
+            resync: opts.resync,
+        }
+    }
+
+    /// Now, when a pass is due (and the next resync counted from it).
+    fn pass_due(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        if !(self.due.is_some_and(|d| d <= now) || self.next_resync <= now) {
+            return None;
+        }
+        self.due = None;
+        self.first_event = None;
+        self.next_resync = now + self.resync;
+        Some(now)
+    }
+
+    /// After the pass of `now`: `not_loaded`, the runtime has not loaded
+    /// the chain yet.
+    fn passed(&mut self, now: Instant, not_loaded: bool) {
+        if not_loaded {
+            self.due = Some(now + self.recheck);
+            self.recheck = (self.recheck * 2).min(self.resync);
+        } else {
+            self.recheck = runtime::RECHECK;
+        }
+    }
+
+    fn now(&mut self) {
+        self.due = Some(Instant::now());
+    }
+
+    /// A relevant change: a pass after the debounce.
+    fn changed(&mut self) {
+        let now = Instant::now();
+        let first = *self.first_event.get_or_insert(now);
+        self.due = Some((now + self.debounce).min(first + self.max_delay));
+    }
+
+    fn wake(&self) -> Instant {
+        self.due
+            .map_or(self.next_resync, |d| d.min(self.next_resync))
+    }
 }
 
 /// podgate's file put back after someone removed it this many times within
@@ -285,7 +334,7 @@ fn begin_history(f: &HistoryFile, node: &Node) -> Result<History, Error> {
     let absent = !node.conf_dir.join(&node.own_file).exists();
     if absent && h.absent_since_boot(history::now_nanos()) {
         f.save(&h)?;
-        log(format!(
+        info(format!(
             "{} is not in {} yet: the runtime has not served podgate's chain this boot (recorded in {})",
             node.own_file,
             node.conf_dir.display(),
@@ -296,6 +345,23 @@ fn begin_history(f: &HistoryFile, node: &Node) -> Result<History, Error> {
 }
 
 impl Passes {
+    fn new(node: &Node, opts: &WatchOpts) -> Result<Passes, Error> {
+        Ok(Passes {
+            ready: Ready {
+                path: opts.ready_file.clone(),
+                current: None,
+            },
+            last: Last::Start,
+            rechains: VecDeque::new(),
+            warned: None,
+            history: match &opts.history {
+                Some(f) => Some((f.clone(), begin_history(f, node)?)),
+                None => None,
+            },
+            last_seen: LastServed::default(),
+        })
+    }
+
     /// One install pass, then readiness. Ok(true) when the chain is on disk
     /// but the runtime has not loaded it; Err only when the error is fatal.
     fn run(&mut self, node: &Node, src: &Source, rt: &Runtime) -> Result<bool, Error> {
@@ -304,7 +370,7 @@ impl Passes {
                 let wrote = !matches!(applied, Applied::Unchanged { .. });
                 let was_chained = matches!(self.last, Last::Chained | Last::NotLoaded(_));
                 if wrote || !was_chained {
-                    log(&applied);
+                    info(&applied);
                 }
                 if applied.fresh() && was_chained {
                     self.note_rechain(applied.file());
@@ -313,18 +379,18 @@ impl Passes {
                 let verdict = runtime::judge(node, src, &entries, rt)?;
                 self.record(verdict.loaded)?;
                 match verdict.ready {
-                    Ok(file) => {
+                    Readiness::Chained(file) => {
                         if matches!(self.last, Last::NotLoaded(_)) {
-                            log(format!("ready: the runtime loaded {file}"));
+                            info(format!("ready: the runtime loaded {file}"));
                         }
                         self.last = Last::Chained;
                         self.ready.set(&file)?;
                         Ok(false)
                     }
-                    Err(why) => {
+                    Readiness::NotReady(why) => {
                         self.ready.clear();
                         if !matches!(&self.last, Last::NotLoaded(m) if *m == why) {
-                            log(format!("not ready: {why}"));
+                            info(format!("not ready: {why}"));
                         }
                         self.last = Last::NotLoaded(why);
                         Ok(true)
@@ -340,7 +406,7 @@ impl Passes {
                 }
                 let msg = e.to_string();
                 if !matches!(&self.last, Last::Waiting(m) if *m == msg) {
-                    log(format!("not chained, waiting for a change: {msg}"));
+                    info(format!("not chained, waiting for a change: {msg}"));
                 }
                 self.last = Last::Waiting(msg);
                 Ok(false)
@@ -364,16 +430,15 @@ impl Passes {
                 true => format!("{what} served"),
                 false => format!("{what} NOT served"),
             };
-            log(format!(
-                "{}the runtime's network: {}, {} (recorded at {now} ns)",
-                if seen.router && seen.guard {
-                    ""
-                } else {
-                    "warning: "
-                },
+            let line = format!(
+                "the runtime's network: {}, {} (recorded at {now} ns)",
                 said(seen.router, "podgate-router"),
                 said(seen.guard, "an enforcing tunnel guard"),
-            ));
+            );
+            match seen.router && seen.guard {
+                true => info(line),
+                false => warn(line),
+            }
         }
         self.last_seen.update(seen, now);
         Ok(())
@@ -394,12 +459,173 @@ impl Passes {
             .is_none_or(|t| now.duration_since(t) > FIGHT_WINDOW);
         if self.rechains.len() >= FIGHT_COUNT && quiet {
             self.warned = Some(now);
-            log(format!(
-                "warning: {file} was removed {} times in the last minute: another \
+            warn(format!(
+                "{file} was removed {} times in the last minute: another \
                  component keeps removing CNI configs it does not own (e.g. Cilium's \
                  cni.exclusive); configure it to leave {file} alone",
                 self.rechains.len()
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::tests::{Scratch, PRIMARY};
+
+    fn passes(ready_file: &Path) -> Passes {
+        Passes {
+            ready: Ready {
+                path: Some(ready_file.to_path_buf()),
+                current: None,
+            },
+            last: Last::Start,
+            rechains: VecDeque::new(),
+            warned: None,
+            history: None,
+            last_seen: LastServed::default(),
+        }
+    }
+
+    fn ready_text(path: &Path) -> Option<String> {
+        std::fs::read_to_string(path).ok()
+    }
+
+    /// A pass chains and writes the ready file; a plugins file that stops
+    /// parsing is a wait, not an exit, with the ready file removed; once
+    /// fixed, the next pass is ready again.
+    #[test]
+    fn the_ready_file_exists_only_while_the_chain_is_in_place() {
+        let s = Scratch::new("watch-ready");
+        let ready = s.root.join("run/ready");
+        let mut p = passes(&ready);
+        let not_loaded = p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
+        assert!(!not_loaded);
+        assert_eq!(
+            ready_text(&ready).as_deref(),
+            Some("chained 00-podgate.conflist\n")
+        );
+        assert!(matches!(p.last, Last::Chained));
+
+        std::fs::write(&s.src.plugins_file, "[{").unwrap();
+        assert!(!p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap());
+        assert_eq!(ready_text(&ready), None);
+        assert!(matches!(&p.last, Last::Waiting(m) if m.contains("plugins.json")));
+
+        std::fs::write(
+            &s.src.plugins_file,
+            r#"[{"type": "podgate-router", "profiles": {}}]"#,
+        )
+        .unwrap();
+        assert!(!p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap());
+        assert!(ready_text(&ready).is_some());
+    }
+
+    /// A fatal error (the conf dir cannot be written) ends the watch and
+    /// removes the ready file.
+    #[test]
+    fn a_fatal_pass_error_clears_the_ready_file() {
+        let s = Scratch::new("watch-fatal");
+        let ready = s.root.join("ready");
+        let mut p = passes(&ready);
+        p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
+        assert!(ready_text(&ready).is_some());
+        // The bin dir a file: installing the binaries fails, not transient.
+        std::fs::remove_dir_all(&s.node.bin_dir).unwrap();
+        std::fs::write(&s.node.bin_dir, b"").unwrap();
+        let e = p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap_err();
+        assert!(!e.is_transient(), "{e}");
+        assert_eq!(ready_text(&ready), None);
+    }
+
+    /// A re-chain is noted (and past the limit warned about) only when
+    /// podgate's file had to be written again after it was in place.
+    #[test]
+    fn a_deleted_own_file_is_a_rechain() {
+        let s = Scratch::new("watch-rechain");
+        let mut p = passes(&s.root.join("ready"));
+        p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
+        assert!(p.rechains.is_empty());
+        std::fs::remove_file(s.node.conf_dir.join(&s.node.own_file)).unwrap();
+        p.run(&s.node, &s.src, &Runtime::FileOnly).unwrap();
+        assert_eq!(p.rechains.len(), 1);
+        assert!(s.own().is_some());
+    }
+
+    /// A pass at start; after a change, one debounce later but never
+    /// later than max_delay after the first change; while the runtime has
+    /// not loaded the chain, again after RECHECK, doubling up to the resync.
+    #[test]
+    fn the_schedule_debounces_and_backs_off() {
+        let opts = WatchOpts {
+            debounce: Duration::from_millis(200),
+            max_delay: Duration::from_secs(1),
+            resync: Duration::from_secs(3),
+            ready_file: None,
+            uninstall_on_exit: false,
+            history: None,
+            runtime: Runtime::FileOnly,
+        };
+        let mut sch = Schedule::new(&opts);
+        let t0 = sch.pass_due().unwrap();
+        assert!(sch.pass_due().is_none());
+        assert_eq!(sch.wake(), t0 + opts.resync);
+        sch.changed();
+        let first = sch.due.unwrap();
+        assert!(first >= t0 + opts.debounce && first < t0 + opts.max_delay);
+        std::thread::sleep(Duration::from_millis(50));
+        sch.changed();
+        assert!(sch.due.unwrap() > first, "each change pushes the pass back");
+        sch.first_event = Some(t0 - opts.max_delay);
+        sch.changed();
+        assert!(
+            sch.due.unwrap() <= t0,
+            "bounded by max_delay from the first change"
+        );
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let now = Instant::now();
+            sch.passed(now, true);
+            waits.push(sch.due.unwrap() - now);
+        }
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [500, 1000, 2000, 3000, 3000]);
+        sch.passed(Instant::now(), false);
+        assert_eq!(sch.recheck, runtime::RECHECK);
+    }
+
+    /// Which inotify events start a pass: config files, backups and the
+    /// plugins file in the conf dir, podgate's binaries in the bin dir,
+    /// anything in the plugins file's own dir; never a temp name.
+    #[test]
+    fn only_relevant_names_start_a_pass() {
+        let s = Scratch::new("watch-names");
+        let ino = Inotify::new().unwrap();
+        let plugins_dir = s.root.join("plugins");
+        std::fs::create_dir_all(&plugins_dir).unwrap();
+        let w = Watches {
+            conf: ino.add(&s.node.conf_dir, DIR_MASK).unwrap(),
+            bin: ino.add(&s.node.bin_dir, DIR_MASK).unwrap(),
+            plugins: Some(ino.add(&plugins_dir, DIR_MASK).unwrap()),
+            plugins_name: "plugins.json".into(),
+        };
+        let (conf, bin, plugins) = (w.conf, w.bin, w.plugins.unwrap());
+        for name in [PRIMARY, "05-x.conf", "x.json", "", "plugins.json"] {
+            assert!(w.relevant(conf, name), "{name:?}");
+        }
+        assert!(w.relevant(conf, &format!("10-bridge.conflist{ORIG_SUFFIX}")));
+        for name in ["README", "10-bridge.conflist.swp"] {
+            assert!(!w.relevant(conf, name), "{name:?}");
+        }
+        for name in BINARIES {
+            assert!(w.relevant(bin, name));
+            assert!(!w.relevant(conf, name));
+        }
+        assert!(!w.relevant(bin, "bridge"));
+        assert!(w.relevant(plugins, "..data"));
+        let temp = ".00-podgate.conflist.podgate-tmp-1234";
+        assert!(fsx::is_temp_name(temp));
+        assert!(!w.relevant(conf, temp), "{temp}");
     }
 }

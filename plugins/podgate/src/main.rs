@@ -2,6 +2,7 @@
 //! library code the plugins use (podgate-kit, podgate-router's records,
 //! podgate-tunnel-guard's evaluation), plus the installer (podgate-install).
 
+#![forbid(unsafe_code)]
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)

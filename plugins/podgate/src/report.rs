@@ -437,108 +437,22 @@ pub fn run(a: &ReportArgs) -> Result<Found> {
     progress.step("CNI configs ...");
     copy_dir(&mut parts, &a.cni_conf_dir, "cni", "CNI config", is_config);
     progress.step("installer ...");
-    if let Ok(b) = std::fs::read(&a.plugins) {
-        parts.add(
-            "installer/plugins.json",
-            "the installer's plugins file",
-            scrub::file(&b),
-        );
-    }
-    copy_dir(
-        &mut parts,
-        &a.installer_state_dir,
-        "installer/state",
-        "installer state",
-        |n| !n.starts_with('.'),
-    );
-    copy_dir(
-        &mut parts,
-        &a.agent_state_dir,
-        "agent/state",
-        "the node agent's counters",
-        |n| !n.starts_with('.'),
-    );
-    command_part(
-        &mut parts,
-        "installer/check.txt",
-        "podgate install --check",
-        os(&[
-            &"install",
-            &"--check",
-            &"--cni-conf-dir",
-            &a.cni_conf_dir,
-            &"--cni-bin-dir",
-            &a.cni_bin_dir,
-            &"--plugins",
-            &a.plugins,
-            &"--state-dir",
-            &a.installer_state_dir,
-        ]),
-    );
+    installer_part(&mut parts, a);
     progress.step("records and drift ...");
-    for (name, json) in [
-        ("records/inspect.txt", false),
-        ("records/inspect.json", true),
-    ] {
-        let mut args = os(&[&"inspect", &"--all", &"--state-dir", &a.state_dir]);
-        if json {
-            args.push("--json".into());
-        }
-        command_part(
-            &mut parts,
-            name,
-            "podgate inspect --all: every record with its drift",
-            args,
-        );
-    }
+    inspect_part(&mut parts, a);
     progress.step("ipsec status ...");
-    for (name, json) in [("ipsec/status.txt", false), ("ipsec/status.json", true)] {
-        let mut args = os(&[&"ipsec", &"status", &"--cni-conf-dir", &a.cni_conf_dir]);
-        if json {
-            args.push("--json".into());
-        }
-        command_part(
-            &mut parts,
-            name,
-            "podgate ipsec status (never key material)",
-            args,
-        );
-    }
+    ipsec_part(&mut parts, a);
     progress.step("node routes, rules, nf_tables ...");
     node_part(&mut parts, a);
     progress.step("logs ...");
     logs_part(&mut parts, a, &podgate_entries(a));
     progress.done();
 
-    let mut readme = format!(
-        "podgate report, {} on {}\n\nContents:\n",
-        podgate_cni::log::format_rfc3339(now as i64, 0),
-        hostname()
-    );
-    for line in &parts.index {
-        readme += &format!("  {line}\n");
-    }
-    readme += "\nKey material is never read (no XFRM state dump, no agent keys); PEM blocks, \
-               secret-named JSON values and 0x-hex keys in copied files are redacted.\n";
-    if !parts.problems.is_empty() {
-        readme += "\nParts that could not be collected:\n";
-        for p in &parts.problems {
-            readme += &format!("  {p}\n");
-        }
-    }
+    let readme = readme(&parts, now);
     parts
         .files
         .insert(0, (format!("{ROOT}/README.txt"), readme.into_bytes()));
-
-    let output = a.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "podgate-report-{}-{}.tar",
-            hostname(),
-            podgate_cni::log::format_rfc3339(now as i64, 0)
-                .replace([':', '-'], "")
-                .replace(".000", "")
-        ))
-    });
+    let output = a.output.clone().unwrap_or_else(|| default_output(now));
     let summary = |shown: String| {
         format!(
             "{shown} ({} files{})",
@@ -560,6 +474,116 @@ pub fn run(a: &ReportArgs) -> Result<Found> {
     write_out(&output, &parts.files, now)?;
     println!("{}", summary(output.display().to_string()));
     Ok(Found::Ok)
+}
+
+/// The installer's plugins file and state, the agent's counters, and what
+/// `podgate install --check` says.
+fn installer_part(parts: &mut Parts, a: &ReportArgs) {
+    if let Ok(b) = std::fs::read(&a.plugins) {
+        parts.add(
+            "installer/plugins.json",
+            "the installer's plugins file",
+            scrub::file(&b),
+        );
+    }
+    copy_dir(
+        parts,
+        &a.installer_state_dir,
+        "installer/state",
+        "installer state",
+        |n| !n.starts_with('.'),
+    );
+    copy_dir(
+        parts,
+        &a.agent_state_dir,
+        "agent/state",
+        "the node agent's counters",
+        |n| !n.starts_with('.'),
+    );
+    command_part(
+        parts,
+        "installer/check.txt",
+        "podgate install --check",
+        os(&[
+            &"install",
+            &"--check",
+            &"--cni-conf-dir",
+            &a.cni_conf_dir,
+            &"--cni-bin-dir",
+            &a.cni_bin_dir,
+            &"--plugins",
+            &a.plugins,
+            &"--state-dir",
+            &a.installer_state_dir,
+        ]),
+    );
+}
+
+/// `podgate inspect --all`, as text and as JSON.
+fn inspect_part(parts: &mut Parts, a: &ReportArgs) {
+    for (name, json) in [
+        ("records/inspect.txt", false),
+        ("records/inspect.json", true),
+    ] {
+        let mut args = os(&[&"inspect", &"--all", &"--state-dir", &a.state_dir]);
+        if json {
+            args.push("--json".into());
+        }
+        command_part(
+            parts,
+            name,
+            "podgate inspect --all: every record with its drift",
+            args,
+        );
+    }
+}
+
+/// `podgate ipsec status`, as text and as JSON.
+fn ipsec_part(parts: &mut Parts, a: &ReportArgs) {
+    for (name, json) in [("ipsec/status.txt", false), ("ipsec/status.json", true)] {
+        let mut args = os(&[&"ipsec", &"status", &"--cni-conf-dir", &a.cni_conf_dir]);
+        if json {
+            args.push("--json".into());
+        }
+        command_part(
+            parts,
+            name,
+            "podgate ipsec status (never key material)",
+            args,
+        );
+    }
+}
+
+/// README.txt: when and where, the contents, what was left out and why.
+fn readme(parts: &Parts, now: u64) -> String {
+    let mut readme = format!(
+        "podgate report, {} on {}\n\nContents:\n",
+        podgate_cni::log::format_rfc3339(now as i64, 0),
+        hostname()
+    );
+    for line in &parts.index {
+        readme += &format!("  {line}\n");
+    }
+    readme += "\nKey material is never read (no XFRM state dump, no agent keys); PEM blocks, \
+               secret-named JSON values and 0x-hex keys in copied files are redacted.\n";
+    if !parts.problems.is_empty() {
+        readme += "\nParts that could not be collected:\n";
+        for p in &parts.problems {
+            readme += &format!("  {p}\n");
+        }
+    }
+    readme
+}
+
+/// `podgate-report-<host>-<time>.tar` in the current directory.
+fn default_output(now: u64) -> PathBuf {
+    PathBuf::from(format!(
+        "podgate-report-{}-{}.tar",
+        hostname(),
+        podgate_cni::log::format_rfc3339(now as i64, 0)
+            .replace([':', '-'], "")
+            .replace(".000", "")
+    ))
 }
 
 fn write_out(output: &Path, files: &[(String, Vec<u8>)], now: u64) -> Result<()> {

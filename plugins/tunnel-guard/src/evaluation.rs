@@ -168,6 +168,18 @@ fn answer(a: &Option<Answer>) -> String {
 
 impl fmt::Display for Evaluation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_verdict(f)?;
+        self.fmt_signals(f)?;
+        self.fmt_policies(f)?;
+        self.fmt_agent_status(f)?;
+        self.fmt_ike_sockets(f)?;
+        self.fmt_checks(f)
+    }
+}
+
+impl Evaluation {
+    /// The verdict line and the endpoint asked.
+    fn fmt_verdict(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verdict = match (self.verdict, self.protection) {
             (Verdict::Ready, Some(Protection::Prepared)) => "READY (initial preparation)",
             (Verdict::Ready, _) => "READY",
@@ -180,6 +192,11 @@ impl fmt::Display for Evaluation {
             self.checked_at, self.elapsed_ms
         )?;
         writeln!(f, "  endpoint:    {}", self.protection_dir.display())?;
+        Ok(())
+    }
+
+    /// The presence signals, the agent's answers, OVSDB.
+    fn fmt_signals(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.signals;
         let keys = if s.ovsdb_keys.is_empty() {
             "none".to_string()
@@ -213,6 +230,11 @@ impl fmt::Display for Evaluation {
                 self.ovsdb_socket.display()
             )?,
         }
+        Ok(())
+    }
+
+    /// The lease, the XFRM guards (and look-alikes) and bypasses.
+    fn fmt_policies(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.mark, self.reqid) {
             (Some(m), Some(r)) => writeln!(f, "  lease:       mark {m} ({m:#x}) reqid {r}")?,
             (Some(m), None) => writeln!(f, "  lease:       mark {m} ({m:#x}), no reqid")?,
@@ -236,6 +258,12 @@ impl fmt::Display for Evaluation {
         for p in &self.bypasses {
             writeln!(f, "  bypass:      {}", describe(p))?;
         }
+        Ok(())
+    }
+
+    /// The agent's private status (with `agentSocket`): phase, state,
+    /// identity, certificate.
+    fn fmt_agent_status(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let (Some(path), Some(a)) = (&self.agent_socket, &self.agent) {
             let reason = if a.reason.is_empty() { "-" } else { &a.reason };
             writeln!(
@@ -272,6 +300,11 @@ impl fmt::Display for Evaluation {
                 None => writeln!(f, "  certificate: expiry unknown ({:?})", a.expires)?,
             }
         }
+        Ok(())
+    }
+
+    /// The IKE sockets seen.
+    fn fmt_ike_sockets(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(socks) = &self.ike_sockets {
             let list: Vec<String> = socks.iter().map(|s| s.local.to_string()).collect();
             let list = if list.is_empty() {
@@ -281,6 +314,11 @@ impl fmt::Display for Evaluation {
             };
             writeln!(f, "  ike sockets: {list}")?;
         }
+        Ok(())
+    }
+
+    /// Each check with its outcome.
+    fn fmt_checks(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "checks:")?;
         for c in &self.checks {
             let o = match c.outcome {

@@ -1,4 +1,4 @@
-//! The verdict over what [`crate::observe`] read (pure: no I/O): every check
+//! The verdict over what [`crate::observe()`] read (pure: no I/O): every check
 //! with a stable name, its outcome and a message, in the order made.
 
 use crate::evaluation::{Check, Evaluation, Outcome, Protection, Signals, Verdict};
@@ -42,28 +42,7 @@ fn list(items: &[String]) -> String {
 
 /// The verdict over `obs` (pure: no I/O).
 pub fn judge(cfg: &GuardConfig, obs: &Observations, now: SystemTime) -> Evaluation {
-    let mut r = Evaluation {
-        verdict: Verdict::Ready,
-        checked_at: time::format_rfc3339(now),
-        elapsed_ms: u64::try_from(obs.elapsed.as_millis()).unwrap_or(u64::MAX),
-        protection_dir: cfg.protection_dir.clone(),
-        ovsdb_socket: cfg.ovsdb_socket.clone(),
-        signals: Signals::default(),
-        protection: None,
-        armed: obs.armed.clone().and_then(Result::ok),
-        startup: obs.startup.clone().and_then(Result::ok),
-        ovsdb: None,
-        mark: None,
-        reqid: None,
-        policy_count: None,
-        guards: Vec::new(),
-        bypasses: Vec::new(),
-        agent_socket: cfg.agent_socket.clone(),
-        agent: None,
-        expires_in_secs: None,
-        checks: Vec::new(),
-        ike_sockets: None,
-    };
+    let mut r = unjudged(cfg, obs, now);
     let mut c = Checks::default();
     if cfg.required == Required::Never {
         c.skip(
@@ -74,73 +53,20 @@ pub fn judge(cfg: &GuardConfig, obs: &Observations, now: SystemTime) -> Evaluati
         r.checks = c.0;
         return r;
     }
-    let exists = |p: &Option<Presence>| p.as_ref().is_some_and(Presence::exists);
     let info = match &obs.ovsdb {
         Some(OvsRead::Ok(i)) => Some(i),
         _ => None,
     };
-    r.signals = Signals {
-        required_file: exists(&obs.required_file),
-        protection_socket: exists(&obs.socket),
-        ovsdb_keys: info.map_or_else(Vec::new, |i| {
-            i.lease_keys_set().into_iter().map(String::from).collect()
-        }),
-    };
+    r.signals = signals(obs, info);
     r.ovsdb = info.cloned();
-    let dir = cfg.protection_dir.display();
-    let ovs_path = cfg.ovsdb_socket.display();
-    let ovs_unknown = matches!(&obs.ovsdb, Some(OvsRead::Failed(_)) | None);
-
-    if cfg.required == Required::Auto && !r.signals.any() && !ovs_unknown {
-        let ovs_note = match &obs.ovsdb {
-            Some(OvsRead::Absent) => format!("no OVSDB at {ovs_path}"),
-            _ => "no ovn-ipsec-protection-* key in OVSDB".to_string(),
-        };
-        c.skip(
-            "required",
-            format!(
-                "IPsec not in use on this node (required: auto): no {dir}/required, \
-                 no {dir}/protection.sock, {ovs_note}"
-            ),
-        );
+    if let Some(unused) = not_in_use(cfg, obs, &r.signals) {
+        c.skip("required", unused);
         r.verdict = Verdict::NotRequired;
         r.checks = c.0;
         return r;
     }
-    let mut why: Vec<String> = Vec::new();
-    if cfg.required == Required::Always {
-        why.push("required: always".into());
-    }
-    if r.signals.required_file {
-        why.push(format!("{dir}/required"));
-    }
-    if !r.signals.ovsdb_keys.is_empty() {
-        why.push(format!("ovsdb {}", r.signals.ovsdb_keys.join(", ")));
-    }
-    if r.signals.protection_socket {
-        why.push(format!("{dir}/protection.sock"));
-    }
-    if why.is_empty() {
-        why.push("OVSDB unreadable, so its protection keys cannot be ruled out".into());
-    }
-    c.pass(
-        "required",
-        format!("IPsec protection required: {}", why.join(", ")),
-    );
-
-    match &obs.ovsdb {
-        Some(OvsRead::Ok(i)) => c.pass(
-            "ovsdb",
-            format!(
-                "ovs _uuid {} system-id {}",
-                i.uuid,
-                i.system_id.as_deref().unwrap_or("-")
-            ),
-        ),
-        Some(OvsRead::Absent) => c.fail("ovsdb", format!("ovsdb socket {ovs_path} absent")),
-        Some(OvsRead::Failed(e)) => c.fail("ovsdb", e.as_str()),
-        None => c.fail("ovsdb", "ovsdb not read"),
-    }
+    c.pass("required", required_because(cfg, &r.signals));
+    check_ovsdb(cfg, obs, &mut c);
 
     let prepared = check_endpoint(cfg, obs, &r.signals, info, &mut c);
     r.protection = if prepared {
@@ -161,6 +87,104 @@ pub fn judge(cfg: &GuardConfig, obs: &Observations, now: SystemTime) -> Evaluati
     };
     r.checks = c.0;
     r
+}
+
+/// The evaluation before any check: what was asked, the agent's answers.
+fn unjudged(cfg: &GuardConfig, obs: &Observations, now: SystemTime) -> Evaluation {
+    Evaluation {
+        verdict: Verdict::Ready,
+        checked_at: time::format_rfc3339(now),
+        elapsed_ms: u64::try_from(obs.elapsed.as_millis()).unwrap_or(u64::MAX),
+        protection_dir: cfg.protection_dir.clone(),
+        ovsdb_socket: cfg.ovsdb_socket.clone(),
+        signals: Signals::default(),
+        protection: None,
+        armed: obs.armed.clone().and_then(Result::ok),
+        startup: obs.startup.clone().and_then(Result::ok),
+        ovsdb: None,
+        mark: None,
+        reqid: None,
+        policy_count: None,
+        guards: Vec::new(),
+        bypasses: Vec::new(),
+        agent_socket: cfg.agent_socket.clone(),
+        agent: None,
+        expires_in_secs: None,
+        checks: Vec::new(),
+        ike_sockets: None,
+    }
+}
+
+/// Which presence signals the node gives.
+fn signals(obs: &Observations, info: Option<&OvsInfo>) -> Signals {
+    let exists = |p: &Option<Presence>| p.as_ref().is_some_and(Presence::exists);
+    Signals {
+        required_file: exists(&obs.required_file),
+        protection_socket: exists(&obs.socket),
+        ovsdb_keys: info.map_or_else(Vec::new, |i| {
+            i.lease_keys_set().into_iter().map(String::from).collect()
+        }),
+    }
+}
+
+/// With `required: auto`, why IPsec is not in use on this node: no signal
+/// at all, and OVSDB read (an unreadable OVSDB cannot rule its keys out).
+fn not_in_use(cfg: &GuardConfig, obs: &Observations, signals: &Signals) -> Option<String> {
+    let ovs_unknown = matches!(&obs.ovsdb, Some(OvsRead::Failed(_)) | None);
+    if cfg.required != Required::Auto || signals.any() || ovs_unknown {
+        return None;
+    }
+    let dir = cfg.protection_dir.display();
+    let ovs_note = match &obs.ovsdb {
+        Some(OvsRead::Absent) => format!("no OVSDB at {}", cfg.ovsdb_socket.display()),
+        _ => "no ovn-ipsec-protection-* key in OVSDB".to_string(),
+    };
+    Some(format!(
+        "IPsec not in use on this node (required: auto): no {dir}/required, \
+         no {dir}/protection.sock, {ovs_note}"
+    ))
+}
+
+/// Why protection is required: the config and every signal present.
+fn required_because(cfg: &GuardConfig, signals: &Signals) -> String {
+    let dir = cfg.protection_dir.display();
+    let mut why: Vec<String> = Vec::new();
+    if cfg.required == Required::Always {
+        why.push("required: always".into());
+    }
+    if signals.required_file {
+        why.push(format!("{dir}/required"));
+    }
+    if !signals.ovsdb_keys.is_empty() {
+        why.push(format!("ovsdb {}", signals.ovsdb_keys.join(", ")));
+    }
+    if signals.protection_socket {
+        why.push(format!("{dir}/protection.sock"));
+    }
+    if why.is_empty() {
+        why.push("OVSDB unreadable, so its protection keys cannot be ruled out".into());
+    }
+    format!("IPsec protection required: {}", why.join(", "))
+}
+
+/// OVSDB read: its `_uuid` and system-id, or why not.
+fn check_ovsdb(cfg: &GuardConfig, obs: &Observations, c: &mut Checks) {
+    match &obs.ovsdb {
+        Some(OvsRead::Ok(i)) => c.pass(
+            "ovsdb",
+            format!(
+                "ovs _uuid {} system-id {}",
+                i.uuid,
+                i.system_id.as_deref().unwrap_or("-")
+            ),
+        ),
+        Some(OvsRead::Absent) => c.fail(
+            "ovsdb",
+            format!("ovsdb socket {} absent", cfg.ovsdb_socket.display()),
+        ),
+        Some(OvsRead::Failed(e)) => c.fail("ovsdb", e.as_str()),
+        None => c.fail("ovsdb", "ovsdb not read"),
+    }
 }
 
 /// Directory, socket, peer, `/armed`, `/startup`. True when the node passes

@@ -3,8 +3,8 @@
 //! The guard speaks the node interface of Kube-OVN's IPsec agent
 //! (`kube-ovn-ipsec`, `pkg/ipsec/`): the public protection endpoint
 //! ([`protection`]), OVSDB ([`ovsdb`]) and the kernel's XFRM policies read back
-//! over netlink ([`guard`]). [`evaluate`] is the two steps: [`observe`] gathers
-//! what the node offers under one time budget and [`judge`] turns those
+//! over netlink ([`guard`]). [`evaluate`] is the two steps: [`observe()`] gathers
+//! what the node offers under one time budget and [`judge()`] turns those
 //! observations into an [`Evaluation`]: each check with a stable name, its
 //! outcome and a message, plus a verdict. The
 //! CNI plugin ([`plugin`]) gates pod ADDs on it; `podgate ipsec status` prints
@@ -22,6 +22,8 @@
 //! keys, the marks on every OVN tunnel interface), or there is no durable
 //! intent and `/startup` answers 200 (initial preparation). The agent's word
 //! alone never passes the gate.
+
+#![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod config;

@@ -3,6 +3,8 @@
 //! place, so no pod is wired up while tunnel traffic could leave in plaintext.
 //! See the library docs for what "ready" means.
 
+#![forbid(unsafe_code)]
+
 fn main() {
     podgate_cni::run(
         podgate_tunnel_guard::TunnelGuard,

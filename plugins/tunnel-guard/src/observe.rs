@@ -1,7 +1,7 @@
 //! What the guard reads from the node: the agent's protection endpoint and
 //! OVSDB on the caller's thread, the kernel's XFRM policies (of the caller's
 //! netns) on a second, the agent's own socket on two more, all under one
-//! deadline. Errors are kept as text for [`crate::judge`]; nothing here
+//! deadline. Errors are kept as text for [`crate::judge()`]; nothing here
 //! decides.
 
 use crate::agent::{self, AgentStatus};

@@ -42,7 +42,7 @@ pub const BUCKETS: [f64; 12] = [
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Histogram {
-    /// `counts[i]`: observations in (BUCKETS[i-1], BUCKETS[i]]; the last one above.
+    /// `counts[i]`: observations in `(BUCKETS[i-1], BUCKETS[i]]`; the last one above.
     pub counts: Vec<u64>,
     pub sum: f64,
 }

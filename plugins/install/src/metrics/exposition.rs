@@ -84,220 +84,249 @@ fn split3(k: &str) -> (&str, &str, &str) {
 impl Collector for Collection {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let s = &self.0;
-        gauges(
-            &mut enc,
-            "podgate_build_info",
-            "podgate version of the running agent (always 1).",
-            &[(vec![("version", env!("CARGO_PKG_VERSION"))], 1)],
-        )?;
-        gauges(
-            &mut enc,
-            "podgate_install_ready",
-            "1 while podgate's binaries and chain entries are in place as configured, else 0.",
-            &[(vec![], flag(s.install_ready))],
-        )?;
-        let attachments: Vec<_> = s
-            .attachments
-            .iter()
-            .map(|((network, profile, routing), n)| {
-                (
-                    vec![
-                        ("network", network.as_str()),
-                        ("profile", profile.as_str()),
-                        ("routing", routing.as_str()),
-                    ],
-                    count(*n),
-                )
-            })
-            .collect();
-        gauges(
-            &mut enc,
-            "podgate_attachments",
-            "Attachments podgate-router has a record of, by network, profile and routing mode.",
-            &attachments,
-        )?;
-        for (name, help, n) in [
-            (
-                "podgate_records_stale",
-                "Records whose pod network namespace no longer exists (DEL never came).",
-                s.stale,
-            ),
-            (
-                "podgate_records_pending",
-                "Records of changes begun and not yet completed (write-ahead).",
-                s.pending,
-            ),
-            (
-                "podgate_records_corrupt",
-                "Record files that could not be read.",
-                s.corrupt,
-            ),
-            (
-                "podgate_records_quarantined",
-                "Records that could not be read, moved to quarantine/ by the sweep (they count nowhere; the attachment's DEL removes each).",
-                s.quarantined,
-            ),
-            (
-                "podgate_attachment_drift",
-                "Live attachments whose recorded state no longer holds (periodic CHECK).",
-                s.drift,
-            ),
-            (
-                "podgate_attachment_drift_unchecked",
-                "Live attachments the periodic CHECK could not examine (netns not enterable, netlink error).",
-                s.drift_unchecked,
-            ),
-            (
-                "podgate_strict_rules_ahead",
-                "Node policy rules before a strict pod's boundary rules that can take its traffic past them (each also drift of that pod; the agent's sweep logs each; podgate never removes them).",
-                s.strict_rules_ahead,
-            ),
-        ] {
-            gauges(&mut enc, name, help, &[(vec![], count(n))])?;
-        }
-
-        let requests: Vec<_> = s
-            .counters
-            .requests
-            .iter()
-            .map(|(k, n)| {
-                let (plugin, command, outcome) = split3(k);
-                (
-                    vec![
-                        ("plugin", plugin),
-                        ("command", command),
-                        ("outcome", outcome),
-                    ],
-                    *n,
-                )
-            })
-            .collect();
-        counters(
-            &mut enc,
-            "podgate_cni_requests",
-            "CNI requests the podgate plugins answered, by plugin, command and outcome (ok, refused, error, crashed).",
-            &requests,
-        )?;
-        let refusals: Vec<_> = s
-            .counters
-            .refusals
-            .iter()
-            .map(|(rule, n)| (vec![("rule", rule.as_str())], *n))
-            .collect();
-        counters(
-            &mut enc,
-            "podgate_refusals",
-            "Requests refused by operator policy, by the rule that refused.",
-            &refusals,
-        )?;
-        let adopted: Vec<_> = s
-            .counters
-            .adopted
-            .iter()
-            .map(|(profile, n)| (vec![("profile", profile.as_str())], *n))
-            .collect();
-        counters(
-            &mut enc,
-            "podgate_adopted",
-            "Sandboxes that started without podgate's chain and got their profile from the agent, by profile.",
-            &adopted,
-        )?;
-        let warnings: Vec<_> = s
-            .counters
-            .warnings
-            .iter()
-            .map(|(k, n)| {
-                let (plugin, warning, _) = split3(k);
-                (vec![("plugin", plugin), ("warning", warning)], *n)
-            })
-            .collect();
-        counters(
-            &mut enc,
-            "podgate_cni_warnings",
-            "Requests that met a condition the operator should know about, by plugin and warning (noAnnotations: a pod that may choose its profile by annotation got none, because the runtime delivered no annotations).",
-            &warnings,
-        )?;
-        let durations: Vec<_> = s
-            .counters
-            .durations
-            .iter()
-            .map(|(k, h)| {
-                let (plugin, command, _) = split3(k);
-                (vec![("plugin", plugin), ("command", command)], h)
-            })
-            .collect();
-        family(
-            &mut enc,
-            (
-                "podgate_cni_request_duration_seconds",
-                "Time from a plugin's start to its answer.",
-                MetricType::Histogram,
-            ),
-            &durations,
-            |m, h| {
-                // Per-bucket counts; the encoder accumulates them and adds +Inf.
-                let buckets: Vec<(f64, u64)> = BUCKETS
-                    .iter()
-                    .zip(h.counts.iter().chain(std::iter::repeat(&0)))
-                    .map(|(b, c)| (*b, *c))
-                    .collect();
-                let total = h.counts.iter().sum::<u64>();
-                m.encode_histogram::<NoLabelSet>(h.sum, total, &buckets, None)
-            },
-        )?;
-
-        // Nothing is unguarded without a guard in the chain, without IPsec
-        // required, or without a runtime to list sandboxes from; while the
-        // runtime cannot list them the count is unknown: no sample, and
-        // the collection error `runtime` says why.
-        if !s.errors.contains_key("runtime") {
-            let n = s.unguarded.unwrap_or(0);
-            gauges(
-                &mut enc,
-                "podgate_unguarded_sandboxes",
-                "Ready sandboxes created while no enforcing tunnel guard was in the chain the runtime served, while the node requires IPsec (excluded namespaces and host network not counted; 0 without a guard, without IPsec required or without a runtime; absent while the runtime cannot list its sandboxes).",
-                &[(vec![], i64::try_from(n).unwrap_or(i64::MAX))],
-            )?;
-        }
-        if let Some(ip) = &s.ipsec {
-            gauges(
-                &mut enc,
-                "podgate_ipsec_ready",
-                "1 while the tunnel guard would let pods through (ready or not required), else 0.",
-                &[(vec![], flag(ip.ready))],
-            )?;
-            let checks: Vec<_> = ip
-                .checks
-                .iter()
-                .map(|(check, failed)| (vec![("check", check.as_str())], flag(*failed)))
-                .collect();
-            gauges(
-                &mut enc,
-                "podgate_ipsec_checks_failed",
-                "1 for each tunnel-guard check that fails, 0 for those that pass or are skipped.",
-                &checks,
-            )?;
-            if let Some(secs) = ip.expires_in_secs {
-                gauges(
-                    &mut enc,
-                    "podgate_ipsec_certificate_expiry_seconds",
-                    "Seconds until the IPsec agent's certificate expires (negative: expired).",
-                    &[(vec![], secs)],
-                )?;
-            }
-        }
-        let errors: Vec<_> = s
-            .errors
-            .iter()
-            .map(|(what, n)| (vec![("source", *what)], count(*n)))
-            .collect();
-        gauges(
-            &mut enc,
-            "podgate_metrics_collect_errors",
-            "Sources the last collection could not read (see the agent log at debug level).",
-            &errors,
-        )
+        encode_install(&mut enc, s)?;
+        encode_records(&mut enc, s)?;
+        encode_requests(&mut enc, s)?;
+        encode_ipsec(&mut enc, s)?;
+        encode_errors(&mut enc, s)
     }
+}
+
+/// The agent's build and whether the chain is in place.
+fn encode_install(enc: &mut DescriptorEncoder<'_>, s: &Snapshot) -> std::fmt::Result {
+    gauges(
+        enc,
+        "podgate_build_info",
+        "podgate version of the running agent (always 1).",
+        &[(vec![("version", env!("CARGO_PKG_VERSION"))], 1)],
+    )?;
+    gauges(
+        enc,
+        "podgate_install_ready",
+        "1 while podgate's binaries and chain entries are in place as configured, else 0.",
+        &[(vec![], flag(s.install_ready))],
+    )?;
+    Ok(())
+}
+
+/// podgate-router's records: attachments, and those stale, pending,
+/// unreadable, drifted.
+fn encode_records(enc: &mut DescriptorEncoder<'_>, s: &Snapshot) -> std::fmt::Result {
+    let attachments: Vec<_> = s
+        .attachments
+        .iter()
+        .map(|((network, profile, routing), n)| {
+            (
+                vec![
+                    ("network", network.as_str()),
+                    ("profile", profile.as_str()),
+                    ("routing", routing.as_str()),
+                ],
+                count(*n),
+            )
+        })
+        .collect();
+    gauges(
+        enc,
+        "podgate_attachments",
+        "Attachments podgate-router has a record of, by network, profile and routing mode.",
+        &attachments,
+    )?;
+    for (name, help, n) in [
+        (
+            "podgate_records_stale",
+            "Records whose pod network namespace no longer exists (DEL never came).",
+            s.stale,
+        ),
+        (
+            "podgate_records_pending",
+            "Records of changes begun and not yet completed (write-ahead).",
+            s.pending,
+        ),
+        (
+            "podgate_records_corrupt",
+            "Record files that could not be read.",
+            s.corrupt,
+        ),
+        (
+            "podgate_records_quarantined",
+            "Records that could not be read, moved to quarantine/ by the sweep (they count nowhere; the attachment's DEL removes each).",
+            s.quarantined,
+        ),
+        (
+            "podgate_attachment_drift",
+            "Live attachments whose recorded state no longer holds (periodic CHECK).",
+            s.drift,
+        ),
+        (
+            "podgate_attachment_drift_unchecked",
+            "Live attachments the periodic CHECK could not examine (netns not enterable, netlink error).",
+            s.drift_unchecked,
+        ),
+        (
+            "podgate_strict_rules_ahead",
+            "Node policy rules before a strict pod's boundary rules that can take its traffic past them (each also drift of that pod; the agent's sweep logs each; podgate never removes them).",
+            s.strict_rules_ahead,
+        ),
+    ] {
+        gauges(enc, name, help, &[(vec![], count(n))])?;
+    }
+    Ok(())
+}
+
+/// The plugins' requests from the event channel: outcomes, refusals,
+/// adoptions, warnings, durations.
+fn encode_requests(enc: &mut DescriptorEncoder<'_>, s: &Snapshot) -> std::fmt::Result {
+    let requests: Vec<_> = s
+        .counters
+        .requests
+        .iter()
+        .map(|(k, n)| {
+            let (plugin, command, outcome) = split3(k);
+            (
+                vec![
+                    ("plugin", plugin),
+                    ("command", command),
+                    ("outcome", outcome),
+                ],
+                *n,
+            )
+        })
+        .collect();
+    counters(
+        enc,
+        "podgate_cni_requests",
+        "CNI requests the podgate plugins answered, by plugin, command and outcome (ok, refused, error, crashed).",
+        &requests,
+    )?;
+    let refusals: Vec<_> = s
+        .counters
+        .refusals
+        .iter()
+        .map(|(rule, n)| (vec![("rule", rule.as_str())], *n))
+        .collect();
+    counters(
+        enc,
+        "podgate_refusals",
+        "Requests refused by operator policy, by the rule that refused.",
+        &refusals,
+    )?;
+    let adopted: Vec<_> = s
+        .counters
+        .adopted
+        .iter()
+        .map(|(profile, n)| (vec![("profile", profile.as_str())], *n))
+        .collect();
+    counters(
+        enc,
+        "podgate_adopted",
+        "Sandboxes that started without podgate's chain and got their profile from the agent, by profile.",
+        &adopted,
+    )?;
+    let warnings: Vec<_> = s
+        .counters
+        .warnings
+        .iter()
+        .map(|(k, n)| {
+            let (plugin, warning, _) = split3(k);
+            (vec![("plugin", plugin), ("warning", warning)], *n)
+        })
+        .collect();
+    counters(
+        enc,
+        "podgate_cni_warnings",
+        "Requests that met a condition the operator should know about, by plugin and warning (noAnnotations: a pod that may choose its profile by annotation got none, because the runtime delivered no annotations).",
+        &warnings,
+    )?;
+    let durations: Vec<_> = s
+        .counters
+        .durations
+        .iter()
+        .map(|(k, h)| {
+            let (plugin, command, _) = split3(k);
+            (vec![("plugin", plugin), ("command", command)], h)
+        })
+        .collect();
+    family(
+        enc,
+        (
+            "podgate_cni_request_duration_seconds",
+            "Time from a plugin's start to its answer.",
+            MetricType::Histogram,
+        ),
+        &durations,
+        |m, h| {
+            // Per-bucket counts; the encoder accumulates them and adds +Inf.
+            let buckets: Vec<(f64, u64)> = BUCKETS
+                .iter()
+                .zip(h.counts.iter().chain(std::iter::repeat(&0)))
+                .map(|(b, c)| (*b, *c))
+                .collect();
+            let total = h.counts.iter().sum::<u64>();
+            m.encode_histogram::<NoLabelSet>(h.sum, total, &buckets, None)
+        },
+    )?;
+    Ok(())
+}
+
+/// Unguarded sandboxes and the tunnel guard's view of IPsec.
+fn encode_ipsec(enc: &mut DescriptorEncoder<'_>, s: &Snapshot) -> std::fmt::Result {
+    // Nothing is unguarded without a guard in the chain, without IPsec
+    // required, or without a runtime to list sandboxes from; while the
+    // runtime cannot list them the count is unknown: no sample, and
+    // the collection error `runtime` says why.
+    if !s.errors.contains_key("runtime") {
+        let n = s.unguarded.unwrap_or(0);
+        gauges(
+            enc,
+            "podgate_unguarded_sandboxes",
+            "Ready sandboxes created while no enforcing tunnel guard was in the chain the runtime served, while the node requires IPsec (excluded namespaces and host network not counted; 0 without a guard, without IPsec required or without a runtime; absent while the runtime cannot list its sandboxes).",
+            &[(vec![], i64::try_from(n).unwrap_or(i64::MAX))],
+        )?;
+    }
+    if let Some(ip) = &s.ipsec {
+        gauges(
+            enc,
+            "podgate_ipsec_ready",
+            "1 while the tunnel guard would let pods through (ready or not required), else 0.",
+            &[(vec![], flag(ip.ready))],
+        )?;
+        let checks: Vec<_> = ip
+            .checks
+            .iter()
+            .map(|(check, failed)| (vec![("check", check.as_str())], flag(*failed)))
+            .collect();
+        gauges(
+            enc,
+            "podgate_ipsec_checks_failed",
+            "1 for each tunnel-guard check that fails, 0 for those that pass or are skipped.",
+            &checks,
+        )?;
+        if let Some(secs) = ip.expires_in_secs {
+            gauges(
+                enc,
+                "podgate_ipsec_certificate_expiry_seconds",
+                "Seconds until the IPsec agent's certificate expires (negative: expired).",
+                &[(vec![], secs)],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The sources the collection could not read.
+fn encode_errors(enc: &mut DescriptorEncoder<'_>, s: &Snapshot) -> std::fmt::Result {
+    let errors: Vec<_> = s
+        .errors
+        .iter()
+        .map(|(what, n)| (vec![("source", *what)], count(*n)))
+        .collect();
+    gauges(
+        enc,
+        "podgate_metrics_collect_errors",
+        "Sources the last collection could not read (see the agent log at debug level).",
+        &errors,
+    )
 }
 
 /// The exposition text of one collection.

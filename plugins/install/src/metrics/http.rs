@@ -20,6 +20,7 @@
 //! once could keep a scraper out, and an answer (the last collection, a
 //! few KiB) is written in one go.
 
+use crate::logging;
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Body, Incoming};
@@ -370,7 +371,7 @@ pub async fn serve(
                     }
                 }
                 Err(e) => {
-                    crate::log_at(
+                    logging::at(
                         podgate_cni::log::Level::Debug,
                         &format!("metrics: accept: {e}"),
                     );

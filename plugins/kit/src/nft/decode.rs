@@ -15,130 +15,139 @@ impl Expr {
             .map(attr_string)
             .ok_or("expression without NFTA_EXPR_NAME")?;
         let data = Attrs::parse(attrs.get(sys::NFTA_EXPR_DATA).unwrap_or_default())?;
-        let u32_of = |ty| data.get(ty).and_then(be_u32);
-        let value_of = |ty| data.get(ty).and_then(data_value);
-        let other = || Expr::Other { name: name.clone() };
-        let expr = match name.as_str() {
-            "meta" => match (u32_of(sys::NFTA_META_KEY), u32_of(sys::NFTA_META_DREG)) {
-                (Some(key), Some(dreg)) => Expr::Meta { key, dreg },
-                _ => other(), // `meta set`
-            },
-            "cmp" => match (
-                u32_of(sys::NFTA_CMP_SREG),
-                u32_of(sys::NFTA_CMP_OP),
-                value_of(sys::NFTA_CMP_DATA),
-            ) {
-                (Some(sreg), Some(op), Some(data)) => Expr::Cmp { sreg, op, data },
-                _ => other(),
-            },
-            "payload" => match (
-                u32_of(sys::NFTA_PAYLOAD_BASE),
-                u32_of(sys::NFTA_PAYLOAD_OFFSET),
-                u32_of(sys::NFTA_PAYLOAD_LEN),
-                u32_of(sys::NFTA_PAYLOAD_DREG),
-            ) {
-                (Some(base), Some(offset), Some(len), Some(dreg)) => Expr::Payload {
-                    base,
-                    offset,
-                    len,
-                    dreg,
-                },
-                _ => other(), // payload set
-            },
-            "bitwise" => {
-                let op = u32_of(sys::NFTA_BITWISE_OP).unwrap_or(sys::NFT_BITWISE_MASK_XOR);
-                match (
-                    op,
-                    u32_of(sys::NFTA_BITWISE_SREG),
-                    u32_of(sys::NFTA_BITWISE_DREG),
-                    u32_of(sys::NFTA_BITWISE_LEN),
-                    value_of(sys::NFTA_BITWISE_MASK),
-                    value_of(sys::NFTA_BITWISE_XOR),
-                ) {
-                    (
-                        sys::NFT_BITWISE_MASK_XOR,
-                        Some(sreg),
-                        Some(dreg),
-                        Some(len),
-                        Some(mask),
-                        Some(xor),
-                    ) => Expr::Bitwise {
-                        sreg,
-                        dreg,
-                        len,
-                        mask,
-                        xor,
-                    },
-                    _ => other(), // shifts and newer boolean ops
-                }
-            }
-            "masq" => Expr::Masq {
-                flags: u32_of(sys::NFTA_MASQ_FLAGS).unwrap_or(0),
+        let d = Data(&data);
+        let known = match name.as_str() {
+            "meta" => d.meta(),
+            "cmp" => d.cmp(),
+            "payload" => d.payload(),
+            "bitwise" => d.bitwise(),
+            "masq" => Some(Expr::Masq {
+                flags: d.u32(sys::NFTA_MASQ_FLAGS).unwrap_or(0),
                 has_proto_regs: data.get(sys::NFTA_MASQ_REG_PROTO_MIN).is_some(),
-            },
-            "nat" => match u32_of(sys::NFTA_NAT_TYPE) {
-                Some(nat_type) => Expr::Nat { nat_type },
-                None => other(),
-            },
-            "immediate" => match (
-                u32_of(sys::NFTA_IMMEDIATE_DREG),
-                value_of(sys::NFTA_IMMEDIATE_DATA),
-            ) {
-                (Some(dreg), Some(data)) => Expr::ImmediateData { dreg, data },
-                (Some(dreg), None) => Expr::Immediate {
-                    dreg,
-                    verdict: data.get(sys::NFTA_IMMEDIATE_DATA).and_then(decode_verdict),
-                },
-                (None, _) => other(),
-            },
-            "rt" => match (u32_of(sys::NFTA_RT_KEY), u32_of(sys::NFTA_RT_DREG)) {
-                (Some(key), Some(dreg)) => Expr::Rt { key, dreg },
-                _ => other(),
-            },
-            "byteorder" => match (
-                u32_of(sys::NFTA_BYTEORDER_SREG),
-                u32_of(sys::NFTA_BYTEORDER_DREG),
-                u32_of(sys::NFTA_BYTEORDER_OP),
-                u32_of(sys::NFTA_BYTEORDER_LEN),
-                u32_of(sys::NFTA_BYTEORDER_SIZE),
-            ) {
-                (Some(sreg), Some(dreg), Some(op), Some(len), Some(size)) => Expr::Byteorder {
-                    sreg,
-                    dreg,
-                    op,
-                    len,
-                    size,
-                },
-                _ => other(),
-            },
-            "exthdr" => match (
-                u32_of(sys::NFTA_EXTHDR_SREG),
-                data.get(sys::NFTA_EXTHDR_TYPE),
-                u32_of(sys::NFTA_EXTHDR_OFFSET),
-                u32_of(sys::NFTA_EXTHDR_LEN),
-                u32_of(sys::NFTA_EXTHDR_OP),
-                data.get(sys::NFTA_EXTHDR_DREG),
-            ) {
-                (Some(sreg), Some([kind]), Some(offset), Some(len), Some(op), None) => {
-                    Expr::ExthdrWrite {
-                        op,
-                        kind: *kind,
-                        offset,
-                        len,
-                        sreg,
-                    }
-                }
-                _ => other(), // exthdr loads (matches), or a shape we do not write
-            },
-            "target" => match data.get(sys::NFTA_TARGET_NAME) {
-                Some(n) => Expr::Target {
-                    name: attr_string(n),
-                },
-                None => other(),
-            },
-            _ => other(),
+            }),
+            "nat" => d
+                .u32(sys::NFTA_NAT_TYPE)
+                .map(|nat_type| Expr::Nat { nat_type }),
+            "immediate" => d.immediate(),
+            "rt" => d.rt(),
+            "byteorder" => d.byteorder(),
+            "exthdr" => d.exthdr(),
+            "target" => data.get(sys::NFTA_TARGET_NAME).map(|n| Expr::Target {
+                name: attr_string(n),
+            }),
+            _ => None,
         };
-        Ok(expr)
+        Ok(known.unwrap_or(Expr::Other { name }))
+    }
+}
+
+/// An expression's `NFTA_EXPR_DATA`, decoded by kind: `None` for a shape
+/// podgate does not write (it becomes [`Expr::Other`]).
+struct Data<'d, 'a>(&'d Attrs<'a>);
+
+impl Data<'_, '_> {
+    fn u32(&self, ty: u16) -> Option<u32> {
+        self.0.get(ty).and_then(be_u32)
+    }
+
+    fn value(&self, ty: u16) -> Option<Vec<u8>> {
+        self.0.get(ty).and_then(data_value)
+    }
+
+    /// `None` for `meta set`.
+    fn meta(&self) -> Option<Expr> {
+        let (key, dreg) = (
+            self.u32(sys::NFTA_META_KEY)?,
+            self.u32(sys::NFTA_META_DREG)?,
+        );
+        Some(Expr::Meta { key, dreg })
+    }
+
+    fn cmp(&self) -> Option<Expr> {
+        Some(Expr::Cmp {
+            sreg: self.u32(sys::NFTA_CMP_SREG)?,
+            op: self.u32(sys::NFTA_CMP_OP)?,
+            data: self.value(sys::NFTA_CMP_DATA)?,
+        })
+    }
+
+    /// `None` for payload set.
+    fn payload(&self) -> Option<Expr> {
+        Some(Expr::Payload {
+            base: self.u32(sys::NFTA_PAYLOAD_BASE)?,
+            offset: self.u32(sys::NFTA_PAYLOAD_OFFSET)?,
+            len: self.u32(sys::NFTA_PAYLOAD_LEN)?,
+            dreg: self.u32(sys::NFTA_PAYLOAD_DREG)?,
+        })
+    }
+
+    /// Mask-and-xor only; `None` for shifts and newer boolean ops.
+    fn bitwise(&self) -> Option<Expr> {
+        let op = self
+            .u32(sys::NFTA_BITWISE_OP)
+            .unwrap_or(sys::NFT_BITWISE_MASK_XOR);
+        if op != sys::NFT_BITWISE_MASK_XOR {
+            return None;
+        }
+        Some(Expr::Bitwise {
+            sreg: self.u32(sys::NFTA_BITWISE_SREG)?,
+            dreg: self.u32(sys::NFTA_BITWISE_DREG)?,
+            len: self.u32(sys::NFTA_BITWISE_LEN)?,
+            mask: self.value(sys::NFTA_BITWISE_MASK)?,
+            xor: self.value(sys::NFTA_BITWISE_XOR)?,
+        })
+    }
+
+    /// Data into a register, or a verdict.
+    fn immediate(&self) -> Option<Expr> {
+        let dreg = self.u32(sys::NFTA_IMMEDIATE_DREG)?;
+        Some(match self.value(sys::NFTA_IMMEDIATE_DATA) {
+            Some(data) => Expr::ImmediateData { dreg, data },
+            None => Expr::Immediate {
+                dreg,
+                verdict: self
+                    .0
+                    .get(sys::NFTA_IMMEDIATE_DATA)
+                    .and_then(decode_verdict),
+            },
+        })
+    }
+
+    fn rt(&self) -> Option<Expr> {
+        let (key, dreg) = (self.u32(sys::NFTA_RT_KEY)?, self.u32(sys::NFTA_RT_DREG)?);
+        Some(Expr::Rt { key, dreg })
+    }
+
+    fn byteorder(&self) -> Option<Expr> {
+        Some(Expr::Byteorder {
+            sreg: self.u32(sys::NFTA_BYTEORDER_SREG)?,
+            dreg: self.u32(sys::NFTA_BYTEORDER_DREG)?,
+            op: self.u32(sys::NFTA_BYTEORDER_OP)?,
+            len: self.u32(sys::NFTA_BYTEORDER_LEN)?,
+            size: self.u32(sys::NFTA_BYTEORDER_SIZE)?,
+        })
+    }
+
+    /// An exthdr write; `None` for exthdr loads (matches), or a shape
+    /// podgate does not write.
+    fn exthdr(&self) -> Option<Expr> {
+        let sreg = self.u32(sys::NFTA_EXTHDR_SREG)?;
+        let [kind] = self.0.get(sys::NFTA_EXTHDR_TYPE)? else {
+            return None;
+        };
+        let offset = self.u32(sys::NFTA_EXTHDR_OFFSET)?;
+        let len = self.u32(sys::NFTA_EXTHDR_LEN)?;
+        let op = self.u32(sys::NFTA_EXTHDR_OP)?;
+        if self.0.get(sys::NFTA_EXTHDR_DREG).is_some() {
+            return None;
+        }
+        Some(Expr::ExthdrWrite {
+            op,
+            kind: *kind,
+            offset,
+            len,
+            sreg,
+        })
     }
 }
 

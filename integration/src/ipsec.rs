@@ -1,4 +1,4 @@
-//! Test-only helpers for the podgate-tunnel-guard integration tests: a node
+//! The podgate-tunnel-guard integration tests' node: a node
 //! with a real `ovsdb-server` (vswitch schema, OVN tunnel Ports/Interfaces
 //! with the agent's options), the fixture agent
 //! (`integration/fixtures/ipsec_agent.py`, serving the agent's public
@@ -6,9 +6,10 @@
 //! XFRM policies made with `ip xfrm` inside the node netns: the agent's guards
 //! and strongSwan-shaped per-peer ESP policies. Every process is killed on drop.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+// The agent's state is test JSON this module builds itself.
+#![allow(clippy::indexing_slicing)]
 
-use podgate_integration::{
+use crate::{
     output_text, require_root, workspace_root, CniOutcome, Netns, Primaries, TestNode, Verb,
 };
 use serde_json::{json, Value};
@@ -27,7 +28,7 @@ const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 
 /// The plugin binary, built first if missing or stale.
 pub fn ensure_plugin() -> PathBuf {
-    podgate_integration::built(&[PLUGIN], &["-p", PLUGIN]).remove(0)
+    crate::built(&[PLUGIN], &["-p", PLUGIN]).remove(0)
 }
 
 /// RFC 3339 (UTC) for now + `secs` (may be negative).
