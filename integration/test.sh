@@ -24,6 +24,10 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo doc (intra-doc links resolve, private items too)"
+RUSTDOCFLAGS='-D rustdoc::broken_intra_doc_links' \
+    cargo doc --workspace --no-deps --document-private-items --quiet
+
 step "fuzz targets compile (integration/fuzz, its own workspace; run by the benchmarks)"
 cargo check --manifest-path integration/fuzz/Cargo.toml --bins
 

@@ -9,6 +9,7 @@
 //! and std's stdin, stdout and exit (and the kit's file locks) do all it
 //! needs.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)

@@ -10,6 +10,7 @@
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 pub mod caps;
 pub mod dir;

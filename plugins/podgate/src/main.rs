@@ -3,6 +3,7 @@
 //! podgate-tunnel-guard's evaluation), plus the installer (podgate-install).
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 #![cfg_attr(
     test,
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)

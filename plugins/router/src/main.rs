@@ -1,6 +1,7 @@
 //! podgate-router: the CNI plugin binary (the plugin is `podgate_router::Router`).
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 fn main() {
     podgate_cni::run(

@@ -24,6 +24,7 @@
 //! alone never passes the gate.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 pub mod agent;
 pub mod config;

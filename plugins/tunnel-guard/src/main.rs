@@ -4,6 +4,7 @@
 //! See the library docs for what "ready" means.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 fn main() {
     podgate_cni::run(
