@@ -34,6 +34,7 @@ pub mod agent;
 pub mod cluster;
 pub mod containerd;
 pub mod cri;
+pub mod image;
 pub mod intruder;
 pub mod ipsec;
 pub mod k8s;

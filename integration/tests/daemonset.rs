@@ -24,7 +24,6 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NET: &str = "podnet";
@@ -106,22 +105,7 @@ fn image(name: &str, commit: &str) -> PathBuf {
     let dir = podgate_integration::target_dir().join("podgate-daemonset-images");
     fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("podgate-{commit}.tar"));
-    let build = workspace_root().join("integration/image/build.sh");
-    let run = Command::new("bash")
-        .arg(&build)
-        .args([
-            "--arch", "amd64", "--tag", name, "--commit", commit, "--out",
-        ])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{} failed:\n{}",
-        build.display(),
-        output_text(&run)
-    );
+    podgate_integration::image::build_amd64(name, commit, &out);
     built.insert(commit.into(), out.clone());
     out
 }

@@ -95,22 +95,7 @@ pub fn build_podgate_image(name: &str, commit: &str) -> PathBuf {
     let dir = podgate_integration::target_dir().join("podgate-k8s-images");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("podgate-{}.tar", &commit[..12.min(commit.len())]));
-    let build = workspace_root().join("integration/image/build.sh");
-    let run = Command::new("bash")
-        .arg(&build)
-        .args([
-            "--arch", "amd64", "--tag", name, "--commit", commit, "--out",
-        ])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{} failed:\n{}",
-        build.display(),
-        output_text(&run)
-    );
+    podgate_integration::image::build_amd64(name, commit, &out);
     out
 }
 
