@@ -188,6 +188,20 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `kubectl -n NS wait --for=condition=Ready pod/POD --timeout=180s`,
+    /// panicking unless the pod gets Ready in that time.
+    #[track_caller]
+    pub fn wait_pod_ready(&self, ns: &str, pod: &str) {
+        self.kubectl_ok(&[
+            "-n",
+            ns,
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{pod}"),
+            "--timeout=180s",
+        ]);
+    }
+
     /// `kubectl ARGS -o json`, parsed.
     #[track_caller]
     pub fn kubectl_json(&self, args: &[&str]) -> Value {

@@ -1157,14 +1157,7 @@ pub fn the_shipped_policy_refuses_at_kubectl_apply(world: &mut World) {
         false,
     ));
     if installed {
-        c.kubectl_ok(&[
-            "-n",
-            "vpn",
-            "wait",
-            "--for=condition=Ready",
-            "pod/adm-allowed",
-            "--timeout=180s",
-        ]);
+        c.wait_pod_ready("vpn", "adm-allowed");
         assert_eq!(crate::nodes::ip_forward(c, "vpn", "adm-allowed"), "1");
     } else {
         println!(

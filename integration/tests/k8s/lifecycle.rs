@@ -82,14 +82,7 @@ pub fn deletions_of_every_kind_leave_nothing_on_the_nodes(world: &mut World) {
         ],
         false,
     ));
-    c.kubectl_ok(&[
-        "-n",
-        CHURN,
-        "wait",
-        "--for=condition=Ready",
-        "pod/router",
-        "--timeout=180s",
-    ]);
+    c.wait_pod_ready(CHURN, "router");
     let node = c.kubectl_ok(&[
         "-n",
         CHURN,
@@ -153,14 +146,7 @@ pub fn deletions_of_every_kind_leave_nothing_on_the_nodes(world: &mut World) {
         true,
     ));
     for pod in ["ns-a", "ns-b"] {
-        c.kubectl_ok(&[
-            "-n",
-            CHURN,
-            "wait",
-            "--for=condition=Ready",
-            &format!("pod/{pod}"),
-            "--timeout=180s",
-        ]);
+        c.wait_pod_ready(CHURN, pod);
     }
     c.kubectl_ok(&[
         "delete",
@@ -235,28 +221,14 @@ pub fn restarts_and_a_reboot_end_with_every_pod_wired(world: &mut World) {
         true,
     ));
     for pod in ["keep-fwd", "keep-route"] {
-        c.kubectl_ok(&[
-            "-n",
-            CHURN,
-            "wait",
-            "--for=condition=Ready",
-            &format!("pod/{pod}"),
-            "--timeout=180s",
-        ]);
+        c.wait_pod_ready(CHURN, pod);
     }
     let node = node_of(c, CHURN, "keep-fwd");
     assert_eq!(node, node_of(c, CHURN, "keep-route"));
 
     let check = |what: &str| {
         for pod in ["keep-fwd", "keep-route"] {
-            c.kubectl_ok(&[
-                "-n",
-                CHURN,
-                "wait",
-                "--for=condition=Ready",
-                &format!("pod/{pod}"),
-                "--timeout=180s",
-            ]);
+            c.wait_pod_ready(CHURN, pod);
             assert_eq!(
                 ip_forward(c, CHURN, pod),
                 "1",

@@ -130,14 +130,7 @@ pub fn an_edited_policy_reaches_new_sandboxes(world: &mut World) {
         false,
     ));
     for pod in ["early", "late"] {
-        c.kubectl_ok(&[
-            "-n",
-            CHURN,
-            "wait",
-            "--for=condition=Ready",
-            &format!("pod/{pod}"),
-            "--timeout=180s",
-        ]);
+        c.wait_pod_ready(CHURN, pod);
         assert_eq!(ip_forward(c, CHURN, pod), "1", "{CHURN}/{pod}: forwarding");
     }
     c.kubectl_ok(&["-n", CHURN, "delete", "pod", "early", "late", "--wait=true"]);

@@ -52,14 +52,7 @@ pub fn an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up(world: &mu
         "deploy/old",
         "--timeout=180s",
     ]);
-    c.kubectl_ok(&[
-        "-n",
-        CHURN,
-        "wait",
-        "--for=condition=Ready",
-        "pod/old-route",
-        "--timeout=180s",
-    ]);
+    c.wait_pod_ready(CHURN, "old-route");
     for node in NODES {
         assert!(
             router_built_from(world, node, &old_commit),
@@ -170,14 +163,7 @@ pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &
         false,
     ));
     for (ns, pod) in [(CHURN, "strict"), (CHURN, "routed"), ("vpn", "masq")] {
-        c.kubectl_ok(&[
-            "-n",
-            ns,
-            "wait",
-            "--for=condition=Ready",
-            &format!("pod/{pod}"),
-            "--timeout=180s",
-        ]);
+        c.wait_pod_ready(ns, pod);
     }
     // The sequence of "Upgrade and uninstall", verbatim, in two parts: the
     // step its comment names (the pods podgate wired go) in between.
