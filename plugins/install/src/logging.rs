@@ -57,9 +57,11 @@ mod tests {
     /// lines of other tests may be in the file too.)
     #[test]
     fn the_level_is_the_callers() {
-        let dir = std::env::temp_dir().join(format!("podgate-logging-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("podgate-logging-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
         let file = dir.join("installer.log");
         set(
             &AgentLogArgs {

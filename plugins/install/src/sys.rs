@@ -120,9 +120,11 @@ mod tests {
 
     #[test]
     fn inotify_sees_a_rename() {
-        let d = std::env::temp_dir().join(format!("podgate-sys-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("podgate-sys-")
+            .tempdir()
+            .unwrap();
+        let d = tmp.path().to_path_buf();
         let ino = Inotify::new().unwrap();
         let wd = ino
             .add(&d, libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE)

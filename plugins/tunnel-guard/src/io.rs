@@ -169,8 +169,11 @@ mod tests {
 
     #[test]
     fn absent_socket_and_hung_peer() {
-        let dir = std::env::temp_dir().join(format!("pg-io-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("pg-io-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
         let path = dir.join("s.sock");
         let dl = Deadline::after(Duration::from_millis(100));
         assert!(matches!(connect(&path, &dl), Err(IoError::Absent(_))));

@@ -173,16 +173,19 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn tmp(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("pg-prot-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed with the returned guard.
+    fn tmp(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let t = tempfile::Builder::new()
+            .prefix(&format!("pg-prot-{name}-"))
+            .tempdir()
+            .unwrap();
+        let d = t.path().to_path_buf();
+        (t, d)
     }
 
     #[test]
     fn a_missing_path_is_absent_and_a_dangling_symlink_exists() {
-        let d = tmp("presence");
+        let (_tmp, d) = tmp("presence");
         assert_eq!(Presence::of(&d.join("nope")), Presence::Absent);
         std::os::unix::fs::symlink("/nonexistent/x", d.join("dangling")).unwrap();
         assert!(Presence::of(&d.join("dangling")).exists());
@@ -192,7 +195,7 @@ mod tests {
     #[test]
     fn asks_with_the_uuid_and_reads_the_agents_answer() {
         use std::io::{Read, Write};
-        let d = tmp("ask");
+        let (_tmp, d) = tmp("ask");
         let sock = d.join(SOCKET);
         let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         let server = std::thread::spawn(move || {
@@ -262,7 +265,7 @@ mod tests {
             nix::unistd::geteuid().is_root(),
             "needs root: the endpoint checks want root-owned files"
         );
-        let d = tmp("modes");
+        let (_tmp, d) = tmp("modes");
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o750)).unwrap();
         check_dir(&d).unwrap();
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o770)).unwrap();

@@ -435,11 +435,14 @@ mod tests {
     use podgate_cni::event::Recorder;
     use std::time::Instant;
 
-    fn tmp(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podgate-spool-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed with the returned guard.
+    fn tmp(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new()
+            .prefix(&format!("podgate-spool-{tag}-"))
+            .tempdir()
+            .unwrap();
+        let d = t.path().to_path_buf();
+        (t, d)
     }
 
     fn total(s: &Spool) -> u64 {
@@ -448,7 +451,7 @@ mod tests {
 
     #[test]
     fn counts_once_across_restarts_and_rotation() {
-        let d = tmp("restart");
+        let (_tmp, d) = tmp("restart");
         let ev = d.join("events.jsonl");
         let mut s = Spool::open(&d).unwrap();
         assert!(s.drain(std::slice::from_ref(&ev)).is_empty());
@@ -485,7 +488,7 @@ mod tests {
     /// every event is counted exactly once and nothing is taken for a crash.
     #[test]
     fn concurrent_writers_rotation_and_restarts_count_exactly() {
-        let d = tmp("concurrent");
+        let (_tmp, d) = tmp("concurrent");
         let ev = d.join("events.jsonl");
         Spool::open(&d).unwrap().drain(std::slice::from_ref(&ev));
         const THREADS: u64 = 4;
@@ -532,7 +535,7 @@ mod tests {
 
     #[test]
     fn an_unheld_mark_without_an_event_is_a_crash() {
-        let d = tmp("crash");
+        let (_tmp, d) = tmp("crash");
         let ev = d.join("events.jsonl");
         let mut s = Spool::open(&d).unwrap();
         s.drain(std::slice::from_ref(&ev));

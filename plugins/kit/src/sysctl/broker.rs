@@ -358,9 +358,11 @@ mod tests {
         let pod = NamedNetns::add("broker-pod");
         let node_ns = NetNs::open(Path::new(&node.0)).unwrap();
         let pod_ns = NetNs::open(Path::new(&pod.0)).unwrap();
-        let dir = std::env::temp_dir().join(format!("pg-kit-broker-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("pg-kit-broker-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
         let socket = dir.join("broker.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let node_path = node.0.clone();

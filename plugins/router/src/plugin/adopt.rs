@@ -409,21 +409,25 @@ mod tests {
 
     /// A fresh state dir and podgate-router's entry keeping its records
     /// there: profile `p` (forwarding) for namespace `vpn`.
-    fn fixture(tag: &str) -> (PathBuf, Value) {
-        let state = std::env::temp_dir().join(format!("podgate-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&state);
+    /// The state dir is removed with the returned guard.
+    fn fixture(tag: &str) -> (tempfile::TempDir, PathBuf, Value) {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("podgate-{tag}-"))
+            .tempdir()
+            .unwrap();
+        let state = tmp.path().join("state");
         let entry = json!({
             "type": "podgate-router", "name": "n", "cniVersion": "1.0.0",
             "stateDir": state,
             "profiles": {"p": {"sysctls": {"net.ipv4.ip_forward": "1"}}},
             "assign": [{"namespace": "vpn", "profile": "p"}]
         });
-        (state, entry)
+        (tmp, state, entry)
     }
 
     #[test]
     fn a_selected_sandbox_is_adopted_once_undone_when_stopped_and_refused_once_its_netns_is_gone() {
-        let (state, entry) = fixture("adopt");
+        let (_tmp, state, entry) = fixture("adopt");
         let node = PodNs::new("node", false);
         let pod = PodNs::new("pod", true);
         let records = || {
@@ -555,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_sandbox_holding_an_address_the_runtime_does_not_report_is_refused_and_nothing_applied() {
-        let (state, entry) = fixture("adopt-foreign");
+        let (_tmp, state, entry) = fixture("adopt-foreign");
         let node = PodNs::new("fnode", false);
         let pod = PodNs::new("fpod", true);
         // As a pod with NET_ADMIN would: another pod's address before its own.
@@ -581,7 +585,7 @@ mod tests {
 
     #[test]
     fn a_sandbox_whose_pod_interface_is_not_eth0_is_adopted_on_it_and_an_ambiguous_one_refused() {
-        let (state, entry) = fixture("adopt-if");
+        let (_tmp, state, entry) = fixture("adopt-if");
         let node = PodNs::new("ifnode", false);
         let pod = PodNs::new("ifpod", false);
         ip(&[
