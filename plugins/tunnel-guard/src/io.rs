@@ -169,10 +169,7 @@ mod tests {
 
     #[test]
     fn absent_socket_and_hung_peer() {
-        let tmp = tempfile::Builder::new()
-            .prefix("pg-io-")
-            .tempdir()
-            .unwrap();
+        let tmp = tempfile::Builder::new().prefix("pg-io-").tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let path = dir.join("s.sock");
         let dl = Deadline::after(Duration::from_millis(100));
