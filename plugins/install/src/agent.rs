@@ -284,7 +284,7 @@ fn once(
         for q in &swept.quarantined {
             println!("swept: {q}");
         }
-        failed.extend(swept.failures.into_iter().map(|f| format!("sweep: {f}")));
+        failed.extend(swept.failures.iter().map(|f| format!("sweep: {f}")));
     }
     match failed.is_empty() {
         true => Ok(()),

@@ -33,18 +33,12 @@ pub enum Error {
         source: Box<ApplyError>,
         left: Failures,
     },
-    /// What could not be removed or undone.
+    /// What could not be removed or undone (a teardown, a sweep).
     #[error("{what}: {left}")]
     Left { what: &'static str, left: Failures },
     /// CHECK: what of the record no longer holds (one line each).
     #[error("drift: {}", .0.join("; "))]
     Drift(Vec<String>),
-    /// What a sweep could not remove (one line each).
-    #[error("{what}: {}", .failures.join("; "))]
-    Swept {
-        what: &'static str,
-        failures: Vec<String>,
-    },
 }
 
 fn rollback_left(left: &Failures) -> String {
@@ -69,11 +63,9 @@ impl Error {
         match self {
             Error::State(_) | Error::Record(_) => code::IO_FAILURE,
             Error::Apply { source, .. } if source.is_state() => code::IO_FAILURE,
-            Error::Kernel { .. }
-            | Error::Apply { .. }
-            | Error::Left { .. }
-            | Error::Drift(_)
-            | Error::Swept { .. } => code::APPLY_FAILED,
+            Error::Kernel { .. } | Error::Apply { .. } | Error::Left { .. } | Error::Drift(_) => {
+                code::APPLY_FAILED
+            }
         }
     }
 
@@ -81,7 +73,7 @@ impl Error {
     fn kit(&self) -> Option<(&podgate_kit::Error, Option<&str>)> {
         match self {
             Error::State(e) | Error::Record(ReadError::Io(e)) => Some((e, None)),
-            Error::Record(_) | Error::Drift(_) | Error::Swept { .. } => None,
+            Error::Record(_) | Error::Drift(_) => None,
             Error::Kernel { source, .. } | Error::Apply { source, .. } => Some(source.kit()),
             Error::Left { left, .. } => left.iter().next().map(ApplyError::kit),
         }

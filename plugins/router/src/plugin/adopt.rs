@@ -160,11 +160,32 @@ pub fn interface_of(sb: &Sandbox) -> Result<String, CniError> {
         .map_err(|m| CniError::new(code::INVALID_ENV, format!("sandbox {}: {m}", sb.id)))
 }
 
+/// Why a sandbox's pod interface is not known (never guessed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InterfaceUnknown {
+    #[error("the runtime reports no address for it: its pod interface is not known")]
+    NoAddress,
+    #[error("no interface in its netns holds {}", joined(.0))]
+    NoneHolds(Vec<IpAddr>),
+    #[error(
+        "several interfaces in its netns hold {}: {}; not guessing which is the pod's",
+        joined(.ips),
+        .names.join(", ")
+    )]
+    Several {
+        ips: Vec<IpAddr>,
+        names: Vec<String>,
+    },
+}
+
 /// Of the (interface, address) pairs of a netns, the one interface holding
 /// any of `ips`; Err saying why not when none or several do.
-pub fn pick_interface(held: &[(String, IpAddr)], ips: &[IpAddr]) -> Result<String, String> {
+pub fn pick_interface(
+    held: &[(String, IpAddr)],
+    ips: &[IpAddr],
+) -> Result<String, InterfaceUnknown> {
     if ips.is_empty() {
-        return Err("the runtime reports no address for it: its pod interface is not known".into());
+        return Err(InterfaceUnknown::NoAddress);
     }
     let names: std::collections::BTreeSet<&str> = held
         .iter()
@@ -173,12 +194,11 @@ pub fn pick_interface(held: &[(String, IpAddr)], ips: &[IpAddr]) -> Result<Strin
         .collect();
     match names.len() {
         1 => Ok(names.into_iter().collect::<String>()),
-        0 => Err(format!("no interface in its netns holds {}", joined(ips))),
-        _ => Err(format!(
-            "several interfaces in its netns hold {}: {}; not guessing which is the pod's",
-            joined(ips),
-            names.into_iter().collect::<Vec<_>>().join(", ")
-        )),
+        0 => Err(InterfaceUnknown::NoneHolds(ips.to_vec())),
+        _ => Err(InterfaceUnknown::Several {
+            ips: ips.to_vec(),
+            names: names.into_iter().map(str::to_string).collect(),
+        }),
     }
 }
 
@@ -511,17 +531,22 @@ mod tests {
             "net1",
             "additional IPs on the same interface"
         );
-        let none = pick_interface(&netns, &ips(&["10.1.1.1"])).unwrap_err();
+        let none = pick_interface(&netns, &ips(&["10.1.1.1"]))
+            .unwrap_err()
+            .to_string();
         assert!(
             none.contains("no interface") && none.contains("10.1.1.1"),
             "{none}"
         );
-        let several = pick_interface(&netns, &ips(&["10.77.0.5", "192.168.9.2"])).unwrap_err();
+        let several = pick_interface(&netns, &ips(&["10.77.0.5", "192.168.9.2"]))
+            .unwrap_err()
+            .to_string();
         assert!(several.contains("eth9, net1"), "{several}");
         let twice = held(&[("eth0", "10.77.0.5"), ("net1", "10.77.0.5")]);
         assert!(pick_interface(&twice, &ips(&["10.77.0.5"])).is_err());
         assert!(pick_interface(&netns, &[])
             .unwrap_err()
+            .to_string()
             .contains("no address"));
     }
 
