@@ -14,6 +14,7 @@ use super::{add, load, selection, store, Router};
 use crate::config::ANNOTATIONS_CAPABILITY;
 use crate::error::Error;
 use crate::record;
+use crate::refusal::Refusal;
 use podgate_cni::version::Version;
 use podgate_cni::{code, CniError, Command, Env, NetConf, Plugin, Request};
 use podgate_kit::link;
@@ -218,11 +219,13 @@ fn addresses_of(sb: &Sandbox, ifname: &str) -> Result<Vec<ipnet::IpNet>, CniErro
         .filter(|a| a.index == index)
         .map(|a| a.addr)
         .collect();
-    reported_addresses(&held, &sb.ips).map_err(|m| {
-        CniError::policy(format!(
-            "refused by adoption: sandbox {}: {ifname} {m}; not adopted (the pod may have changed its addresses)",
-            sb.id
-        ))
+    reported_addresses(&held, &sb.ips).map_err(|why| {
+        Refusal::AddressesChanged {
+            sandbox: sb.id.clone(),
+            ifname: ifname.to_string(),
+            why,
+        }
+        .into()
     })
 }
 
