@@ -745,6 +745,22 @@ mod tests {
         assert!(e.to_string().contains("route del"), "{e}");
         assert_eq!(k.routes, [route], "the route is still there");
         assert!(record::read(&store, &rec.key).unwrap().is_some());
+        // As GC reports it: the failed call's errno and object reach the
+        // CNI error's details.
+        let what = "gc";
+        let e: podgate_cni::CniError = crate::error::Error::Left {
+            what,
+            left: s.failures,
+        }
+        .into();
+        assert_eq!(e.code, podgate_cni::code::APPLY_FAILED);
+        let d: serde_json::Value = serde_json::from_str(&e.details)
+            .unwrap_or_else(|err| panic!("details {:?}: {err}", e.details));
+        assert_eq!(d["errnoName"], "EPERM", "{d}");
+        assert_eq!(
+            d["object"], "route del 10.9.0.0/24 via 10.22.0.5 oif 7",
+            "{d}"
+        );
 
         // The next sweep, nothing failing: the route and the record go.
         let s = clear_stale(&census(&store, &here), &mut k, &store, &here);

@@ -1,4 +1,5 @@
-//! Every policy refusal of the router (CNI code 11), each naming the rule
+//! Every policy refusal of the router (CNI code 100,
+//! `code::POLICY_REFUSED`), each naming the rule
 //! or the fact that refuses the pod. Built where the decision is made
 //! (intent, plan, routing, MSS clamp, adoption) and turned into the CNI
 //! error by the router's one conversion (`error::Error::Refused`).
