@@ -138,12 +138,7 @@ mod tests {
 
     /// A fresh directory, removed with the returned guard.
     fn tmpdir(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-        let t = tempfile::Builder::new()
-            .prefix(&format!("podgate-fsx-{tag}-"))
-            .tempdir()
-            .unwrap();
-        let d = t.path().to_path_buf();
-        (t, d)
+        crate::testing::scratch_dir(&format!("podgate-fsx-{tag}-"))
     }
 
     #[test]

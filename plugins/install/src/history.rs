@@ -334,13 +334,9 @@ mod tests {
 
     /// A path not created yet, inside a directory removed with the
     /// returned guard.
-    fn tmp(tag: &str) -> (tempfile::TempDir, PathBuf) {
-        let t = tempfile::Builder::new()
-            .prefix(&format!("podgate-history-{tag}-"))
-            .tempdir()
-            .unwrap();
-        let d = t.path().join("history");
-        (t, d)
+    fn tmp(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let (t, d) = crate::testing::scratch_dir(&format!("podgate-history-{tag}-"));
+        (t, d.join("history"))
     }
 
     #[test]

@@ -57,11 +57,7 @@ mod tests {
     /// lines of other tests may be in the file too.)
     #[test]
     fn the_level_is_the_callers() {
-        let tmp = tempfile::Builder::new()
-            .prefix("podgate-logging-")
-            .tempdir()
-            .unwrap();
-        let dir = tmp.path().to_path_buf();
+        let (_tmp, dir) = crate::testing::scratch_dir("podgate-logging-");
         let file = dir.join("installer.log");
         set(
             &AgentLogArgs {

@@ -582,11 +582,7 @@ pub(crate) mod tests {
 
     impl Scratch {
         pub(crate) fn new(tag: &str) -> Scratch {
-            let dir = tempfile::Builder::new()
-                .prefix(&format!("podgate-reconcile-{tag}-"))
-                .tempdir()
-                .unwrap();
-            let root = dir.path().to_path_buf();
+            let (dir, root) = crate::testing::scratch_dir(&format!("podgate-reconcile-{tag}-"));
             for d in ["conf", "bin", "state", "src"] {
                 std::fs::create_dir_all(root.join(d)).unwrap();
             }

@@ -328,11 +328,7 @@ mod tests {
     /// A node whose directories live in a temporary directory removed with
     /// the returned guard.
     fn node(tag: &str) -> (tempfile::TempDir, Node) {
-        let t = tempfile::Builder::new()
-            .prefix(&format!("podgate-runtime-{tag}-"))
-            .tempdir()
-            .unwrap();
-        let d = t.path().to_path_buf();
+        let (t, d) = crate::testing::scratch_dir(&format!("podgate-runtime-{tag}-"));
         let node = Node {
             conf_dir: d.clone(),
             bin_dir: d.join("bin"),

@@ -203,11 +203,7 @@ mod tests {
 
     #[test]
     fn a_backup_saved_loads_back_lists_and_is_gone_once_removed() {
-        let tmp = tempfile::Builder::new()
-            .prefix("podgate-state-")
-            .tempdir()
-            .unwrap();
-        let d = tmp.path().to_path_buf();
+        let (_tmp, d) = crate::testing::scratch_dir("podgate-state-");
         let s = StateDir::new(&d.join("installer"));
         assert!(s.list().unwrap().is_empty());
         let b = Backup {
@@ -279,11 +275,7 @@ mod tests {
 
     #[test]
     fn a_refused_record_fails_the_load_naming_the_rule() {
-        let tmp = tempfile::Builder::new()
-            .prefix("podgate-state-refused-")
-            .tempdir()
-            .unwrap();
-        let d = tmp.path().to_path_buf();
+        let (_tmp, d) = crate::testing::scratch_dir("podgate-state-refused-");
         let forged = record("10-x.conflist", Some("../../../opt/cni/bin/bridge"), None);
         std::fs::write(
             d.join("10-x.conflist.podgate-backup"),

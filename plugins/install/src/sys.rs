@@ -120,11 +120,7 @@ mod tests {
 
     #[test]
     fn inotify_sees_a_rename() {
-        let tmp = tempfile::Builder::new()
-            .prefix("podgate-sys-")
-            .tempdir()
-            .unwrap();
-        let d = tmp.path().to_path_buf();
+        let (_tmp, d) = crate::testing::scratch_dir("podgate-sys-");
         let ino = Inotify::new().unwrap();
         let wd = ino
             .add(&d, libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE)

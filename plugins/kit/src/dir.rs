@@ -402,13 +402,8 @@ mod tests {
     use std::io::Write;
 
     /// A fresh directory, removed with the returned guard.
-    fn tmpdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
-        let t = tempfile::Builder::new()
-            .prefix(&format!("podgate-dir-{tag}-"))
-            .tempdir()
-            .unwrap();
-        let d = t.path().to_path_buf();
-        (t, d)
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        crate::testing::scratch_dir(&format!("podgate-dir-{tag}-"))
     }
 
     #[test]

@@ -372,16 +372,10 @@ fn try_flock(f: &File, kind: Flock) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
     /// A fresh directory, removed with the returned guard.
-    fn tmpdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
-        let t = tempfile::Builder::new()
-            .prefix(&format!("podgate-kitfs-{tag}-"))
-            .tempdir()
-            .unwrap();
-        let d = t.path().to_path_buf();
-        (t, d)
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        crate::testing::scratch_dir(&format!("podgate-kitfs-{tag}-"))
     }
 
     #[test]

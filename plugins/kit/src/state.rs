@@ -585,13 +585,9 @@ mod tests {
 
     /// A path not created yet, inside a directory removed with the
     /// returned guard.
-    fn tmpdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
-        let t = tempfile::Builder::new()
-            .prefix(&format!("podgate-state-{tag}-"))
-            .tempdir()
-            .unwrap();
-        let d = t.path().join("state");
-        (t, d)
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let (t, d) = crate::testing::scratch_dir(&format!("podgate-state-{tag}-"));
+        (t, d.join("state"))
     }
 
     #[test]

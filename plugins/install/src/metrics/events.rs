@@ -485,13 +485,8 @@ mod tests {
     use std::time::Instant;
 
     /// A fresh directory, removed with the returned guard.
-    fn tmp(tag: &str) -> (tempfile::TempDir, PathBuf) {
-        let t = tempfile::Builder::new()
-            .prefix(&format!("podgate-spool-{tag}-"))
-            .tempdir()
-            .unwrap();
-        let d = t.path().to_path_buf();
-        (t, d)
+    fn tmp(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        crate::testing::scratch_dir(&format!("podgate-spool-{tag}-"))
     }
 
     fn total(s: &Spool) -> u64 {

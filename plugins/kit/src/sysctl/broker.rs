@@ -358,11 +358,7 @@ mod tests {
         let pod = NamedNetns::add("broker-pod");
         let node_ns = NetNs::open(Path::new(&node.0)).unwrap();
         let pod_ns = NetNs::open(Path::new(&pod.0)).unwrap();
-        let tmp = tempfile::Builder::new()
-            .prefix("pg-kit-broker-")
-            .tempdir()
-            .unwrap();
-        let dir = tmp.path().to_path_buf();
+        let (_tmp, dir) = crate::testing::scratch_dir("pg-kit-broker-");
         let socket = dir.join("broker.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let node_path = node.0.clone();
