@@ -247,6 +247,10 @@ fn node_side(add: &Add<'_>, facts: apply::PodFacts) -> Result<NodeDone, CniError
         .map(|census| add.store.names().map(|names| (names, census)));
     let lock = add.store.lock().map_err(Error::State)?;
     let census = census_under_lock(add, &mut scope, early)?;
+    if !census.stale.is_empty() {
+        // Clearing them needs the node socket: without one, ADD fails here.
+        node.get().map_err(node_err)?;
+    }
     let (census, reread) = replace_earlier(add, &mut scope, census, &mut Live::lazy(&mut node))?;
     let mut rec = plan_and_record(add, &needs, &census, &mut node, &here, facts)?;
     claim_and_apply(add, &mut scope, &census, &mut node, &mut rec)?;
