@@ -50,6 +50,13 @@ machine_state() {
 }
 machine_before="$(machine_state)"
 
+# Tests and benchmarks name their temporary directories and files
+# podgate-* or pg-* and remove them when they end. Other runs on the same
+# machine may add and remove such names meanwhile: only a name absent before
+# and still present after is this run's leftover.
+temp_entries() { find "${TMPDIR:-/tmp}" -mindepth 1 -maxdepth 1 \( -name 'podgate-*' -o -name 'pg-*' \) 2>/dev/null | sort; }
+temp_before="$(temp_entries)"
+
 step "tests: unit + netns integration"
 # Integration test binaries share the machine's /var/run/netns; each test makes
 # its own uniquely named namespaces, so tests may run in parallel.
@@ -76,6 +83,13 @@ touched="$(diff <(echo "$machine_before") <(machine_state) || true)"
 if [ -n "$touched" ]; then
     echo "integration/test.sh: the tests wrote to the machine's /var/lib/cni/podgate or /var/lib/podgate:" >&2
     echo "$touched" >&2
+    exit 1
+fi
+
+left_in_tmp="$(comm -13 <(echo "$temp_before") <(temp_entries) | sed '/^$/d')"
+if [ -n "$left_in_tmp" ]; then
+    echo "integration/test.sh: the tests left temporary files behind:" >&2
+    echo "$left_in_tmp" >&2
     exit 1
 fi
 

@@ -164,7 +164,7 @@ impl Drop for Agent {
 /// the installer's history in `installer`, the guard's entry from
 /// `plugins`.
 pub fn inspect_unguarded(endpoint: &str, installer: &Path, plugins: &Path) -> std::process::Output {
-    Command::new(bin_dir().join("podgate"))
+    crate::podgate_command()
         .args(["inspect", "--unguarded", "--runtime-endpoint", endpoint])
         .arg("--installer-state-dir")
         .arg(installer)

@@ -25,7 +25,7 @@
 #![allow(clippy::indexing_slicing)]
 
 use std::cell::Cell;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -265,7 +265,7 @@ impl Cluster {
     pub fn diagnose(&self, args: &[&str]) -> crate::Run {
         let a = &self.node_a().node;
         crate::Run::of(
-            Command::new(crate::bin_dir().join("podgate"))
+            crate::podgate_command()
                 .arg("diagnose")
                 .args(args)
                 .args(["--peer", TUN_CLIENT_IP, "--from", TUN_SERVER_IP])

@@ -163,7 +163,15 @@ pub fn podgate_bin() -> PathBuf {
 /// only for commands given a throwaway target (a test's netns, dirs, socket).
 pub fn podgate(args: &[&str]) -> Run {
     require_root();
-    Run::of(bin_command(&podgate_bin()).args(args))
+    Run::of(podgate_command().args(args))
+}
+
+/// The command that runs the `podgate` helper (built first if missing or
+/// stale, through [`bin_runner`] when one is set), for what [`podgate`]
+/// cannot take: paths, environment, a child kept running, a run without
+/// root. Only for commands given a throwaway target.
+pub fn podgate_command() -> Command {
+    bin_command(&podgate_bin())
 }
 
 /// Panics with a clear message unless the effective user is root.
@@ -403,40 +411,21 @@ impl Run {
 
 /// A temporary directory removed (recursively) on drop.
 #[derive(Debug)]
-pub struct TempDir {
-    path: PathBuf,
-}
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     /// Creates `$TMPDIR/podgate-it-<prefix>-<random>` (mode 0700).
     pub fn new(prefix: &str) -> TempDir {
-        use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        loop {
-            let path = base.join(format!(
-                "podgate-it-{}-{}",
-                sanitize(prefix, 24),
-                random_suffix()
-            ));
-            match fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return TempDir { path },
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => panic!("creating temp dir {}: {e}", path.display()),
-            }
+        match tempfile::Builder::new()
+            .prefix(&format!("podgate-it-{}-", sanitize(prefix, 24)))
+            .tempdir()
+        {
+            Ok(dir) => TempDir(dir),
+            Err(e) => panic!("creating a temp dir podgate-it-{prefix}-*: {e}"),
         }
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("warning: removing {}: {e}", self.path.display());
-            }
-        }
+        self.0.path()
     }
 }

@@ -18,8 +18,8 @@ use podgate_integration::agent::{self, Agent};
 use podgate_integration::containerd::Containerd;
 use podgate_integration::cri::{in_netns, pod_nft, sysctl_in, Cri, Pod};
 use podgate_integration::{
-    assert_same, bin_dir, claims_index_matches_records, output_text, require_root, state_files_in,
-    Snapshot, TempDir, TestNode,
+    assert_same, bin_dir, claims_index_matches_records, output_text, podgate_command, require_root,
+    state_files_in, Snapshot, TempDir, TestNode,
 };
 use serde_json::{json, Value};
 use std::os::unix::process::ExitStatusExt;
@@ -362,7 +362,7 @@ fn unguarded_sandboxes_are_reported_and_stopped_only_when_asked() {
 /// entries as the plugins file has them (the readiness probe).
 fn loaded_as_configured(c: &Containerd) -> bool {
     let node = c.node();
-    let mut cmd = std::process::Command::new(bin_dir().join("podgate"));
+    let mut cmd = podgate_command();
     agent::install(&mut cmd, node, &node.root().join("plugins.json"))
         .args(["--check", "--runtime-endpoint", &c.endpoint()])
         .output()

@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_integration::{bin_command, bin_dir, k8s, output_text, workspace_root};
+use podgate_integration::{k8s, output_text, podgate_command, workspace_root};
 use serde::Deserialize;
 use serde_yaml::Value;
 use std::path::Path;
@@ -224,7 +224,7 @@ fn scratch(name: &str) -> std::path::PathBuf {
 }
 
 fn podgate(args: &[&str]) -> String {
-    let out = bin_command(&bin_dir().join("podgate"))
+    let out = podgate_command()
         .args(args)
         .output()
         .expect("running podgate");

@@ -12,7 +12,7 @@
 use podgate_integration::containerd::Containerd;
 use podgate_integration::cri::{sysctl_in, Cri, Pod};
 use podgate_integration::{
-    bin_dir, cnirunner, output_text, require_root, workspace_root, TestNode,
+    cnirunner, output_text, podgate_command, require_root, workspace_root, TestNode,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -84,7 +84,7 @@ fn change_entries(node: &TestNode) {
 /// `podgate install ARGS` against this node, asking this containerd.
 fn install(c: &Containerd, args: &[&str]) -> Output {
     let node = c.node();
-    let mut cmd = Command::new(bin_dir().join("podgate"));
+    let mut cmd = podgate_command();
     podgate_integration::agent::install(&mut cmd, node, &node.root().join("plugins.json"))
         .arg("--runtime-endpoint")
         .arg(c.endpoint())
@@ -319,7 +319,7 @@ fn istio_owned_config_loads_a_chain_with_podgate_in_both_layouts() {
     assert_ready(&c, &[], OWN);
 
     // Istio's file first, podgate's second, the primary named.
-    let out = Command::new(bin_dir().join("podgate"))
+    let out = podgate_command()
         .arg("uninstall")
         .arg("--cni-conf-dir")
         .arg(&conf)
@@ -556,7 +556,7 @@ struct Watcher(Child);
 impl Watcher {
     fn start(c: &Containerd, args: &[&str]) -> Watcher {
         let node = c.node();
-        let mut cmd = Command::new(bin_dir().join("podgate"));
+        let mut cmd = podgate_command();
         let child = podgate_integration::agent::install_watch(
             &mut cmd,
             node,

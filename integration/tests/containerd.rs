@@ -10,8 +10,8 @@
 use podgate_integration::containerd::{cgroup_tree_exists, Containerd};
 use podgate_integration::cri::{in_netns, pod_nft, sysctl_in, Cri, Pod};
 use podgate_integration::{
-    assert_same, bin_dir, output_text, podgate_bin, require_root, vpn, Netns, Run, Snapshot,
-    TestNode, Verb,
+    assert_same, output_text, podgate, podgate_bin, podgate_command, require_root, vpn, Netns, Run,
+    Snapshot, TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -74,7 +74,7 @@ fn node_routes(node: &TestNode) -> String {
 /// The helper, pointed at this containerd and node.
 fn podgate_at(c: &Containerd, args: &[&str]) -> Run {
     Run::of(
-        Command::new(podgate_bin())
+        podgate_command()
             .args(args)
             .arg("--runtime-endpoint")
             .arg(c.endpoint())
@@ -613,7 +613,7 @@ impl Installer {
     fn start(c: &Containerd, plugins: &Path) -> Installer {
         let node = c.node();
         let log = node.root().join("installer.log");
-        let mut cmd = Command::new(bin_dir().join("podgate"));
+        let mut cmd = podgate_command();
         let child = podgate_integration::agent::install_watch(&mut cmd, node, plugins)
             .args(["--debounce-ms", "50"])
             .arg("--ready-file")
@@ -662,7 +662,7 @@ fn the_cri_proxy_forwards_podgates_reads_and_no_write_unless_allowed() {
     let sandboxes = cri.count_sandboxes().unwrap();
     for allow_stop in [false, true] {
         let sock = c.node().root().join(format!("proxy-{allow_stop}.sock"));
-        let mut proxy = Command::new(bin_dir().join("podgate"));
+        let mut proxy = podgate_command();
         proxy
             .args(["cri-proxy", "--listen"])
             .arg(&sock)
@@ -681,12 +681,16 @@ fn the_cri_proxy_forwards_podgates_reads_and_no_write_unless_allowed() {
         let mut via = Cri::connect_socket(&sock).unwrap();
         assert_eq!(via.count_sandboxes(), Ok(sandboxes));
         let endpoint = format!("unix://{}", sock.display());
-        let get = Command::new(bin_dir().join("podgate"))
-            .args(["sysctl", "get", "--k8s-pod", "default/plain"])
-            .args(["--runtime-endpoint", &endpoint, "net.ipv4.ip_forward"])
-            .output()
-            .unwrap();
-        assert!(get.status.success(), "{}", output_text(&get));
+        podgate(&[
+            "sysctl",
+            "get",
+            "--k8s-pod",
+            "default/plain",
+            "--runtime-endpoint",
+            &endpoint,
+            "net.ipv4.ip_forward",
+        ])
+        .ok();
 
         let run =
             via.run_sandbox(&Pod::new("default", "intruder").sandbox_config(c.cgroup_parent()));
@@ -858,7 +862,7 @@ fn primary_rewrites_its_conflist_while_the_installer_is_down() {
     }
     assert!(node.state_files().is_empty(), "{:?}", node.state_files());
     assert!(!node_routes(node).contains("proto 94"));
-    let out = Command::new(bin_dir().join("podgate"))
+    let out = podgate_command()
         .arg("uninstall")
         .arg("--cni-conf-dir")
         .arg(node.conf_dir())

@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::{
-    bin_dir, podgate_bin, require_root, workspace_root, TempDir, TestNode, Verb,
+    bin_dir, podgate_command, require_root, workspace_root, TempDir, TestNode, Verb,
 };
 use serde_json::{json, Value};
 use std::ffi::OsStr;
@@ -133,7 +133,7 @@ impl Dirs {
             .arg(self.root().join("state"));
     }
     fn install_cmd(&self, extra: &[&str]) -> Command {
-        let mut cmd = Command::new(podgate_bin());
+        let mut cmd = podgate_command();
         cmd.arg("install");
         self.common(&mut cmd);
         cmd.arg("--source-dir")
@@ -162,7 +162,7 @@ impl Dirs {
         self.install(&["--check"]).status.success()
     }
     fn uninstall(&self, extra: &[&str]) -> Output {
-        let mut cmd = Command::new(podgate_bin());
+        let mut cmd = podgate_command();
         cmd.arg("uninstall");
         self.common(&mut cmd);
         cmd.args(extra).stdin(Stdio::null()).output().unwrap()
@@ -1195,7 +1195,7 @@ fn wire_pod_through_installed_chain(single_conf: bool) {
     )
     .unwrap();
     let run = |verb: &str, extra: &[&OsStr]| {
-        let mut cmd = Command::new(podgate_bin());
+        let mut cmd = podgate_command();
         cmd.arg(verb)
             .arg("--cni-conf-dir")
             .arg(node.conf_dir())
@@ -1409,7 +1409,7 @@ fn watch_stays_unready_saying_which_configmap_to_apply_until_the_plugins_file_ap
 /// `podgate uninstall --wait --purge-state-dir <router_state>` as a child.
 fn uninstall_waiting(d: &Dirs, extra: &[&str], router_state: &Path) -> Watcher {
     let log = d.root().join("uninstall.log");
-    let mut cmd = Command::new(podgate_bin());
+    let mut cmd = podgate_command();
     cmd.arg("uninstall");
     d.common(&mut cmd);
     let child = cmd

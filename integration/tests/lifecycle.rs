@@ -32,8 +32,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use podgate_integration::{
-    built, claims_index_matches_records, podgate_bin, require_root, run_with_stdin, snapshot,
-    state_files_in, workspace_root, Netns, Run, Snapshot, TempDir,
+    built, claims_index_matches_records, podgate_bin, podgate_command, require_root,
+    run_with_stdin, snapshot, state_files_in, workspace_root, Netns, Run, Snapshot, TempDir,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -313,7 +313,7 @@ impl Rig {
     }
 
     fn inspect(&self) -> Value {
-        let out = Command::new(podgate_bin())
+        let out = podgate_command()
             .args(["inspect", "--all", "--json", "--state-dir"])
             .arg(self.state_dir())
             .arg("--node-netns")
@@ -1345,7 +1345,7 @@ fn sweep_once(rig: &Rig) -> String {
 /// SIGTERM: what the uninstall DaemonSet does; its log.
 fn uninstall_purge(rig: &Rig) -> String {
     let log = rig.dir.path().join("uninstall.log");
-    let mut cmd = Command::new(podgate_bin());
+    let mut cmd = podgate_command();
     cmd.arg("uninstall");
     node_dirs(rig, &mut cmd);
     let mut child = cmd

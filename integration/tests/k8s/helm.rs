@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use podgate_integration::k8s::{Cluster, NODES};
-use podgate_integration::{bin_command, bin_dir, output_text};
+use podgate_integration::{bin_dir, output_text, podgate_command};
 use serde_json::json;
 
 use crate::install::warm_up;
@@ -107,7 +107,7 @@ pub fn install_upgrade_rollback_and_uninstall_with_helm(world: &mut World) {
     }
     let policy = serde_json::to_string_pretty(&policy).unwrap();
     let dir = workdir(&[("plugins.json", &policy)]);
-    let digest_out = bin_command(&bin_dir().join("podgate"))
+    let digest_out = podgate_command()
         .args(["admission", "digest", "--plugins"])
         .arg(dir.path().join("plugins.json"))
         .output()

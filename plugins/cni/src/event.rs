@@ -341,9 +341,11 @@ mod tests {
 
     #[test]
     fn records_only_where_the_agent_made_the_channel() {
-        let d = std::env::temp_dir().join(format!("podgate-event-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("podgate-event-")
+            .tempdir()
+            .unwrap();
+        let d = tmp.path().to_path_buf();
         let f = d.join(EVENT_FILE_NAME);
         assert!(Recorder::start(&f, "p", "ADD", Instant::now()).is_none());
         std::fs::write(&f, "").unwrap();
@@ -396,8 +398,11 @@ mod tests {
     /// writes nothing to either target.
     #[test]
     fn links_planted_as_the_channel_are_never_written_through() {
-        let d = std::env::temp_dir().join(format!("podgate-event-links-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
+        let tmp = tempfile::Builder::new()
+            .prefix("podgate-event-links-")
+            .tempdir()
+            .unwrap();
+        let d = tmp.path().to_path_buf();
         let (state, node) = (d.join("state"), d.join("node"));
         std::fs::create_dir_all(&state).unwrap();
         std::fs::create_dir_all(node.join("etc")).unwrap();

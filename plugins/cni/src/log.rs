@@ -410,11 +410,14 @@ mod tests {
         assert_eq!(format_rfc3339(951_782_400, 0), "2000-02-29T00:00:00.000Z");
     }
 
-    fn tmp(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podgate-log-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed with the returned guard.
+    fn tmp(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new()
+            .prefix(&format!("podgate-log-{tag}-"))
+            .tempdir()
+            .unwrap();
+        let d = t.path().to_path_buf();
+        (t, d)
     }
 
     fn lines(p: &Path) -> Vec<String> {
@@ -445,7 +448,7 @@ mod tests {
 
     #[test]
     fn level_filters_lines() {
-        let d = tmp("level");
+        let (_tmp, d) = tmp("level");
         let f = d.join("x.log");
         let t = Telemetry {
             log_level: Level::Warn,
@@ -480,7 +483,7 @@ mod tests {
     /// copy, every line must be found exactly once, whole.
     #[test]
     fn concurrent_rotation_loses_and_duplicates_nothing() {
-        let d = tmp("rotate");
+        let (_tmp, d) = tmp("rotate");
         let f = d.join("x.log");
         // Almost full: the first appends of every thread race to rotate.
         const LIMIT: u64 = 24 * 1024;
@@ -518,7 +521,7 @@ mod tests {
 
     #[test]
     fn drop_limit_never_creates_and_drops_when_full() {
-        let d = tmp("drop");
+        let (_tmp, d) = tmp("drop");
         let f = d.join("events");
         assert_eq!(
             append_line(&f, "a", Limit::Drop(10)).unwrap(),
@@ -540,7 +543,7 @@ mod tests {
 
     #[test]
     fn small_limit_keeps_one_copy() {
-        let d = tmp("small");
+        let (_tmp, d) = tmp("small");
         let f = d.join("x.log");
         for i in 0..100 {
             append_line(&f, &format!("{i:0>100}"), Limit::Rotate(MIN_MAX_BYTES)).unwrap();
@@ -558,7 +561,7 @@ mod tests {
     /// writes the line to stderr).
     #[test]
     fn a_link_fifo_or_hard_link_at_the_log_is_refused_and_its_target_untouched() {
-        let d = tmp("planted");
+        let (_tmp, d) = tmp("planted");
         let target = d.join("target");
         std::fs::write(&target, "keep\n").unwrap();
         let link = d.join("link.log");

@@ -284,7 +284,7 @@ fn once(
         for q in &swept.quarantined {
             println!("swept: {q}");
         }
-        failed.extend(swept.failures.into_iter().map(|f| format!("sweep: {f}")));
+        failed.extend(swept.failures.iter().map(|f| format!("sweep: {f}")));
     }
     match failed.is_empty() {
         true => Ok(()),
@@ -322,7 +322,7 @@ async fn terminated(mut term: tokio::signal::unix::Signal, mut int: tokio::signa
 pub fn run(args: &AgentArgs) -> Result<(), Error> {
     crate::logging::set(&args.log, "agent");
     let probe = ChainProbe::new(&args.chain)?;
-    let spool = Spool::open(&args.agent_state_dir).map_err(Error::Agent)?;
+    let spool = Spool::open(&args.agent_state_dir)?;
     let interval = Duration::from_secs(args.metrics_interval_secs.max(1));
     // Unhealthy once no round finished for three intervals (a collection
     // or sweep stuck on the kernel), but never under a minute.
@@ -410,7 +410,7 @@ mod tests {
         std::thread::spawn(move || supervised(&watched, || panic!("fixture: a round panics")))
             .join()
             .unwrap();
-        let why = pages.health().unwrap_err();
+        let why = pages.health().unwrap_err().to_string();
         assert!(why.contains("fixture: a round panics"), "{why}");
         let page = String::from_utf8(pages.metrics().unwrap().to_vec()).unwrap();
         assert!(page.contains("podgate_install_ready 0\n"), "{page}");

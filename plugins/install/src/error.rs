@@ -96,6 +96,9 @@ pub enum Error {
     Watch(String),
     #[error("agent: {0}")]
     Agent(String),
+    /// The agent's metrics counters could not be loaded.
+    #[error("agent: {0}")]
+    Spool(#[from] crate::metrics::events::SpoolError),
     #[error("sysctl broker: {0}")]
     Broker(String),
     #[error("CRI proxy: {0}")]

@@ -136,16 +136,14 @@ pub fn executable_with(path: &Path, bytes: &[u8]) -> Result<bool> {
 mod tests {
     use super::*;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podgate-fsx-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed with the returned guard.
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        crate::testing::scratch_dir(&format!("podgate-fsx-{tag}-"))
     }
 
     #[test]
     fn atomic_write_and_install_executable() {
-        let d = tmpdir("w");
+        let (_tmp, d) = tmpdir("w");
         let f = d.join("10-x.conflist");
         atomic_write(&f, b"one", 0o600).unwrap();
         assert_eq!(fs::read(&f).unwrap(), b"one");

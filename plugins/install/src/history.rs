@@ -332,15 +332,16 @@ mod tests {
         assert!(!h.router.lacked(-1));
     }
 
-    fn tmp(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podgate-history-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// A path not created yet, inside a directory removed with the
+    /// returned guard.
+    fn tmp(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let (t, d) = crate::testing::scratch_dir(&format!("podgate-history-{tag}-"));
+        (t, d.join("history"))
     }
 
     #[test]
     fn the_record_survives_a_restart_and_another_boots_or_versions_record_is_no_evidence() {
-        let dir = tmp("file");
+        let (_tmp, dir) = tmp("file");
         let f = HistoryFile::new(&dir).unwrap();
         let mut h = f.load().unwrap();
         assert!(!h.router.observed() && !h.guard.observed());

@@ -75,5 +75,7 @@ pub use state::RecordRefusal;
 mod sweep;
 mod sys;
 pub mod sysctl_broker;
+#[cfg(test)]
+mod testing;
 pub mod validate;
 mod watch;

@@ -57,9 +57,7 @@ mod tests {
     /// lines of other tests may be in the file too.)
     #[test]
     fn the_level_is_the_callers() {
-        let dir = std::env::temp_dir().join(format!("podgate-logging-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let (_tmp, dir) = crate::testing::scratch_dir("podgate-logging-");
         let file = dir.join("installer.log");
         set(
             &AgentLogArgs {

@@ -131,7 +131,7 @@ pub(crate) fn collect_once(probe: &ChainProbe, spool: &mut events::Spool) -> Sna
                 snap.quarantined += scan.quarantined;
                 live.extend(scan.live);
             }
-            Err(e) => errs.push(error("records", e)),
+            Err(e) => errs.push(error("records", e.to_string())),
         }
     }
     match collect::drifted(&live) {
@@ -140,13 +140,13 @@ pub(crate) fn collect_once(probe: &ChainProbe, spool: &mut events::Spool) -> Sna
             snap.drift_unchecked = d.unchecked;
             snap.strict_rules_ahead = d.rules_ahead;
         }
-        Err(e) => errs.push(error("drift", e)),
+        Err(e) => errs.push(error("drift", e.to_string())),
     }
     // One guard per chain; with several entries the first one counts.
     if let Some(g) = src.guards.first() {
         match collect::ipsec_state(g) {
             Ok(s) => snap.ipsec = Some(s),
-            Err(e) => errs.push(error("ipsec", e)),
+            Err(e) => errs.push(error("ipsec", e.to_string())),
         }
     }
     for what in errs {

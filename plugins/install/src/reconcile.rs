@@ -573,6 +573,8 @@ pub(crate) mod tests {
         pub root: PathBuf,
         pub node: Node,
         pub src: Source,
+        /// Removes `root` when the scratch goes.
+        _dir: tempfile::TempDir,
     }
 
     pub(crate) const PRIMARY: &str = "10-bridge.conflist";
@@ -580,9 +582,7 @@ pub(crate) mod tests {
 
     impl Scratch {
         pub(crate) fn new(tag: &str) -> Scratch {
-            let root = std::env::temp_dir()
-                .join(format!("podgate-reconcile-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&root);
+            let (dir, root) = crate::testing::scratch_dir(&format!("podgate-reconcile-{tag}-"));
             for d in ["conf", "bin", "state", "src"] {
                 std::fs::create_dir_all(root.join(d)).unwrap();
             }
@@ -610,6 +610,7 @@ pub(crate) mod tests {
                     },
                 },
                 root,
+                _dir: dir,
             }
         }
 
@@ -624,12 +625,6 @@ pub(crate) mod tests {
 
         pub(crate) fn primary(&self) -> Vec<u8> {
             std::fs::read(self.node.conf_dir.join(PRIMARY)).unwrap()
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.root);
         }
     }
 

@@ -325,16 +325,17 @@ mod tests {
 
     const OWN: &str = "00-podgate.conflist";
 
-    fn node(tag: &str) -> Node {
-        let d = std::env::temp_dir().join(format!("podgate-runtime-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Node {
+    /// A node whose directories live in a temporary directory removed with
+    /// the returned guard.
+    fn node(tag: &str) -> (tempfile::TempDir, Node) {
+        let (t, d) = crate::testing::scratch_dir(&format!("podgate-runtime-{tag}-"));
+        let node = Node {
             conf_dir: d.clone(),
             bin_dir: d.join("bin"),
             state: StateDir::new(&d.join("state")),
             own_file: OWN.into(),
-        }
+        };
+        (t, node)
     }
 
     fn entries() -> Vec<Json> {
@@ -377,7 +378,7 @@ mod tests {
 
     #[test]
     fn the_loaded_chain_with_podgates_entries_as_configured_is_ready() {
-        let n = node("ok");
+        let (_tmp, n) = node("ok");
         let own = r#"{"name": "k8s-pod-network", "plugins": [{"type": "calico"}, {"type": "podgate-router", "profiles": {}}]}"#;
         put(&n, OWN, own);
         assert_eq!(
@@ -395,7 +396,7 @@ mod tests {
 
     #[test]
     fn a_loaded_file_without_podgate_is_named_with_its_chain() {
-        let n = node("other");
+        let (_tmp, n) = node("other");
         let first = r#"{"name": "k8s-pod-network", "plugins": [{"type": "calico"}]}"#;
         put(&n, "00-aaa.conflist", first);
         put(&n, "10-calico.conf", r#"{"name": "x", "type": "calico"}"#);
@@ -420,7 +421,7 @@ mod tests {
 
     #[test]
     fn multus_is_ready_only_delegating_to_podgates_file_read_since_it_was_written() {
-        let n = node("multus");
+        let (_tmp, n) = node("multus");
         put(&n, OWN, "{}");
         std::thread::sleep(std::time::Duration::from_millis(20));
         let shim = |cluster: &str| {
@@ -454,7 +455,7 @@ mod tests {
     /// podgate's file holds.
     #[test]
     fn the_history_sees_the_router_and_an_enforcing_guard_in_the_loaded_chain() {
-        let n = node("serves");
+        let (_tmp, n) = node("serves");
         let seen = |router, guard| Some(Seen { router, guard });
         let other = r#"{"profiles": {"x": {}}, "type": "podgate-router"}"#;
         let enforce = r#"{"type": "podgate-tunnel-guard", "required": "always"}"#;
@@ -497,7 +498,7 @@ mod tests {
 
     #[test]
     fn a_runtime_that_does_not_report_its_config_leaves_its_network_condition() {
-        let n = node("crio");
+        let (_tmp, n) = node("crio");
         let mut st = loaded("{}", &[]);
         st.cni = None;
         assert_eq!(loaded_is_podgates(&n, &entries(), &st), Ok(()));

@@ -203,8 +203,7 @@ mod tests {
 
     #[test]
     fn a_backup_saved_loads_back_lists_and_is_gone_once_removed() {
-        let d = std::env::temp_dir().join(format!("podgate-state-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
+        let (_tmp, d) = crate::testing::scratch_dir("podgate-state-");
         let s = StateDir::new(&d.join("installer"));
         assert!(s.list().unwrap().is_empty());
         let b = Backup {
@@ -276,9 +275,7 @@ mod tests {
 
     #[test]
     fn a_refused_record_fails_the_load_naming_the_rule() {
-        let d = std::env::temp_dir().join(format!("podgate-state-refused-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let (_tmp, d) = crate::testing::scratch_dir("podgate-state-refused-");
         let forged = record("10-x.conflist", Some("../../../opt/cni/bin/bridge"), None);
         std::fs::write(
             d.join("10-x.conflist.podgate-backup"),

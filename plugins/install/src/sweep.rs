@@ -46,7 +46,7 @@ impl Sweep {
         let started = Instant::now();
         let swept = podgate_router::lifecycle::sweep_stale(&self.state_dir).unwrap_or_else(|e| {
             podgate_router::lifecycle::Swept {
-                failures: vec![e.to_string()],
+                failures: podgate_router::apply::Failures::of(e),
                 ..Default::default()
             }
         });
@@ -68,7 +68,7 @@ impl Sweep {
                 podgate_router::routing::PRIO_STRICT
             ));
         }
-        for f in &swept.failures {
+        for f in swept.failures.iter() {
             warn(format!("sweep {dir}: {f}"));
         }
         info(format!(

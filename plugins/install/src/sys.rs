@@ -120,9 +120,7 @@ mod tests {
 
     #[test]
     fn inotify_sees_a_rename() {
-        let d = std::env::temp_dir().join(format!("podgate-sys-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let (_tmp, d) = crate::testing::scratch_dir("podgate-sys-");
         let ino = Inotify::new().unwrap();
         let wd = ino
             .add(&d, libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE)

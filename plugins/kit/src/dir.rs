@@ -401,16 +401,14 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podgate-dir-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed with the returned guard.
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        crate::testing::scratch_dir(&format!("podgate-dir-{tag}-"))
     }
 
     #[test]
     fn links_fifos_and_big_files_are_refused_and_their_targets_untouched() {
-        let d = tmpdir("refuse");
+        let (_tmp, d) = tmpdir("refuse");
         let target = d.join("target");
         std::fs::write(&target, b"keep").unwrap();
         let state = d.join("state");
@@ -457,7 +455,7 @@ mod tests {
 
     #[test]
     fn files_are_created_renamed_listed_and_removed_relative_to_the_handle() {
-        let d = tmpdir("ops");
+        let (_tmp, d) = tmpdir("ops");
         let dir = Dir::create(&d.join("a/b"), 0o700).unwrap();
         let mut f = dir.open_file("x.tmp", Open::CreateNew(0o600)).unwrap();
         f.write_all(b"one").unwrap();

@@ -6,6 +6,64 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// What was wrong with a netlink message the kernel sent: which header or
+/// attribute, and how. Becomes [`Error::Protocol`]'s reason, naming the
+/// family and the object asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("short netlink header ({0} bytes)")]
+    ShortHeader(usize),
+    #[error("nlmsg_len {0} shorter than the header")]
+    LenBelowHeader(usize),
+    #[error("nlmsg_len {len} exceeds datagram ({got} bytes)")]
+    LenBeyond { len: usize, got: usize },
+    #[error("NLMSG_ERROR shorter than its error code")]
+    ShortError,
+    #[error("truncated attribute header ({0} bytes)")]
+    AttrHeader(usize),
+    #[error("attribute type {ty} length {len} out of bounds")]
+    AttrBounds { ty: u16, len: usize },
+    /// A fixed header (`rtmsg`, `ifinfomsg`, ...) shorter than its struct.
+    #[error("{what} truncated ({got} of {want} bytes)")]
+    Truncated {
+        what: &'static str,
+        got: usize,
+        want: usize,
+    },
+    /// The attributes after header `what`.
+    #[error("{what} attributes: {source}")]
+    Attributes {
+        what: &'static str,
+        source: Box<ParseError>,
+    },
+    /// An address attribute of the wrong length (`family`: IPv4, IPv6, or
+    /// IP when the length says the family).
+    #[error("{name}: {got} bytes, not an {family} address")]
+    NotAddress {
+        name: &'static str,
+        got: usize,
+        family: &'static str,
+    },
+    /// A fixed-size attribute of the wrong length.
+    #[error("{name}: {got} bytes, want {want}")]
+    Length {
+        name: &'static str,
+        got: usize,
+        want: usize,
+    },
+    /// A range attribute (two u16 or two u32) of another length.
+    #[error("{name}: {got} bytes")]
+    RangeLength { name: &'static str, got: usize },
+    #[error("route prefix length {len} for {addr}")]
+    PrefixLength { len: u8, addr: std::net::IpAddr },
+    #[error("RTA_MULTIPATH: next hop length {0} out of bounds")]
+    NextHopBounds(usize),
+    #[error("RTA_MULTIPATH: {0}")]
+    Multipath(Box<ParseError>),
+    #[error("expression without NFTA_EXPR_NAME")]
+    NoExprName,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("netns {path}: {op}: {source}")]

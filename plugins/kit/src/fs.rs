@@ -372,18 +372,15 @@ fn try_flock(f: &File, kind: Flock) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podgate-kitfs-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed with the returned guard.
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        crate::testing::scratch_dir(&format!("podgate-kitfs-{tag}-"))
     }
 
     #[test]
     fn swap_write_creates_then_exchanges_and_leaves_no_old_file() {
-        let d = tmpdir("s");
+        let (_tmp, d) = tmpdir("s");
         let dir = Dir::open(&d).unwrap();
         let (f, tmp) = (d.join("x"), d.join(".x.tmp"));
         // A stale temp file (a killed writer's) is replaced, not written through.
@@ -413,7 +410,7 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces_and_cleans_up() {
-        let d = tmpdir("w");
+        let (_tmp, d) = tmpdir("w");
         let (f, tmp) = (d.join("x"), d.join(".x.tmp"));
         for durable in [false, true] {
             let how = WriteMode {
@@ -446,7 +443,7 @@ mod tests {
 
     #[test]
     fn lock_is_exclusive_and_bounded() {
-        let d = tmpdir("l");
+        let (_tmp, d) = tmpdir("l");
         let p = d.join(".lock");
         let dir = Dir::open(&d).unwrap();
         let held = lock(&p, Duration::from_secs(1), LockFile::Kept).unwrap();
@@ -475,7 +472,7 @@ mod tests {
 
     #[test]
     fn shared_flocks_coexist_and_an_exclusive_one_waits_until_they_go() {
-        let d = tmpdir("f");
+        let (_tmp, d) = tmpdir("f");
         let p = d.join("log");
         fs::write(&p, "").unwrap();
         let (a, b, c) = (

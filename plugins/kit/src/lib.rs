@@ -28,4 +28,4 @@ pub mod sysctl;
 mod testing;
 pub mod xfrm;
 
-pub use error::{Error, Result};
+pub use error::{Error, ParseError, Result};

@@ -1,6 +1,6 @@
 //! Links and their addresses (read-only: podgate never creates interfaces).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ParseError, Result};
 use crate::netlink::consts::NLM_F_DUMP;
 use crate::netlink::msg::attr_string;
 use crate::netlink::rtnl::*;
@@ -32,7 +32,7 @@ pub fn list(sock: &mut RouteSocket) -> Result<Vec<Link>> {
 }
 
 /// One row of a link dump; a link without a name (never seen) is skipped.
-pub(crate) fn link_of(payload: &[u8]) -> std::result::Result<Option<Link>, String> {
+pub(crate) fn link_of(payload: &[u8]) -> std::result::Result<Option<Link>, ParseError> {
     let (h, attrs) = IfInfoMsg::parse(payload)?;
     Ok(attrs.get(IFLA_IFNAME).map(|n| Link {
         index: h.index,
@@ -103,7 +103,7 @@ fn dump_addresses(sock: &mut RouteSocket, header: IfAddrMsg) -> Result<Vec<Addre
 /// point-to-point link, where IFA_ADDRESS is the peer), else IFA_ADDRESS.
 /// A row with neither, or a prefix length its address cannot have, is
 /// skipped.
-pub(crate) fn address_of(payload: &[u8]) -> std::result::Result<Option<Address>, String> {
+pub(crate) fn address_of(payload: &[u8]) -> std::result::Result<Option<Address>, ParseError> {
     let (h, attrs) = IfAddrMsg::parse(payload)?;
     let local = opt(&attrs, IFA_LOCAL, |b| any_addr_of(b, "IFA_LOCAL"))?;
     let address = opt(&attrs, IFA_ADDRESS, |b| any_addr_of(b, "IFA_ADDRESS"))?;

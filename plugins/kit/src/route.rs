@@ -1,6 +1,6 @@
 //! Routes via rtnetlink.
 
-use crate::error::Result;
+use crate::error::{ParseError, Result};
 use crate::netlink::consts::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
 use crate::netlink::msg::MsgWriter;
 use crate::netlink::rtnl::*;
@@ -291,7 +291,7 @@ impl RouteEntry {
 }
 
 /// One row of a route dump; `None` for families other than IPv4/IPv6.
-pub(crate) fn entry_of(payload: &[u8]) -> std::result::Result<Option<RouteEntry>, String> {
+pub(crate) fn entry_of(payload: &[u8]) -> std::result::Result<Option<RouteEntry>, ParseError> {
     let (h, attrs) = RtMsg::parse(payload)?;
     let Some(v6) = is_v6(h.family) else {
         return Ok(None);
@@ -302,10 +302,12 @@ pub(crate) fn entry_of(payload: &[u8]) -> std::result::Result<Option<RouteEntry>
         IpAddr::from([0u8; 4])
     };
     let dst = match opt(&attrs, RTA_DST, |b| addr_of(v6, b, "RTA_DST"))? {
-        Some(d) => IpNet::new(d, h.dst_len)
-            .map_err(|_| format!("route prefix length {} for {d}", h.dst_len))?,
+        Some(d) => IpNet::new(d, h.dst_len).map_err(|_| ParseError::PrefixLength {
+            len: h.dst_len,
+            addr: d,
+        })?,
         // A default route carries no RTA_DST.
-        None => IpNet::new(any, 0).map_err(|e| e.to_string())?,
+        None => IpNet::new(any, 0).map_err(|_| ParseError::PrefixLength { len: 0, addr: any })?,
     };
     Ok(Some(RouteEntry {
         dst,
@@ -325,16 +327,16 @@ pub(crate) fn entry_of(payload: &[u8]) -> std::result::Result<Option<RouteEntry>
 /// other, each a `struct rtnexthop` (its length with its attributes, u16;
 /// flags, hops, u8; ifindex, i32) and then its attributes, `RTA_GATEWAY`
 /// among them, padded to 4 bytes.
-fn multipath_gateways(v6: bool, mut b: &[u8]) -> std::result::Result<Vec<IpAddr>, String> {
+fn multipath_gateways(v6: bool, mut b: &[u8]) -> std::result::Result<Vec<IpAddr>, ParseError> {
     const RTNH_LEN: usize = 8;
     let mut out = Vec::new();
     while let [l0, l1, ..] = b {
         let len = usize::from(u16::from_ne_bytes([*l0, *l1]));
         let attrs = b
             .get(RTNH_LEN..len)
-            .ok_or_else(|| format!("RTA_MULTIPATH: next hop length {len} out of bounds"))
+            .ok_or(ParseError::NextHopBounds(len))
             .and_then(|a| {
-                crate::netlink::msg::Attrs::parse(a).map_err(|e| format!("RTA_MULTIPATH: {e}"))
+                crate::netlink::msg::Attrs::parse(a).map_err(|e| ParseError::Multipath(Box::new(e)))
             })?;
         out.extend(opt(&attrs, RTA_GATEWAY, |g| {
             addr_of(v6, g, "RTA_MULTIPATH gateway")

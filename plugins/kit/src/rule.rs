@@ -1,6 +1,6 @@
 //! Policy routing rules via rtnetlink.
 
-use crate::error::Result;
+use crate::error::{ParseError, Result};
 use crate::netlink::consts::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 use crate::netlink::msg::{attr_string, Attrs, MsgWriter};
 use crate::netlink::rtnl::*;
@@ -286,13 +286,13 @@ impl ListedRule {
 
 /// One row of a rule dump; `None` for families other than IPv4/IPv6.
 #[cfg(test)]
-pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, String> {
+pub(crate) fn spec_of(payload: &[u8]) -> std::result::Result<Option<RuleSpec>, ParseError> {
     Ok(listed_of(payload)?.map(|l| l.spec))
 }
 
 /// One row of a rule dump, every field; `None` for families other than
 /// IPv4/IPv6.
-pub(crate) fn listed_of(payload: &[u8]) -> std::result::Result<Option<ListedRule>, String> {
+pub(crate) fn listed_of(payload: &[u8]) -> std::result::Result<Option<ListedRule>, ParseError> {
     let (h, attrs) = FibRuleHdr::parse(payload)?;
     let Some(v6) = is_v6(h.family) else {
         return Ok(None);
@@ -327,7 +327,10 @@ pub(crate) fn listed_of(payload: &[u8]) -> std::result::Result<Option<ListedRule
 
 /// `tos` and every selector attribute [`RuleSpec`] does not hold, as `ip
 /// rule` words.
-fn other_selectors(h: &FibRuleHdr, attrs: &Attrs<'_>) -> std::result::Result<Vec<String>, String> {
+fn other_selectors(
+    h: &FibRuleHdr,
+    attrs: &Attrs<'_>,
+) -> std::result::Result<Vec<String>, ParseError> {
     let mut out = Vec::new();
     if h.tos != 0 {
         out.push(format!("tos {:#x}", h.tos));
@@ -341,12 +344,8 @@ fn other_selectors(h: &FibRuleHdr, attrs: &Attrs<'_>) -> std::result::Result<Vec
             mask.unwrap_or(u32::MAX)
         ));
     }
-    let u16_of = |b: &[u8], name: &str| {
-        <[u8; 2]>::try_from(b)
-            .map(u16::from_ne_bytes)
-            .map_err(|_| format!("{name}: {} bytes, want 2", b.len()))
-    };
-    let range = |b: &[u8], name: &str| -> std::result::Result<String, String> {
+    let u16_of = |b: &[u8], name| bytes_of(b, name).map(u16::from_ne_bytes);
+    let range = |b: &[u8], name: &'static str| -> std::result::Result<String, ParseError> {
         match b {
             [a0, a1, b0, b1] => Ok(format!(
                 "{}-{}",
@@ -358,7 +357,7 @@ fn other_selectors(h: &FibRuleHdr, attrs: &Attrs<'_>) -> std::result::Result<Vec
                 u32::from_ne_bytes([*a0, *a1, *a2, *a3]),
                 u32::from_ne_bytes([*b0, *b1, *b2, *b3])
             )),
-            _ => Err(format!("{name}: {} bytes", b.len())),
+            _ => Err(ParseError::RangeLength { name, got: b.len() }),
         }
     };
     for (ty, b) in attrs.iter() {
@@ -381,9 +380,7 @@ fn other_selectors(h: &FibRuleHdr, attrs: &Attrs<'_>) -> std::result::Result<Vec
             FRA_FLOW => Some(format!("realms {:#x}", u32_of(b, "FRA_FLOW")?)),
             FRA_TUN_ID => Some(format!(
                 "tun_id {}",
-                <[u8; 8]>::try_from(b)
-                    .map(u64::from_be_bytes)
-                    .map_err(|_| "FRA_TUN_ID: want 8 bytes".to_string())?
+                bytes_of(b, "FRA_TUN_ID").map(u64::from_be_bytes)?
             )),
             FRA_SUPPRESS_IFGROUP => Some(u32_of(b, "FRA_SUPPRESS_IFGROUP")?)
                 .filter(|g| *g != u32::MAX)

@@ -583,10 +583,11 @@ mod tests {
     use std::fs;
     use std::time::Instant;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podgate-state-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
+    /// A path not created yet, inside a directory removed with the
+    /// returned guard.
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let (t, d) = crate::testing::scratch_dir(&format!("podgate-state-{tag}-"));
+        (t, d.join("state"))
     }
 
     #[test]
@@ -603,7 +604,7 @@ mod tests {
 
     #[test]
     fn write_read_remove_list() {
-        let d = tmpdir("rw");
+        let (_tmp, d) = tmpdir("rw");
         let s = StateStore::open(&d).unwrap();
         let k = Key::new("net", "cid", "eth0");
         assert_eq!(s.read::<serde_json::Value>(&k).unwrap(), None);
@@ -633,7 +634,7 @@ mod tests {
 
     #[test]
     fn orphaned_temp_files_are_swept() {
-        let d = tmpdir("sweep");
+        let (_tmp, d) = tmpdir("sweep");
         let s = StateStore::open(&d).unwrap();
         fs::write(d.join(".tmp-1-x+y+z.json"), b"{").unwrap();
         fs::write(d.join("x+y+z.json"), b"{}").unwrap();
@@ -646,7 +647,7 @@ mod tests {
 
     #[test]
     fn purge_keeps_everything_while_a_record_is_left_then_what_podgate_made_but_the_locks_in_use() {
-        let d = tmpdir("purge");
+        let (_tmp, d) = tmpdir("purge");
         let s = StateStore::open(&d).unwrap();
         let key = Key::new("n", "c1", "eth0");
         s.write(&key, &serde_json::json!({"v": 1})).unwrap();
@@ -684,7 +685,7 @@ mod tests {
 
     #[test]
     fn a_waiter_for_the_store_lock_whose_file_was_unlinked_locks_the_path_anew() {
-        let d = tmpdir("relock");
+        let (_tmp, d) = tmpdir("relock");
         let s = StateStore::open(&d).unwrap();
         let held = s.lock().unwrap();
         let s2 = s.clone();
@@ -714,7 +715,7 @@ mod tests {
 
     #[test]
     fn try_lock_pod_takes_a_free_pod_lock_and_never_waits_for_a_held_one() {
-        let d = tmpdir("trypodlock");
+        let (_tmp, d) = tmpdir("trypodlock");
         let s = StateStore::open(&d).unwrap();
         let held = s.lock_pod("c1").unwrap();
         let started = std::time::Instant::now();
@@ -735,7 +736,7 @@ mod tests {
 
     #[test]
     fn pod_locks_exclude_hand_over_and_leave_no_file() {
-        let d = tmpdir("podlock");
+        let (_tmp, d) = tmpdir("podlock");
         let s = StateStore::open(&d).unwrap();
         let held = s.lock_pod("c/1").unwrap();
         assert!(s.pod_busy("c/1"));
@@ -778,7 +779,7 @@ mod tests {
 
     #[test]
     fn node_lock_waiter_wakes_on_release() {
-        let d = tmpdir("wake");
+        let (_tmp, d) = tmpdir("wake");
         let s = StateStore::open(&d).unwrap();
         let held = s.lock().unwrap();
         let s2 = s.clone();
@@ -794,7 +795,7 @@ mod tests {
 
     #[test]
     fn corrupt_records_are_reported_not_fatal() {
-        let d = tmpdir("corrupt");
+        let (_tmp, d) = tmpdir("corrupt");
         let s = StateStore::open(&d).unwrap();
         fs::write(d.join("x+y+z.json"), b"{not json").unwrap();
         let (all, bad) = s.list::<serde_json::Value>().unwrap();

@@ -5,6 +5,7 @@
 
 use crate::apply::{ApplyError, Failures};
 use crate::record::ReadError;
+use crate::refusal::Refusal;
 use podgate_cni::{code, CniError};
 use podgate_kit::error::errno_name;
 use serde_json::{Map, Value};
@@ -33,18 +34,15 @@ pub enum Error {
         source: Box<ApplyError>,
         left: Failures,
     },
-    /// What could not be removed or undone.
+    /// What could not be removed or undone (a teardown, a sweep).
     #[error("{what}: {left}")]
     Left { what: &'static str, left: Failures },
+    /// The policy refuses the pod (the refusal names the rule).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     /// CHECK: what of the record no longer holds (one line each).
     #[error("drift: {}", .0.join("; "))]
     Drift(Vec<String>),
-    /// What a sweep could not remove (one line each).
-    #[error("{what}: {}", .failures.join("; "))]
-    Swept {
-        what: &'static str,
-        failures: Vec<String>,
-    },
 }
 
 fn rollback_left(left: &Failures) -> String {
@@ -68,12 +66,11 @@ impl Error {
     pub fn code(&self) -> u32 {
         match self {
             Error::State(_) | Error::Record(_) => code::IO_FAILURE,
+            Error::Refused(_) => code::POLICY_REFUSED,
             Error::Apply { source, .. } if source.is_state() => code::IO_FAILURE,
-            Error::Kernel { .. }
-            | Error::Apply { .. }
-            | Error::Left { .. }
-            | Error::Drift(_)
-            | Error::Swept { .. } => code::APPLY_FAILED,
+            Error::Kernel { .. } | Error::Apply { .. } | Error::Left { .. } | Error::Drift(_) => {
+                code::APPLY_FAILED
+            }
         }
     }
 
@@ -81,10 +78,17 @@ impl Error {
     fn kit(&self) -> Option<(&podgate_kit::Error, Option<&str>)> {
         match self {
             Error::State(e) | Error::Record(ReadError::Io(e)) => Some((e, None)),
-            Error::Record(_) | Error::Drift(_) | Error::Swept { .. } => None,
+            Error::Record(_) | Error::Drift(_) | Error::Refused(_) => None,
             Error::Kernel { source, .. } | Error::Apply { source, .. } => Some(source.kit()),
             Error::Left { left, .. } => left.iter().next().map(ApplyError::kit),
         }
+    }
+}
+
+/// A refusal is a CNI error through [`Error`]'s conversion below.
+impl From<Refusal> for CniError {
+    fn from(r: Refusal) -> CniError {
+        Error::Refused(r).into()
     }
 }
 

@@ -2,6 +2,7 @@
 //! against operator policy. Refusals name the rule that refused.
 
 use crate::config::{Profile, RouterConfig, ANNOTATIONS_CAPABILITY};
+use crate::refusal::Refusal;
 use ipnet::IpNet;
 use podgate_cni::{CniError, Env, NetConf};
 use serde_json::Value;
@@ -126,18 +127,18 @@ pub fn select<'c>(
     if intent.asks_anything() {
         let allowed = ns.is_some_and(|n| cfg.allow.annotation_namespaces.iter().any(|a| a == n));
         if !allowed {
-            return Err(CniError::policy(format!(
-                "refused by allow.annotationNamespaces: pod namespace {} may not choose podgate profiles or pools",
-                ns.map(|n| format!("{n:?}")).unwrap_or_else(|| "(unknown, no K8S_POD_NAMESPACE)".into())
-            )));
+            return Err(Refusal::AnnotationNamespace(ns.map(str::to_string)).into());
         }
     }
 
     let requested = match (&intent.ann_profile, &intent.args_profile) {
         (Some(a), Some(b)) if a != b => {
-            return Err(CniError::policy(format!(
-                "annotation {ANN_PROFILE}={a:?} and args.cni.profile={b:?} disagree"
-            )))
+            return Err(Refusal::ProfilesDisagree {
+                ann: ANN_PROFILE,
+                annotation: a.clone(),
+                args: b.clone(),
+            }
+            .into())
         }
         (Some(a), _) => Some((a.clone(), Source::Annotation)),
         (None, Some(b)) => Some((b.clone(), Source::Args)),
@@ -146,26 +147,29 @@ pub fn select<'c>(
 
     let (profile, source) = match (assigned, requested) {
         (Some((i, a)), Some((r, src))) if r != a.profile => {
-            return Err(CniError::policy(format!(
-                "refused by assign[{i}]: the operator assigns profile {:?} to this pod; {src} asks for {r:?}",
-                a.profile
-            )))
+            return Err(Refusal::Assigned {
+                index: i,
+                assigned: a.profile.clone(),
+                asked_by: src.to_string(),
+                asked: r,
+            }
+            .into())
         }
         (Some((i, a)), _) => (a.profile.clone(), Source::Assign(i)),
         (None, Some((r, src))) => (r, src),
         (None, None) => {
             if intent.ann_masquerade.is_some() || intent.ann_return_routes.is_some() {
-                return Err(CniError::policy(
-                    "pool annotations given but no podgate profile is selected for this pod",
-                ));
+                return Err(Refusal::PoolsWithoutProfile.into());
             }
             return Ok(None);
         }
     };
     let Some((name, p)) = cfg.profiles.get_key_value(&profile) else {
-        return Err(CniError::policy(format!(
-            "refused by profiles: {source} names profile {profile:?}, which the operator did not define"
-        )));
+        return Err(Refusal::UnknownProfile {
+            asked_by: source.to_string(),
+            profile,
+        }
+        .into());
     };
 
     let masquerade = match &intent.ann_masquerade {
@@ -208,43 +212,34 @@ pub fn parse_pool(s: &str) -> Option<IpNet> {
 }
 
 /// Parse a comma-separated CIDR list and keep it inside `allow.pools`.
-pub fn allowed_pools(cfg: &RouterConfig, ann: &str, s: &str) -> Result<Vec<IpNet>, CniError> {
+pub fn allowed_pools(
+    cfg: &RouterConfig,
+    ann: &'static str,
+    s: &str,
+) -> Result<Vec<IpNet>, CniError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if out.len() == MAX_ANNOTATION_POOLS {
-            return Err(CniError::policy(format!(
-                "annotation {ann}: more than {MAX_ANNOTATION_POOLS} pools"
-            )));
+            let max = MAX_ANNOTATION_POOLS;
+            return Err(Refusal::TooManyPools { ann, max }.into());
         }
-        let net = parse_pool(part).ok_or_else(|| {
-            CniError::policy(format!(
-                "annotation {ann}: {:?} is not a CIDR",
-                part.chars().take(64).collect::<String>()
-            ))
+        let net = parse_pool(part).ok_or_else(|| Refusal::NotCidr {
+            ann,
+            text: part.chars().take(64).collect(),
         })?;
         if net.trunc() != net {
-            return Err(CniError::policy(format!(
-                "annotation {ann}: {net} has host bits set; write {}",
-                net.trunc()
-            )));
+            return Err(Refusal::HostBits { ann, net }.into());
         }
         if !cfg.allow.pools.iter().any(|p| p.contains(&net)) {
-            return Err(CniError::policy(format!(
-                "refused by allow.pools: {net} from annotation {ann} is not inside [{}]",
-                cfg.allow
-                    .pools
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+            let allowed = cfg.allow.pools.clone();
+            return Err(Refusal::PoolNotAllowed { ann, net, allowed }.into());
         }
         if !out.contains(&net) {
             out.push(net);
         }
     }
     if out.is_empty() {
-        return Err(CniError::policy(format!("annotation {ann} names no pool")));
+        return Err(Refusal::NoPool(ann).into());
     }
     Ok(out)
 }

@@ -24,6 +24,7 @@ mod observe;
 pub mod plan;
 pub mod plugin;
 pub mod record;
+mod refusal;
 pub mod routing;
 mod strict_node;
 

@@ -5,7 +5,7 @@
 
 use crate::apply::{self, Failures};
 use crate::claims;
-use crate::kernel::{ListedOnce, Live};
+use crate::kernel::{Kernel, ListedOnce, Live};
 use crate::record::{self, Depth, Here, Listing, Liveness, ReadError, Record};
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
@@ -290,7 +290,7 @@ fn node_side_only_mine(rec: &Record, census: &Census) -> Record {
 pub fn remove_record(
     rec: &Record,
     census: &Census,
-    node: &mut RouteSocket,
+    node: &mut impl Kernel,
     ns: Option<&NetNs>,
     store: &StateStore,
     here: &Here,
@@ -307,14 +307,14 @@ pub fn remove_record(
     if !node_gone {
         let mine = node_side_only_mine(rec, census);
         failures.extend(apply::remove_node(
-            &mut Live::on(node),
+            node,
             &mine,
             store,
             census.last_strict(&rec.key),
         ));
     } else if rec.is_strict() && census.last_strict(&rec.key) {
         // The node settings of an earlier boot are gone; drop their file.
-        failures.extend(apply::boundary::restore_node(store, &mut Live::on(node)));
+        failures.extend(apply::boundary::restore_node(store, node));
     }
     if !liveness.is_stale() {
         // One trip into the namespace: the handles are opened there with its
@@ -338,7 +338,7 @@ pub struct Swept {
     pub removed: Vec<String>,
     /// Unreadable records moved to `quarantine/`, one line each.
     pub quarantined: Vec<String>,
-    pub failures: Vec<String>,
+    pub failures: Failures,
     /// Claims index entries written or removed to match the records
     /// (the node agent's sweep).
     pub index_repaired: usize,
@@ -351,7 +351,7 @@ pub struct Swept {
 /// Remove what stale records (dead pods) left on the node, and the records.
 pub fn clear_stale(
     census: &Census,
-    node: &mut RouteSocket,
+    node: &mut impl Kernel,
     store: &StateStore,
     here: &Here,
 ) -> Swept {
@@ -371,10 +371,10 @@ pub fn clear_stale(
                     "stale record {}/{}/{} ({reason})",
                     rec.key.network, rec.key.container_id, rec.key.ifname
                 )),
-                Err(e) => out.failures.push(e.to_string()),
+                Err(e) => out.failures.push(e),
             }
         } else {
-            out.failures.extend(f.messages());
+            out.failures.extend(f);
         }
     }
     // The removed records' claims index entries, in one pass over the index
@@ -385,7 +385,7 @@ pub fn clear_stale(
             .names()
             .and_then(|names| crate::claims::prune(store, &names))
         {
-            out.failures.push(e.to_string());
+            out.failures.push(e);
         }
     }
     out
@@ -465,7 +465,7 @@ pub struct Orphan<'a> {
 pub fn remove_unreadable(
     orphan: &Orphan<'_>,
     census: &Census,
-    node: &mut RouteSocket,
+    node: &mut impl Kernel,
     store: &StateStore,
 ) -> Swept {
     let Orphan {
@@ -487,16 +487,16 @@ pub fn remove_unreadable(
             Ok(mut pod) => {
                 let (r, f) = apply::sweep_pod(&mut Live::pod(&mut pod), key, table_prefix);
                 out.removed.extend(r);
-                out.failures.extend(f.messages());
+                out.failures.extend(f);
             }
-            Err(e) => out.failures.push(e.to_string()),
+            Err(e) => out.failures.push(e),
         }
     }
     if !pod_ips.is_empty() {
         let records = &census.listing.records;
-        let (r, f) = apply::sweep_node(&mut Live::on(node), records, Some(pod_ips));
+        let (r, f) = apply::sweep_node(node, records, Some(pod_ips));
         out.removed.extend(r);
-        out.failures.extend(f.messages());
+        out.failures.extend(f);
     }
     if out.failures.is_empty() {
         let removed = match at {
@@ -507,7 +507,7 @@ pub fn remove_unreadable(
             Ok(()) => out
                 .removed
                 .push(format!("unreadable record {}", key.file_name())),
-            Err(e) => out.failures.push(e.to_string()),
+            Err(e) => out.failures.push(e),
         }
     }
     out
@@ -522,8 +522,8 @@ pub fn remove_unreadable(
 /// runtime's DEL of the attachment still finds it there and removes what
 /// carries its tag or addresses. Node-wide lock held. Returns a line per
 /// record moved, and failures.
-pub fn quarantine_unreadable(store: &StateStore, listing: &Listing) -> (Vec<String>, Vec<String>) {
-    let (mut moved, mut failures) = (Vec::new(), Vec::new());
+pub fn quarantine_unreadable(store: &StateStore, listing: &Listing) -> (Vec<String>, Failures) {
+    let (mut moved, mut failures) = (Vec::new(), Failures::default());
     for (key, err) in &listing.unreadable {
         let Some(name) = key.as_ref().map(Key::file_name).or_else(|| file_of(err)) else {
             continue;
@@ -532,7 +532,7 @@ pub fn quarantine_unreadable(store: &StateStore, listing: &Listing) -> (Vec<Stri
         let _pod = match key.as_ref().map(|k| store.try_lock_pod(&k.container_id)) {
             Some(Ok(None)) => continue,
             Some(Err(e)) => {
-                failures.push(e.to_string());
+                failures.push(e);
                 continue;
             }
             Some(Ok(Some(l))) => Some(l),
@@ -548,7 +548,7 @@ pub fn quarantine_unreadable(store: &StateStore, listing: &Listing) -> (Vec<Stri
         let q = match store.create_sub(QUARANTINE) {
             Ok(q) => q,
             Err(e) => {
-                failures.push(e.to_string());
+                failures.push(e);
                 continue;
             }
         };
@@ -557,7 +557,11 @@ pub fn quarantine_unreadable(store: &StateStore, listing: &Listing) -> (Vec<Stri
                 "quarantined unreadable record {name} (to {}): {err}",
                 q.dir().display()
             )),
-            Err(e) => failures.push(format!("quarantining {name}: {e}")),
+            Err(source) => failures.push(podgate_kit::Error::File {
+                op: "quarantining",
+                path: store.dir().join(&name),
+                source,
+            }),
         }
     }
     (moved, failures)
@@ -579,12 +583,12 @@ fn file_of(err: &ReadError) -> Option<String> {
 /// bound (restore_node asks it). What this covers: the last strict pod's
 /// record was unreadable (removed by ownership at its DEL, or
 /// quarantined), so no removal of a strict record put them back.
-pub fn restore_unneeded(store: &StateStore, census: &Census, node: &mut RouteSocket) -> Failures {
+pub fn restore_unneeded(store: &StateStore, census: &Census, node: &mut impl Kernel) -> Failures {
     if !census.no_live_strict() {
         return Failures::default();
     }
     match crate::strict_node::read_shared(store) {
-        Ok(Some(_)) => apply::boundary::restore_node(store, &mut Live::on(node)),
+        Ok(Some(_)) => apply::boundary::restore_node(store, node),
         Ok(None) => Failures::default(),
         Err(e) => Failures::of(e),
     }
@@ -664,7 +668,8 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     // Every record was just read: the claims index is made to hold what
     // they claim (what an index-unaware writer changed is repaired).
     out.index_repaired = claims::reconcile(&store, &census.listing.records)?;
-    let mut node = RouteSocket::new()?;
+    let mut sock = RouteSocket::new()?;
+    let mut node = Live::on(&mut sock);
     let s = clear_stale(&census, &mut node, &store, &here);
     out.removed.extend(s.removed);
     out.failures.extend(s.failures);
@@ -674,19 +679,94 @@ pub fn sweep_stale(state_dir: &Path) -> Result<Swept, podgate_kit::Error> {
     // left.
     if census.listing.newer.is_empty() {
         let live: Vec<Record> = census.live().cloned().collect();
-        let (removed, failed) = apply::sweep_detached(&mut Live::on(&mut node), &live);
+        let (removed, failed) = apply::sweep_detached(&mut node, &live);
         out.removed.extend(removed);
-        out.failures.extend(failed.messages());
+        out.failures.extend(failed);
     }
     out.failures
-        .extend(restore_unneeded(&store, &census, &mut node).messages());
+        .extend(restore_unneeded(&store, &census, &mut node));
     // Then what comes before the boundary of the strict pods left.
-    let mut k = ListedOnce::new(Live::on(&mut node));
+    let mut k = ListedOnce::new(node);
     for rec in census.live() {
         match apply::rules_ahead(&mut k, rec) {
             Ok(found) => out.rules_ahead.extend(found),
-            Err(e) => out.failures.push(e.to_string()),
+            Err(e) => out.failures.push(e),
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use crate::kernel::fake::Fake;
+
+    /// A store in a temporary directory (removed with the guard) holding
+    /// the golden vpn-full record of a pod whose netns is gone: stale, its
+    /// node still this one (its node route is there to remove).
+    fn stale_pod() -> (tempfile::TempDir, StateStore, Record) {
+        let tmp = tempfile::Builder::new()
+            .prefix("pg-lifecycle-unit-")
+            .tempdir()
+            .unwrap();
+        let store = StateStore::open(&tmp.path().join("state")).unwrap();
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v1-vpn-full.json");
+        let mut rec = record::parse(&p, &std::fs::read(&p).unwrap()).unwrap();
+        rec.netns = Some(tmp.path().join("gone-netns"));
+        store.write(&rec.key, &rec).unwrap();
+        (tmp, store, rec)
+    }
+
+    fn census(store: &StateStore, here: &Here) -> Census {
+        Census::take(store, here, |_| Depth::Path).unwrap()
+    }
+
+    #[test]
+    fn clear_stale_removes_a_dead_pods_node_route_and_record_and_keeps_both_on_a_failed_call() {
+        let here = Here {
+            boot_id: None,
+            node: None,
+        };
+        let (_tmp, store, rec) = stale_pod();
+        let route = rec.node_routes[0].spec();
+        let mut k = Fake {
+            routes: vec![route.clone()],
+            ..Fake::default()
+        };
+        k.fail_call(1, libc::EPERM);
+        let c = census(&store, &here);
+        assert_eq!(c.stale.len(), 1, "the pod's netns is gone");
+        let s = clear_stale(&c, &mut k, &store, &here);
+        assert!(s.removed.is_empty(), "{s:?}");
+        assert_eq!(s.failures.len(), 1, "{s:?}");
+        let (e, _) = s.failures.iter().next().unwrap().kit();
+        assert_eq!(e.errno(), Some(libc::EPERM), "{e}");
+        assert!(e.to_string().contains("route del"), "{e}");
+        assert_eq!(k.routes, [route], "the route is still there");
+        assert!(record::read(&store, &rec.key).unwrap().is_some());
+        // As GC reports it: the failed call's errno and object reach the
+        // CNI error's details.
+        let what = "gc";
+        let e: podgate_cni::CniError = crate::error::Error::Left {
+            what,
+            left: s.failures,
+        }
+        .into();
+        assert_eq!(e.code, podgate_cni::code::APPLY_FAILED);
+        let d: serde_json::Value = serde_json::from_str(&e.details)
+            .unwrap_or_else(|err| panic!("details {:?}: {err}", e.details));
+        assert_eq!(d["errnoName"], "EPERM", "{d}");
+        assert_eq!(
+            d["object"], "route del 10.9.0.0/24 via 10.22.0.5 oif 7",
+            "{d}"
+        );
+
+        // The next sweep, nothing failing: the route and the record go.
+        let s = clear_stale(&census(&store, &here), &mut k, &store, &here);
+        assert!(s.failures.is_empty(), "{s:?}");
+        assert_eq!(s.removed.len(), 1, "{s:?}");
+        assert!(k.routes.is_empty(), "{:?}", k.routes);
+        assert!(record::read(&store, &rec.key).unwrap().is_none());
+    }
 }

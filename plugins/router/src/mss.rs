@@ -4,6 +4,7 @@
 //! pod network never send or ask for segments the pod network drops.
 
 use crate::config::MssClamp;
+use crate::refusal::Refusal;
 use ipnet::IpNet;
 use podgate_cni::CniError;
 use podgate_kit::nft::{MssDirection, MssRule, MssValue};
@@ -12,9 +13,7 @@ use podgate_kit::nft::{MssDirection, MssRule, MssValue};
 /// leaving by the interface and the SYN arriving by it for the pool.
 pub fn plan(clamp: MssClamp, pools: &[IpNet], ifname: &str) -> Result<Vec<MssRule>, CniError> {
     if pools.is_empty() {
-        return Err(CniError::policy(
-            "refused by mssClamp: no client pool to clamp (the profile has no masquerade or returnRoutes and the pod named none)",
-        ));
+        return Err(Refusal::MssNoPool.into());
     }
     let mss = match clamp {
         MssClamp::Pmtu => MssValue::Pmtu,

@@ -4,6 +4,7 @@
 use crate::config::{PodRoute, Profile, RouterConfig};
 use crate::intent::Selection;
 pub use crate::model::{overlaps, Claim, NodeView, SysctlSetting};
+use crate::refusal::Refusal;
 use crate::routing::{self, RoutingPlan};
 use ipnet::IpNet;
 use podgate_cni::{CniError, CniResult};
@@ -179,23 +180,15 @@ fn return_routes(
     for pool in &sel.return_routes {
         let pool = pool.trunc();
         if let Some(why) = pool_conflict(&pool, key, pod_ips, view) {
-            return Err(CniError::policy(format!(
-                "return route {pool} refused: {why}"
-            )));
+            return Err(Refusal::ReturnRouteConflict { pool, why }.into());
         }
         let via = pod_ips
             .iter()
             .map(|n| n.addr())
             .find(|a| same_family(*a, pool.addr()))
-            .ok_or_else(|| {
-                CniError::policy(format!(
-                    "return route {pool} refused: the pod has no {} address on {ifname}",
-                    if pool.addr().is_ipv4() {
-                        "IPv4"
-                    } else {
-                        "IPv6"
-                    }
-                ))
+            .ok_or_else(|| Refusal::ReturnRouteFamily {
+                pool,
+                ifname: ifname.to_string(),
             })?;
         let conn = connected_route(view, via).ok_or_else(|| {
             CniError::new(

@@ -10,6 +10,7 @@
 
 use crate::config::{RouterConfig, Routing, RoutingMode, TableChoice};
 use crate::model::{overlaps, NodeView, SysctlSetting};
+use crate::refusal::Refusal;
 use ipnet::IpNet;
 use podgate_cni::result::IpConfig;
 use podgate_cni::CniError;
@@ -110,10 +111,6 @@ impl RoutingPlan {
     }
 }
 
-fn refuse(msg: String) -> CniError {
-    CniError::policy(msg)
-}
-
 /// Node SNAT that masquerades only marked packets (hostPort hairpin, kube
 /// service masquerade) does not touch a pod's own egress; anything else in a
 /// nat postrouting chain would. The marked-only chains: kube-proxy's
@@ -178,19 +175,13 @@ fn covered<'v>(
         addrs.truncate(1);
     }
     if !addrs.iter().any(|a| family(a.addr())) {
-        return Err(refuse(format!(
-            "routing: the pod has no address of the gateway's family ({})",
-            routing.gateway
-        )));
+        return Err(Refusal::NoGatewayFamily(routing.gateway).into());
     }
     if let Some(a) = addrs
         .iter()
         .find(|a| routing.gateway_for(a.addr()).is_none())
     {
-        return Err(refuse(format!(
-            "refused by routing.gateway6: the pod's address {} is IPv6 and the profile names no IPv6 next hop on the uplink; every address of a strict pod crosses the boundary",
-            a.addr()
-        )));
+        return Err(Refusal::NoGateway6(a.addr()).into());
     }
     addrs
         .into_iter()
@@ -208,12 +199,9 @@ fn host_route(view: &NodeView, ip: IpAddr) -> Result<&RouteEntry, CniError> {
         .filter(|r| r.table == TABLE_MAIN && r.gateway.is_none() && r.dst.contains(&ip))
         .filter(|r| r.dst.addr().is_ipv4() == ip.is_ipv4())
         .max_by_key(|r| r.dst.prefix_len())
-        .ok_or_else(|| refuse(format!("routing: the node has no route to the pod {ip}")))?;
+        .ok_or(Refusal::NoHostRoute(ip))?;
     if r.dst.prefix_len() != r.dst.max_prefix_len() {
-        return Err(refuse(format!(
-            "routing refused: {ip} is reached through the shared subnet {}; strict/standard routing needs a routed primary with one host route per pod (e.g. ptp)",
-            r.dst
-        )));
+        return Err(Refusal::SharedSubnet { ip, subnet: r.dst }.into());
     }
     Ok(r)
 }
@@ -223,20 +211,14 @@ fn host_route(view: &NodeView, ip: IpAddr) -> Result<&RouteEntry, CniError> {
 fn host_if_of(view: &NodeView, routes: &[(IpNet, &RouteEntry)]) -> Result<(u32, String), CniError> {
     let mut index = None;
     for (a, r) in routes {
-        let i = r
-            .oif
-            .ok_or_else(|| refuse("routing: the pod's host route has no interface".into()))?;
+        let i = r.oif.ok_or(Refusal::HostRouteNoInterface)?;
         if index.is_some_and(|x| x != i) {
-            return Err(refuse(format!(
-                "routing refused: the pod's address {} is routed through another interface than its first address",
-                a.addr()
-            )));
+            return Err(Refusal::SplitHostInterfaces(a.addr()).into());
         }
         index = Some(i);
     }
-    let index = index.ok_or_else(|| refuse("routing: the pod has no address".into()))?;
-    let name = link::name_of(&view.links, index)
-        .ok_or_else(|| refuse(format!("routing: interface index {index} vanished")))?;
+    let index = index.ok_or(Refusal::NoPodAddress)?;
+    let name = link::name_of(&view.links, index).ok_or(Refusal::InterfaceVanished(index))?;
     Ok((index, name.to_string()))
 }
 
@@ -251,9 +233,7 @@ fn strict_refusals(
 ) -> Result<(), CniError> {
     if host_if.contains('.') {
         // Its sysctls could not be named (`net.ipv4.conf.<if>.…` splits on dots).
-        return Err(refuse(format!(
-            "strict routing refused: the pod's host-side interface {host_if:?} has a '.' in its name"
-        )));
+        return Err(Refusal::DottedHostInterface(host_if.to_string()).into());
     }
     let strict_pods = view
         .claims
@@ -261,23 +241,23 @@ fn strict_refusals(
         .filter(|c| c.key != *self_key && c.strict)
         .count();
     if strict_pods >= cfg.max_strict_pods {
-        return Err(refuse(format!(
-            "refused by maxStrictPods: this node already has {strict_pods} strict pods (limit {})",
-            cfg.max_strict_pods
-        )));
+        return Err(Refusal::MaxStrictPods {
+            pods: strict_pods,
+            limit: cfg.max_strict_pods,
+        }
+        .into());
     }
     for e in &routing.exempt {
         if let Some(own) = pod.iter().find(|c| overlaps(&c.address.trunc(), e)) {
-            return Err(refuse(format!(
-                "refused by routing.exempt: {e} overlaps the pod's own subnet {} (its gateway included)",
-                own.address.trunc()
-            )));
+            return Err(Refusal::ExemptOverlaps {
+                exempt: *e,
+                subnet: own.address.trunc(),
+            }
+            .into());
         }
     }
     if let Some(found) = view.node_snat.iter().find(|d| snat_matters(d)) {
-        return Err(refuse(format!(
-            "strict routing refused: node SNAT would rewrite the pod's egress: {found}"
-        )));
+        return Err(Refusal::NodeSnat(found.clone()).into());
     }
     Ok(())
 }
@@ -294,10 +274,11 @@ fn pick_table(
                 .iter()
                 .find(|c| c.key != *self_key && c.table == Some(t))
             {
-                return Err(refuse(format!(
-                    "routing: table {t} is already used by pod {}",
-                    r.key.container_id
-                )));
+                return Err(Refusal::TableTaken {
+                    table: t,
+                    pod: r.key.container_id.clone(),
+                }
+                .into());
             }
             Ok(t)
         }
@@ -309,7 +290,7 @@ fn pick_table(
             TABLE_AUTO
                 .clone()
                 .find(|t| !used(*t))
-                .ok_or_else(|| refuse("routing: no free route table in 20000-29999".into()))
+                .ok_or_else(|| Refusal::NoFreeTable.into())
         }
     }
 }
@@ -360,9 +341,7 @@ pub fn plan(
 ) -> Result<RoutingPlan, CniError> {
     let strict = routing.mode == RoutingMode::Strict;
     if strict && masquerade_planned {
-        return Err(refuse(
-            "strict routing refused: the profile (or an annotation) asks for masquerade, and a strict pod's egress must never be SNATed".into(),
-        ));
+        return Err(Refusal::StrictMasquerade.into());
     }
     let covered = covered(routing, strict, pod, view)?;
     let addrs: Vec<IpNet> = covered.iter().map(|(a, _)| *a).collect();
@@ -370,19 +349,14 @@ pub fn plan(
         .iter()
         .copied()
         .find(|a| a.addr().is_ipv4() == routing.gateway.is_ipv4())
-        .ok_or_else(|| refuse("routing: the pod has no address".into()))?;
+        .ok_or(Refusal::NoPodAddress)?;
 
     let uplink_index = view
         .links
         .iter()
         .find(|l| l.name == routing.uplink)
         .map(|l| l.index)
-        .ok_or_else(|| {
-            refuse(format!(
-                "routing: uplink {} does not exist on the node",
-                routing.uplink
-            ))
-        })?;
+        .ok_or_else(|| Refusal::NoUplink(routing.uplink.clone()))?;
     let (host_index, host_if) = host_if_of(view, &covered)?;
     if strict {
         strict_refusals(cfg, routing, pod, &host_if, view, self_key)?;
@@ -567,12 +541,7 @@ pub fn bound_return_routes(
         let (gw, uplink) = p
             .default_route(v6)
             .map(|d| (d.gateway, d.oif))
-            .ok_or_else(|| {
-                refuse(format!(
-                    "strict routing refused: return route {} has no gateway of its family on the uplink",
-                    main.dst
-                ))
-            })?;
+            .ok_or(Refusal::ReturnRouteNoGateway(main.dst))?;
         let mut in_table = main.clone();
         in_table.table = p.table;
         p.table_routes.push(in_table);

@@ -3,7 +3,7 @@
 //! protection socket): one request per connection, bounded by the deadline
 //! and [`io::MAX_RESPONSE`].
 
-use crate::io::{self, Deadline, IoError};
+use crate::io::{self, Deadline, IoError, Malformed};
 use std::os::unix::net::UnixStream;
 
 /// `GET <target>` on a connected stream: (status, body).
@@ -14,25 +14,25 @@ pub fn get(mut s: UnixStream, target: &str, dl: &Deadline) -> Result<(u16, Vec<u
     );
     io::write_all(&mut s, req.as_bytes(), dl)?;
     io::read_until(&mut s, dl, io::MAX_RESPONSE, |buf, eof| {
-        parse_response(buf, eof).map_err(IoError::Protocol)
+        Ok(parse_response(buf, eof)?)
     })
 }
 
 /// A complete HTTP/1.x response in `buf` as (status, body); Ok(None) when more
 /// bytes are needed; Err when it can never be valid.
-pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
+pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, Malformed> {
     let Some(head_end) = find(buf, b"\r\n\r\n") else {
         if eof && !buf.is_empty() {
-            return Err("no end of headers".into());
+            return Err(Malformed::NoHeaderEnd);
         }
         return if buf.len() > 16 && !buf.starts_with(b"HTTP/1.") {
-            Err("not an HTTP/1.x response".into())
+            Err(Malformed::NotHttp)
         } else {
             Ok(None)
         };
     };
     let head = std::str::from_utf8(buf.get(..head_end).unwrap_or_default())
-        .map_err(|_| "headers are not UTF-8".to_string())?;
+        .map_err(|_| Malformed::HeadersNotUtf8)?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
     let mut parts = status_line.splitn(3, ' ');
@@ -41,24 +41,24 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, S
         parts.next().unwrap_or_default(),
     );
     if !proto.starts_with("HTTP/1.") {
-        return Err(format!("status line {:?}", truncate(status_line)));
+        return Err(Malformed::StatusLine(truncate(status_line)));
     }
     let code: u16 = code
         .parse()
         .ok()
         .filter(|c| (100..=599).contains(c))
-        .ok_or_else(|| format!("status line {:?}", truncate(status_line)))?;
+        .ok_or_else(|| Malformed::StatusLine(truncate(status_line)))?;
     let mut length = None;
     let mut chunked = false;
     for line in lines {
         let Some((k, v)) = line.split_once(':') else {
-            return Err(format!("header line {:?}", truncate(line)));
+            return Err(Malformed::HeaderLine(truncate(line)));
         };
         let v = v.trim();
         if k.eq_ignore_ascii_case("content-length") {
             length = Some(
                 v.parse::<usize>()
-                    .map_err(|_| format!("Content-Length {v:?}"))?,
+                    .map_err(|_| Malformed::ContentLength(v.to_string()))?,
             );
         } else if k.eq_ignore_ascii_case("transfer-encoding") {
             chunked = v.to_ascii_lowercase().contains("chunked");
@@ -68,13 +68,13 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, S
     if chunked {
         return match dechunk(body)? {
             Some(b) => Ok(Some((code, b))),
-            None if eof => Err("truncated chunked body".into()),
+            None if eof => Err(Malformed::TruncatedChunks),
             None => Ok(None),
         };
     }
     match length {
         Some(n) if body.len() >= n => Ok(Some((code, body.get(..n).unwrap_or_default().to_vec()))),
-        Some(_) if eof => Err("body shorter than Content-Length".into()),
+        Some(_) if eof => Err(Malformed::ShortBody),
         Some(_) => Ok(None),
         None if eof => Ok(Some((code, body.to_vec()))),
         None => Ok(None),
@@ -82,7 +82,7 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, S
 }
 
 /// Decode a chunked body: Some once the last chunk arrived.
-fn dechunk(mut b: &[u8]) -> Result<Option<Vec<u8>>, String> {
+fn dechunk(mut b: &[u8]) -> Result<Option<Vec<u8>>, Malformed> {
     let mut out = Vec::new();
     loop {
         let Some(eol) = find(b, b"\r\n") else {
@@ -91,7 +91,7 @@ fn dechunk(mut b: &[u8]) -> Result<Option<Vec<u8>>, String> {
         let size_line = std::str::from_utf8(b.get(..eol).unwrap_or_default()).unwrap_or("?");
         let size_hex = size_line.split(';').next().unwrap_or_default().trim();
         let size = usize::from_str_radix(size_hex, 16)
-            .map_err(|_| format!("chunk size {:?}", truncate(size_line)))?;
+            .map_err(|_| Malformed::ChunkSize(truncate(size_line)))?;
         let data_start = eol + 2;
         if size == 0 {
             return Ok(Some(out));
@@ -103,7 +103,7 @@ fn dechunk(mut b: &[u8]) -> Result<Option<Vec<u8>>, String> {
         b = match b.get(data_start + size..) {
             Some(rest) if rest.len() < 2 => return Ok(None),
             Some(rest) if rest.starts_with(b"\r\n") => rest.get(2..).unwrap_or_default(),
-            _ => return Err("chunk not followed by CRLF".into()),
+            _ => return Err(Malformed::ChunkEnd),
         };
     }
 }

@@ -56,9 +56,37 @@ pub enum IoError {
     #[error("connection closed before a complete response")]
     Truncated,
     #[error("malformed response: {0}")]
-    Protocol(String),
+    Protocol(#[from] Malformed),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// What makes a peer's response one that can never be valid (the agent's
+/// HTTP, OVSDB's JSON-RPC). Offending lines are kept shortened.
+#[derive(Debug, thiserror::Error)]
+pub enum Malformed {
+    #[error("no end of headers")]
+    NoHeaderEnd,
+    #[error("not an HTTP/1.x response")]
+    NotHttp,
+    #[error("headers are not UTF-8")]
+    HeadersNotUtf8,
+    #[error("status line {0:?}")]
+    StatusLine(String),
+    #[error("header line {0:?}")]
+    HeaderLine(String),
+    #[error("Content-Length {0:?}")]
+    ContentLength(String),
+    #[error("truncated chunked body")]
+    TruncatedChunks,
+    #[error("body shorter than Content-Length")]
+    ShortBody,
+    #[error("chunk size {0:?}")]
+    ChunkSize(String),
+    #[error("chunk not followed by CRLF")]
+    ChunkEnd,
+    #[error("not JSON-RPC: {0}")]
+    NotJsonRpc(#[from] serde_json::Error),
 }
 
 impl IoError {
@@ -169,8 +197,8 @@ mod tests {
 
     #[test]
     fn absent_socket_and_hung_peer() {
-        let dir = std::env::temp_dir().join(format!("pg-io-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("pg-io-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let path = dir.join("s.sock");
         let dl = Deadline::after(Duration::from_millis(100));
         assert!(matches!(connect(&path, &dl), Err(IoError::Absent(_))));

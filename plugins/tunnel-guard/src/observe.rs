@@ -74,8 +74,10 @@ fn read_endpoint(
     if !socket.exists() {
         return out;
     }
-    out.dir_check = Some(protection::check_dir(&cfg.protection_dir));
-    out.socket_check = Some(protection::check_socket(&cfg.protection_socket()));
+    // Observations keep errors as text (the report shows them).
+    let refused = |e: protection::EndpointRefused| e.to_string();
+    out.dir_check = Some(protection::check_dir(&cfg.protection_dir).map_err(refused));
+    out.socket_check = Some(protection::check_socket(&cfg.protection_socket()).map_err(refused));
     let (OvsRead::Ok(info), Some(Ok(())), Some(Ok(()))) =
         (&out.ovsdb, &out.dir_check, &out.socket_check)
     else {

@@ -4,7 +4,7 @@
 //! `external_ids`), every `Port` (`interfaces`, `external_ids`) and every
 //! `Interface` (`type`, `options`).
 
-use crate::io::{self, Deadline, IoError};
+use crate::io::{self, Deadline, IoError, Malformed};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -125,14 +125,14 @@ pub fn query(socket: &Path, dl: &Deadline) -> Result<OvsInfo, OvsdbError> {
     io::write_all(&mut s, request().to_string().as_bytes(), dl)?;
     let mut framer = Framer::default();
     let reply = io::read_until(&mut s, dl, io::MAX_OVSDB_REPLY, |buf, _eof| {
-        framer.reply(buf).map_err(IoError::Protocol)
+        Ok(framer.reply(buf)?)
     })?;
     parse_reply(&reply)
 }
 
 /// The JSON-RPC stream has no framing: parse whole values as they complete and
 /// return our reply (ignoring anything else, such as an `echo` request).
-pub fn find_reply(buf: &[u8]) -> Result<Option<Value>, String> {
+pub fn find_reply(buf: &[u8]) -> Result<Option<Value>, Malformed> {
     Framer::default().reply(buf)
 }
 
@@ -152,12 +152,11 @@ struct Framer {
 
 impl Framer {
     /// Our reply, once complete in `buf` (the same buffer, grown, on every call).
-    fn reply(&mut self, buf: &[u8]) -> Result<Option<Value>, String> {
+    fn reply(&mut self, buf: &[u8]) -> Result<Option<Value>, Malformed> {
         while let Some(end) = self.next_end(buf) {
             let value = buf.get(self.start..end).unwrap_or_default();
             self.start = end;
-            let v: Value =
-                serde_json::from_slice(value).map_err(|e| format!("not JSON-RPC: {e}"))?;
+            let v: Value = serde_json::from_slice(value)?;
             if v.get("id") == Some(&Value::String(REQUEST_ID.into())) {
                 return Ok(Some(v));
             }

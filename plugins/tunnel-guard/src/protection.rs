@@ -15,7 +15,7 @@ use crate::io::{self, Deadline, IoError};
 use nix::sys::socket::{getsockopt, sockopt};
 use serde::Serialize;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub const SOCKET: &str = "protection.sock";
 pub const REQUIRED_FILE: &str = "required";
@@ -47,30 +47,58 @@ impl Presence {
     }
 }
 
+/// Why the protection directory or its socket is not trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointRefused {
+    #[error("protection directory {}: {source}", .path.display())]
+    DirUnreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("protection directory {} is a symlink", .0.display())]
+    DirSymlink(PathBuf),
+    #[error("protection directory {} is not a directory", .0.display())]
+    NotDir(PathBuf),
+    #[error("protection directory {} is owned by uid {uid}, not root", .path.display())]
+    DirOwner { path: PathBuf, uid: u32 },
+    #[error("protection directory {} is group/other-writable (mode {mode:04o})", .path.display())]
+    DirWritable { path: PathBuf, mode: u32 },
+    #[error("{}: {source}", .path.display())]
+    SocketUnreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is a symlink, not the agent's socket", .0.display())]
+    SocketSymlink(PathBuf),
+    #[error("{} is not a socket", .0.display())]
+    NotSocket(PathBuf),
+    #[error("{} is owned by uid {uid}, not root", .path.display())]
+    SocketOwner { path: PathBuf, uid: u32 },
+    #[error("{} is writable by others (mode {mode:04o})", .path.display())]
+    SocketWritable { path: PathBuf, mode: u32 },
+}
+
 /// The directory must be a real directory owned by root with no group or
 /// other write bit (the agent creates it 0750 and refuses anything looser).
-pub fn check_dir(dir: &Path) -> Result<(), String> {
-    let shown = dir.display();
-    let md = dir
-        .symlink_metadata()
-        .map_err(|e| format!("protection directory {shown}: {e}"))?;
+pub fn check_dir(dir: &Path) -> Result<(), EndpointRefused> {
+    let path = dir.to_path_buf();
+    let md = match dir.symlink_metadata() {
+        Ok(md) => md,
+        Err(source) => return Err(EndpointRefused::DirUnreadable { path, source }),
+    };
     if md.file_type().is_symlink() {
-        return Err(format!("protection directory {shown} is a symlink"));
+        return Err(EndpointRefused::DirSymlink(path));
     }
     if !md.is_dir() {
-        return Err(format!("protection directory {shown} is not a directory"));
+        return Err(EndpointRefused::NotDir(path));
     }
     if md.uid() != 0 {
-        return Err(format!(
-            "protection directory {shown} is owned by uid {}, not root",
-            md.uid()
-        ));
+        let uid = md.uid();
+        return Err(EndpointRefused::DirOwner { path, uid });
     }
     if md.mode() & 0o022 != 0 {
-        return Err(format!(
-            "protection directory {shown} is group/other-writable (mode {:04o})",
-            md.mode() & 0o7777
-        ));
+        let mode = md.mode() & 0o7777;
+        return Err(EndpointRefused::DirWritable { path, mode });
     }
     Ok(())
 }
@@ -81,27 +109,26 @@ pub fn check_dir(dir: &Path) -> Result<(), String> {
 /// the OVS and CNI pods can connect), and connecting is all group write
 /// grants; replacing the socket needs write on the directory, which is
 /// checked, and the server itself is proven by `SO_PEERCRED`.
-pub fn check_socket(path: &Path) -> Result<(), String> {
-    let shown = path.display();
-    let md = path
-        .symlink_metadata()
-        .map_err(|e| format!("{shown}: {e}"))?;
+pub fn check_socket(socket: &Path) -> Result<(), EndpointRefused> {
+    let path = socket.to_path_buf();
+    let md = match socket.symlink_metadata() {
+        Ok(md) => md,
+        Err(source) => return Err(EndpointRefused::SocketUnreadable { path, source }),
+    };
     let ft = md.file_type();
     if ft.is_symlink() {
-        return Err(format!("{shown} is a symlink, not the agent's socket"));
+        return Err(EndpointRefused::SocketSymlink(path));
     }
     if !ft.is_socket() {
-        return Err(format!("{shown} is not a socket"));
+        return Err(EndpointRefused::NotSocket(path));
     }
     if md.uid() != 0 {
-        return Err(format!("{shown} is owned by uid {}, not root", md.uid()));
+        let uid = md.uid();
+        return Err(EndpointRefused::SocketOwner { path, uid });
     }
-    let mode = md.mode();
-    if mode & 0o002 != 0 {
-        return Err(format!(
-            "{shown} is writable by others (mode {:04o})",
-            mode & 0o7777
-        ));
+    if md.mode() & 0o002 != 0 {
+        let mode = md.mode() & 0o7777;
+        return Err(EndpointRefused::SocketWritable { path, mode });
     }
     Ok(())
 }
@@ -173,16 +200,19 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn tmp(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("pg-prot-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed with the returned guard.
+    fn tmp(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let t = tempfile::Builder::new()
+            .prefix(&format!("pg-prot-{name}-"))
+            .tempdir()
+            .unwrap();
+        let d = t.path().to_path_buf();
+        (t, d)
     }
 
     #[test]
     fn a_missing_path_is_absent_and_a_dangling_symlink_exists() {
-        let d = tmp("presence");
+        let (_tmp, d) = tmp("presence");
         assert_eq!(Presence::of(&d.join("nope")), Presence::Absent);
         std::os::unix::fs::symlink("/nonexistent/x", d.join("dangling")).unwrap();
         assert!(Presence::of(&d.join("dangling")).exists());
@@ -192,7 +222,7 @@ mod tests {
     #[test]
     fn asks_with_the_uuid_and_reads_the_agents_answer() {
         use std::io::{Read, Write};
-        let d = tmp("ask");
+        let (_tmp, d) = tmp("ask");
         let sock = d.join(SOCKET);
         let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         let server = std::thread::spawn(move || {
@@ -262,11 +292,14 @@ mod tests {
             nix::unistd::geteuid().is_root(),
             "needs root: the endpoint checks want root-owned files"
         );
-        let d = tmp("modes");
+        let (_tmp, d) = tmp("modes");
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o750)).unwrap();
         check_dir(&d).unwrap();
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o770)).unwrap();
-        assert!(check_dir(&d).unwrap_err().contains("group/other-writable"));
+        assert!(check_dir(&d)
+            .unwrap_err()
+            .to_string()
+            .contains("group/other-writable"));
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o750)).unwrap();
         let sock = d.join(SOCKET);
         let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
@@ -275,14 +308,24 @@ mod tests {
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert!(check_socket(&sock)
             .unwrap_err()
+            .to_string()
             .contains("writable by others"));
         let file = d.join("file");
         std::fs::write(&file, "x").unwrap();
-        assert!(check_socket(&file).unwrap_err().contains("is not a socket"));
+        assert!(check_socket(&file)
+            .unwrap_err()
+            .to_string()
+            .contains("is not a socket"));
         let link = d.join("link");
         std::os::unix::fs::symlink(&sock, &link).unwrap();
-        assert!(check_socket(&link).unwrap_err().contains("is a symlink"));
-        assert!(check_dir(&file).unwrap_err().contains("not a directory"));
+        assert!(check_socket(&link)
+            .unwrap_err()
+            .to_string()
+            .contains("is a symlink"));
+        assert!(check_dir(&file)
+            .unwrap_err()
+            .to_string()
+            .contains("not a directory"));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

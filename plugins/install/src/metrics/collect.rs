@@ -14,8 +14,25 @@ use podgate_router::kernel::{ListedOnce, Live};
 use podgate_router::record::{self, Record, RecordStatus};
 use podgate_tunnel_guard::{evaluate, GuardConfig, Outcome, Verdict};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+
+/// Why a gauge could not be read this collection.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    /// The router state dir could not be scanned.
+    #[error("{}: {source}", .dir.display())]
+    Records {
+        dir: PathBuf,
+        source: podgate_kit::Error,
+    },
+    /// The node's rtnetlink socket could not be opened.
+    #[error("node netlink: {0}")]
+    Netlink(podgate_kit::Error),
+    /// The tunnel-guard entry is not a valid guard configuration.
+    #[error("{0}")]
+    GuardConfig(#[from] podgate_tunnel_guard::config::ConfigError),
+}
 
 /// `(network, profile, routing)` of one attachment.
 pub type AttachmentLabels = (String, String, String);
@@ -34,9 +51,12 @@ pub struct RecordScan {
 
 /// Every record of one router state dir, classified by the router's own
 /// lifecycle scan (boot ID and pod netns identity decide staleness).
-pub fn scan_records(state_dir: &Path) -> Result<RecordScan, String> {
+pub fn scan_records(state_dir: &Path) -> Result<RecordScan, CollectError> {
     let mut scan = RecordScan::default();
-    let infos = record::scan(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
+    let infos = record::scan(state_dir).map_err(|source| CollectError::Records {
+        dir: state_dir.to_path_buf(),
+        source,
+    })?;
     for info in infos {
         if info.status == RecordStatus::Quarantined {
             scan.quarantined += 1;
@@ -86,12 +106,12 @@ pub struct Drift {
 
 /// The CNI CHECK of each live record, from the record, as `podgate
 /// inspect` does.
-pub fn drifted(records: &[Record]) -> Result<Drift, String> {
+pub fn drifted(records: &[Record]) -> Result<Drift, CollectError> {
     let mut out = Drift::default();
     if records.is_empty() {
         return Ok(out);
     }
-    let mut sock = RouteSocket::new().map_err(|e| format!("node netlink: {e}"))?;
+    let mut sock = RouteSocket::new().map_err(CollectError::Netlink)?;
     // The node's routes and rules dumped once for every record.
     let mut node = ListedOnce::new(Live::on(&mut sock));
     let mut ahead = std::collections::BTreeSet::new();
@@ -129,8 +149,8 @@ pub struct IpsecState {
 }
 
 /// The guard's evaluation of one tunnel-guard entry.
-pub fn ipsec_state(entry: &serde_json::Value) -> Result<IpsecState, String> {
-    let cfg = GuardConfig::from_value(entry).map_err(|e| e.to_string())?;
+pub fn ipsec_state(entry: &serde_json::Value) -> Result<IpsecState, CollectError> {
+    let cfg = GuardConfig::from_value(entry)?;
     let report = evaluate(&cfg, SystemTime::now());
     let mut checks = BTreeMap::new();
     for c in &report.checks {

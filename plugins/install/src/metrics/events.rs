@@ -103,6 +103,50 @@ struct Header {
     id: String,
 }
 
+/// Why the counters could not be loaded or saved, or an event file not read,
+/// naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("locking {}: {source}", .path.display())]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .path.display())]
+    Corrupt {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: version {found} (this podgate reads {STATE_VERSION})", .path.display())]
+    Version { path: PathBuf, found: u32 },
+    #[error("{0}")]
+    Encode(#[from] serde_json::Error),
+    /// Writing the counters or an event file ([`fsx::atomic_write`]); boxed:
+    /// [`crate::Error`] holds a `SpoolError` in turn.
+    #[error("{0}")]
+    Write(Box<crate::Error>),
+}
+
+impl From<crate::Error> for SpoolError {
+    fn from(e: crate::Error) -> SpoolError {
+        SpoolError::Write(Box::new(e))
+    }
+}
+
+impl SpoolError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
+        move |source| SpoolError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
 pub struct Spool {
     state_path: PathBuf,
     state: State,
@@ -115,18 +159,20 @@ fn label(s: &str) -> String {
 impl Spool {
     /// Load the counters (a missing file is a fresh start; a corrupt one is
     /// an error: silently restarting counters would hide the problem).
-    pub fn open(state_dir: &Path) -> Result<Spool, String> {
+    pub fn open(state_dir: &Path) -> Result<Spool, SpoolError> {
         let state_path = state_dir.join(STATE_FILE);
         let state = match std::fs::read(&state_path) {
             Ok(b) => {
-                let s: State = serde_json::from_slice(&b)
-                    .map_err(|e| format!("{}: {e}", state_path.display()))?;
+                let s: State = match serde_json::from_slice(&b) {
+                    Ok(s) => s,
+                    Err(source) => {
+                        let path = state_path;
+                        return Err(SpoolError::Corrupt { path, source });
+                    }
+                };
                 if s.v != STATE_VERSION {
-                    return Err(format!(
-                        "{}: version {} (this podgate reads {STATE_VERSION})",
-                        state_path.display(),
-                        s.v
-                    ));
+                    let (path, found) = (state_path, s.v);
+                    return Err(SpoolError::Version { path, found });
                 }
                 s
             }
@@ -134,7 +180,7 @@ impl Spool {
                 v: STATE_VERSION,
                 ..State::default()
             },
-            Err(e) => return Err(format!("{}: {e}", state_path.display())),
+            Err(e) => return Err(SpoolError::io(&state_path)(e)),
         };
         Ok(Spool { state_path, state })
     }
@@ -143,16 +189,16 @@ impl Spool {
         &self.state.counters
     }
 
-    fn save(&self) -> Result<(), String> {
-        let body = serde_json::to_vec(&self.state).map_err(|e| e.to_string())?;
+    fn save(&self) -> Result<(), SpoolError> {
+        let body = serde_json::to_vec(&self.state)?;
         if let Some(dir) = self.state_path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(SpoolError::io(dir))?;
         }
-        fsx::atomic_write(&self.state_path, &body, 0o600).map_err(|e| e.to_string())
+        Ok(fsx::atomic_write(&self.state_path, &body, 0o600)?)
     }
 
     /// One sandbox adopted with `profile`, kept across restarts.
-    pub fn count_adopted(&mut self, profile: &str) -> Result<(), String> {
+    pub fn count_adopted(&mut self, profile: &str) -> Result<(), SpoolError> {
         *self
             .state
             .counters
@@ -164,7 +210,7 @@ impl Spool {
 
     /// One refusal by `rule` that no plugin call recorded (the agent's
     /// adoption), kept across restarts.
-    pub fn count_refusal(&mut self, rule: &str) -> Result<(), String> {
+    pub fn count_refusal(&mut self, rule: &str) -> Result<(), SpoolError> {
         self.refused(rule);
         self.save()
     }
@@ -213,7 +259,7 @@ impl Spool {
         let mut dead: Vec<(PathBuf, Option<Started>)> = Vec::new();
         for f in files {
             if let Err(e) = ensure_channel(f) {
-                errors.push(e);
+                errors.push(e.to_string());
             }
             dead.extend(dead_marks(&inflight_dir(f)));
         }
@@ -223,7 +269,7 @@ impl Spool {
             match self.read_new(f, &mut seen) {
                 Ok(true) => rotate.push(f.clone()),
                 Ok(false) => {}
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         for (_, started) in &dead {
@@ -244,7 +290,7 @@ impl Spool {
         }
         for f in rotate {
             if let Err(e) = self.rotate(&f, &mut seen) {
-                errors.push(e);
+                errors.push(e.to_string());
             }
         }
         errors
@@ -252,11 +298,8 @@ impl Spool {
 
     /// Count the complete lines after the cursor; Ok(true) when the file is
     /// consumed past [`ROTATE_AT`].
-    fn read_new(&mut self, path: &Path, seen: &mut BTreeSet<String>) -> Result<bool, String> {
-        let mut f = match File::open(path) {
-            Ok(f) => f,
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
+    fn read_new(&mut self, path: &Path, seen: &mut BTreeSet<String>) -> Result<bool, SpoolError> {
+        let mut f = File::open(path).map_err(SpoolError::io(path))?;
         let consumed = self.consume(path, &mut f, seen)?;
         Ok(consumed > ROTATE_AT)
     }
@@ -267,8 +310,8 @@ impl Spool {
         path: &Path,
         f: &mut File,
         seen: &mut BTreeSet<String>,
-    ) -> Result<u64, String> {
-        let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    ) -> Result<u64, SpoolError> {
+        let err = |e| SpoolError::io(path)(e);
         let (id, header_len) = read_header(f).map_err(err)?;
         let key = path.display().to_string();
         let cursor = self.state.cursors.get(&key).cloned().unwrap_or_default();
@@ -310,15 +353,18 @@ impl Spool {
 
     /// Replace a consumed event file: under its exclusive lock (no plugin
     /// appends meanwhile) drain the tail, save, then rename a fresh file over it.
-    fn rotate(&mut self, path: &Path, seen: &mut BTreeSet<String>) -> Result<(), String> {
-        let mut f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        flock(&f, libc::LOCK_EX).map_err(|e| format!("locking {}: {e}", path.display()))?;
+    fn rotate(&mut self, path: &Path, seen: &mut BTreeSet<String>) -> Result<(), SpoolError> {
+        let mut f = File::open(path).map_err(SpoolError::io(path))?;
+        flock(&f, libc::LOCK_EX).map_err(|source| SpoolError::Lock {
+            path: path.to_path_buf(),
+            source,
+        })?;
         self.consume(path, &mut f, seen)?;
         self.save()?;
         create_event_file(path)?;
         let (id, header_len) = File::open(path)
             .and_then(|mut n| read_header(&mut n))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(SpoolError::io(path))?;
         self.state.cursors.insert(
             path.display().to_string(),
             Cursor {
@@ -357,23 +403,26 @@ fn random_id() -> String {
 }
 
 /// A fresh event file (header only), atomically in place of any old one.
-fn create_event_file(path: &Path) -> Result<(), String> {
+fn create_event_file(path: &Path) -> Result<(), SpoolError> {
     let header = serde_json::to_string(&Header {
         version: podgate_cni::event::EVENT_VERSION,
         id: random_id(),
-    })
-    .map_err(|e| e.to_string())?;
-    fsx::atomic_write(path, format!("{header}\n").as_bytes(), 0o600).map_err(|e| e.to_string())
+    })?;
+    Ok(fsx::atomic_write(
+        path,
+        format!("{header}\n").as_bytes(),
+        0o600,
+    )?)
 }
 
 /// The event file and its in-flight dir exist (plugins never create them).
-fn ensure_channel(path: &Path) -> Result<(), String> {
+fn ensure_channel(path: &Path) -> Result<(), SpoolError> {
     let dir = inflight_dir(path);
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        .map_err(SpoolError::io(&dir))?;
     let valid = File::open(path)
         .and_then(|mut f| read_header(&mut f))
         .is_ok();
@@ -435,11 +484,9 @@ mod tests {
     use podgate_cni::event::Recorder;
     use std::time::Instant;
 
-    fn tmp(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("podgate-spool-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed with the returned guard.
+    fn tmp(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        crate::testing::scratch_dir(&format!("podgate-spool-{tag}-"))
     }
 
     fn total(s: &Spool) -> u64 {
@@ -448,7 +495,7 @@ mod tests {
 
     #[test]
     fn counts_once_across_restarts_and_rotation() {
-        let d = tmp("restart");
+        let (_tmp, d) = tmp("restart");
         let ev = d.join("events.jsonl");
         let mut s = Spool::open(&d).unwrap();
         assert!(s.drain(std::slice::from_ref(&ev)).is_empty());
@@ -485,7 +532,7 @@ mod tests {
     /// every event is counted exactly once and nothing is taken for a crash.
     #[test]
     fn concurrent_writers_rotation_and_restarts_count_exactly() {
-        let d = tmp("concurrent");
+        let (_tmp, d) = tmp("concurrent");
         let ev = d.join("events.jsonl");
         Spool::open(&d).unwrap().drain(std::slice::from_ref(&ev));
         const THREADS: u64 = 4;
@@ -532,7 +579,7 @@ mod tests {
 
     #[test]
     fn an_unheld_mark_without_an_event_is_a_crash() {
-        let d = tmp("crash");
+        let (_tmp, d) = tmp("crash");
         let ev = d.join("events.jsonl");
         let mut s = Spool::open(&d).unwrap();
         s.drain(std::slice::from_ref(&ev));

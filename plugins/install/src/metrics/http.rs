@@ -109,20 +109,31 @@ impl Pages {
     }
 
     /// Ok while the worker's loops run; Err(why not).
-    pub(crate) fn health(&self) -> Result<(), String> {
+    pub(crate) fn health(&self) -> Result<(), Unhealthy> {
         if let Some(why) = &*self.failed.lock().unwrap_or_else(PoisonError::into_inner) {
-            return Err(format!("the collection worker panicked: {why}"));
+            return Err(Unhealthy::Panicked(why.clone()));
         }
         let last = *self.last_run.lock().unwrap_or_else(PoisonError::into_inner);
         match last {
-            None => Err("the first collection has not finished".into()),
-            Some(t) if t.elapsed() > self.stalled_after => Err(format!(
-                "no collection or sweep finished for {}s",
-                t.elapsed().as_secs()
-            )),
+            None => Err(Unhealthy::NotStarted),
+            Some(t) if t.elapsed() > self.stalled_after => Err(Unhealthy::Stalled {
+                secs: t.elapsed().as_secs(),
+            }),
             Some(_) => Ok(()),
         }
     }
+}
+
+/// Why `/healthz` fails.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unhealthy {
+    /// A worker round panicked (its message).
+    #[error("the collection worker panicked: {0}")]
+    Panicked(String),
+    #[error("the first collection has not finished")]
+    NotStarted,
+    #[error("no collection or sweep finished for {secs}s")]
+    Stalled { secs: u64 },
 }
 
 type Answer = Response<BoxBody<Bytes, Infallible>>;
@@ -406,6 +417,7 @@ mod tests {
         assert!(pages
             .health()
             .unwrap_err()
+            .to_string()
             .contains("no collection or sweep"));
         pages.alive();
         assert_eq!(pages.health(), Ok(()));

@@ -3,6 +3,7 @@
 //! kernel data is trusted to be well-formed but never indexed blindly.
 
 use super::consts::*;
+use crate::error::ParseError;
 
 pub(crate) const fn align4(len: usize) -> usize {
     (len + 3) & !3
@@ -173,19 +174,20 @@ impl MsgRef<'_> {
 }
 
 /// The messages of a datagram, borrowed from it, in order.
-pub(crate) fn messages(mut data: &[u8]) -> Result<Vec<MsgRef<'_>>, String> {
+pub(crate) fn messages(mut data: &[u8]) -> Result<Vec<MsgRef<'_>>, ParseError> {
     let mut out = Vec::new();
     while !data.is_empty() {
         if data.len() < NLMSG_HDRLEN {
-            return Err(format!("short netlink header ({} bytes)", data.len()));
+            return Err(ParseError::ShortHeader(data.len()));
         }
         let len = ne_u32(data, 0).unwrap_or(0) as usize;
         if len < NLMSG_HDRLEN {
-            return Err(format!("nlmsg_len {len} shorter than the header"));
+            return Err(ParseError::LenBelowHeader(len));
         }
+        let got = data.len();
         let payload = data
             .get(NLMSG_HDRLEN..len)
-            .ok_or_else(|| format!("nlmsg_len {len} exceeds datagram ({} bytes)", data.len()))?;
+            .ok_or(ParseError::LenBeyond { len, got })?;
         out.push(MsgRef {
             ty: ne_u16(data, 4).unwrap_or(0),
             flags: ne_u16(data, 6).unwrap_or(0),
@@ -200,14 +202,14 @@ pub(crate) fn messages(mut data: &[u8]) -> Result<Vec<MsgRef<'_>>, String> {
 
 /// Splits a datagram into its messages, copied out of it.
 #[cfg(test)]
-pub(crate) fn split_datagram(data: &[u8]) -> Result<Vec<Msg>, String> {
+pub(crate) fn split_datagram(data: &[u8]) -> Result<Vec<Msg>, ParseError> {
     Ok(messages(data)?.into_iter().map(MsgRef::to_owned).collect())
 }
 
 /// Decodes an `NLMSG_ERROR` payload into (positive errno, extack message).
 /// errno 0 is an ACK.
-pub(crate) fn parse_error(msg: MsgRef<'_>) -> Result<(i32, Option<String>), String> {
-    let raw = ne_u32(msg.payload, 0).ok_or("NLMSG_ERROR shorter than its error code")?;
+pub(crate) fn parse_error(msg: MsgRef<'_>) -> Result<(i32, Option<String>), ParseError> {
+    let raw = ne_u32(msg.payload, 0).ok_or(ParseError::ShortError)?;
     let errno = i32::from_ne_bytes(raw.to_ne_bytes()).saturating_neg();
     let mut message = None;
     if msg.flags & NLM_F_ACK_TLVS != 0 {
@@ -233,7 +235,7 @@ pub(crate) struct Attrs<'a> {
 }
 
 impl<'a> Attrs<'a> {
-    pub(crate) fn parse(mut data: &'a [u8]) -> Result<Self, String> {
+    pub(crate) fn parse(mut data: &'a [u8]) -> Result<Self, ParseError> {
         let mut items = Vec::new();
         while !data.is_empty() {
             let (len, ty) = match data {
@@ -243,11 +245,9 @@ impl<'a> Attrs<'a> {
                 ),
                 // Trailing padding shorter than an attribute header.
                 _ if data.iter().all(|&b| b == 0) => break,
-                _ => return Err(format!("truncated attribute header ({} bytes)", data.len())),
+                _ => return Err(ParseError::AttrHeader(data.len())),
             };
-            let payload = data
-                .get(4..len)
-                .ok_or_else(|| format!("attribute type {ty} length {len} out of bounds"))?;
+            let payload = data.get(4..len).ok_or(ParseError::AttrBounds { ty, len })?;
             items.push((ty & NLA_TYPE_MASK, payload));
             data = data.get(align4(len)..).unwrap_or_default();
         }

@@ -5,7 +5,7 @@
 use super::consts::{NLM_F_DUMP, NLM_F_REQUEST};
 use super::msg::{Msg, MsgWriter};
 use super::socket::{Route, Socket};
-use crate::error::{Error, Result};
+use crate::error::{Error, ParseError, Result};
 use crate::netns::NetNs;
 
 /// Offset of `nlmsg_seq` in the header.
@@ -77,7 +77,7 @@ impl RouteSocket {
         reply: u16,
         what: &str,
         body: impl FnOnce(&mut MsgWriter),
-        decode: impl Fn(&[u8]) -> std::result::Result<Option<T>, String>,
+        decode: impl Fn(&[u8]) -> std::result::Result<Option<T>, ParseError>,
     ) -> Result<Vec<T>> {
         let object = self.object(what);
         let decode_row = |ty: u16, payload: &[u8]| {
@@ -122,7 +122,7 @@ fn encoded(
     let w = encode(ty, flags, body);
     if w.overflow {
         return Err(Socket::<Route>::protocol_err(object)(
-            "request too large for a netlink length field".into(),
+            "request too large for a netlink length field",
         ));
     }
     Ok(w)

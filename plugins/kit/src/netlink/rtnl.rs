@@ -9,6 +9,7 @@
 //! All integers are in host byte order.
 
 use super::msg::{Attrs, MsgWriter};
+use crate::error::ParseError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub(crate) const RTM_NEWLINK: u16 = 16;
@@ -96,7 +97,7 @@ impl Head12 {
     }
 
     /// The header and the attributes that follow it (`what` names it in errors).
-    fn parse<'a>(payload: &'a [u8], what: &str) -> Result<(Head12, Attrs<'a>), String> {
+    fn parse<'a>(payload: &'a [u8], what: &'static str) -> Result<(Head12, Attrs<'a>), ParseError> {
         let (h, rest) = fixed::<12>(payload, what)?;
         let [b0, b1, b2, b3, b4, b5, b6, b7, f0, f1, f2, f3] = h;
         let head = Head12 {
@@ -135,7 +136,7 @@ impl RtMsg {
     }
 
     /// The header and the attributes that follow it.
-    pub(crate) fn parse(payload: &[u8]) -> Result<(RtMsg, Attrs<'_>), String> {
+    pub(crate) fn parse(payload: &[u8]) -> Result<(RtMsg, Attrs<'_>), ParseError> {
         let (Head12 { bytes, flags }, attrs) = Head12::parse(payload, "rtmsg")?;
         let [family, dst_len, src_len, tos, table, protocol, scope, kind] = bytes;
         let m = RtMsg {
@@ -179,7 +180,7 @@ impl FibRuleHdr {
         .write(w);
     }
 
-    pub(crate) fn parse(payload: &[u8]) -> Result<(FibRuleHdr, Attrs<'_>), String> {
+    pub(crate) fn parse(payload: &[u8]) -> Result<(FibRuleHdr, Attrs<'_>), ParseError> {
         let (Head12 { bytes, flags }, attrs) = Head12::parse(payload, "fib_rule_hdr")?;
         let [family, dst_len, src_len, tos, table, _res1, _res2, action] = bytes;
         let h = FibRuleHdr {
@@ -214,7 +215,7 @@ impl IfInfoMsg {
         w.buf.extend_from_slice(&0u32.to_ne_bytes()); // ifi_change
     }
 
-    pub(crate) fn parse(payload: &[u8]) -> Result<(IfInfoMsg, Attrs<'_>), String> {
+    pub(crate) fn parse(payload: &[u8]) -> Result<(IfInfoMsg, Attrs<'_>), ParseError> {
         let (h, rest) = fixed::<{ IfInfoMsg::LEN }>(payload, "ifinfomsg")?;
         let [family, _, _, _, i0, i1, i2, i3, ..] = h;
         let m = IfInfoMsg {
@@ -242,7 +243,7 @@ impl IfAddrMsg {
         w.buf.extend_from_slice(&self.index.to_ne_bytes());
     }
 
-    pub(crate) fn parse(payload: &[u8]) -> Result<(IfAddrMsg, Attrs<'_>), String> {
+    pub(crate) fn parse(payload: &[u8]) -> Result<(IfAddrMsg, Attrs<'_>), ParseError> {
         let (h, rest) = fixed::<{ IfAddrMsg::LEN }>(payload, "ifaddrmsg")?;
         let [family, prefix_len, _flags, _scope, i0, i1, i2, i3] = h;
         let m = IfAddrMsg {
@@ -256,16 +257,26 @@ impl IfAddrMsg {
 
 /// The first `N` bytes of a payload and what follows them (every header
 /// here is a multiple of 4 long, so the attributes start right after it).
-fn fixed<'a, const N: usize>(payload: &'a [u8], what: &str) -> Result<([u8; N], &'a [u8]), String> {
+fn fixed<'a, const N: usize>(
+    payload: &'a [u8],
+    what: &'static str,
+) -> Result<([u8; N], &'a [u8]), ParseError> {
     let head = payload
         .get(..N)
         .and_then(|h| <[u8; N]>::try_from(h).ok())
-        .ok_or_else(|| format!("{what} truncated ({} of {N} bytes)", payload.len()))?;
+        .ok_or(ParseError::Truncated {
+            what,
+            got: payload.len(),
+            want: N,
+        })?;
     Ok((head, payload.get(N..).unwrap_or_default()))
 }
 
-fn attrs<'a>(rest: &'a [u8], what: &str) -> Result<Attrs<'a>, String> {
-    Attrs::parse(rest).map_err(|e| format!("{what} attributes: {e}"))
+fn attrs<'a>(rest: &'a [u8], what: &'static str) -> Result<Attrs<'a>, ParseError> {
+    Attrs::parse(rest).map_err(|e| ParseError::Attributes {
+        what,
+        source: Box::new(e),
+    })
 }
 
 /// The address family byte as IPv4 (false) / IPv6 (true); other families
@@ -295,39 +306,55 @@ pub(crate) fn addr_attr(w: &mut MsgWriter, ty: u16, addr: IpAddr) {
 }
 
 /// An address attribute of a message of family `v6`: exactly 4 or 16 bytes.
-pub(crate) fn addr_of(v6: bool, b: &[u8], name: &str) -> Result<IpAddr, String> {
+pub(crate) fn addr_of(v6: bool, b: &[u8], name: &'static str) -> Result<IpAddr, ParseError> {
+    let wrong = |family| ParseError::NotAddress {
+        name,
+        got: b.len(),
+        family,
+    };
     if v6 {
         <[u8; 16]>::try_from(b)
             .map(|a| IpAddr::V6(Ipv6Addr::from(a)))
-            .map_err(|_| format!("{name}: {} bytes, not an IPv6 address", b.len()))
+            .map_err(|_| wrong("IPv6"))
     } else {
         <[u8; 4]>::try_from(b)
             .map(|a| IpAddr::V4(Ipv4Addr::from(a)))
-            .map_err(|_| format!("{name}: {} bytes, not an IPv4 address", b.len()))
+            .map_err(|_| wrong("IPv4"))
     }
 }
 
 /// An address attribute whose length says its family (an address row's
 /// IFA_LOCAL / IFA_ADDRESS).
-pub(crate) fn any_addr_of(b: &[u8], name: &str) -> Result<IpAddr, String> {
+pub(crate) fn any_addr_of(b: &[u8], name: &'static str) -> Result<IpAddr, ParseError> {
     match b.len() {
         4 => addr_of(false, b, name),
         16 => addr_of(true, b, name),
-        n => Err(format!("{name}: {n} bytes, not an IP address")),
+        got => Err(ParseError::NotAddress {
+            name,
+            got,
+            family: "IP",
+        }),
     }
 }
 
-pub(crate) fn u32_of(b: &[u8], name: &str) -> Result<u32, String> {
-    <[u8; 4]>::try_from(b)
-        .map(u32::from_ne_bytes)
-        .map_err(|_| format!("{name}: {} bytes, want 4", b.len()))
+/// A fixed-size attribute `name` of `N` bytes.
+pub(crate) fn bytes_of<const N: usize>(
+    b: &[u8],
+    name: &'static str,
+) -> Result<[u8; N], ParseError> {
+    <[u8; N]>::try_from(b).map_err(|_| ParseError::Length {
+        name,
+        got: b.len(),
+        want: N,
+    })
 }
 
-pub(crate) fn u8_of(b: &[u8], name: &str) -> Result<u8, String> {
-    match b {
-        [v] => Ok(*v),
-        _ => Err(format!("{name}: {} bytes, want 1", b.len())),
-    }
+pub(crate) fn u32_of(b: &[u8], name: &'static str) -> Result<u32, ParseError> {
+    bytes_of(b, name).map(u32::from_ne_bytes)
+}
+
+pub(crate) fn u8_of(b: &[u8], name: &'static str) -> Result<u8, ParseError> {
+    bytes_of(b, name).map(|[v]| v)
 }
 
 /// Attribute `ty` decoded by `f`, if present (last occurrence wins, as in
@@ -335,7 +362,7 @@ pub(crate) fn u8_of(b: &[u8], name: &str) -> Result<u8, String> {
 pub(crate) fn opt<T>(
     attrs: &Attrs<'_>,
     ty: u16,
-    f: impl FnOnce(&[u8]) -> Result<T, String>,
-) -> Result<Option<T>, String> {
+    f: impl FnOnce(&[u8]) -> Result<T, ParseError>,
+) -> Result<Option<T>, ParseError> {
     attrs.get(ty).map(f).transpose()
 }

@@ -438,10 +438,19 @@ fn malformed_rows_are_errors_not_panics() {
     }
     // A header cut short is an error naming it.
     let e = entry_of(&unhex(ROUTE4_ROW)[..11]).unwrap_err();
-    assert!(e.contains("rtmsg truncated"), "{e}");
-    assert!(link_of(&[0; 15]).unwrap_err().contains("ifinfomsg"));
-    assert!(address_of(&[0; 7]).unwrap_err().contains("ifaddrmsg"));
-    assert!(spec_of(&[0; 3]).unwrap_err().contains("fib_rule_hdr"));
+    assert_eq!(
+        e,
+        crate::ParseError::Truncated {
+            what: "rtmsg",
+            got: 11,
+            want: 12
+        }
+    );
+    assert!(e.to_string().contains("rtmsg truncated"), "{e}");
+    let named = |e: crate::ParseError, what: &str| e.to_string().contains(what);
+    assert!(named(link_of(&[0; 15]).unwrap_err(), "ifinfomsg"));
+    assert!(named(address_of(&[0; 7]).unwrap_err(), "ifaddrmsg"));
+    assert!(named(spec_of(&[0; 3]).unwrap_err(), "fib_rule_hdr"));
     // An attribute running past the row.
     let mut r = unhex(ROUTE4_ROW);
     r.truncate(r.len() - 2);
@@ -469,11 +478,11 @@ fn malformed_rows_are_errors_not_panics() {
     }
     .write(&mut w);
     w.attr(FRA_PROTOCOL, &[1, 2]);
-    assert!(spec_of(&w.buf).unwrap_err().contains("FRA_PROTOCOL"));
+    assert!(named(spec_of(&w.buf).unwrap_err(), "FRA_PROTOCOL"));
     let mut w = MsgWriter::default();
     IfAddrMsg::default().write(&mut w);
     w.attr(IFA_LOCAL, &[1, 2, 3, 4, 5]);
-    assert!(address_of(&w.buf).unwrap_err().contains("IFA_LOCAL"));
+    assert!(named(address_of(&w.buf).unwrap_err(), "IFA_LOCAL"));
 }
 
 /// Our numbers are the UAPI's, where libc carries a copy of them (the

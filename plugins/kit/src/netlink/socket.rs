@@ -173,11 +173,13 @@ impl<F: NetlinkFamily> Socket<F> {
         }
     }
 
-    pub(crate) fn protocol_err(object: &str) -> impl FnOnce(String) -> Error + '_ {
+    /// The reply of `object` is malformed: `reason` says how (a
+    /// [`crate::ParseError`] of the decoders, or what the socket saw).
+    pub(crate) fn protocol_err<R: std::fmt::Display>(object: &str) -> impl FnOnce(R) -> Error + '_ {
         move |reason| Error::Protocol {
             family: F::NAME,
             object: object.to_string(),
-            reason,
+            reason: reason.to_string(),
         }
     }
 
@@ -308,9 +310,7 @@ impl<F: NetlinkFamily> Socket<F> {
                         };
                     }
                     NLMSG_DONE | NLMSG_NOOP => {}
-                    NLMSG_OVERRUN => {
-                        return Err(Self::protocol_err(object)("NLMSG_OVERRUN".into()))
-                    }
+                    NLMSG_OVERRUN => return Err(Self::protocol_err(object)("NLMSG_OVERRUN")),
                     _ => {
                         rows.push(msg);
                         if !ack {
@@ -458,7 +458,7 @@ impl<F: NetlinkFamily> Socket<F> {
                             done = true;
                         }
                     }
-                    NLMSG_OVERRUN => return Err(Self::protocol_err(whole)("NLMSG_OVERRUN".into())),
+                    NLMSG_OVERRUN => return Err(Self::protocol_err(whole)("NLMSG_OVERRUN")),
                     _ => {}
                 }
             }
@@ -515,7 +515,7 @@ pub(crate) fn dump_step<'a, F: NetlinkFamily>(
                 }
             }
             NLMSG_NOOP => {}
-            NLMSG_OVERRUN => return Err(Socket::<F>::protocol_err(object)("NLMSG_OVERRUN".into())),
+            NLMSG_OVERRUN => return Err(Socket::<F>::protocol_err(object)("NLMSG_OVERRUN")),
             _ => row(msg),
         }
     }

@@ -2,18 +2,19 @@
 //! expressions, chains and rules as the kernel reports them.
 
 use super::*;
+use crate::error::ParseError;
 pub(super) use crate::netlink::msg::{attr_string, Attrs, Msg as NlMsg};
 
 impl Expr {
     /// Decodes one `NFTA_LIST_ELEM` payload. Unknown or partially understood
     /// expressions become [`Expr::Other`] rather than errors: a foreign rule
     /// must never make listing fail.
-    pub(super) fn decode(elem: &[u8]) -> Result<Expr, String> {
+    pub(super) fn decode(elem: &[u8]) -> Result<Expr, ParseError> {
         let attrs = Attrs::parse(elem)?;
         let name = attrs
             .get(sys::NFTA_EXPR_NAME)
             .map(attr_string)
-            .ok_or("expression without NFTA_EXPR_NAME")?;
+            .ok_or(ParseError::NoExprName)?;
         let data = Attrs::parse(attrs.get(sys::NFTA_EXPR_DATA).unwrap_or_default())?;
         let d = Data(&data);
         let known = match name.as_str() {
@@ -193,7 +194,7 @@ pub(super) struct RuleInfo {
     pub(super) userdata: Option<Vec<u8>>,
 }
 
-pub(super) fn decode_chain(msg: &NlMsg) -> Result<ChainInfo, String> {
+pub(super) fn decode_chain(msg: &NlMsg) -> Result<ChainInfo, ParseError> {
     let attrs = Attrs::parse(msg.nf_attrs())?;
     let hook = match attrs.get(sys::NFTA_CHAIN_HOOK) {
         Some(h) => Some(Attrs::parse(h)?),
@@ -217,7 +218,7 @@ pub(super) fn decode_chain(msg: &NlMsg) -> Result<ChainInfo, String> {
     })
 }
 
-pub(super) fn decode_rule(msg: &NlMsg) -> Result<RuleInfo, String> {
+pub(super) fn decode_rule(msg: &NlMsg) -> Result<RuleInfo, ParseError> {
     let attrs = Attrs::parse(msg.nf_attrs())?;
     let exprs = match attrs.get(sys::NFTA_RULE_EXPRESSIONS) {
         // A malformed expression makes the rule foreign, not the listing

@@ -10,7 +10,7 @@ pub struct NftSocket {
     sock: Socket<Netfilter>,
 }
 
-pub(super) fn protocol_err(object: &str) -> impl FnOnce(String) -> NftError + '_ {
+pub(super) fn protocol_err<R: std::fmt::Display>(object: &str) -> impl FnOnce(R) -> NftError + '_ {
     Socket::<Netfilter>::protocol_err(object)
 }
 

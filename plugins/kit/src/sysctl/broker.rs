@@ -358,9 +358,7 @@ mod tests {
         let pod = NamedNetns::add("broker-pod");
         let node_ns = NetNs::open(Path::new(&node.0)).unwrap();
         let pod_ns = NetNs::open(Path::new(&pod.0)).unwrap();
-        let dir = std::env::temp_dir().join(format!("pg-kit-broker-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let (_tmp, dir) = crate::testing::scratch_dir("pg-kit-broker-");
         let socket = dir.join("broker.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let node_path = node.0.clone();

@@ -16,7 +16,7 @@ fn parse_datagram_where(
     keep: impl Fn(&RawPolicy<'_>) -> bool,
     out: &mut PolicyDump,
 ) -> Result<bool, XfrmError> {
-    let msgs = messages(data).map_err(malformed)?;
+    let msgs = messages(data).map_err(|e| malformed(e.to_string()))?;
     let mut interrupted = false;
     let mut failed = None;
     let done = dump_step::<Xfrm>(

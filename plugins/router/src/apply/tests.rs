@@ -8,25 +8,18 @@ use podgate_kit::nft::describe_mss;
 use podgate_kit::route::RouteSpec;
 use podgate_kit::rule::RuleSpec;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-struct TempStore(PathBuf, StateStore);
-
-impl Drop for TempStore {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+/// A store in its own directory (`.0`), removed with the guard (`.2`).
+struct TempStore(PathBuf, StateStore, #[allow(dead_code)] tempfile::TempDir);
 
 fn temp_store() -> TempStore {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "pg-apply-unit-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    let tmp = tempfile::Builder::new()
+        .prefix("pg-apply-unit-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().join("state");
     let store = StateStore::open(&dir).unwrap();
-    TempStore(dir, store)
+    TempStore(dir, store, tmp)
 }
 
 /// The strict golden record as ADD's plan produces it: pending, on this

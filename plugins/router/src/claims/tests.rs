@@ -9,15 +9,18 @@ fn golden(name: &str) -> Record {
     record::parse(&p, &std::fs::read(&p).unwrap()).unwrap()
 }
 
-/// A state dir of today's layout: records only, no index.
-fn store(tag: &str, records: &[&Record]) -> StateStore {
-    let d = std::env::temp_dir().join(format!("podgate-claims-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    let s = StateStore::open(&d).unwrap();
+/// A state dir of today's layout: records only, no index; removed with the
+/// returned guard.
+fn store(tag: &str, records: &[&Record]) -> (tempfile::TempDir, StateStore) {
+    let t = tempfile::Builder::new()
+        .prefix(&format!("podgate-claims-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let s = StateStore::open(&t.path().join("state")).unwrap();
     for r in records {
         s.write(&r.key, r).unwrap();
     }
-    s
+    (t, s)
 }
 
 fn with_key(mut r: Record, cid: &str) -> Record {
@@ -55,7 +58,7 @@ fn records_of(s: &StateStore) -> Listing {
 fn an_upgrade_without_an_index_rebuilds_it_from_the_records_once() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
     let b = with_key(golden("v0-vpn-routed.json"), "b");
-    let s = store("upgrade", &[&a, &b]);
+    let (_tmp, s) = store("upgrade", &[&a, &b]);
     let mut index = Index::load(&s).unwrap();
     assert!(index.entries.is_empty());
     assert_eq!(index.catch_up(&s, &s.names().unwrap()).unwrap().added, 2);
@@ -71,7 +74,7 @@ fn an_upgrade_without_an_index_rebuilds_it_from_the_records_once() {
 fn owners_are_the_records_that_still_claim_an_overlapping_pool() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
     let pool = a.claim().pools[0];
-    let s = store("owners", &[&a]);
+    let (_tmp, s) = store("owners", &[&a]);
     claim(&s, &a).unwrap();
     // An entry whose record is gone (a killed ADD) and one whose record
     // no longer claims the pool: neither is trusted.
@@ -102,7 +105,7 @@ fn owners_are_the_records_that_still_claim_an_overlapping_pool() {
 fn removing_a_record_removes_its_entries_and_prune_removes_orphans() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
     let b = with_key(golden("v1-vpn-full.json"), "b");
-    let s = store("remove", &[&a, &b]);
+    let (_tmp, s) = store("remove", &[&a, &b]);
     claim(&s, &a).unwrap();
     claim(&s, &b).unwrap();
     claim(&s, &with_key(a.clone(), "killed")).unwrap();
@@ -123,7 +126,7 @@ fn removing_a_record_removes_its_entries_and_prune_removes_orphans() {
 #[test]
 fn todays_record_listing_ignores_the_index_so_a_rollback_reads_the_same_records() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("rollback", &[&a]);
+    let (_tmp, s) = store("rollback", &[&a]);
     let before = records_of(&s);
     claim(&s, &a).unwrap();
     // A temp file a killed writer of the index left.
@@ -144,7 +147,7 @@ fn todays_record_listing_ignores_the_index_so_a_rollback_reads_the_same_records(
 #[test]
 fn a_record_written_without_the_index_after_a_rollback_is_indexed_by_the_next_add() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("reupgrade", &[&a]);
+    let (_tmp, s) = store("reupgrade", &[&a]);
     claim(&s, &a).unwrap();
     // The earlier release wrote b's record and knew nothing of the index.
     let b = with_key(golden("v0-vpn-routed.json"), "b");
@@ -249,7 +252,7 @@ fn this_release_add(s: &StateStore, rec: &Record) -> CaughtUp {
 fn a_strict_record_is_indexed_by_its_table_and_strict_slot_and_read_only_for_those() {
     let strict = with_key(golden("v1-strict.json"), "s");
     let pooled = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("strict", &[&strict, &pooled]);
+    let (_tmp, s) = store("strict", &[&strict, &pooled]);
     let mut index = Index::load(&s).unwrap();
     index.catch_up(&s, &s.names().unwrap()).unwrap();
     let table = strict
@@ -327,7 +330,7 @@ fn golden_pair() -> [Record; 2] {
 #[test]
 fn this_release_writes_the_golden_index_file() {
     let [a, st] = golden_pair();
-    let s = store("golden-file", &[&a, &st]);
+    let (_tmp, s) = store("golden-file", &[&a, &st]);
     claim(&s, &a).unwrap();
     claim(&s, &st).unwrap();
     assert_eq!(
@@ -340,7 +343,7 @@ fn this_release_writes_the_golden_index_file() {
 #[test]
 fn an_upgrade_from_the_last_releases_index_rebuilds_it_from_the_records_and_removes_claims_v1() {
     let [a, st] = golden_pair();
-    let s = store("upgrade-v1", &[&a, &st]);
+    let (_tmp, s) = store("upgrade-v1", &[&a, &st]);
     std::fs::create_dir_all(v1_dir(&s)).unwrap();
     let names = golden_index("previous-release.txt");
     for name in &names {
@@ -375,7 +378,7 @@ fn an_upgrade_from_the_last_releases_index_rebuilds_it_from_the_records_and_remo
 fn after_this_release_ran_a_rollback_finds_no_claims_v1_and_the_last_release_indexes_every_record()
 {
     let [a, st] = golden_pair();
-    let s = store("rollback-v1", &[]);
+    let (_tmp, s) = store("rollback-v1", &[]);
     previous_release_add(&s, &a);
     assert!(v1_dir(&s).exists());
     // Upgrade: this release adds the strict pod.
@@ -394,7 +397,7 @@ fn after_this_release_ran_a_rollback_finds_no_claims_v1_and_the_last_release_ind
 #[test]
 fn a_roll_forward_after_a_rollback_trusts_no_entry_indexes_every_record_and_removes_claims_v1() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("rollforward", &[]);
+    let (_tmp, s) = store("rollforward", &[]);
     this_release_add(&s, &a);
     assert!(index_files(&s).contains(&format!("c={}", a.key.file_name())));
     // Rollback: the last release deletes the attachment and adds it again
@@ -421,7 +424,7 @@ fn a_roll_forward_after_a_rollback_trusts_no_entry_indexes_every_record_and_remo
 #[test]
 fn an_index_file_of_another_format_counts_as_empty_and_unknown_lines_are_skipped() {
     let [a, st] = golden_pair();
-    let s = store("format", &[&a, &st]);
+    let (_tmp, s) = store("format", &[&a, &st]);
     let golden = std::fs::read_to_string(golden_claims("claims.v2")).unwrap();
     let entries = golden.lines().count() - 1;
     // A later kind of entry among today's: skipped, the rest read.
@@ -454,7 +457,7 @@ fn an_index_file_of_another_format_counts_as_empty_and_unknown_lines_are_skipped
 #[test]
 fn a_record_that_cannot_be_read_stays_unknown_and_is_counted() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("unknown", &[&a]);
+    let (_tmp, s) = store("unknown", &[&a]);
     let future = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/records/v3-future.json");
     std::fs::copy(future, s.dir().join("goldennet+future+eth0.json")).unwrap();
     std::fs::write(s.dir().join("goldennet+torn+eth0.json"), "{").unwrap();
@@ -474,7 +477,7 @@ fn a_record_that_cannot_be_read_stays_unknown_and_is_counted() {
 #[test]
 fn reconcile_repairs_a_record_an_earlier_release_rewrote_under_the_same_name() {
     let a = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("reconcile", &[&a]);
+    let (_tmp, s) = store("reconcile", &[&a]);
     claim(&s, &a).unwrap();
     // After a rollback to a release that keeps no index: it deleted the
     // attachment and added it again as a strict pod under the same name.
@@ -520,7 +523,7 @@ fn a_strict_census_from_the_index_counts_the_other_strict_pods() {
     let one = with_key(golden("v1-strict.json"), "s1");
     let two = with_key(golden("v1-strict.json"), "s2");
     let pooled = with_key(golden("v1-vpn-full.json"), "a");
-    let s = store("lastcensus", &[&one, &two, &pooled]);
+    let (_tmp, s) = store("lastcensus", &[&one, &two, &pooled]);
     let slots = Wanted {
         strict: true,
         ..Wanted::default()
@@ -541,7 +544,7 @@ fn a_strict_census_from_the_index_counts_the_other_strict_pods() {
 fn a_strict_census_falls_back_to_every_record_when_one_cannot_be_read() {
     let one = with_key(golden("v1-strict.json"), "s1");
     let two = with_key(golden("v1-strict.json"), "s2");
-    let s = store("failclosed", &[&one, &two]);
+    let (_tmp, s) = store("failclosed", &[&one, &two]);
     let slots = Wanted {
         strict: true,
         ..Wanted::default()
@@ -552,7 +555,7 @@ fn a_strict_census_falls_back_to_every_record_when_one_cannot_be_read() {
     std::fs::write(s.dir().join(two.key.file_name()), "{").unwrap();
     assert!(indexed_census(&s, slots, &one.key).is_none());
     // A record the index does not know, unreadable: the same.
-    let s = store("failclosed2", &[&one]);
+    let (_tmp, s) = store("failclosed2", &[&one]);
     std::fs::write(s.dir().join("goldennet+torn+eth0.json"), "{").unwrap();
     assert!(indexed_census(&s, slots, &one.key).is_none());
     // Without strict settings at stake it does not matter: an ADD routing
@@ -576,7 +579,7 @@ fn a_census_from_the_index_reads_the_owners_of_the_pools_of_what_it_read() {
     let reclaimed = with_key(golden("v1-vpn-full.json"), "a");
     let mut unrelated = with_key(golden("v1-vpn-full.json"), "b");
     unrelated.node_routes[0].dst = "10.77.0.0/24".parse().unwrap();
-    let s = store("pooled", &[&strict, &reclaimed, &unrelated]);
+    let (_tmp, s) = store("pooled", &[&strict, &reclaimed, &unrelated]);
     let slots = Wanted {
         strict: true,
         ..Wanted::default()
@@ -596,7 +599,7 @@ fn a_census_from_the_index_reads_the_owners_of_the_pools_of_what_it_read() {
 #[test]
 fn an_index_file_out_of_order_or_with_repeated_lines_is_read_as_its_set_and_written_sorted() {
     let [a, st] = golden_pair();
-    let s = store("shuffled", &[&a, &st]);
+    let (_tmp, s) = store("shuffled", &[&a, &st]);
     let golden = std::fs::read_to_string(golden_claims("claims.v2")).unwrap();
     let mut lines: Vec<&str> = golden.lines().skip(1).collect();
     lines.reverse();
@@ -642,7 +645,7 @@ fn claims_and_releases_in_any_order_write_what_a_set_of_the_entries_would() {
         }
         recs.push(r);
     }
-    let s = store("model", &[]);
+    let (_tmp, s) = store("model", &[]);
     let mut model: BTreeSet<(Kind, String)> = BTreeSet::new();
     let mut x: u32 = 7;
     for step in 0..200 {

@@ -15,7 +15,7 @@ use crate::claims;
 use crate::config::{RouterConfig, RoutingMode};
 use crate::error::Error;
 use crate::intent::Selection;
-use crate::kernel::Live;
+use crate::kernel::{Kernel, Live};
 use crate::lifecycle::{self, Census};
 use crate::observe::{self, Needs};
 use crate::plan;
@@ -247,7 +247,11 @@ fn node_side(add: &Add<'_>, facts: apply::PodFacts) -> Result<NodeDone, CniError
         .map(|census| add.store.names().map(|names| (names, census)));
     let lock = add.store.lock().map_err(Error::State)?;
     let census = census_under_lock(add, &mut scope, early)?;
-    let (census, reread) = replace_earlier(add, &mut scope, census, &mut node)?;
+    if !census.stale.is_empty() {
+        // Clearing them needs the node socket: without one, ADD fails here.
+        node.get().map_err(node_err)?;
+    }
+    let (census, reread) = replace_earlier(add, &mut scope, census, &mut Live::lazy(&mut node))?;
     let mut rec = plan_and_record(add, &needs, &census, &mut node, &here, facts)?;
     claim_and_apply(add, &mut scope, &census, &mut node, &mut rec)?;
     let (lock_waited, lock_held) = (lock.waited(), lock.held());
@@ -298,12 +302,12 @@ fn replace_earlier(
     add: &Add<'_>,
     scope: &mut Scope<'_>,
     census: Census,
-    node: &mut apply::NodeSocket,
+    node: &mut impl Kernel,
 ) -> Result<(Census, bool), CniError> {
     let (store, key, log, here) = (add.store, add.key, add.log, scope.here);
     let mut changed = false;
     if !census.stale.is_empty() {
-        let swept = lifecycle::clear_stale(&census, node.get().map_err(node_err)?, store, here);
+        let swept = lifecycle::clear_stale(&census, node, store, here);
         log_swept(log, "cleared stale records", &swept);
         changed = !swept.removed.is_empty();
     }
@@ -312,8 +316,7 @@ fn replace_earlier(
         // Cleared above with the other stale records.
         Ok(Some(_)) if census.is_stale(key) => false,
         Ok(Some(old)) => {
-            let n = node.get().map_err(node_err)?;
-            let left = lifecycle::remove_record(&old, &census, n, Some(add.ns), store, here);
+            let left = lifecycle::remove_record(&old, &census, node, Some(add.ns), store, here);
             if !left.is_empty() {
                 let what = "replacing earlier ADD of this attachment";
                 return Err(Error::Left { what, left }.into());
@@ -345,7 +348,7 @@ fn replace_earlier(
 fn replace_unreadable(
     add: &Add<'_>,
     census: &Census,
-    node: &mut apply::NodeSocket,
+    node: &mut impl Kernel,
 ) -> Result<(), CniError> {
     let orphan = lifecycle::Orphan {
         key: add.key,
@@ -354,16 +357,12 @@ fn replace_unreadable(
         pod_ips: &pod_ips_of(add.req),
         table_prefix: &format!("{}-", add.cfg.nft_table),
     };
-    let n = node.get().map_err(node_err)?;
-    let s = lifecycle::remove_unreadable(&orphan, census, n, add.store);
+    let s = lifecycle::remove_unreadable(&orphan, census, node, add.store);
     log_swept(add.log, "removed by ownership", &s);
     if !s.failures.is_empty() {
         let what = "replacing an unreadable record of this attachment";
-        return Err(Error::Swept {
-            what,
-            failures: s.failures,
-        }
-        .into());
+        let left = s.failures;
+        return Err(Error::Left { what, left }.into());
     }
     Ok(())
 }

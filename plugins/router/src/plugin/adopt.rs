@@ -14,6 +14,7 @@ use super::{add, load, selection, store, Router};
 use crate::config::ANNOTATIONS_CAPABILITY;
 use crate::error::Error;
 use crate::record;
+use crate::refusal::Refusal;
 use podgate_cni::version::Version;
 use podgate_cni::{code, CniError, Command, Env, NetConf, Plugin, Request};
 use podgate_kit::link;
@@ -160,11 +161,32 @@ pub fn interface_of(sb: &Sandbox) -> Result<String, CniError> {
         .map_err(|m| CniError::new(code::INVALID_ENV, format!("sandbox {}: {m}", sb.id)))
 }
 
+/// Why a sandbox's pod interface is not known (never guessed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InterfaceUnknown {
+    #[error("the runtime reports no address for it: its pod interface is not known")]
+    NoAddress,
+    #[error("no interface in its netns holds {}", joined(.0))]
+    NoneHolds(Vec<IpAddr>),
+    #[error(
+        "several interfaces in its netns hold {}: {}; not guessing which is the pod's",
+        joined(.ips),
+        .names.join(", ")
+    )]
+    Several {
+        ips: Vec<IpAddr>,
+        names: Vec<String>,
+    },
+}
+
 /// Of the (interface, address) pairs of a netns, the one interface holding
 /// any of `ips`; Err saying why not when none or several do.
-pub fn pick_interface(held: &[(String, IpAddr)], ips: &[IpAddr]) -> Result<String, String> {
+pub fn pick_interface(
+    held: &[(String, IpAddr)],
+    ips: &[IpAddr],
+) -> Result<String, InterfaceUnknown> {
     if ips.is_empty() {
-        return Err("the runtime reports no address for it: its pod interface is not known".into());
+        return Err(InterfaceUnknown::NoAddress);
     }
     let names: std::collections::BTreeSet<&str> = held
         .iter()
@@ -173,12 +195,11 @@ pub fn pick_interface(held: &[(String, IpAddr)], ips: &[IpAddr]) -> Result<Strin
         .collect();
     match names.len() {
         1 => Ok(names.into_iter().collect::<String>()),
-        0 => Err(format!("no interface in its netns holds {}", joined(ips))),
-        _ => Err(format!(
-            "several interfaces in its netns hold {}: {}; not guessing which is the pod's",
-            joined(ips),
-            names.into_iter().collect::<Vec<_>>().join(", ")
-        )),
+        0 => Err(InterfaceUnknown::NoneHolds(ips.to_vec())),
+        _ => Err(InterfaceUnknown::Several {
+            ips: ips.to_vec(),
+            names: names.into_iter().map(str::to_string).collect(),
+        }),
     }
 }
 
@@ -198,11 +219,13 @@ fn addresses_of(sb: &Sandbox, ifname: &str) -> Result<Vec<ipnet::IpNet>, CniErro
         .filter(|a| a.index == index)
         .map(|a| a.addr)
         .collect();
-    reported_addresses(&held, &sb.ips).map_err(|m| {
-        CniError::policy(format!(
-            "refused by adoption: sandbox {}: {ifname} {m}; not adopted (the pod may have changed its addresses)",
-            sb.id
-        ))
+    reported_addresses(&held, &sb.ips).map_err(|why| {
+        Refusal::AddressesChanged {
+            sandbox: sb.id.clone(),
+            ifname: ifname.to_string(),
+            why,
+        }
+        .into()
     })
 }
 
@@ -409,21 +432,25 @@ mod tests {
 
     /// A fresh state dir and podgate-router's entry keeping its records
     /// there: profile `p` (forwarding) for namespace `vpn`.
-    fn fixture(tag: &str) -> (PathBuf, Value) {
-        let state = std::env::temp_dir().join(format!("podgate-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&state);
+    /// The state dir is removed with the returned guard.
+    fn fixture(tag: &str) -> (tempfile::TempDir, PathBuf, Value) {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("podgate-{tag}-"))
+            .tempdir()
+            .unwrap();
+        let state = tmp.path().join("state");
         let entry = json!({
             "type": "podgate-router", "name": "n", "cniVersion": "1.0.0",
             "stateDir": state,
             "profiles": {"p": {"sysctls": {"net.ipv4.ip_forward": "1"}}},
             "assign": [{"namespace": "vpn", "profile": "p"}]
         });
-        (state, entry)
+        (tmp, state, entry)
     }
 
     #[test]
     fn a_selected_sandbox_is_adopted_once_undone_when_stopped_and_refused_once_its_netns_is_gone() {
-        let (state, entry) = fixture("adopt");
+        let (_tmp, state, entry) = fixture("adopt");
         let node = PodNs::new("node", false);
         let pod = PodNs::new("pod", true);
         let records = || {
@@ -507,17 +534,22 @@ mod tests {
             "net1",
             "additional IPs on the same interface"
         );
-        let none = pick_interface(&netns, &ips(&["10.1.1.1"])).unwrap_err();
+        let none = pick_interface(&netns, &ips(&["10.1.1.1"]))
+            .unwrap_err()
+            .to_string();
         assert!(
             none.contains("no interface") && none.contains("10.1.1.1"),
             "{none}"
         );
-        let several = pick_interface(&netns, &ips(&["10.77.0.5", "192.168.9.2"])).unwrap_err();
+        let several = pick_interface(&netns, &ips(&["10.77.0.5", "192.168.9.2"]))
+            .unwrap_err()
+            .to_string();
         assert!(several.contains("eth9, net1"), "{several}");
         let twice = held(&[("eth0", "10.77.0.5"), ("net1", "10.77.0.5")]);
         assert!(pick_interface(&twice, &ips(&["10.77.0.5"])).is_err());
         assert!(pick_interface(&netns, &[])
             .unwrap_err()
+            .to_string()
             .contains("no address"));
     }
 
@@ -555,7 +587,7 @@ mod tests {
 
     #[test]
     fn a_sandbox_holding_an_address_the_runtime_does_not_report_is_refused_and_nothing_applied() {
-        let (state, entry) = fixture("adopt-foreign");
+        let (_tmp, state, entry) = fixture("adopt-foreign");
         let node = PodNs::new("fnode", false);
         let pod = PodNs::new("fpod", true);
         // As a pod with NET_ADMIN would: another pod's address before its own.
@@ -581,7 +613,7 @@ mod tests {
 
     #[test]
     fn a_sandbox_whose_pod_interface_is_not_eth0_is_adopted_on_it_and_an_ambiguous_one_refused() {
-        let (state, entry) = fixture("adopt-if");
+        let (_tmp, state, entry) = fixture("adopt-if");
         let node = PodNs::new("ifnode", false);
         let pod = PodNs::new("ifpod", false);
         ip(&[

@@ -146,7 +146,7 @@ fn remove_node_side(
     // clear): no node socket either.
     let failures = if apply::has_node_side(&rec) || !census.stale.is_empty() {
         match node.get() {
-            Ok(n) => lifecycle::remove_record(&rec, &census, n, None, store, here),
+            Ok(n) => lifecycle::remove_record(&rec, &census, &mut Live::on(n), None, store, here),
             Err(e) => Failures::of(e),
         }
     } else {
@@ -176,7 +176,7 @@ fn remove_node_side(
             Ok(n) => log_swept(
                 log,
                 "cleared stale records",
-                &lifecycle::clear_stale(&census, n, store, here),
+                &lifecycle::clear_stale(&census, &mut Live::on(n), store, here),
             ),
             Err(e) => log.warn(
                 "cleared stale records: incomplete",
@@ -265,19 +265,17 @@ fn del_unreadable(d: &Del<'_>, why: &str, at: Unreadable) -> Result<(), CniError
         pod_ips: &pod_ips_of(req),
         table_prefix: &format!("{}-", cfg.nft_table),
     };
+    let mut node = Live::on(&mut node);
     let mut s = lifecycle::remove_unreadable(&orphan, &census, &mut node, store);
     if s.failures.is_empty() {
-        s.failures = lifecycle::restore_unneeded(store, &census, &mut node).messages();
+        s.failures = lifecycle::restore_unneeded(store, &census, &mut node);
     }
     log_swept(log, "removed by ownership", &s);
     if s.failures.is_empty() {
         Ok(())
     } else {
         let what = "teardown by ownership";
-        Err(Error::Swept {
-            what,
-            failures: s.failures,
-        }
-        .into())
+        let left = s.failures;
+        Err(Error::Left { what, left }.into())
     }
 }

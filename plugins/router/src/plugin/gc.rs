@@ -1,7 +1,7 @@
 //! CHECK, STATUS and GC.
 
 use super::{key_of, load, log_swept, open_netns, selection};
-use crate::apply;
+use crate::apply::{self, Failures};
 use crate::error::Error;
 use crate::kernel::Live;
 use crate::lifecycle::{self, Census};
@@ -108,8 +108,8 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
         store: &store,
         log: &log,
     };
-    let mut failures = Vec::new();
-    let swept = lifecycle::clear_stale(&census, &mut node, &store, &here);
+    let mut failures = Failures::default();
+    let swept = lifecycle::clear_stale(&census, &mut Live::on(&mut node), &store, &here);
     log_swept(&log, "cleared stale records", &swept);
     failures.extend(swept.failures);
     collect(&g, &mut census, &mut node, &here, &mut failures);
@@ -119,7 +119,11 @@ pub(super) fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<(), CniError> {
         Ok(())
     } else {
         let what = "gc";
-        Err(Error::Swept { what, failures }.into())
+        Err(Error::Left {
+            what,
+            left: failures,
+        }
+        .into())
     }
 }
 
@@ -130,7 +134,7 @@ fn collect(
     census: &mut Census,
     node: &mut RouteSocket,
     here: &Here,
-    failures: &mut Vec<String>,
+    failures: &mut Failures,
 ) {
     let (store, log) = (g.store, g.log);
     let collect: Vec<Record> = census
@@ -148,12 +152,13 @@ fn collect(
             Ok(Some(l)) => l,
             Ok(None) => continue,
             Err(e) => {
-                failures.push(e.to_string());
+                failures.push(e);
                 continue;
             }
         };
         let ns = rec.netns.as_deref().and_then(|p| NetNs::open(p).ok());
-        let f = lifecycle::remove_record(rec, census, node, ns.as_ref(), store, here);
+        let f =
+            lifecycle::remove_record(rec, census, &mut Live::on(node), ns.as_ref(), store, here);
         if f.is_empty() {
             // Its claims index entries go in the one prune below.
             match store.remove(&rec.key) {
@@ -166,10 +171,10 @@ fn collect(
                         json!({"containerID": rec.key.container_id, "ifname": rec.key.ifname, "status": rec.status}),
                     )
                 }
-                Err(e) => failures.push(e.to_string()),
+                Err(e) => failures.push(e),
             }
         } else {
-            failures.extend(f.messages());
+            failures.extend(f);
         }
     }
 }
@@ -181,7 +186,7 @@ fn drop_unreadable(
     g: &Gc<'_>,
     census: &Census,
     names: &Names,
-    failures: &mut Vec<String>,
+    failures: &mut Failures,
 ) -> Result<bool, Error> {
     let (store, log) = (g.store, g.log);
     // Unreadable records of attachments that are gone: their objects are
@@ -195,7 +200,7 @@ fn drop_unreadable(
                     json!({"error": e.to_string()}),
                 );
                 if let Err(e) = crate::claims::remove(store, k) {
-                    failures.push(e.to_string());
+                    failures.push(e);
                 }
             }
             _ => keep_unreadable = true,
@@ -209,7 +214,7 @@ fn drop_unreadable(
                 Some(k) if g.gone(&k) => {
                     log.warn("removing quarantined record", json!({"file": file}));
                     if let Err(e) = lifecycle::remove_quarantined(store, &k) {
-                        failures.push(e.to_string());
+                        failures.push(e);
                     }
                 }
                 _ => keep_unreadable = true,
@@ -226,7 +231,7 @@ fn sweep_unaccounted(
     census: &Census,
     node: &mut RouteSocket,
     keep_unreadable: bool,
-    failures: &mut Vec<String>,
+    failures: &mut Failures,
 ) -> Result<(), Error> {
     let (store, log) = (g.store, g.log);
     // Records are created and removed only under the node-wide lock,
@@ -251,7 +256,7 @@ fn sweep_unaccounted(
         if !removed.is_empty() {
             log.info("removed by ownership", json!({"removed": removed}));
         }
-        failures.extend(f.messages());
+        failures.extend(f);
     } else {
         log.warn(
             "ownership sweep skipped: some records cannot be judged",
@@ -266,7 +271,7 @@ fn sweep_unaccounted(
     match indexed {
         Ok(0) => {}
         Ok(n) => log.info("claims index repaired", json!({"entries": n})),
-        Err(e) => failures.push(e.to_string()),
+        Err(e) => failures.push(e),
     }
     Ok(())
 }

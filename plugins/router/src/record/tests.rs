@@ -75,9 +75,11 @@ fn an_adopted_record_says_so_and_a_record_by_add_does_not_carry_the_field() {
 
 #[test]
 fn scan_reports_each_record_with_its_status() {
-    let d = std::env::temp_dir().join(format!("podgate-scan-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("podgate-scan-")
+        .tempdir()
+        .unwrap();
+    let d = tmp.path().to_path_buf();
     for (file, g) in [
         ("goldennet+golden-pending+eth0.json", "v1-pending.json"),
         ("goldennet+golden-v3+eth0.json", "v3-future.json"),

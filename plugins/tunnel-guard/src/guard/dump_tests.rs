@@ -266,11 +266,13 @@ fn in_new_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T 
 
 /// `ip -batch` of `lines` (from a file: thousands of policies in one process).
 fn ip_batch(lines: &str) {
-    let path =
-        std::env::temp_dir().join(format!("podgate-guard-xfrm-{}.batch", std::process::id()));
-    std::fs::write(&path, lines).unwrap();
-    let st = Command::new("ip").arg("-batch").arg(&path).status();
-    std::fs::remove_file(&path).unwrap();
+    let file = tempfile::Builder::new()
+        .prefix("podgate-guard-xfrm-")
+        .suffix(".batch")
+        .tempfile()
+        .unwrap();
+    std::fs::write(file.path(), lines).unwrap();
+    let st = Command::new("ip").arg("-batch").arg(file.path()).status();
     assert!(st.unwrap().success(), "ip -batch");
 }
 
