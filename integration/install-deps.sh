@@ -84,7 +84,7 @@ if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
     quiet rustup target add aarch64-unknown-linux-gnu
 fi
 
-# tests/daemonset.rs: Debian's docker-registry (a real registry, distribution
+# tests/image.rs: Debian's docker-registry (a real registry, distribution
 # 2.8) serves podgate's image to containerd inside a node netns. Its binary
 # only, from the package: installing the package would enable its service
 # and, where an init system runs, start it on this machine's own network

@@ -1,7 +1,7 @@
 //! A stand-in for code an attacker runs inside one of the DaemonSet's
-//! containers (a compromised agent): the privilege tests copy it, built
-//! static, onto the node and run it in the container (ExecSync, as
-//! `kubectl exec` would), each command one attack. It prints one JSON
+//! containers (a compromised agent): the privilege cases of the k8s tests
+//! (`tests/k8s/privilege.rs`) copy it, built static, onto a node and run it
+//! in the container with `kubectl exec`, each command one attack. It prints one JSON
 //! object per attempt on stdout and always exits 0: what worked is for the
 //! test to judge.
 //!

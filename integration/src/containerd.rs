@@ -46,10 +46,6 @@ int main(void) {
 /// containerd and everything it started, then removes the node.
 pub struct Containerd {
     child: Option<Child>,
-    layout: Layout,
-    /// With the netns in the machine's dir: its `cni-*` entries at start
-    /// (the ones added later are this containerd's).
-    netns_before: Vec<PathBuf>,
     /// The pod cgroup parent tests should put their sandboxes under
     /// (`LinuxPodSandboxConfig.cgroup_parent`), removed on drop.
     cgroup_parent: String,
@@ -57,56 +53,13 @@ pub struct Containerd {
     node: TestNode,
 }
 
-/// Where this containerd looks for CNI binaries and configs, and where it
-/// puts the pods' netns files.
-#[derive(Debug, Clone)]
-pub struct Layout {
-    pub cni_bin_dir: PathBuf,
-    pub cni_conf_dir: PathBuf,
-    /// The CRI (gRPC) socket; None: `containerd.sock` in its own dir.
-    pub socket: Option<PathBuf>,
-    /// true: under its own state dir; false: the machine's `/var/run/netns`
-    /// (containerd's default on a node), `cni-<uuid>`.
-    pub netns_under_state_dir: bool,
-}
-
-/// containerd's pods' netns dir when not under its state dir.
-pub const NODE_NETNS_DIR: &str = "/var/run/netns";
-
-fn cni_netns_files() -> Vec<PathBuf> {
-    fs::read_dir(NODE_NETNS_DIR)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("cni-"))
-        .map(|e| e.path())
-        .collect()
-}
-
 impl Containerd {
     /// Starts containerd for `node` (CNI dirs: the node's `cni-bin/` and
     /// `net.d/`) and imports the pause image.
     pub fn start(node: TestNode) -> Containerd {
-        let layout = Layout {
-            cni_bin_dir: node.cni_bin_dir(),
-            cni_conf_dir: node.conf_dir(),
-            socket: None,
-            netns_under_state_dir: true,
-        };
-        Containerd::start_with(node, layout)
-    }
-
-    /// Starts containerd for `node` with `layout`, imports the pause image.
-    pub fn start_with(node: TestNode, layout: Layout) -> Containerd {
         let image = pause_image();
-        let netns_before = match layout.netns_under_state_dir {
-            true => Vec::new(),
-            false => cni_netns_files(),
-        };
         let mut c = Containerd {
             child: None,
-            layout,
-            netns_before,
             cgroup_parent: format!("/podgate-it-{}-{}", std::process::id(), random_suffix()),
             node,
         };
@@ -121,10 +74,6 @@ impl Containerd {
 
     pub fn node(&self) -> &TestNode {
         &self.node
-    }
-
-    pub fn layout(&self) -> &Layout {
-        &self.layout
     }
 
     /// `ctr -n k8s.io images import <archive>`: an image the CRI can run.
@@ -164,10 +113,7 @@ impl Containerd {
 
     /// The CRI (gRPC) socket.
     pub fn socket(&self) -> PathBuf {
-        match &self.layout.socket {
-            Some(s) => s.clone(),
-            None => self.dir().join("containerd.sock"),
-        }
+        self.dir().join("containerd.sock")
     }
 
     /// `unix://<socket>`, as `--runtime-endpoint` takes it.
@@ -230,7 +176,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   restrict_oom_score_adj = true
   disable_apparmor = true
   enable_selinux = false
-  netns_mounts_under_state_dir = {netns_under_state}
+  netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -249,9 +195,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     max_conf_num = 1
 "#,
             sock = self.socket().display(),
-            bin = self.layout.cni_bin_dir.display(),
-            conf = self.layout.cni_conf_dir.display(),
-            netns_under_state = self.layout.netns_under_state_dir,
+            bin = self.node.cni_bin_dir().display(),
+            conf = self.node.conf_dir().display(),
         )
     }
 
@@ -322,23 +267,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         let _ = child.wait();
     }
 
-    /// This containerd's netns files in the machine's netns dir.
-    fn node_netns_files(&self) -> Vec<PathBuf> {
-        if self.layout.netns_under_state_dir {
-            return Vec::new();
-        }
-        let mut files = cni_netns_files();
-        files.retain(|f| !self.netns_before.contains(f));
-        files
-    }
-
     /// (dev, inode) of every netns file containerd mounted.
     fn sandbox_netns(&self) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
-        for m in mounts_under(&self.dir())
-            .into_iter()
-            .chain(self.node_netns_files())
-        {
+        for m in mounts_under(&self.dir()) {
             if let Ok(md) = fs::metadata(&m) {
                 if md.is_file() {
                     out.push((md.dev(), md.ino()));
@@ -372,9 +304,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
         }
-        let node_netns = self.node_netns_files();
         let mut mounts = mounts_under(&self.dir());
-        mounts.extend(node_netns.iter().cloned());
         // Deepest first.
         mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
         for m in mounts {
@@ -390,7 +320,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 }
             }
         }
-        for s in shim_sockets.into_iter().chain(node_netns) {
+        for s in shim_sockets {
             let _ = fs::remove_file(s);
         }
         remove_cgroup_tree(&self.cgroup_parent);

@@ -9,11 +9,10 @@ use crate::output_text;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerConfig, ContainerStatusRequest, CreateContainerRequest, ExecSyncRequest, Image,
-    ImageSpec, ImageStatusRequest, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
-    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest,
-    PortMapping, PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest,
-    RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
+    ContainerConfig, CreateContainerRequest, Image, ImageSpec, ImageStatusRequest,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption,
+    PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest, PortMapping, PullImageRequest,
+    RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest,
 };
 use serde_json::Value;
 use std::collections::HashMap;
@@ -40,14 +39,6 @@ pub struct Pod<'a> {
     pub udp_ports: &'a [(i32, i32)],
     /// `hostNetwork: true`: the node's netns, no CNI call.
     pub host_network: bool,
-}
-
-/// What ExecSync returned.
-#[derive(Debug)]
-pub struct Exec {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
 }
 
 impl<'a> Pod<'a> {
@@ -296,62 +287,6 @@ impl Cri {
             }))
             .map_err(|s| format!("StartContainer: {}", s.message()))?;
         Ok(id)
-    }
-
-    /// StopContainer (SIGTERM, then SIGKILL after `grace` seconds) and
-    /// RemoveContainer.
-    pub fn stop_container(&mut self, id: &str, grace: i64) {
-        self.rt
-            .block_on(self.client.stop_container(StopContainerRequest {
-                container_id: id.into(),
-                timeout: grace,
-            }))
-            .unwrap_or_else(|s| panic!("StopContainer {id}: {s}"));
-        self.rt
-            .block_on(self.client.remove_container(RemoveContainerRequest {
-                container_id: id.into(),
-            }))
-            .unwrap_or_else(|s| panic!("RemoveContainer {id}: {s}"));
-    }
-
-    /// ExecSync, as the kubelet runs an exec probe.
-    pub fn exec(&mut self, id: &str, cmd: &[String], timeout_secs: i64) -> Exec {
-        let r = self
-            .rt
-            .block_on(self.client.exec_sync(ExecSyncRequest {
-                container_id: id.into(),
-                cmd: cmd.to_vec(),
-                timeout: timeout_secs,
-            }))
-            .unwrap_or_else(|s| panic!("ExecSync {id} {cmd:?}: {s}"))
-            .into_inner();
-        Exec {
-            code: r.exit_code,
-            stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&r.stderr).into_owned(),
-        }
-    }
-
-    /// The container's state (`CONTAINER_RUNNING` = 1) and its init
-    /// process's PID (0 when not running), from ContainerStatus(verbose).
-    pub fn container_state(&mut self, id: &str) -> (i32, u32) {
-        let r = self
-            .rt
-            .block_on(self.client.container_status(ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: true,
-            }))
-            .unwrap_or_else(|s| panic!("ContainerStatus {id}: {s}"))
-            .into_inner();
-        let state = r.status.map_or(-1, |s| s.state);
-        let pid = r
-            .info
-            .get("info")
-            .and_then(|i| serde_json::from_str::<Value>(i).ok())
-            .and_then(|v| v["pid"].as_u64())
-            .and_then(|p| u32::try_from(p).ok())
-            .unwrap_or(0);
-        (state, pid)
     }
 }
 

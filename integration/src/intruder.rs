@@ -1,7 +1,7 @@
 //! The intruder (`examples/intruder.rs`): code standing in for an attacker
 //! inside one of the DaemonSet's containers, built as a static executable
-//! (the image is distroless: no C library to load) for the privilege tests
-//! to run in a container, as `kubectl exec` would.
+//! (the image is distroless: no C library to load) for the privilege cases
+//! to run in a container with `kubectl exec`.
 
 use crate::{output_text, target_dir, workspace_root};
 use std::path::PathBuf;

@@ -38,7 +38,6 @@ pub mod image;
 pub mod intruder;
 pub mod ipsec;
 pub mod k8s;
-pub mod kubelet;
 mod netns;
 mod node;
 pub mod registry;

@@ -29,14 +29,6 @@ pub struct Registry {
     dir: TempDir,
 }
 
-/// What a push stored: the manifest's digest (as the registry names it) and
-/// the image's ID (its config's digest), both `sha256:<hex>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pushed {
-    pub manifest: String,
-    pub id: String,
-}
-
 impl Registry {
     /// Starts the registry in `ns`, listening on `ip` (an address of `ns`),
     /// and waits until its API answers.
@@ -106,29 +98,6 @@ impl Registry {
 
     pub fn log(&self) -> String {
         fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
-    }
-
-    /// Loads the docker-archive `archive` into podman (it names `image`)
-    /// and pushes `image` to `<this registry>/<repository>` with `podman
-    /// push`, run inside the registry's netns.
-    pub fn push_archive(&self, archive: &Path, image: &str, repository: &str) -> Pushed {
-        let _lock = image_lock();
-        let loaded = run_ok(
-            Command::new("podman")
-                .args(["load", "--input"])
-                .arg(archive)
-                .stdin(Stdio::null()),
-        );
-        assert!(
-            loaded.contains(&format!("Loaded image: {image}")),
-            "{} does not hold {image}: {loaded}",
-            archive.display()
-        );
-        let manifest = self.podman_push(&["push", image], repository);
-        Pushed {
-            manifest,
-            id: image_id(image),
-        }
     }
 
     /// The local images `images` (one per architecture) as one manifest

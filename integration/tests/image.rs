@@ -6,7 +6,6 @@
 
 use podgate_integration::containerd::Containerd;
 use podgate_integration::cri::Cri;
-use podgate_integration::kubelet;
 use podgate_integration::registry::{self, Registry};
 use podgate_integration::{output_text, require_root, workspace_root, Netns, TempDir, TestNode};
 use serde_json::Value;
@@ -209,8 +208,7 @@ fn containerd_imports_the_saved_amd64_image_under_its_name() {
 #[test]
 fn both_architectures_pushed_under_the_manifests_name_pull_as_the_amd64_image() {
     let (amd64, arm64) = (built("amd64"), built("arm64"));
-    let docs = kubelet::read_manifests(&[workspace_root().join("conf/kubernetes/podgate.yaml")]);
-    let name = kubelet::image_of(kubelet::find(&docs, "DaemonSet", "podgate"));
+    let name = podgate_integration::image::manifest_name();
     let (host, repository) = registry::split_image_name(&name);
     let containerd = Containerd::start(TestNode::new("image-pull"));
     let ns = &containerd.node().ns;

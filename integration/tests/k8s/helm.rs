@@ -12,7 +12,7 @@ use crate::nodes::{ip_forward, wait_until_agents_list_none_of, wait_until_as_bef
 use crate::openvpn::pods;
 use crate::policy::namespace_yaml;
 use crate::upgrade::router_built_from;
-use crate::world::{build_podgate_image, head_commit, manifest_image, sh_block, workdir, World};
+use crate::world::{build_podgate_image, head_commit, sh_block, workdir, World};
 
 const README: &str = "conf/kubernetes/README.md";
 const HEADING: &str = "With Helm";
@@ -148,7 +148,7 @@ pub fn install_upgrade_rollback_and_uninstall_with_helm(world: &mut World) {
     // tag and commit as the kubectl upgrade case's, so the build cache
     // serves it when both cases run.
     let new_commit = format!("upgrade-{}", &old_commit[..12]);
-    let image = manifest_image();
+    let image = podgate_integration::image::manifest_name();
     let (repo, _) = image.rsplit_once(':').unwrap();
     let archive = build_podgate_image(&format!("{repo}:upgrade"), &new_commit);
     world.cluster().load_image(&archive);

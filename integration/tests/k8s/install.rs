@@ -1,10 +1,13 @@
 //! podgate installed the way the README says, on every node.
 
-use podgate_integration::k8s::NODES;
-use podgate_integration::output_text;
+use podgate_integration::k8s::{Cluster, NODES};
+use podgate_integration::{output_text, workspace_root};
 use serde_json::Value;
 
-use crate::world::{sh_block, workdir, World};
+use crate::nodes::{container_pids, podgate_pod};
+use crate::world::{head_commit, sh_block, workdir, World};
+
+const NS: &str = "podgate-system";
 
 /// The CNI network a node's containerd says it loaded for pods (`crictl
 /// info`): its name and its plugins' types, in order.
@@ -85,7 +88,9 @@ pub fn ensure_installed(world: &mut World) {
     if world.installed {
         return;
     }
-    world.before_install = Some(warm_up(world));
+    if world.before_install.is_none() {
+        world.before_install = Some(warm_up(world));
+    }
     let block = sh_block("README.md", "Install on a cluster", "kubectl apply");
     let dir = workdir(&[]);
     let out = world.cluster().sh_in(&block, dir.path());
@@ -97,13 +102,61 @@ pub fn ensure_installed(world: &mut World) {
     world.installed = true;
 }
 
+/// The readiness probe's failure for the `install` container of a podgate
+/// pod, from its events (the kubelet's Unhealthy), once there is one.
+fn probe_failure(c: &Cluster) -> Option<String> {
+    let events = c.kubectl_json(&[
+        "-n",
+        NS,
+        "get",
+        "events",
+        "--field-selector",
+        "reason=Unhealthy",
+    ]);
+    events["items"]
+        .as_array()?
+        .iter()
+        .filter(|e| e["involvedObject"]["fieldPath"] == "spec.containers{install}")
+        .find_map(|e| e["message"].as_str())
+        .map(String::from)
+}
+
 pub fn the_readme_install_rolls_out_on_every_node(world: &mut World) {
     world.finish();
+    world.before_install = Some(warm_up(world));
+    // podgate.yaml applied before podgate-config.yaml: the optional
+    // ConfigMap volume is an empty dir, every installer unready and saying
+    // why, no chain written.
+    let c = world.cluster();
+    c.kubectl_ok(&[
+        "apply",
+        "-f",
+        &workspace_root()
+            .join("conf/kubernetes/podgate.yaml")
+            .to_string_lossy(),
+    ]);
+    let reason = c.wait("an installer unready without its ConfigMap", 120, || {
+        probe_failure(c)
+    });
+    assert!(
+        reason
+            .contains("plugins file /etc/podgate/plugins.json missing: apply podgate-config.yaml"),
+        "{reason}"
+    );
+    let ds = c.kubectl_json(&["-n", NS, "get", "ds", "podgate"]);
+    assert_eq!(ds["status"]["numberReady"], 0, "{:#}", ds["status"]);
+    for node in NODES {
+        let conf = c.host_path(node, "/etc/cni/net.d/00-podgate.conflist");
+        assert!(!conf.exists(), "{node}: a chain without the policy");
+    }
+
+    // The README's commands, podgate.yaml applied again among them.
     ensure_installed(world);
     let c = world.cluster();
-    let ds = c.kubectl_json(&["-n", "podgate-system", "get", "ds", "podgate"]);
+    let ds = c.kubectl_json(&["-n", NS, "get", "ds", "podgate"]);
     assert_eq!(ds["status"]["numberReady"], 3, "{:#}", ds["status"]);
     for node in NODES {
+        the_image_is_installed(world.cluster(), node, &head_commit());
         // The runtime itself says it loads podgate's chain: the primary's
         // plugins followed by podgate's.
         let (name, types) = loaded_cni_network(world, node);
@@ -187,4 +240,52 @@ pub fn containerd_2_asks_status_and_a_router_without_its_state_dir_takes_the_nod
     c.wait("node-3 Ready again", 90, || {
         (ready_condition(c, "node-3").0 == "True").then_some(())
     });
+}
+
+/// `podgate ARGS` in container `container` of `node`'s podgate pod;
+/// stdout.
+fn exec_podgate(c: &Cluster, node: &str, container: &str, args: &[&str]) -> String {
+    let pod = podgate_pod(c, node);
+    let mut full = vec!["-n", NS, "exec", &pod, "-c", container, "--"];
+    full.push("/usr/local/bin/podgate");
+    full.extend_from_slice(args);
+    c.kubectl_ok(&full)
+}
+
+/// `node` runs podgate's image of `commit`: its `podgate --version` names
+/// the commit, the installer's probe says the chain is written, the plugins
+/// in the node's bin dir are the image's bytes, and the agent serves
+/// `/healthz` (its liveness probe) and `/metrics` on the node's own address.
+pub fn the_image_is_installed(c: &Cluster, node: &str, commit: &str) {
+    let version = exec_podgate(c, node, "install", &["--version"]);
+    assert!(version.contains(commit), "{node}: {version}");
+    let check = exec_podgate(c, node, "install", &["install", "--check"]);
+    assert!(
+        check.contains("chained: 00-podgate.conflist"),
+        "{node}: {check}"
+    );
+    let pod = podgate_pod(c, node);
+    let install = container_pids(c, NS, pod.trim_start_matches("pod/"))["install"];
+    for bin in ["podgate-router", "podgate-tunnel-guard"] {
+        let installed = std::fs::read(c.host_path(node, &format!("/opt/cni/bin/{bin}"))).unwrap();
+        let in_image = std::fs::read(format!("/proc/{install}/root/usr/local/bin/{bin}")).unwrap();
+        assert!(installed == in_image, "{node}: {bin} is not the image's");
+    }
+    let ip = c
+        .kubectl_ok(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+        ])
+        .trim()
+        .to_string();
+    for path in ["/healthz", "/metrics"] {
+        let out = c.node_sh_ok(
+            node,
+            &format!("curl -sS -o /dev/null -w '%{{http_code}}' http://{ip}:9750{path}"),
+        );
+        assert_eq!(out, "200", "{node}: GET {ip}:9750{path}");
+    }
 }

@@ -6,7 +6,7 @@ use podgate_integration::k8s::{cluster_sh, Cluster, NODES};
 use podgate_integration::output_text;
 
 use crate::install::ensure_installed;
-use crate::nodes::{ip_forward, podgate, views, wait_until_as_before};
+use crate::nodes::{ip_forward, node_of, podgate, views, wait_until_as_before};
 use crate::policy::{namespace_yaml, pod_yaml, sandbox_failure, CHURN};
 use crate::world::World;
 
@@ -176,20 +176,6 @@ fn all_hold(c: &Cluster, expected: &[&str]) {
             "{p} not among the attachments:\n{listed}"
         );
     }
-}
-
-fn node_of(c: &Cluster, ns: &str, pod: &str) -> String {
-    c.kubectl_ok(&[
-        "-n",
-        ns,
-        "get",
-        "pod",
-        pod,
-        "-o",
-        "jsonpath={.spec.nodeName}",
-    ])
-    .trim()
-    .to_string()
 }
 
 #[track_caller]

@@ -7,7 +7,8 @@
 //!
 //! One cluster serves every case (bringing one up takes about 20 s, the
 //! cases build on each other: install, then pods, then upgrade and
-//! uninstall), so this binary runs its cases in order itself
+//! uninstall; the privilege cases need a pod started before podgate), so
+//! this binary runs its cases in order itself
 //! (`harness = false`). Arguments that do not start with `-` select cases
 //! by substring, as libtest's do; libtest's flags are accepted and ignored.
 
@@ -21,6 +22,7 @@ mod machine;
 mod nodes;
 mod openvpn;
 mod policy;
+mod privilege;
 mod upgrade;
 mod world;
 
@@ -44,6 +46,26 @@ const CASES: &[Case] = &[
     Case {
         name: "machine::down_after_an_interrupted_up_leaves_the_machine_as_found",
         run: machine::down_after_an_interrupted_up_leaves_the_machine_as_found,
+    },
+    Case {
+        name: "privilege::adoption_writes_a_pods_sysctls_and_the_agent_no_node_knob",
+        run: privilege::adoption_writes_a_pods_sysctls_and_the_agent_no_node_knob,
+    },
+    Case {
+        name: "privilege::forged_installer_records_and_history_from_the_agent_write_nothing",
+        run: privilege::forged_installer_records_and_history_from_the_agent_write_nothing,
+    },
+    Case {
+        name: "privilege::the_agent_gets_no_sandbox_from_any_socket_and_reads_through_the_proxy",
+        run: privilege::the_agent_gets_no_sandbox_from_any_socket_and_reads_through_the_proxy,
+    },
+    Case {
+        name: "privilege::the_agents_read_only_mounts_hold_only_as_far_as_the_lsm",
+        run: privilege::the_agents_read_only_mounts_hold_only_as_far_as_the_lsm,
+    },
+    Case {
+        name: "privilege::each_container_holds_only_its_share_of_the_privileges",
+        run: privilege::each_container_holds_only_its_share_of_the_privileges,
     },
     Case {
         name: "install::the_readme_install_rolls_out_on_every_node",

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use podgate_integration::k8s::{Cluster, NODES};
 use podgate_integration::{state_files_in, Snapshot};
+use serde_json::Value;
 
 /// A node as podgate touches it: its netns (routes, rules, nf_tables,
 /// links; kube-proxy's tables left out) and podgate-router's state dir
@@ -179,18 +180,7 @@ pub fn podgate(c: &Cluster, node: &str, args: &[&str]) -> std::process::Output {
 
 /// `net.ipv4.ip_forward` of a pod, as the helper on its node reads it.
 pub fn ip_forward(c: &Cluster, namespace: &str, pod: &str) -> String {
-    let node = c
-        .kubectl_ok(&[
-            "-n",
-            namespace,
-            "get",
-            "pod",
-            pod,
-            "-o",
-            "jsonpath={.spec.nodeName}",
-        ])
-        .trim()
-        .to_string();
+    let node = node_of(c, namespace, pod);
     let out = podgate(
         c,
         &node,
@@ -258,4 +248,90 @@ pub fn wait_until_agents_list_none_of(c: &Cluster, namespaces: &[&str]) {
                 .then_some(())
         },
     );
+}
+
+/// The node pod `namespace/pod` runs on.
+pub fn node_of(c: &Cluster, namespace: &str, pod: &str) -> String {
+    c.kubectl_ok(&[
+        "-n",
+        namespace,
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.spec.nodeName}",
+    ])
+    .trim()
+    .to_string()
+}
+
+/// `crictl LIST -o json --label ...` of pod `namespace/pod` on its node:
+/// the listing's items (`items` of `pods`, `containers` of `ps`).
+fn crictl_of_pod(c: &Cluster, namespace: &str, pod: &str, list: &str) -> (String, Vec<Value>) {
+    let node = node_of(c, namespace, pod);
+    let out = c.node_sh_ok(
+        &node,
+        &format!(
+            "crictl {list} -o json --label io.kubernetes.pod.namespace={namespace} \
+             --label io.kubernetes.pod.name={pod}"
+        ),
+    );
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    let key = if list == "pods" {
+        "items"
+    } else {
+        "containers"
+    };
+    (node, v[key].as_array().cloned().unwrap_or_default())
+}
+
+/// The ready sandbox of pod `namespace/pod`: its node and ID.
+pub fn ready_sandbox(c: &Cluster, namespace: &str, pod: &str) -> (String, String) {
+    let (node, items) = crictl_of_pod(c, namespace, pod, "pods");
+    let id = items
+        .iter()
+        .find(|s| s["state"] == "SANDBOX_READY")
+        .and_then(|s| s["id"].as_str())
+        .unwrap_or_else(|| panic!("no ready sandbox of {namespace}/{pod} on {node}: {items:?}"))
+        .to_string();
+    (node, id)
+}
+
+/// `crictl inspectp`'s `info` of the ready sandbox of `namespace/pod`
+/// (its `pid`, its `config`), as the pod's node reports it.
+pub fn sandbox_info(c: &Cluster, namespace: &str, pod: &str) -> Value {
+    let (node, id) = ready_sandbox(c, namespace, pod);
+    let out = c.node_sh_ok(&node, &format!("crictl inspectp -o json {id}"));
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    v["info"].clone()
+}
+
+/// The netns of pod `namespace/pod`, by its sandbox's process on this
+/// machine (the nodes share its PID namespace).
+pub fn pod_netns(c: &Cluster, namespace: &str, pod: &str) -> std::path::PathBuf {
+    let info = sandbox_info(c, namespace, pod);
+    let pid = info["pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no pid in crictl inspectp:\n{info:#}"));
+    std::path::PathBuf::from(format!("/proc/{pid}/ns/net"))
+}
+
+/// The running containers of pod `namespace/pod`: name -> pid on this
+/// machine.
+pub fn container_pids(c: &Cluster, namespace: &str, pod: &str) -> BTreeMap<String, u32> {
+    let (node, containers) = crictl_of_pod(c, namespace, pod, "ps");
+    containers
+        .iter()
+        .filter(|k| k["state"] == "CONTAINER_RUNNING")
+        .map(|k| {
+            let id = k["id"].as_str().unwrap();
+            let out = c.node_sh_ok(&node, &format!("crictl inspect -o json {id}"));
+            let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+            let pid = v["info"]["pid"].as_u64().unwrap();
+            (
+                k["metadata"]["name"].as_str().unwrap().to_string(),
+                u32::try_from(pid).unwrap(),
+            )
+        })
+        .collect()
 }

@@ -1,14 +1,17 @@
 //! Upgrade and uninstall through the API, as conf/kubernetes/README.md
 //! says.
 
-use podgate_integration::k8s::NODES;
+use podgate_integration::k8s::{Cluster, NODES};
 use podgate_integration::{output_text, workspace_root};
 
+use crate::install::the_image_is_installed;
 use crate::lifecycle::ensure_policy;
-use crate::nodes::{views, wait_until_agents_list_none_of, wait_until_as_before};
+use crate::nodes::{
+    container_pids, podgate_pod, views, wait_until_agents_list_none_of, wait_until_as_before,
+};
 use crate::openvpn::pods;
 use crate::policy::{pod_yaml, CHURN};
-use crate::world::{build_podgate_image, head_commit, manifest_image, sh_block, workdir, World};
+use crate::world::{build_podgate_image, head_commit, sh_block, workdir, World};
 
 fn deployment(name: &str, replicas: u32) -> String {
     format!(
@@ -19,6 +22,20 @@ fn deployment(name: &str, replicas: u32) -> String {
       "spec": {{"automountServiceAccountToken": false, "terminationGracePeriodSeconds": 1,
         "containers": [{{"name": "greeter", "image": "localhost/podgate/greeter:1", "imagePullPolicy": "Never"}}]}}}}}}}}"#
     )
+}
+
+/// The binaries of podgate's image, in `podgate`'s first.
+const BINARIES: [&str; 3] = ["podgate", "podgate-router", "podgate-tunnel-guard"];
+
+/// [`BINARIES`] as the image running on `node` holds them (read through
+/// its installer's root).
+fn image_binaries(c: &Cluster, node: &str) -> Vec<Vec<u8>> {
+    let pod = podgate_pod(c, node);
+    let pid = container_pids(c, "podgate-system", pod.trim_start_matches("pod/"))["install"];
+    BINARIES
+        .iter()
+        .map(|b| std::fs::read(format!("/proc/{pid}/root/usr/local/bin/{b}")).unwrap())
+        .collect()
 }
 
 /// Whether `node`'s installed podgate-router was built from `commit`.
@@ -60,11 +77,13 @@ pub fn an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up(world: &mu
         );
     }
 
+    let old_binaries = image_binaries(world.cluster(), "node-1");
+
     // A new image: another commit in `podgate --version`, so binaries that
     // differ in their bytes, under a new tag, put into podgate.yaml and
     // applied as the README says.
     let new_commit = format!("upgrade-{}", &old_commit[..12]);
-    let image = manifest_image();
+    let image = podgate_integration::image::manifest_name();
     let new_image = format!(
         "{}:upgrade",
         image.rsplit_once(':').map_or(image.as_str(), |(r, _)| r)
@@ -106,6 +125,27 @@ pub fn an_upgrade_rolls_out_new_binaries_that_del_what_the_old_set_up(world: &mu
             router_built_from(world, node, &new_commit),
             "{node}: the new image's router is not installed"
         );
+        the_image_is_installed(world.cluster(), node, &new_commit);
+        let new_binaries = image_binaries(world.cluster(), node);
+        for ((bin, old), new) in BINARIES.iter().zip(&old_binaries).zip(&new_binaries) {
+            assert!(old != new, "the two images' {bin} are the same");
+        }
+        for bin in &BINARIES[1..] {
+            // A plugin run without CNI_COMMAND says which build it is.
+            let path = world
+                .cluster()
+                .host_path(node, &format!("/opt/cni/bin/{bin}"));
+            let about = std::process::Command::new(&path)
+                .env_clear()
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let about = String::from_utf8_lossy(&about.stderr);
+            assert!(
+                about.contains(&format!("commit {new_commit}")),
+                "{node}'s {bin} does not name the new commit: {about}"
+            );
+        }
     }
     // The new binaries DEL what the old ones set up.
     let c = world.cluster();
@@ -165,6 +205,17 @@ pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &
     for (ns, pod) in [(CHURN, "strict"), (CHURN, "routed"), ("vpn", "masq")] {
         c.wait_pod_ready(ns, pod);
     }
+    // The strict pod's node-wide settings, which the uninstall must give
+    // back once it is gone.
+    let strict_node = crate::nodes::node_of(c, CHURN, "strict");
+    let strict_on = || {
+        c.node_sh_ok(&strict_node, "cat /proc/sys/net/ipv4/tcp_early_demux")
+            .trim()
+            == "0"
+            && c.host_path(&strict_node, "/var/lib/cni/podgate/node/strict.json")
+                .is_file()
+    };
+    assert!(strict_on(), "{strict_node}: the strict pod's node settings");
     // The sequence of "Upgrade and uninstall", verbatim, in two parts: the
     // step its comment names (the pods podgate wired go) in between.
     let block = sh_block(
@@ -184,6 +235,13 @@ pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &
         out.status.success(),
         "{first}\nfailed:\n{}",
         output_text(&out)
+    );
+    // Pods still running keep what podgate applied: the masquerading pod
+    // its forwarding and table, the strict pod its node settings.
+    crate::privilege::assert_vpn_wired(&crate::nodes::pod_netns(c, "vpn", "masq"));
+    assert!(
+        strict_on(),
+        "{strict_node}: strict settings gone while the pod runs"
     );
     // Every workload of the earlier cases goes too: the node must end as it
     // was before the install, when it ran none.
@@ -213,6 +271,26 @@ pub fn the_documented_uninstall_leaves_every_node_as_before_the_install(world: &
         .then_some(())
     });
     wait_until_as_before(c, &before, "after the documented uninstall", 120);
+    // Deleting the uninstall DaemonSet emptied podgate's state dirs (the
+    // dirs themselves are the kubelet's, made for the hostPath volumes).
+    for node in NODES {
+        let mut left = Vec::new();
+        for dir in ["/var/lib/cni/podgate", "/var/lib/podgate"] {
+            files_under(&c.host_path(node, dir), &mut left);
+        }
+        assert!(left.is_empty(), "{node}: podgate's state left: {left:?}");
+    }
     world.installed = false;
     world.policy_edited = false;
+}
+
+/// Every file (not directory) below `dir`.
+fn files_under(dir: &std::path::Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            files_under(&e.path(), out);
+        } else {
+            out.push(e.path().display().to_string());
+        }
+    }
 }

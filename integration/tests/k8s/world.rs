@@ -56,23 +56,15 @@ impl World {
     /// runs, and loaded into every node's containerd.
     pub fn podgate_image(&mut self) -> PathBuf {
         if self.image.is_none() {
-            self.image = Some(build_podgate_image(&manifest_image(), &head_commit()));
+            self.image = Some(build_podgate_image(
+                &podgate_integration::image::manifest_name(),
+                &head_commit(),
+            ));
         }
         let image = self.image.clone().unwrap();
         self.cluster().load_image(&image);
         image
     }
-}
-
-/// The image `conf/kubernetes/podgate.yaml` runs.
-pub fn manifest_image() -> String {
-    let text =
-        std::fs::read_to_string(workspace_root().join("conf/kubernetes/podgate.yaml")).unwrap();
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("image: "))
-        .expect("an image: line in podgate.yaml")
-        .trim()
-        .to_string()
 }
 
 pub fn head_commit() -> String {
