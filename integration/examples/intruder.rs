@@ -9,13 +9,13 @@
 //!   intruder broker SOCKET NAME VALUE   ask the sysctl broker for NAME in this netns, write VALUE
 //!   intruder remount PATH rw|ro         remount the mount at PATH read-write / read-only
 //!   intruder cri CGROUP_PARENT IMAGE    every CRI socket this container can see: a read, then
-//!                                       RunPodSandbox and a privileged container with / mounted
+//!                                       RunPodSandbox and a privileged container in it
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, ImageSpec, LinuxContainerConfig,
-    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
+    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
     NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
 };
 use podgate_integration::cri::Cri;
@@ -139,7 +139,11 @@ fn sandbox(cgroup_parent: &str) -> PodSandboxConfig {
     }
 }
 
-/// A privileged container with the node's `/` at /host.
+/// A privileged container in the node's network and PID namespaces: node
+/// root already (it can enter PID 1's mount namespace). It mounts nothing
+/// of the node's: on a regression the runtime gives it out and the test
+/// removes it, and a host `/` mounted in a container being removed is the
+/// machine's own root (the k8s nodes share the machine's filesystem).
 fn container(image: &str) -> ContainerConfig {
     ContainerConfig {
         metadata: Some(ContainerMetadata {
@@ -150,11 +154,6 @@ fn container(image: &str) -> ContainerConfig {
             image: image.into(),
             ..Default::default()
         }),
-        mounts: vec![Mount {
-            container_path: "/host".into(),
-            host_path: "/".into(),
-            ..Default::default()
-        }],
         linux: Some(LinuxContainerConfig {
             security_context: Some(LinuxContainerSecurityContext {
                 privileged: true,

@@ -318,8 +318,9 @@ pub fn forged_installer_records_and_history_from_the_agent_write_nothing(world: 
 }
 
 /// From the agent, every socket it can see is asked for a privileged
-/// sandbox and a privileged container with the node's `/` (what a
-/// compromised agent would do with the runtime's socket): none is given.
+/// sandbox in the node's namespaces and a privileged container in it (what
+/// a compromised agent would do with the runtime's socket: node root):
+/// none is given.
 /// Through the cri-proxy the agent still reads the runtime's sandboxes.
 pub fn the_agent_gets_no_sandbox_from_any_socket_and_reads_through_the_proxy(world: &mut World) {
     ensure_installed(world);
