@@ -463,6 +463,18 @@ mod tests {
         assert_eq!(d["object"], path.display().to_string(), "{e}");
     }
 
+    /// An entry of a cniVersion the plugin does not speak is refused as a
+    /// runtime's call would be (code 1), not adopted under it.
+    #[test]
+    fn an_entry_of_an_unsupported_version_is_refused_as_the_protocol_refuses_it() {
+        let (_tmp, _state, mut entry) = fixture("version");
+        for v in ["0.2.0", "2.0.0"] {
+            entry["cniVersion"] = json!(v);
+            let e = parsed(object_of(&entry).unwrap()).unwrap_err();
+            assert_eq!(e.code, code::INCOMPATIBLE_VERSION, "{v}: {e}");
+        }
+    }
+
     /// STATUS on a state dir that is a file: code 50, the same message, and
     /// details naming the failing call's errno and the path.
     #[test]
