@@ -32,7 +32,7 @@ pub fn validate_entries(entries: &[Json]) -> Result<(), Error> {
         match ty.as_str() {
             ROUTER => {
                 let cfg = RouterConfig::deserialize(&value).map_err(|e| invalid(e.to_string()))?;
-                cfg.validate().map_err(|e| invalid(e.msg))?;
+                cfg.validate().map_err(|e| invalid(e.to_string()))?;
             }
             TUNNEL_GUARD => {
                 GuardConfig::from_value(&value).map_err(|e| invalid(e.to_string()))?;

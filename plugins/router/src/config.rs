@@ -2,7 +2,6 @@
 //! from what is written here.
 
 use ipnet::IpNet;
-use podgate_cni::CniError;
 use podgate_kit::sysctl;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -289,12 +288,23 @@ pub struct Allow {
     pub pools: Vec<IpNet>,
 }
 
+/// An operator's mistake in the conflist, or a request it cannot serve.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl From<&str> for ConfigError {
+    fn from(s: &str) -> ConfigError {
+        ConfigError(s.to_string())
+    }
+}
+
 impl RouterConfig {
     /// Operator mistakes are config errors (code 7), found before touching anything.
-    pub fn validate(&self) -> Result<(), CniError> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         for (i, a) in self.assign.iter().enumerate() {
             if !self.profiles.contains_key(&a.profile) {
-                return Err(CniError::invalid_config(format!(
+                return Err(ConfigError(format!(
                     "assign[{i}] names profile {:?}, which is not in profiles",
                     a.profile
                 )));
@@ -302,35 +312,34 @@ impl RouterConfig {
         }
         for (name, p) in &self.profiles {
             for key in p.sysctls.keys() {
-                sysctl::path_of(&sysctl::expand_ifname(key, "eth0")).map_err(|e| {
-                    CniError::invalid_config(format!("profiles.{name}.sysctls: {e}"))
-                })?;
+                sysctl::path_of(&sysctl::expand_ifname(key, "eth0"))
+                    .map_err(|e| ConfigError(format!("profiles.{name}.sysctls: {e}")))?;
             }
             if let Some(r) = &p.routing {
                 // strict + masquerade is refused per pod at plan time (code 100),
                 // so one bad profile does not stop every pod on the node.
                 if let TableChoice::Id(t) = r.table {
                     if t == 0 || (253..=255).contains(&t) {
-                        return Err(CniError::invalid_config(format!(
+                        return Err(ConfigError(format!(
                             "profiles.{name}.routing.table {t} is reserved (unspec/default/main/local)"
                         )));
                     }
                 }
                 if r.mode == RoutingMode::Strict && !r.gateway.is_ipv4() {
-                    return Err(CniError::invalid_config(format!(
+                    return Err(ConfigError(format!(
                         "profiles.{name}.routing: a strict profile's gateway is its IPv4 next hop; {} is IPv6 (name the IPv6 next hop in gateway6)",
                         r.gateway
                     )));
                 }
                 if let Some(g6) = r.gateway6 {
                     if r.mode != RoutingMode::Strict || !g6.is_ipv6() {
-                        return Err(CniError::invalid_config(format!(
+                        return Err(ConfigError(format!(
                             "profiles.{name}.routing.gateway6 {g6}: the IPv6 next hop of a strict profile (an IPv6 address, strict mode only)"
                         )));
                     }
                 }
                 if !r.exempt.is_empty() && r.mode != RoutingMode::Strict {
-                    return Err(CniError::invalid_config(format!(
+                    return Err(ConfigError(format!(
                         "profiles.{name}.routing.exempt applies to strict mode only (standard pods reach the node's own addresses directly)"
                     )));
                 }
@@ -345,13 +354,13 @@ impl RouterConfig {
                         None
                     };
                     if let Some(why) = why {
-                        return Err(CniError::invalid_config(format!(
+                        return Err(ConfigError(format!(
                             "profiles.{name}.routing.exempt {e} {why}"
                         )));
                     }
                 }
                 podgate_cni::env::validate_ifname(&r.uplink).map_err(|_| {
-                    CniError::invalid_config(format!(
+                    ConfigError(format!(
                         "profiles.{name}.routing.uplink {:?} is not an interface name",
                         r.uplink
                     ))
@@ -364,7 +373,7 @@ impl RouterConfig {
                 .chain(p.return_routes.iter().map(|r| r.dst))
             {
                 if pool.prefix_len() == 0 {
-                    return Err(CniError::invalid_config(format!(
+                    return Err(ConfigError(format!(
                         "profiles.{name}: pool {pool} is a default route; name the client pool"
                     )));
                 }
@@ -377,7 +386,7 @@ impl RouterConfig {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
-            return Err(CniError::invalid_config(
+            return Err(ConfigError::from(
                 "nftTable must be 1-32 characters of [A-Za-z0-9_-]",
             ));
         }
@@ -398,7 +407,7 @@ mod tests {
         let c: RouterConfig =
             serde_json::from_value(serde_json::json!({"profiles": {"p": profile}}))
                 .map_err(|e| e.to_string())?;
-        c.validate().map_err(|e| e.msg)?;
+        c.validate().map_err(|e| e.0)?;
         Ok(c)
     }
 

@@ -2,8 +2,14 @@
 //! code, the message and the details all come from the same value. A
 //! failing kernel call keeps its errno and object up to the CNI error's
 //! `details` (JSON: `errno`, `errnoName`, `family`, `object`, `netns`).
+//! Every CNI error the router returns is built here, from an [`Error`]; the
+//! protocol's own (stdin, the `CNI_*` variables it checks, `cniVersion`)
+//! come from `podgate-cni`.
 
 use crate::apply::{ApplyError, Failures};
+use crate::config::ConfigError;
+use crate::intent::DecodeError;
+use crate::plan::NoRouteToPod;
 use crate::record::ReadError;
 use crate::refusal::Refusal;
 use podgate_cni::{code, CniError};
@@ -43,6 +49,39 @@ pub enum Error {
     /// CHECK: what of the record no longer holds (one line each).
     #[error("drift: {}", .0.join("; "))]
     Drift(Vec<String>),
+    /// CHECK: a profile applies to the pod but no record says it was applied.
+    #[error("profile {0:?} applies to this pod but podgate has no record of applying it")]
+    NotRecorded(String),
+    /// A return route's pod address is not reachable from the node.
+    #[error(transparent)]
+    NoRoute(#[from] NoRouteToPod),
+    /// The conflist, or the request against it, is invalid (operator's).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The pod's annotations or CNI `args` do not decode.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// What the runtime gave does not name a pod the router can work on.
+    #[error("{0}")]
+    Env(String),
+    /// The pod's netns could not be opened: not there, or not a netns.
+    #[error("{0}")]
+    Netns(#[source] podgate_kit::Error),
+    /// An adopted sandbox's netns went away while it was being read.
+    #[error("sandbox {id} netns {}: {source}", .netns.display())]
+    SandboxGone {
+        id: String,
+        netns: std::path::PathBuf,
+        #[source]
+        source: podgate_kit::Error,
+    },
+    /// The node lacks what the router needs: a capability, its state dir.
+    #[error("{}{source}", .what.map(|w| format!("{w}: ")).unwrap_or_default())]
+    Unavailable {
+        what: Option<&'static str>,
+        #[source]
+        source: podgate_kit::Error,
+    },
 }
 
 fn rollback_left(left: &Failures) -> String {
@@ -68,27 +107,67 @@ impl Error {
             Error::State(_) | Error::Record(_) => code::IO_FAILURE,
             Error::Refused(_) => code::POLICY_REFUSED,
             Error::Apply { source, .. } if source.is_state() => code::IO_FAILURE,
-            Error::Kernel { .. } | Error::Apply { .. } | Error::Left { .. } | Error::Drift(_) => {
-                code::APPLY_FAILED
-            }
+            Error::Kernel { .. }
+            | Error::Apply { .. }
+            | Error::Left { .. }
+            | Error::Drift(_)
+            | Error::NotRecorded(_)
+            | Error::NoRoute(_) => code::APPLY_FAILED,
+            Error::Config(_) => code::INVALID_CONFIG,
+            Error::Decode(_) => code::DECODE,
+            Error::Env(_) => code::INVALID_ENV,
+            Error::Netns(e) if e.is_not_found() => code::UNKNOWN_CONTAINER,
+            Error::Netns(_) => code::INVALID_ENV,
+            Error::SandboxGone { .. } => code::UNKNOWN_CONTAINER,
+            Error::Unavailable { .. } => code::NOT_AVAILABLE,
         }
     }
 
     /// The first typed kit error behind this one (a list's first failure).
     fn kit(&self) -> Option<(&podgate_kit::Error, Option<&str>)> {
         match self {
-            Error::State(e) | Error::Record(ReadError::Io(e)) => Some((e, None)),
-            Error::Record(_) | Error::Drift(_) | Error::Refused(_) => None,
+            Error::State(e)
+            | Error::Record(ReadError::Io(e))
+            | Error::Netns(e)
+            | Error::SandboxGone { source: e, .. }
+            | Error::Unavailable { source: e, .. } => Some((e, None)),
+            Error::Record(_)
+            | Error::Drift(_)
+            | Error::Refused(_)
+            | Error::NotRecorded(_)
+            | Error::NoRoute(_)
+            | Error::Config(_)
+            | Error::Decode(_)
+            | Error::Env(_) => None,
             Error::Kernel { source, .. } | Error::Apply { source, .. } => Some(source.kit()),
             Error::Left { left, .. } => left.iter().next().map(ApplyError::kit),
         }
     }
 }
 
-/// A refusal is a CNI error through [`Error`]'s conversion below.
+/// A refusal is a CNI error through [`Error`]'s conversion below; so are
+/// the errors of the modules `Error` builds on (config, intent, plan).
 impl From<Refusal> for CniError {
     fn from(r: Refusal) -> CniError {
-        Error::Refused(r).into()
+        Error::from(r).into()
+    }
+}
+
+impl From<ConfigError> for CniError {
+    fn from(e: ConfigError) -> CniError {
+        Error::from(e).into()
+    }
+}
+
+impl From<DecodeError> for CniError {
+    fn from(e: DecodeError) -> CniError {
+        Error::from(e).into()
+    }
+}
+
+impl From<NoRouteToPod> for CniError {
+    fn from(e: NoRouteToPod) -> CniError {
+        Error::from(e).into()
     }
 }
 

@@ -43,28 +43,33 @@ pub struct PodIntent {
     pub args_profile: Option<String>,
 }
 
+/// The pod's annotations or CNI `args` do not decode (untrusted input).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
+
 impl PodIntent {
-    pub fn from_request(env: &Env, conf: &NetConf) -> Result<PodIntent, CniError> {
+    pub fn from_request(env: &Env, conf: &NetConf) -> Result<PodIntent, DecodeError> {
         let ann = match conf.runtime_config.get(ANNOTATIONS_CAPABILITY) {
             None | Some(Value::Null) => None,
             Some(Value::Object(m)) => Some(m),
             Some(_) => {
-                return Err(CniError::decode(format!(
+                return Err(DecodeError(format!(
                     "runtimeConfig.{ANNOTATIONS_CAPABILITY} must be an object of strings"
                 )))
             }
         };
-        let ann_str = |k: &str| -> Result<Option<String>, CniError> {
+        let ann_str = |k: &str| -> Result<Option<String>, DecodeError> {
             match ann.and_then(|m| m.get(k)) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(CniError::decode(format!("annotation {k} must be a string"))),
+                Some(_) => Err(DecodeError(format!("annotation {k} must be a string"))),
             }
         };
         let args_profile = match conf.args_cni.get("profile") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => return Err(CniError::decode("args.cni.profile must be a string")),
+            Some(_) => return Err(DecodeError("args.cni.profile must be a string".into())),
         };
         Ok(PodIntent {
             namespace: env.arg("K8S_POD_NAMESPACE").map(str::to_string),

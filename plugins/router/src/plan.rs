@@ -1,7 +1,7 @@
 //! The plan: what ADD will change, as plain data computed without side
 //! effects from (selection, profile, prevResult, what the node looks like).
 
-use crate::config::{PodRoute, Profile, RouterConfig};
+use crate::config::{ConfigError, PodRoute, Profile, RouterConfig};
 use crate::intent::Selection;
 pub use crate::model::{overlaps, Claim, NodeView, SysctlSetting};
 use crate::refusal::Refusal;
@@ -149,6 +149,14 @@ pub fn pod_sysctl_names(sel: &Selection, ifname: &str) -> Vec<String> {
         .collect()
 }
 
+/// A return route's pod address has no connected route on the node.
+#[derive(Debug, thiserror::Error)]
+#[error("return route {pool}: the node has no route to the pod address {via}")]
+pub struct NoRouteToPod {
+    pub pool: IpNet,
+    pub via: IpAddr,
+}
+
 /// The profile's sysctls on `ifname`, each name checked.
 fn sysctls(profile: &Profile, ifname: &str) -> Result<Vec<SysctlSetting>, CniError> {
     profile
@@ -161,7 +169,7 @@ fn sysctls(profile: &Profile, ifname: &str) -> Result<Vec<SysctlSetting>, CniErr
                     name,
                     value: v.clone(),
                 })
-                .map_err(|e| CniError::invalid_config(e.to_string()))
+                .map_err(|e| ConfigError(e.to_string()).into())
         })
         .collect()
 }
@@ -190,12 +198,7 @@ fn return_routes(
                 pool,
                 ifname: ifname.to_string(),
             })?;
-        let conn = connected_route(view, via).ok_or_else(|| {
-            CniError::new(
-                podgate_cni::code::APPLY_FAILED,
-                format!("return route {pool}: the node has no route to the pod address {via}"),
-            )
-        })?;
+        let conn = connected_route(view, via).ok_or(NoRouteToPod { pool, via })?;
         let host_route = conn.dst.prefix_len() == conn.dst.max_prefix_len();
         let mut spec = RouteSpec::new(pool);
         spec.gateway = Some(via);
@@ -214,10 +217,11 @@ fn check_pod_routes(profile: &Profile) -> Result<(), CniError> {
     for r in &profile.pod_routes {
         if let Some(gw) = r.gw {
             if !same_family(gw, r.dst.addr()) {
-                return Err(CniError::invalid_config(format!(
+                return Err(ConfigError(format!(
                     "podRoutes: {} via {gw} mixes address families",
                     r.dst
-                )));
+                ))
+                .into());
             }
         }
     }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use podgate_cni::{env::parse_cni_args, CniResult, Env, NetConf};
+use podgate_cni::{env::parse_cni_args, CniError, CniResult, Env, NetConf};
 use podgate_kit::route::{RouteEntry, RTPROT_PODGATE};
 use podgate_kit::state::Key;
 use podgate_router::config::RouterConfig;
@@ -514,7 +514,7 @@ fn config_errors_are_code_7() {
         json!({"nftTable": "bad name"}),
     ] {
         let c: RouterConfig = serde_json::from_value(bad.clone()).unwrap();
-        assert_eq!(c.validate().unwrap_err().code, 7, "{bad}");
+        assert_eq!(CniError::from(c.validate().unwrap_err()).code, 7, "{bad}");
     }
 }
 
@@ -949,7 +949,7 @@ mod routing {
             "profiles": {"x": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254", "table": 254}}}
         }))
         .unwrap();
-        assert_eq!(c.validate().unwrap_err().code, 7);
+        assert_eq!(CniError::from(c.validate().unwrap_err()).code, 7);
         let bad: Result<RouterConfig, _> = serde_json::from_value(json!({
             "profiles": {"x": {"routing": {"mode": "strict", "uplink": "up0", "gateway": "192.0.2.254", "table": "any"}}}
         }));

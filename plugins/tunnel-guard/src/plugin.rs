@@ -1,9 +1,10 @@
 //! The CNI verbs of the tunnel guard: gate ADD/CHECK (and, opt-in, STATUS)
 //! on [`evaluate`], log the verdict, never block DEL.
 
+use crate::config::ConfigError;
 use crate::{evaluate, GuardConfig, Mode, Required};
 use podgate_cni::log::Logger;
-use podgate_cni::{Added, CniError, NetConf, Plugin, Request};
+use podgate_cni::{code, Added, CniError, NetConf, Plugin, Request};
 use serde_json::json;
 use std::time::SystemTime;
 
@@ -14,8 +15,33 @@ pub const NAME: &str = "podgate-tunnel-guard";
 /// while the node's protection is not in place, DEL never refused.
 pub struct TunnelGuard;
 
+/// Why the guard fails a call; every CNI error of the guard but the
+/// protocol's own comes from this, in one conversion.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// ADD, CHECK: the node's protection is not in place (the one-line summary).
+    #[error("{0}")]
+    Unprotected(String),
+    /// STATUS (`reportStatus`): the node is not ready for pods.
+    #[error("{0}")]
+    NotReady(String),
+}
+
+impl From<Error> for CniError {
+    fn from(e: Error) -> CniError {
+        let c = match e {
+            Error::Config(_) => code::INVALID_CONFIG,
+            Error::Unprotected(_) => code::TRY_AGAIN_LATER,
+            Error::NotReady(_) => code::NOT_AVAILABLE,
+        };
+        CniError::new(c, e.to_string())
+    }
+}
+
 fn load(conf: &NetConf) -> Result<GuardConfig, CniError> {
-    GuardConfig::from_value(&conf.value()?).map_err(|e| CniError::invalid_config(e.to_string()))
+    Ok(GuardConfig::from_value(&conf.value()?).map_err(Error::Config)?)
 }
 
 fn logger(cfg: &GuardConfig, req: &Request, verb: &str) -> Logger {
@@ -85,7 +111,7 @@ impl Plugin for TunnelGuard {
     fn add(&self, req: &Request) -> Result<Added, CniError> {
         let cfg = load(&req.conf)?;
         let ns = req.env.arg("K8S_POD_NAMESPACE");
-        gate(&cfg, &logger(&cfg, req, "ADD"), ns).map_err(CniError::try_again)?;
+        gate(&cfg, &logger(&cfg, req, "ADD"), ns).map_err(Error::Unprotected)?;
         Ok(Added::PrevResult)
     }
 
@@ -97,7 +123,7 @@ impl Plugin for TunnelGuard {
     fn check(&self, req: &Request) -> Result<(), CniError> {
         let cfg = load(&req.conf)?;
         let ns = req.env.arg("K8S_POD_NAMESPACE");
-        gate(&cfg, &logger(&cfg, req, "CHECK"), ns).map_err(CniError::try_again)
+        Ok(gate(&cfg, &logger(&cfg, req, "CHECK"), ns).map_err(Error::Unprotected)?)
     }
 
     /// Opt-in (`reportStatus`): a failing STATUS marks the whole node NotReady
@@ -110,7 +136,7 @@ impl Plugin for TunnelGuard {
         let log = Logger::new(NAME, cfg.log_file.as_deref())
             .limits(&cfg.telemetry)
             .with("command", "STATUS");
-        gate(&cfg, &log, None).map_err(CniError::not_available)
+        Ok(gate(&cfg, &log, None).map_err(Error::NotReady)?)
     }
 }
 

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::apply::{self, ApplyError, Failures};
 use crate::claims;
-use crate::config::{RouterConfig, RoutingMode};
+use crate::config::{ConfigError, RouterConfig, RoutingMode};
 use crate::error::Error;
 use crate::intent::Selection;
 use crate::kernel::{Kernel, Live};
@@ -384,7 +384,7 @@ fn plan_and_record(
         .conf
         .prev_result
         .as_ref()
-        .ok_or_else(|| CniError::invalid_config("no prevResult"))?;
+        .ok_or_else(|| ConfigError::from("no prevResult"))?;
     let view = observe::node_view(&mut Live::lazy(node), needs, || {
         census.live_except(key).map(Record::claim).collect()
     })?;
@@ -541,9 +541,10 @@ pub(super) fn add_as(req: &Request, adopted: bool) -> Result<Added, CniError> {
     let cfg = load(&req.conf)?;
     let log = logger(&cfg, req);
     if req.conf.prev_result.is_none() {
-        return Err(CniError::invalid_config(
+        return Err(ConfigError::from(
             "podgate-router is a chained plugin: no prevResult (put it after the primary plugin in the conflist)",
-        ));
+        )
+        .into());
     }
     let sel = match selection(&cfg, req) {
         Ok(Some(s)) => s,

@@ -11,12 +11,12 @@
 //! applies. The record says `adopted`.
 
 use super::{add, load, selection, store, Router};
-use crate::config::ANNOTATIONS_CAPABILITY;
+use crate::config::{ConfigError, ANNOTATIONS_CAPABILITY};
 use crate::error::Error;
 use crate::record;
 use crate::refusal::Refusal;
-use podgate_cni::version::Version;
-use podgate_cni::{code, CniError, Command, Env, NetConf, Plugin, Request};
+use podgate_cni::version::{self, Version};
+use podgate_cni::{CniError, Command, Env, NetConf, Plugin, Request};
 use podgate_kit::link;
 use podgate_kit::netlink::RouteSocket;
 use podgate_kit::netns::NetNs;
@@ -127,23 +127,17 @@ fn env_of(sb: &Sandbox, ifname: &str) -> Env {
 
 /// The sandbox's netns, open; gone: CNI code 3 (unknown container).
 fn netns_of(sb: &Sandbox) -> Result<(NetNs, RouteSocket), CniError> {
-    let ns = NetNs::open(&sb.netns).map_err(|e| {
-        let c = if e.is_not_found() {
-            code::UNKNOWN_CONTAINER
-        } else {
-            code::INVALID_ENV
-        };
-        CniError::new(c, e.to_string())
-    })?;
+    let ns = NetNs::open(&sb.netns).map_err(Error::Netns)?;
     let sock = RouteSocket::in_netns(&ns).map_err(|e| gone(sb, e))?;
     Ok((ns, sock))
 }
 
-fn gone(sb: &Sandbox, e: podgate_kit::Error) -> CniError {
-    CniError::new(
-        code::UNKNOWN_CONTAINER,
-        format!("sandbox {} netns {}: {e}", sb.id, sb.netns.display()),
-    )
+fn gone(sb: &Sandbox, source: podgate_kit::Error) -> Error {
+    Error::SandboxGone {
+        id: sb.id.clone(),
+        netns: sb.netns.clone(),
+        source,
+    }
 }
 
 /// The sandbox's pod interface: the one interface in its netns holding an
@@ -157,8 +151,10 @@ pub fn interface_of(sb: &Sandbox) -> Result<String, CniError> {
         .into_iter()
         .filter_map(|a| Some((link::name_of(&links, a.index)?.to_string(), a.addr.addr())))
         .collect();
-    pick_interface(&held, &sb.ips)
-        .map_err(|m| CniError::new(code::INVALID_ENV, format!("sandbox {}: {m}", sb.id)))
+    Ok(
+        pick_interface(&held, &sb.ips)
+            .map_err(|m| Error::Env(format!("sandbox {}: {m}", sb.id)))?,
+    )
 }
 
 /// Why a sandbox's pod interface is not known (never guessed).
@@ -336,21 +332,21 @@ fn object_of(entry: &Value) -> Result<Map<String, Value>, CniError> {
     entry
         .as_object()
         .cloned()
-        .ok_or_else(|| CniError::invalid_config("podgate-router's entry is not an object"))
+        .ok_or_else(|| ConfigError::from("podgate-router's entry is not an object").into())
 }
 
-/// The config as a plugin would have read it from stdin, and its version.
+/// The config as a plugin would have read it from stdin, and its version
+/// (checked as the CNI protocol checks it for a runtime's call).
 fn parsed(conf: Map<String, Value>) -> Result<(NetConf, Version), CniError> {
     let conf = NetConf::parse(Value::Object(conf).to_string().as_bytes())?;
-    let version = Version::parse(&conf.cni_version).ok_or_else(|| {
-        CniError::incompatible_version(format!("cniVersion {:?}", conf.cni_version))
-    })?;
+    let version = version::require_supported(&conf.cni_version)?;
     Ok((conf, version))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use podgate_cni::code;
     use std::process::Command;
 
     fn ip(args: &[&str]) {
@@ -446,6 +442,53 @@ mod tests {
             "assign": [{"namespace": "vpn", "profile": "p"}]
         });
         (tmp, state, entry)
+    }
+
+    /// The CNI error's details of a kit error: errno and object (JSON).
+    fn details(e: &CniError) -> Value {
+        assert!(!e.details.is_empty(), "no details in {e}");
+        serde_json::from_str(&e.details).unwrap()
+    }
+
+    /// A sandbox whose netns is not there is an unknown container (code 3)
+    /// whose details carry the failing open's errno and the path it opened.
+    #[test]
+    fn a_missing_netns_is_unknown_and_its_details_name_the_errno_and_the_path() {
+        let path = PathBuf::from(format!("/run/netns/pg-adopt-none-{}", std::process::id()));
+        let e = interface_of(&sandbox("vpn", path.clone())).unwrap_err();
+        assert_eq!(e.code, code::UNKNOWN_CONTAINER, "{e}");
+        let d = details(&e);
+        assert_eq!(d["errnoName"], "ENOENT", "{e}");
+        assert_eq!(d["errno"], 2, "{e}");
+        assert_eq!(d["object"], path.display().to_string(), "{e}");
+    }
+
+    /// An entry of a cniVersion the plugin does not speak is refused as a
+    /// runtime's call would be (code 1), not adopted under it.
+    #[test]
+    fn an_entry_of_an_unsupported_version_is_refused_as_the_protocol_refuses_it() {
+        let (_tmp, _state, mut entry) = fixture("version");
+        for v in ["0.2.0", "2.0.0"] {
+            entry["cniVersion"] = json!(v);
+            let e = parsed(object_of(&entry).unwrap()).unwrap_err();
+            assert_eq!(e.code, code::INCOMPATIBLE_VERSION, "{v}: {e}");
+        }
+    }
+
+    /// STATUS on a state dir that is a file: code 50, the same message, and
+    /// details naming the failing call's errno and the path.
+    #[test]
+    fn status_on_an_unusable_state_dir_names_the_errno_and_the_path() {
+        let (_tmp, state, mut entry) = fixture("status");
+        std::fs::write(&state, b"not a directory").unwrap();
+        entry["stateDir"] = json!(state);
+        let (conf, _) = parsed(object_of(&entry).unwrap()).unwrap();
+        let e = Router.status(&conf).unwrap_err();
+        assert_eq!(e.code, code::NOT_AVAILABLE, "{e}");
+        assert!(e.msg.starts_with("state dir unusable: "), "{e}");
+        let d = details(&e);
+        assert!(d["errno"].is_u64(), "{e}");
+        assert_eq!(d["object"], state.display().to_string(), "{e}");
     }
 
     #[test]

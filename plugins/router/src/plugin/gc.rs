@@ -2,6 +2,7 @@
 
 use super::{key_of, load, log_swept, open_netns, selection};
 use crate::apply::{self, Failures};
+use crate::config::ConfigError;
 use crate::error::Error;
 use crate::kernel::Live;
 use crate::lifecycle::{self, Census};
@@ -16,7 +17,7 @@ use serde_json::json;
 pub(super) fn check(req: &Request) -> Result<(), CniError> {
     let cfg = load(&req.conf)?;
     if req.conf.prev_result.is_none() {
-        return Err(CniError::invalid_config("CHECK needs prevResult"));
+        return Err(ConfigError::from("CHECK needs prevResult").into());
     }
     let sel = selection(&cfg, req)?;
     let key = key_of(req);
@@ -28,12 +29,7 @@ pub(super) fn check(req: &Request) -> Result<(), CniError> {
         .flatten();
     let rec = match (sel, rec) {
         (None, None) => return Ok(()),
-        (Some(s), None) => {
-            return Err(CniError::apply(format!(
-                "profile {:?} applies to this pod but podgate has no record of applying it",
-                s.name
-            )))
-        }
+        (Some(s), None) => return Err(Error::NotRecorded(s.name.to_string()).into()),
         (_, Some(r)) => r,
     };
     let ns = open_netns(req)?;
@@ -51,12 +47,13 @@ pub(super) fn check(req: &Request) -> Result<(), CniError> {
 
 pub(super) fn status(conf: &NetConf) -> Result<(), CniError> {
     let cfg = load(conf)?;
-    let store = StateStore::open(&cfg.state_dir)
-        .map_err(|e| CniError::not_available(format!("state dir unusable: {e}")))?;
-    store
-        .lock()
-        .map(|_| ())
-        .map_err(|e| CniError::not_available(format!("state dir unusable: {e}")))
+    let unusable = |source| Error::Unavailable {
+        what: Some("state dir unusable"),
+        source,
+    };
+    let store = StateStore::open(&cfg.state_dir).map_err(unusable)?;
+    store.lock().map_err(unusable)?;
+    Ok(())
 }
 
 /// One GC request: the attachments the runtime still knows.

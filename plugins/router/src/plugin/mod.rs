@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::intent::{self, PodIntent, Selection};
 use crate::lifecycle::Swept;
 use podgate_cni::log::Logger;
-use podgate_cni::{code, Added, Attachment, CniError, NetConf, Plugin, Request};
+use podgate_cni::{Added, Attachment, CniError, NetConf, Plugin, Request};
 use podgate_kit::netns::NetNs;
 use podgate_kit::state::{Key, StateStore};
 use serde_json::json;
@@ -46,7 +46,8 @@ fn require_caps() -> Result<(), CniError> {
             "podgate-router enters the pod's network namespace (setns)",
         ),
     ])
-    .map_err(|e| CniError::new(podgate_cni::code::NOT_AVAILABLE, e.to_string()))
+    .map_err(|source| Error::Unavailable { what: None, source })?;
+    Ok(())
 }
 
 fn key_of(req: &Request) -> Key {
@@ -62,14 +63,8 @@ fn open_netns(req: &Request) -> Result<NetNs, CniError> {
         .env
         .netns
         .as_deref()
-        .ok_or_else(|| CniError::invalid_env("CNI_NETNS is missing"))?;
-    NetNs::open(path).map_err(|e| {
-        if e.is_not_found() {
-            CniError::new(code::UNKNOWN_CONTAINER, e.to_string())
-        } else {
-            CniError::invalid_env(e.to_string())
-        }
-    })
+        .ok_or_else(|| Error::Env("CNI_NETNS is missing".into()))?;
+    Ok(NetNs::open(path).map_err(Error::Netns)?)
 }
 
 /// The pod's addresses on this interface from prevResult (DEL may have it).
