@@ -46,8 +46,6 @@ fn head_commit() -> String {
 struct Built {
     tag: String,
     archive: PathBuf,
-    // Holds `archive`.
-    _dir: TempDir,
 }
 
 /// Builds (once per test process) the image for `arch`, tagged
@@ -62,9 +60,13 @@ fn built(arch: &'static str) -> &'static Built {
     };
     cell.get_or_init(|| {
         require_root();
-        let dir = TempDir::new(&format!("image-{arch}"));
+        // In the build's own target dir, replaced by each run: a static is
+        // never dropped, so a temporary dir held here would be left behind.
+        let dir = podgate_integration::target_dir().join("podgate-image-tests");
+        std::fs::create_dir_all(&dir).unwrap();
         let tag = format!("localhost/podgate-it:{arch}");
-        let archive = dir.path().join("image.tar");
+        let archive = dir.join(format!("{arch}.tar"));
+        let _ = std::fs::remove_file(&archive);
         let started = std::time::Instant::now();
         let out = run(Command::new("bash")
             .arg(workspace_root().join("integration/image/build.sh"))
@@ -80,11 +82,7 @@ fn built(arch: &'static str) -> &'static Built {
             "image {tag} built in {:.0} s",
             started.elapsed().as_secs_f64()
         );
-        Built {
-            tag,
-            archive,
-            _dir: dir,
-        }
+        Built { tag, archive }
     })
 }
 
