@@ -8,7 +8,8 @@
 #   plugins  github.com/containernetworking/plugins v1.10.0: the primaries
 #            the tests chain after and the bench's tuning
 # Each is built once per version into
-# ${PODGATE_CACHE:-~/.cache/podgate}/go/<name>-<version>/, with a line saying
+# ${PODGATE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/podgate}/go/<name>-<version>/
+# (the cache k8s/build.sh and image/build.sh use), with a line saying
 # so and how long it took. A piece that cannot be had (no Go, no proxy, a
 # build error) fails the script with the reason.
 #
@@ -18,7 +19,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 go_bin="${PODGATE_GO:-/usr/local/go/bin/go}"
-cache="${PODGATE_CACHE:-$HOME/.cache/podgate}/go"
+cache="${PODGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podgate}/go"
 
 plugins_version=v1.10.0
 plugins_module=github.com/containernetworking/plugins
