@@ -37,6 +37,8 @@ pub struct ReportArgs {
     /// Where to write: a path ending in .tar is an archive, `-` the archive
     /// on stdout, anything else a new directory
     /// [default: ./podgate-report-<host>-<time>.tar].
+    // This text is the --help line, where <host> is a placeholder, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// The CNI conf dir (conflists are copied, podgate's entries read).
