@@ -389,8 +389,9 @@ fn shim_sockets(state: &Path) -> Vec<PathBuf> {
 }
 
 /// Removes `/sys/fs/cgroup/<controller>/<parent>` (and below) in every
-/// hierarchy (v1 and v2); cgroups of dead processes are empty dirs.
-fn remove_cgroup_tree(parent: &str) {
+/// hierarchy (v1 and v2), killing whatever process is still in it (a shim
+/// or a container the netns kills missed, or one still exiting).
+pub fn remove_cgroup_tree(parent: &str) {
     let rel = parent.trim_start_matches('/');
     if rel.is_empty() {
         return;
@@ -419,8 +420,31 @@ fn rmdir_tree(dir: &Path) {
             rmdir_tree(&e.path());
         }
     }
-    if let Err(e) = fs::remove_dir(dir) {
-        eprintln!("warning: rmdir {}: {e}", dir.display());
+    // rmdir fails with EBUSY while a process is in the cgroup, and a
+    // process killed a moment ago may still be in it.
+    for attempt in 1.. {
+        kill_members(dir);
+        match fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < 100 => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                eprintln!("warning: rmdir {}: {e}", dir.display());
+                return;
+            }
+        }
+    }
+}
+
+/// SIGKILL to every process in cgroup `dir` (never this test process).
+fn kill_members(dir: &Path) {
+    let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        if pid > 1 && pid != std::process::id() as i32 {
+            // SAFETY: kill(2) on a process in this test's own cgroup tree.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
 }
 

@@ -444,3 +444,38 @@ fn snapshot_detects_changes() {
     assert!(ping(&ns, "192.0.2.1", 1));
     assert_same(&changed, &snapshot(&ns));
 }
+
+/// The containerd harness's cgroup cleanup removes a tree with a process
+/// still in it (a shim or container its netns kills missed, or one still
+/// exiting): the process is killed and every directory removed.
+#[test]
+fn a_cgroup_tree_with_a_live_process_in_it_is_removed() {
+    require_root();
+    use podgate_integration::containerd::{cgroup_tree_exists, remove_cgroup_tree};
+    let parent = format!("podgate-it-rmtree-{}", std::process::id());
+    let v1 = Path::new("/sys/fs/cgroup/pids");
+    let hierarchy = if v1.is_dir() {
+        v1
+    } else {
+        Path::new("/sys/fs/cgroup")
+    };
+    let inner = hierarchy.join(&parent).join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    let mut sleeper = Command::new("sleep").arg("600").spawn().unwrap();
+    std::fs::write(inner.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+
+    remove_cgroup_tree(&parent);
+    let gone = !cgroup_tree_exists(&parent);
+    // Removed only once the process left it: it has exited by then.
+    let killed = sleeper.try_wait().unwrap().is_some();
+    if !killed {
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+    }
+    if !gone {
+        let _ = std::fs::remove_dir(&inner);
+        let _ = std::fs::remove_dir(hierarchy.join(&parent));
+    }
+    assert!(gone, "{parent} left in {}", hierarchy.display());
+    assert!(killed, "the process in {parent} was left running");
+}

@@ -93,14 +93,16 @@ pub fn unguarded(
     };
     let file = installer_state_dir.join(crate::history::FILE);
     if !file.exists() {
-        return Err(crate::Error::Agent(format!(
-            "{} does not exist: no installer (install --watch) recorded when the runtime served the chain there",
-            file.display()
-        )));
+        return Err(crate::Error::NoHistory(file));
     }
     let h = HistoryFile::new(installer_state_dir)?.load()?;
-    let (_, sandboxes) = podgate_cri::ready_sandboxes(endpoint, |c| unguarded_at(&h, c))
-        .map_err(|e| crate::Error::Agent(e.to_string()))?;
+    let (_, sandboxes) =
+        podgate_cri::ready_sandboxes(endpoint, |c| unguarded_at(&h, c)).map_err(|source| {
+            crate::Error::Cri {
+                daemon: crate::Daemon::Agent,
+                source,
+            }
+        })?;
     Ok(Some(
         unguarded_of(&h, &g, &sandboxes)
             .into_iter()

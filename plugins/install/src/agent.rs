@@ -17,7 +17,7 @@ use crate::history::HistoryFile;
 use crate::logging::{info, warn};
 use crate::metrics::{self, events::Spool, http};
 use crate::sweep::Sweep;
-use crate::{AgentLogArgs, ChainArgs, ChainProbe, Error};
+use crate::{AgentLogArgs, ChainArgs, ChainProbe, Daemon, Error};
 use clap::Args;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -169,7 +169,7 @@ impl Worker {
                 });
                 let _ = finished.send(());
             })
-            .map_err(|e| Error::Agent(format!("worker thread: {e}")))?;
+            .map_err(Error::sys(Daemon::Agent, "worker thread"))?;
         Ok(Worker { stop, done })
     }
 
@@ -288,7 +288,7 @@ fn once(
     }
     match failed.is_empty() {
         true => Ok(()),
-        false => Err(Error::Agent(failed.join("; "))),
+        false => Err(Error::PassFailed(failed)),
     }
 }
 
@@ -348,19 +348,15 @@ pub fn run(args: &AgentArgs) -> Result<(), Error> {
     if args.once {
         return once(&probe, spool, adopter, sweep.as_ref());
     }
-    let addr = args
-        .metrics_address
-        .ok_or_else(|| Error::Agent("--metrics-address is required without --once".into()))?;
+    let addr = args.metrics_address.ok_or(Error::NoMetricsAddress)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Agent(format!("tokio runtime: {e}")))?;
+        .map_err(Error::sys(Daemon::Agent, "tokio runtime"))?;
     rt.block_on(async {
-        let listener =
-            http::bind(addr).map_err(|e| Error::Agent(format!("--metrics-address {addr}: {e}")))?;
-        let signal = |kind| {
-            tokio::signal::unix::signal(kind).map_err(|e| Error::Agent(format!("signals: {e}")))
-        };
+        let listener = http::bind(addr).map_err(|source| Error::MetricsBind { addr, source })?;
+        let signal =
+            |kind| tokio::signal::unix::signal(kind).map_err(Error::sys(Daemon::Agent, "signals"));
         let term = signal(tokio::signal::unix::SignalKind::terminate())?;
         let int = signal(tokio::signal::unix::SignalKind::interrupt())?;
         let adopting = adopter.is_some();

@@ -4,7 +4,7 @@ use crate::logging::{info, warn};
 use crate::readiness::{readiness, Readiness};
 use crate::runtime::{self, Runtime};
 use crate::{
-    agent, args::source_of, fsx, history, logging, migrate, reconcile, sys, watch, Error,
+    agent, args::source_of, fsx, history, logging, migrate, reconcile, sys, watch, Daemon, Error,
     InstallArgs, UninstallArgs, LEGACY_STATE_DIR,
 };
 use std::time::Duration;
@@ -85,7 +85,7 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
     }
     // Signals blocked before the work, so a SIGTERM during it is not lost.
     let signals = match args.wait {
-        true => Some(sys::Signals::new().map_err(|e| Error::Watch(format!("signalfd: {e}")))?),
+        true => Some(sys::Signals::new().map_err(Error::sys(Daemon::Watch, "signalfd"))?),
         false => None,
     };
     for msg in reconcile::unchain_all(&node)? {
@@ -105,14 +105,14 @@ pub fn uninstall(args: &UninstallArgs) -> Result<(), Error> {
         info("uninstalled; waiting for SIGTERM");
         loop {
             sys::poll_readable([signals.fd()], Duration::from_secs(3600))
-                .map_err(|e| Error::Watch(format!("poll: {e}")))?;
+                .map_err(Error::sys(Daemon::Watch, "poll"))?;
             match signals.read() {
                 Ok(Some(libc::SIGHUP)) | Ok(None) => {}
                 Ok(Some(sig)) => {
                     info(format!("signal {sig}: stopping"));
                     break;
                 }
-                Err(e) => return Err(Error::Watch(format!("signalfd: {e}"))),
+                Err(e) => return Err(Error::sys(Daemon::Watch, "signalfd")(e)),
             }
         }
         if let Some(dir) = &args.purge_state_dir {

@@ -6,7 +6,7 @@
 //! with `--allow-stop`, StopPodSandbox for `--repair-unguarded`.
 
 use crate::logging::{self, info, warn};
-use crate::{AgentLogArgs, Error};
+use crate::{AgentLogArgs, Daemon, Error};
 use clap::Args;
 use podgate_cni::log::Level;
 use podgate_cri::proxy::{self, Event, Filter};
@@ -33,9 +33,11 @@ pub struct CriProxyArgs {
 
 pub fn run(args: &CriProxyArgs) -> Result<(), Error> {
     logging::set(&args.log, "cri-proxy");
-    let err = |what: &str, e: &dyn std::fmt::Display| Error::CriProxy(format!("{what}: {e}"));
     let upstream = match &args.runtime_endpoint {
-        Some(e) => Some(podgate_cri::socket_path(e).map_err(|e| err("--runtime-endpoint", &e))?),
+        Some(e) => Some(podgate_cri::socket_path(e).map_err(|source| Error::Cri {
+            daemon: Daemon::CriProxy,
+            source,
+        })?),
         None => None,
     };
     let mut allowed = proxy::READS.to_vec();
@@ -45,15 +47,17 @@ pub fn run(args: &CriProxyArgs) -> Result<(), Error> {
     let listener = crate::socket::bind(&args.listen)?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| err("listener", &e))?;
+        .map_err(Error::sys(Daemon::CriProxy, "listener"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| err("tokio runtime", &e))?;
+        .map_err(Error::sys(Daemon::CriProxy, "tokio runtime"))?;
     rt.block_on(async {
-        let listener =
-            tokio::net::UnixListener::from_std(listener).map_err(|e| err("listener", &e))?;
-        let signal = |kind| tokio::signal::unix::signal(kind).map_err(|e| err("signals", &e));
+        let listener = tokio::net::UnixListener::from_std(listener)
+            .map_err(Error::sys(Daemon::CriProxy, "listener"))?;
+        let signal = |kind| {
+            tokio::signal::unix::signal(kind).map_err(Error::sys(Daemon::CriProxy, "signals"))
+        };
         let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
         info(format!(

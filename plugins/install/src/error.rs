@@ -92,17 +92,40 @@ pub enum Error {
     SortsAfter { own: String, primary: String },
     #[error("{0} exists and was not written by podgate; pass another --conflist-name")]
     OwnTaken(String),
-    #[error("watch: {0}")]
-    Watch(String),
-    #[error("agent: {0}")]
-    Agent(String),
+    /// A system call of one of the long-running commands (signalfd, poll,
+    /// inotify, a thread, a runtime, a listener).
+    #[error("{daemon}: {what}: {source}")]
+    Sys {
+        daemon: Daemon,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    /// The watched conf dir itself was removed or moved.
+    #[error("watch: {} went away (inotify mask {mask:#x}); exiting so the watcher restarts on the new directory", dir.display())]
+    ConfDirGone { dir: PathBuf, mask: u32 },
     /// The agent's metrics counters could not be loaded.
     #[error("agent: {0}")]
     Spool(#[from] crate::metrics::events::SpoolError),
-    #[error("sysctl broker: {0}")]
-    Broker(String),
-    #[error("CRI proxy: {0}")]
-    CriProxy(String),
+    /// What failed in one agent pass (adoption, repair, sweep), each named.
+    #[error("agent: {}", .0.join("; "))]
+    PassFailed(Vec<String>),
+    #[error("agent: --metrics-address is required without --once")]
+    NoMetricsAddress,
+    #[error("agent: --metrics-address {addr}: {source}")]
+    MetricsBind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    /// The agent repairs unguarded sandboxes by the installer's history,
+    /// which is not there.
+    #[error("agent: {} does not exist: no installer (install --watch) recorded when the runtime served the chain there", .0.display())]
+    NoHistory(PathBuf),
+    /// A CRI call of the agent or the CRI proxy.
+    #[error("{daemon}: {source}")]
+    Cri {
+        daemon: Daemon,
+        source: podgate_cri::CriError,
+    },
     /// An installer record that names a file the installer could not have
     /// written (not a plain file name of the conf dir, or not the one its
     /// own file name says).
@@ -116,6 +139,26 @@ pub enum Error {
     Kit(podgate_kit::Error),
 }
 
+/// The long-running command an [`Error::Sys`] or [`Error::Cri`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Daemon {
+    Watch,
+    Agent,
+    Broker,
+    CriProxy,
+}
+
+impl std::fmt::Display for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Daemon::Watch => "watch",
+            Daemon::Agent => "agent",
+            Daemon::Broker => "sysctl broker",
+            Daemon::CriProxy => "CRI proxy",
+        })
+    }
+}
+
 impl From<podgate_kit::Error> for Error {
     fn from(e: podgate_kit::Error) -> Error {
         match e {
@@ -126,6 +169,15 @@ impl From<podgate_kit::Error> for Error {
 }
 
 impl Error {
+    /// A failed system call of `daemon`.
+    pub fn sys(daemon: Daemon, what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+        move |source| Error::Sys {
+            daemon,
+            what,
+            source,
+        }
+    }
+
     pub fn io(op: &'static str, path: &Path, source: std::io::Error) -> Error {
         Error::Io {
             op,
@@ -165,5 +217,45 @@ impl Error {
                     | Error::PrimaryMissing { .. }
                     | Error::Vanished(_)
             )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// A daemon's failed system call names the daemon and the call and
+    /// keeps the OS error as its source (errno for whoever matches on it).
+    #[test]
+    fn a_system_call_failure_keeps_its_os_error() {
+        let e = Error::sys(Daemon::Broker, "poll")(std::io::Error::from_raw_os_error(libc::EBADF));
+        assert!(e.to_string().starts_with("sysctl broker: poll: "), "{e}");
+        let source = e.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            source.and_then(|s| s.raw_os_error()),
+            Some(libc::EBADF),
+            "{e:?}"
+        );
+    }
+
+    /// A CRI failure keeps the CRI error, typed.
+    #[test]
+    fn a_cri_failure_keeps_the_cri_error() {
+        let e = Error::Cri {
+            daemon: Daemon::CriProxy,
+            source: podgate_cri::CriError::BadEndpoint("tcp://x".into()),
+        };
+        assert!(
+            e.to_string().starts_with("CRI proxy: --runtime-endpoint"),
+            "{e}"
+        );
+        let source = e
+            .source()
+            .and_then(|s| s.downcast_ref::<podgate_cri::CriError>());
+        assert!(
+            matches!(source, Some(podgate_cri::CriError::BadEndpoint(_))),
+            "{e:?}"
+        );
     }
 }

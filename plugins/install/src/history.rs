@@ -227,26 +227,28 @@ impl HistoryFile {
         let Some(bytes) = fsx::read_opt(&self.path)? else {
             return Ok(History::fresh(&self.boot_id));
         };
-        let v: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| self.corrupt(e.to_string()))?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| self.corrupt(e))?;
         let same_boot = v.get("bootId").and_then(|b| b.as_str()) == Some(self.boot_id.as_str());
         let same_version = v.get("version").and_then(|b| b.as_u64()) == Some(u64::from(VERSION));
         if !(same_boot && same_version) {
             return Ok(History::fresh(&self.boot_id));
         }
-        serde_json::from_value(v).map_err(|e| self.corrupt(e.to_string()))
+        serde_json::from_value(v).map_err(|e| self.corrupt(e))
     }
 
     pub fn save(&self, h: &History) -> Result<(), Error> {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
         }
-        let text = serde_json::to_vec_pretty(h).map_err(|e| self.corrupt(e.to_string()))?;
+        let text = serde_json::to_vec_pretty(h).map_err(|e| self.corrupt(e))?;
         fsx::atomic_write(&self.path, &text, 0o644)
     }
 
-    fn corrupt(&self, msg: String) -> Error {
-        Error::Watch(format!("{}: {msg}", self.path.display()))
+    fn corrupt(&self, source: serde_json::Error) -> Error {
+        Error::StateCorrupt {
+            path: self.path.clone(),
+            source,
+        }
     }
 }
 
@@ -371,7 +373,13 @@ mod tests {
         let h = f.load().unwrap();
         assert!(!h.router.observed() && !h.guard.observed(), "{h:?}");
         std::fs::write(dir.join(FILE), b"{not json").unwrap();
-        assert!(f.load().is_err(), "corrupt evidence is an error");
+        match f.load() {
+            Err(Error::StateCorrupt { path, source }) => {
+                assert_eq!(path, dir.join(FILE));
+                assert!(source.is_syntax(), "{source}");
+            }
+            other => panic!("corrupt evidence is an error naming the file: {other:?}"),
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -58,7 +58,7 @@ mod commands;
 pub use commands::{install, uninstall};
 pub mod cri_proxy;
 mod error;
-pub use error::Error;
+pub use error::{Daemon, Error};
 pub mod fsx;
 mod history;
 pub mod json;

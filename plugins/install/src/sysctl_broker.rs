@@ -8,7 +8,7 @@
 
 use crate::logging::{self, info, warn};
 use crate::sys::{poll_readable, Signals};
-use crate::{AgentLogArgs, Error};
+use crate::{AgentLogArgs, Daemon, Error};
 use clap::Args;
 use podgate_cni::log::Level;
 use podgate_kit::sysctl::broker::{Broker, Outcome};
@@ -32,8 +32,7 @@ pub struct SysctlBrokerArgs {
 
 pub fn run(args: &SysctlBrokerArgs) -> Result<(), Error> {
     logging::set(&args.log, "sysctl-broker");
-    let err = |what: &str, e: &dyn std::fmt::Display| Error::Broker(format!("{what}: {e}"));
-    let signals = Signals::new().map_err(|e| err("signalfd", &e))?;
+    let signals = Signals::new().map_err(Error::sys(Daemon::Broker, "signalfd"))?;
     let broker = Broker::new(
         args.proc_sys.clone(),
         podgate_router::routing::node_sysctl_allowed,
@@ -41,7 +40,7 @@ pub fn run(args: &SysctlBrokerArgs) -> Result<(), Error> {
     let listener = crate::socket::bind(&args.listen)?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| err("listener", &e))?;
+        .map_err(Error::sys(Daemon::Broker, "listener"))?;
     info(format!(
         "serving {}: pods' net.* sysctls in their own namespace, in the node's only podgate-router's node settings; writing through {}",
         args.listen.display(),
@@ -50,9 +49,12 @@ pub fn run(args: &SysctlBrokerArgs) -> Result<(), Error> {
     loop {
         let [conn, sig] =
             poll_readable([listener.as_fd(), signals.fd()], Duration::from_secs(3600))
-                .map_err(|e| err("poll", &e))?;
+                .map_err(Error::sys(Daemon::Broker, "poll"))?;
         if sig {
-            match signals.read().map_err(|e| err("signalfd", &e))? {
+            match signals
+                .read()
+                .map_err(Error::sys(Daemon::Broker, "signalfd"))?
+            {
                 Some(libc::SIGHUP) | None => {}
                 Some(s) => {
                     info(format!("signal {s}: stopping"));

@@ -16,7 +16,7 @@ use super::reconcile::{self, Applied, Node, Source};
 use super::runtime::{self, Runtime};
 use super::sys::{poll_readable, Inotify, Signals, WatchDescriptor};
 use super::validate::BINARIES;
-use super::{Error, Readiness};
+use super::{Daemon, Error, Readiness};
 use crate::logging::{info, warn};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -46,10 +46,6 @@ const DIR_MASK: u32 = libc::IN_CREATE
     | libc::IN_ONLYDIR;
 const SELF_MASK: u32 = libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
 const SELF_GONE: u32 = SELF_MASK | libc::IN_IGNORED | libc::IN_UNMOUNT;
-
-fn watch_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Watch(format!("{what}: {e}"))
-}
 
 /// The `--ready-file`: present (naming the chained file) only while the
 /// chain is in place.
@@ -115,7 +111,7 @@ impl Watches {
     fn add(ino: &Inotify, node: &Node, src: &Source) -> Result<Watches, Error> {
         let add = |dir: &Path, mask: u32| {
             ino.add(dir, mask)
-                .map_err(|e| watch_err(&format!("watching {}", dir.display()), e))
+                .map_err(|e| Error::io("watching", dir, e))
         };
         let plugins_dir = dir_of(&src.plugins_file);
         Ok(Watches {
@@ -143,11 +139,10 @@ impl Watches {
             .iter()
             .find(|e| e.wd == self.conf && e.mask & SELF_GONE != 0)
         {
-            return Err(Error::Watch(format!(
-                "{} went away (inotify mask {:#x}); exiting so the watcher restarts on the new directory",
-                node.conf_dir.display(),
-                e.mask
-            )));
+            return Err(Error::ConfDirGone {
+                dir: node.conf_dir.clone(),
+                mask: e.mask,
+            });
         }
         Ok(events
             .iter()
@@ -179,11 +174,11 @@ fn dir_of(p: &Path) -> PathBuf {
 }
 
 pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
-    let signals = Signals::new().map_err(|e| watch_err("signalfd", e))?;
+    let signals = Signals::new().map_err(Error::sys(Daemon::Watch, "signalfd"))?;
     for dir in [&node.conf_dir, &node.bin_dir] {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
     }
-    let ino = Inotify::new().map_err(|e| watch_err("inotify", e))?;
+    let ino = Inotify::new().map_err(Error::sys(Daemon::Watch, "inotify"))?;
     let watches = Watches::add(&ino, node, src)?;
     info(format!(
         "watching {} (primary: {}; plugins: {})",
@@ -203,7 +198,7 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
         let timeout = schedule.wake().saturating_duration_since(Instant::now());
         let [signalled, changed] = match poll_readable([signals.fd(), ino.fd()], timeout) {
             Ok(r) => r,
-            Err(e) => break Err(watch_err("poll", e)),
+            Err(e) => break Err(Error::sys(Daemon::Watch, "poll")(e)),
         };
         if signalled {
             match signals.read() {
@@ -213,11 +208,11 @@ pub fn run(node: &Node, src: &Source, opts: &WatchOpts) -> Result<(), Error> {
                     break Ok(());
                 }
                 Ok(None) => {}
-                Err(e) => break Err(watch_err("signalfd", e)),
+                Err(e) => break Err(Error::sys(Daemon::Watch, "signalfd")(e)),
             }
         }
         if changed {
-            match ino.read().map_err(|e| watch_err("inotify", e)) {
+            match ino.read().map_err(Error::sys(Daemon::Watch, "inotify")) {
                 Ok(events) => match watches.judge(&events, node) {
                     Ok(true) => schedule.changed(),
                     Ok(false) => {}

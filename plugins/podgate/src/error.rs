@@ -14,6 +14,8 @@ pub mod exit {
     pub const USAGE: i32 = 64;
 }
 
+use std::path::PathBuf;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
@@ -26,7 +28,54 @@ pub enum Error {
     /// Not allowed by design.
     #[error("{0}")]
     Refused(String),
-    /// Anything else, already phrased for the operator.
+    /// The installer, the agent and their helpers (podgate-install's errors).
+    #[error(transparent)]
+    Install(#[from] podgate_install::Error),
+    /// Finding a pod's sandbox over CRI.
+    #[error(transparent)]
+    Cri(#[from] podgate_cri::CriError),
+    /// A network namespace that could not be opened (`what` names whose).
+    #[error("{what}: {source}")]
+    Netns {
+        what: String,
+        source: podgate_kit::Error,
+    },
+    /// A file the command reads or writes.
+    #[error("{op} {}: {source}", path.display())]
+    File {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A file that is not the JSON expected.
+    #[error("{}: {source}", path.display())]
+    FileJson {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    /// The plugins file an admission policy is rendered from.
+    #[error("{}: {source}", path.display())]
+    Policy {
+        path: PathBuf,
+        source: crate::admission::RenderError,
+    },
+    /// Writing the report's tar stream (`entry`: the file being added).
+    #[error("report archive{}: {source}", entry.as_deref().map(|e| format!(" entry {e}")).unwrap_or_default())]
+    Archive {
+        entry: Option<String>,
+        source: std::io::Error,
+    },
+    /// A sysctl the namespace does not have.
+    #[error("{0}: no such sysctl in this netns")]
+    NoSuchSysctl(podgate_kit::Error),
+    /// Whether a sysctl is per network namespace could not be told.
+    #[error("{name}: cannot tell whether it is per network namespace (a new namespace: {source}); nothing written")]
+    SysctlProbe {
+        name: String,
+        source: std::io::Error,
+    },
+    /// Anything else, already phrased for the operator (no underlying
+    /// error: a lookup that found nothing, an ambiguous ID).
     #[error("{0}")]
     Msg(String),
     #[error("writing output: {0}")]

@@ -37,6 +37,8 @@ pub struct ReportArgs {
     /// Where to write: a path ending in .tar is an archive, `-` the archive
     /// on stdout, anything else a new directory
     /// [default: ./podgate-report-<host>-<time>.tar].
+    // This text is the --help line, where <host> is a placeholder, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// The CNI conf dir (conflists are copied, podgate's entries read).
@@ -467,7 +469,7 @@ pub fn run(a: &ReportArgs) -> Result<Found> {
     if output.as_os_str() == "-" {
         // The archive itself on stdout (kubectl exec ... > report.tar).
         let mut out = std::io::stdout().lock();
-        tar::write(&mut out, &parts.files, now).map_err(Error::msg)?;
+        tar::write(&mut out, &parts.files, now)?;
         podgate_cni::log::stderr_line(&summary("tar on stdout".into()));
         return Ok(Found::Ok);
     }
@@ -588,7 +590,11 @@ fn default_output(now: u64) -> PathBuf {
 
 fn write_out(output: &Path, files: &[(String, Vec<u8>)], now: u64) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let err = |p: &Path, e: std::io::Error| Error::msg(format!("{}: {e}", p.display()));
+    let err = |p: &Path, source: std::io::Error| Error::File {
+        op: "writing",
+        path: p.to_path_buf(),
+        source,
+    };
     if output.extension().is_some_and(|e| e == "tar") {
         let mut tmp = output.as_os_str().to_os_string();
         tmp.push(".tmp");
@@ -600,7 +606,7 @@ fn write_out(output: &Path, files: &[(String, Vec<u8>)], now: u64) -> Result<()>
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| err(&tmp, e))?;
-        let written = tar::write(&mut f, files, now).map_err(Error::msg);
+        let written = tar::write(&mut f, files, now);
         let done = written.and_then(|()| std::fs::rename(&tmp, output).map_err(|e| err(output, e)));
         if done.is_err() {
             let _ = std::fs::remove_file(&tmp);

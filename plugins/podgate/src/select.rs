@@ -114,7 +114,10 @@ fn open(path: &Path, what: &str) -> Result<NetNs> {
         if e.is_not_found() {
             Error::msg(format!("{what}: {} does not exist", path.display()))
         } else {
-            Error::msg(format!("{what}: {e}"))
+            Error::Netns {
+                what: what.into(),
+                source: e,
+            }
         }
     })
 }
@@ -194,7 +197,10 @@ impl Target {
                         path.display()
                     ))
                 } else {
-                    Error::msg(format!("container {id}: {e}"))
+                    Error::Netns {
+                        what: format!("container {id}"),
+                        source: e,
+                    }
                 }
             })?;
             let full = records
@@ -230,8 +236,7 @@ impl Target {
     /// that sandbox if it has any (a pod podgate never touched has none).
     fn select_k8s_pod(&self, spec: &str) -> Result<Selected> {
         let name = PodName::parse(spec).map_err(|e| Error::usage(e.to_string()))?;
-        let found = cri::find_pod(self.runtime_endpoint.as_deref(), &name)
-            .map_err(|e| Error::msg(e.to_string()))?;
+        let found = cri::find_pod(self.runtime_endpoint.as_deref(), &name)?;
         let ns = open(&found.netns, &format!("pod {name}"))?;
         let records = self.records_of(&found.sandbox_id).unwrap_or_default();
         Ok(Selected {
@@ -253,8 +258,7 @@ impl Target {
             return Ok(None);
         };
         let name = PodName::parse(spec).map_err(|e| Error::usage(e.to_string()))?;
-        let found = cri::find_pod(self.runtime_endpoint.as_deref(), &name)
-            .map_err(|e| Error::msg(e.to_string()))?;
+        let found = cri::find_pod(self.runtime_endpoint.as_deref(), &name)?;
         Ok(Some(found.sandbox_id))
     }
 

@@ -59,13 +59,19 @@ fn read(path: &Path) -> Result<String> {
     } else {
         std::fs::read_to_string(path).map(|t| text = t)
     };
-    read.map_err(|e| Error::msg(format!("reading {}: {e}", path.display())))?;
+    read.map_err(|source| Error::File {
+        op: "reading",
+        path: path.into(),
+        source,
+    })?;
     Ok(text)
 }
 
 fn policy(path: &Path, text: &str) -> Result<Policy> {
-    Policy::from_plugins(text.as_bytes())
-        .map_err(|e| Error::msg(format!("{}: {e}", path.display())))
+    Policy::from_plugins(text.as_bytes()).map_err(|source| Error::Policy {
+        path: path.into(),
+        source,
+    })
 }
 
 pub fn run(cmd: &AdmissionCmd) -> Result<Found> {

@@ -48,8 +48,7 @@ fn run_unguarded(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> 
         target.runtime_endpoint.as_deref(),
         &a.installer_state_dir,
         &a.plugins,
-    )
-    .map_err(|e| Error::Msg(e.to_string()))?;
+    )?;
     let rows: Vec<Unguarded> = list
         .iter()
         .flatten()
@@ -144,7 +143,7 @@ pub fn run(a: &InspectArgs, target: &Target, json: bool) -> Result<Found> {
     progress.done();
     let problem = out.iter().any(|a| a.state != State::Holds) || !corrupt.is_empty();
     let index_claims = match podgate_kit::state::StateStore::existing(&target.state_dir)? {
-        Some(store) => claims::index_claims(&store).map_err(|e| Error::Msg(e.to_string()))?,
+        Some(store) => claims::index_claims(&store)?,
         None => Vec::new(),
     };
     if json {

@@ -10,7 +10,7 @@ use podgate_install::sysctl_broker::SysctlBrokerArgs;
 use podgate_install::{InstallArgs, UninstallArgs};
 
 fn done(r: Result<(), podgate_install::Error>) -> Result<Found, Error> {
-    r.map(|()| Found::Ok).map_err(|e| Error::msg(e.to_string()))
+    r.map(|()| Found::Ok).map_err(Error::from)
 }
 
 pub fn install(args: &InstallArgs) -> Result<Found, Error> {

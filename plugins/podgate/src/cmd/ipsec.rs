@@ -70,10 +70,15 @@ pub fn guard_entry(v: &Value) -> Option<Value> {
 }
 
 fn read_entry(path: &Path) -> Result<Option<Value>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::msg(format!("{}: {e}", path.display())))?;
-    let v: Value =
-        serde_json::from_str(&text).map_err(|e| Error::msg(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::File {
+        op: "reading",
+        path: path.into(),
+        source,
+    })?;
+    let v: Value = serde_json::from_str(&text).map_err(|source| Error::FileJson {
+        path: path.into(),
+        source,
+    })?;
     Ok(guard_entry(&v))
 }
 
@@ -174,6 +179,34 @@ pub fn run(cmd: &IpsecCmd, target: &Target, json: bool) -> Result<Found> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `--config`: a missing file and one that is not JSON are errors
+    /// naming the file, with the I/O or JSON error kept.
+    #[test]
+    fn a_config_that_cannot_be_read_names_the_file() {
+        let tmp = tempfile::Builder::new()
+            .prefix("podgate-ipsec-config-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
+        let missing = dir.join("missing.conflist");
+        match read_entry(&missing) {
+            Err(Error::File { op, path, source }) => {
+                assert_eq!((op, path), ("reading", missing.clone()));
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = dir.join("bad.conflist");
+        std::fs::write(&bad, "{not json").unwrap();
+        match read_entry(&bad) {
+            Err(Error::FileJson { path, source }) => {
+                assert_eq!(path, bad);
+                assert!(source.is_syntax(), "{source}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn finds_the_guard_entry() {

@@ -72,11 +72,14 @@ fn check_per_netns(name: &str) -> Result<()> {
         }
     })
     .join()
-    .map_err(|_| Error::msg(format!("{name}: the check in a new network namespace panicked")))?
-    .map_err(|e| {
+    .map_err(|_| {
         Error::msg(format!(
-            "{name}: cannot tell whether it is per network namespace (a new namespace: {e}); nothing written"
+            "{name}: the check in a new network namespace panicked"
         ))
+    })?
+    .map_err(|source| Error::SysctlProbe {
+        name: name.into(),
+        source,
     })?;
     match seen {
         Some(true) => Ok(()),
@@ -247,9 +250,7 @@ fn set(pairs: &[String], dry_run: bool, target: &Target, json: bool) -> Result<F
         output::text(s)?;
     }
     match failure {
-        Some(e) if e.is_not_found() => {
-            Err(Error::msg(format!("{e}: no such sysctl in this netns")))
-        }
+        Some(e) if e.is_not_found() => Err(Error::NoSuchSysctl(e)),
         Some(e) => Err(e.into()),
         None => Ok(Found::Ok),
     }

@@ -5,7 +5,12 @@ use std::io::Write;
 
 /// Write `files` (archive path, content) as one tar stream, each file mode
 /// 0600 owned by root and stamped `mtime`.
-pub fn write(out: &mut impl Write, files: &[(String, Vec<u8>)], mtime: u64) -> Result<(), String> {
+pub fn write(
+    out: &mut impl Write,
+    files: &[(String, Vec<u8>)],
+    mtime: u64,
+) -> Result<(), crate::error::Error> {
+    use crate::error::Error;
     let mut archive = tar::Builder::new(out);
     for (name, body) in files {
         let mut header = tar::Header::new_ustar();
@@ -17,12 +22,18 @@ pub fn write(out: &mut impl Write, files: &[(String, Vec<u8>)], mtime: u64) -> R
         header.set_size(body.len() as u64);
         archive
             .append_data(&mut header, name, body.as_slice())
-            .map_err(|e| format!("{name}: {e}"))?;
+            .map_err(|source| Error::Archive {
+                entry: Some(name.clone()),
+                source,
+            })?;
     }
     archive
         .into_inner()
         .and_then(|out| out.flush())
-        .map_err(|e| e.to_string())
+        .map_err(|source| Error::Archive {
+            entry: None,
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -82,5 +93,27 @@ mod tests {
         let mut buf = Vec::new();
         write(&mut buf, &[("r/late".into(), b"y".to_vec())], mtime).unwrap();
         assert_eq!(read_back(&buf)[0].1, mtime);
+    }
+
+    /// A writer that fails: the error names the entry being written and
+    /// keeps the OS error.
+    #[test]
+    fn a_failed_write_names_the_entry_and_keeps_the_os_error() {
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        match write(&mut Full, &[("r/a.txt".into(), b"x".to_vec())], 0) {
+            Err(crate::error::Error::Archive { entry, source }) => {
+                assert_eq!(entry.as_deref(), Some("r/a.txt"));
+                assert_eq!(source.raw_os_error(), Some(libc::ENOSPC));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
