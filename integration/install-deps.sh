@@ -114,5 +114,5 @@ quiet bash "$here/runner/build.sh" --libcni13
 # tests/k8s: the real Kubernetes components, etcd, crictl and containerd
 # 2.x, built from the Go module proxy once per version into
 # ~/.cache/podgate (k8s/build.sh says when it builds and how long that
-# takes: about 15 minutes the first time).
+# takes: about 19 minutes the first time on 2 cores).
 bash "$here/k8s/build.sh"
