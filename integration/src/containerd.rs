@@ -22,6 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
+use crate::netns::sigkill;
 use crate::{output_text, random_suffix, run_ok, target_dir, TestNode};
 
 /// The pause image every sandbox of the test containerd uses.
@@ -292,18 +293,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             if pids.is_empty() {
                 break;
             }
-            for pid in pids {
-                // SAFETY: kill(2); the pid is a sandbox process of this test.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
+            // Sandbox processes of this test.
+            sigkill(pids);
             std::thread::sleep(Duration::from_millis(20));
         }
-        for pid in self.node.ns.pids() {
-            if pid > 1 && pid != std::process::id() as i32 {
-                // SAFETY: kill(2) on a shim inside the test node's netns.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
+        // Shims inside the test node's netns.
+        sigkill(self.node.ns.pids());
         let mut mounts = mounts_under(&self.dir());
         // Deepest first.
         mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
@@ -437,15 +432,10 @@ fn rmdir_tree(dir: &Path) {
     }
 }
 
-/// SIGKILL to every process in cgroup `dir` (never this test process).
+/// SIGKILL to every process in cgroup `dir`.
 fn kill_members(dir: &Path) {
     let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-        if pid > 1 && pid != std::process::id() as i32 {
-            // SAFETY: kill(2) on a process in this test's own cgroup tree.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
+    sigkill(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
 }
 
 /// Whether any cgroup dir of `parent` exists in any hierarchy.

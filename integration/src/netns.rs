@@ -260,6 +260,18 @@ fn ns_pids(name: &str) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// SIGKILL to each of `pids` a test found in what it made (a netns, a
+/// cgroup), never to init or this test process.
+pub(crate) fn sigkill(pids: impl IntoIterator<Item = i32>) {
+    for pid in pids {
+        if pid > 1 && pid != std::process::id() as i32 {
+            // SAFETY: plain kill(2); the pid is a process of the test's own
+            // namespace or cgroup.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
 /// Kills everything inside `name`, then deletes it. Never panics (it runs
 /// from Drop, possibly while unwinding).
 fn destroy(name: &str) {
@@ -268,12 +280,7 @@ fn destroy(name: &str) {
         if pids.is_empty() {
             break;
         }
-        for pid in pids {
-            if pid > 1 && pid != std::process::id() as i32 {
-                // SAFETY: plain kill(2) on a pid inside our own namespace.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
+        sigkill(pids);
         std::thread::sleep(Duration::from_millis(20));
     }
     let _guard = NETNS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
